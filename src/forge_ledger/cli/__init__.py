@@ -1,0 +1,65 @@
+"""The ``forge-ledger`` command line.
+
+Commands live in small modules by theme and register themselves on :data:`cli`. ``main``
+turns every :class:`~forge_ledger.errors.ForgeLedgerError` (and click's usage errors) into
+one line on stderr with a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .. import __version__
+from ..errors import ForgeLedgerError
+
+__all__ = ["cli", "main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="forge-ledger")
+def cli() -> None:
+    """forge-ledger: multi-model deliberations recorded in a hash-chained event ledger.
+
+    Every round, contribution, vote and dissent is an immutable event; sessions can be
+    replayed without calling a model, audited, and inspected as of any past point.
+    """
+
+
+def _register() -> None:
+    import importlib
+
+    for name in ("read", "deliberate", "views", "promises"):
+        try:
+            importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="forge-ledger", standalone_mode=False)
+    except ForgeLedgerError as e:
+        click.echo(f"error: {e.one_line()}", err=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        ctx_hint = ""
+        if isinstance(e, click.UsageError) and e.ctx is not None:
+            ctx_hint = f" (see '{e.ctx.command_path} --help')"
+        click.echo(f"error: {e.format_message()}{ctx_hint}", err=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)

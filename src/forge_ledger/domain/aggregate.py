@@ -1,0 +1,555 @@
+"""The ``Deliberation`` aggregate: one session, its invariants and its hash-chained events.
+
+Built on ``eventsourcing``: every fact is a ``Deliberation.Event`` subclass (one per payload
+type, with a stable explicit topic ``forge_ledger:<Type>``) whose ``data`` is the payload as
+JSON-ready dict. Command methods check the rules *before* an event exists (validation in an
+event's apply would re-run on every replay), then trigger the event, which folds it into
+:class:`~forge_ledger.domain.state.SessionState`. Timestamps are always given by the caller
+(from an injected clock), never read here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, ClassVar, cast
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate
+from eventsourcing.utils import register_topic
+
+from ..errors import InvariantViolation
+from . import events as ev
+from .hashing import GENESIS, chain_hash
+from .state import SessionState
+from .values import (
+    ChatMessage,
+    ConvergenceVote,
+    Critique,
+    DivergenceStatus,
+    ModelResponse,
+    Opinion,
+    Participant,
+    RoundKind,
+    RoundStatus,
+    SessionConfig,
+    SessionStatus,
+    Topic,
+)
+
+__all__ = ["AGGREGATE_TOPIC", "Deliberation", "event_class_for", "topic_for"]
+
+AGGREGATE_TOPIC = "forge_ledger:Deliberation"
+
+
+def topic_for(type_name: str) -> str:
+    return f"forge_ledger:{type_name}"
+
+
+class Deliberation(Aggregate):
+    """One deliberation session (see module docstring)."""
+
+    TOPIC = AGGREGATE_TOPIC
+
+    state: SessionState
+
+    class Event(Aggregate.Event):
+        """Base of all stored events: payload dict plus the hash chain links."""
+
+        TOPIC = "forge_ledger:Event"
+        TYPE: ClassVar[str] = ""
+
+        data: dict[str, Any]
+        prev_hash: str
+        hash: str
+
+        def payload(self) -> ev.Payload:
+            return ev.payload_class(self.TYPE).model_validate(self.data)
+
+        def apply(self, aggregate: Any) -> None:
+            cast(Deliberation, aggregate).state.apply(
+                self.payload(),
+                position=self.originator_version,
+                at=self.timestamp,
+                hash_=self.hash,
+            )
+
+    class Created(Event, Aggregate.Created):
+        """Base of the two events that begin a session (started, forked)."""
+
+        TOPIC = "forge_ledger:Created"
+
+        def apply(self, aggregate: Any) -> None:
+            payload = self.payload()
+            sid = str(self.originator_id)
+            if isinstance(payload, ev.SessionForked):
+                state = SessionState.forked(sid, payload, self.timestamp)
+            else:
+                state = SessionState.initial(sid, cast(ev.SessionStarted, payload), self.timestamp)
+            state.version = self.originator_version
+            state.head_hash = self.hash
+            aggregate.state = state
+
+    def __init__(self) -> None:
+        """State is set by the created event's ``apply``."""
+
+    # ------------------------------------------------------------------ creation
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        session_id: UUID,
+        topic: Topic,
+        config: SessionConfig,
+        participants: Sequence[Participant],
+        at: datetime,
+        source: str = "run",
+    ) -> Deliberation:
+        names = [p.name for p in participants]
+        if len(set(names)) != len(names):
+            raise InvariantViolation(
+                "participant names must be unique", hint="give each participant its own name"
+            )
+        payload = ev.SessionStarted(
+            topic=topic, config=config, slug=topic.slug, source=source  # type: ignore[arg-type]
+        )
+        agg = cls._create_with(payload, session_id, at)
+        for p in participants:
+            agg.join(p, at=at)
+        return agg
+
+    @classmethod
+    def fork(
+        cls,
+        *,
+        session_id: UUID,
+        parent: SessionState,
+        config: SessionConfig | None = None,
+        participants: Sequence[Participant] = (),
+        at: datetime,
+    ) -> Deliberation:
+        if parent.open_round is not None:
+            raise InvariantViolation(
+                f"cannot fork at position {parent.version}: round {parent.open_round.number} "
+                "is still open there",
+                hint="fork at an iteration boundary or at a position after the round completed",
+            )
+        origin = ev.ForkOrigin(
+            parent_id=parent.id,
+            parent_position=parent.version,
+            parent_hash=parent.head_hash,
+            parent_iteration=parent.iteration,
+        )
+        payload = ev.SessionForked(
+            origin=origin,
+            state=parent.model_dump(mode="json"),
+            config=config or parent.config,
+            participants=tuple(participants),
+        )
+        return cls._create_with(payload, session_id, at)
+
+    @classmethod
+    def _create_with(cls, payload: ev.Payload, session_id: UUID, at: datetime) -> Deliberation:
+        data = payload.model_dump(mode="json")
+        digest = chain_hash(
+            session_id=str(session_id),
+            position=cls.INITIAL_VERSION,
+            type_name=payload.TYPE,
+            timestamp=at,
+            data=data,
+            prev_hash=GENESIS,
+        )
+        return cls._create(
+            event_class_for(payload.TYPE),  # type: ignore[arg-type]
+            id=session_id,
+            timestamp=at,
+            data=data,
+            prev_hash=GENESIS,
+            hash=digest,
+        )
+
+    # ------------------------------------------------------------------ recording
+
+    def _record(self, payload: ev.Payload, at: datetime) -> None:
+        data = payload.model_dump(mode="json")
+        prev = self.state.head_hash
+        digest = chain_hash(
+            session_id=str(self.id),
+            position=self.version + 1,
+            type_name=payload.TYPE,
+            timestamp=at,
+            data=data,
+            prev_hash=prev,
+        )
+        self.trigger_event(
+            event_class_for(payload.TYPE), timestamp=at, data=data, prev_hash=prev, hash=digest
+        )
+
+    def _require_live(self, what: str) -> None:
+        if self.state.status.terminal:
+            raise InvariantViolation(
+                f"cannot {what}: session {self.id} is {self.state.status.value}",
+                hint="fork it to continue from an earlier point",
+            )
+
+    def _require_open_round(self, number: int, what: str) -> Any:
+        r = self.state.open_round
+        if r is None or r.number != number:
+            current = f"round {r.number} is open" if r else "no round is open"
+            raise InvariantViolation(f"cannot {what} round {number}: {current}")
+        return r
+
+    def _require_member(self, name: str) -> None:
+        if self.state.participant(name) is None:
+            raise InvariantViolation(
+                f"unknown participant {name!r}",
+                hint=f"participants are: {', '.join(self.state.participant_names) or 'none'}",
+            )
+
+    def join(self, participant: Participant, *, at: datetime) -> None:
+        self._require_live("add a participant")
+        if self.state.participant(participant.name) is not None:
+            raise InvariantViolation(f"participant {participant.name!r} already joined")
+        self._record(ev.ParticipantJoined(participant=participant), at)
+
+    def start_round(
+        self,
+        *,
+        kind: RoundKind,
+        iteration: int,
+        participants: Sequence[str],
+        at: datetime,
+        targets: dict[str, str] | None = None,
+        depth: int = 0,
+        focus: str = "",
+        technique: str | None = None,
+    ) -> int:
+        self._require_live("start a round")
+        if self.state.status is SessionStatus.PAUSED:
+            raise InvariantViolation(
+                "cannot start a round while the session is paused", hint="resume it first"
+            )
+        if self.state.open_round is not None:
+            raise InvariantViolation(
+                f"cannot start a round: round {self.state.open_round.number} is still open"
+            )
+        if not participants:
+            raise InvariantViolation("a round needs at least one participant")
+        for name in participants:
+            self._require_member(name)
+        for critic, target in (targets or {}).items():
+            self._require_member(target)
+            if kind is RoundKind.CRITIQUE and critic == target:
+                raise InvariantViolation(f"{critic!r} may not critique its own work")
+        number = len(self.state.rounds) + 1
+        self._record(
+            ev.RoundStarted(
+                number=number,
+                kind=kind,
+                iteration=iteration,
+                participants=tuple(participants),
+                targets=dict(targets or {}),
+                depth=depth,
+                focus=focus,
+                technique=technique,
+            ),
+            at,
+        )
+        return number
+
+    def record_contribution(
+        self,
+        *,
+        round: int,
+        participant: str,
+        model: str,
+        messages: Sequence[ChatMessage],
+        params: ev.CallParams,
+        prompt_hash: str,
+        response: ModelResponse,
+        at: datetime,
+        attempt: int = 1,
+        purpose: str = "answer",
+    ) -> None:
+        self._require_live("record a contribution")
+        r = self._require_open_round(round, "contribute to")
+        self._require_member(participant)
+        if participant not in r.expected:
+            raise InvariantViolation(f"{participant!r} is not a contributor of round {round}")
+        existing = r.contribution_of(participant)
+        if purpose == "answer" and existing is not None:
+            raise InvariantViolation(
+                f"{participant!r} already contributed to round {round}"
+            )
+        if purpose == "repair" and existing is None:
+            raise InvariantViolation(f"{participant!r} has no answer to repair in round {round}")
+        self._record(
+            ev.ContributionRecorded(
+                round=round,
+                participant=participant,
+                attempt=attempt,
+                model=model,
+                messages=tuple(messages),
+                params=params,
+                prompt_hash=prompt_hash,
+                response=response,
+                purpose=purpose,  # type: ignore[arg-type]
+            ),
+            at,
+        )
+
+    def record_failure(self, failure: ev.ProviderCallFailed, *, at: datetime) -> None:
+        self._require_live("record a failed call")
+        self._require_open_round(failure.round, "record a failure in")
+        self._require_member(failure.participant)
+        self._record(failure, at)
+
+    def _require_contribution(self, round: int, participant: str, what: str) -> Any:
+        r = self._require_open_round(round, what)
+        c = r.contribution_of(participant)
+        if c is None:
+            raise InvariantViolation(
+                f"cannot {what} round {round}: {participant!r} has not contributed yet"
+            )
+        return r, c
+
+    def record_critique(
+        self, *, round: int, participant: str, critique: Critique, at: datetime
+    ) -> None:
+        self._require_live("record a critique")
+        r, c = self._require_contribution(round, participant, "record a critique in")
+        if critique.target == participant:
+            raise InvariantViolation(f"{participant!r} may not critique its own work")
+        if c.critique is not None:
+            raise InvariantViolation(f"{participant!r} already has a critique in round {round}")
+        self._record(ev.CritiqueRecorded(round=round, participant=participant, critique=critique), at)
+
+    def record_opinion(
+        self, *, round: int, participant: str, opinion: Opinion, at: datetime
+    ) -> None:
+        self._require_live("record an opinion")
+        _, c = self._require_contribution(round, participant, "record an opinion in")
+        if c.opinion is not None:
+            raise InvariantViolation(f"{participant!r} already has an opinion in round {round}")
+        self._record(ev.OpinionRecorded(round=round, participant=participant, opinion=opinion), at)
+
+    def record_vote(
+        self, *, round: int, participant: str, vote: ConvergenceVote, at: datetime
+    ) -> None:
+        self._require_live("record a vote")
+        r, _ = self._require_contribution(round, participant, "vote in")
+        if r.kind is not RoundKind.CONVERGENCE:
+            raise InvariantViolation(f"round {round} is a {r.kind.value} round, not a vote")
+        if any(c.vote is not None for c in r.contributions if c.participant == participant):
+            raise InvariantViolation(f"{participant!r} already voted in round {round}")
+        self._record(ev.VoteRecorded(round=round, participant=participant, vote=vote), at)
+
+    def record_parse_failure(
+        self, *, round: int, participant: str, expected: str, error: str, at: datetime
+    ) -> None:
+        self._require_live("record a parse failure")
+        self._require_contribution(round, participant, "record a parse failure in")
+        self._record(
+            ev.ParseFailed(round=round, participant=participant, expected=expected, error=error),
+            at,
+        )
+
+    def complete_round(
+        self, *, round: int, at: datetime, abstained: Iterable[str] = ()
+    ) -> None:
+        self._require_live("complete a round")
+        self._require_open_round(round, "complete")
+        self._record(ev.RoundCompleted(number=round, abstained=tuple(abstained)), at)
+
+    def evaluate_convergence(self, result: ev.ConvergenceEvaluated, *, at: datetime) -> None:
+        self._require_live("record a convergence evaluation")
+        r = self.state.round(result.round)
+        if r is None or r.kind is not RoundKind.CONVERGENCE:
+            raise InvariantViolation(f"round {result.round} is not a convergence round")
+        if r.status is not RoundStatus.COMPLETE:
+            raise InvariantViolation(f"convergence round {result.round} is not complete yet")
+        if any(c.round == result.round for c in self.state.convergence):
+            raise InvariantViolation(f"round {result.round} was already evaluated")
+        self._record(result, at)
+
+    def detect_divergence(self, divergence: ev.DivergenceDetected, *, at: datetime) -> None:
+        self._require_live("record a divergence")
+        if self.state.divergence(divergence.divergence_id) is not None:
+            raise InvariantViolation(f"divergence {divergence.divergence_id} already exists")
+        for pos in divergence.positions:
+            self._require_member(pos.participant)
+        self._record(divergence, at)
+
+    _CHANGES: ClassVar[dict[DivergenceStatus, type[ev._DivergenceChange]]] = {
+        DivergenceStatus.ADDRESSED: ev.DivergenceAddressed,
+        DivergenceStatus.RESOLVED: ev.DivergenceResolved,
+        DivergenceStatus.WITHDRAWN: ev.DivergenceWithdrawn,
+        DivergenceStatus.OVERRULED: ev.DivergenceOverruled,
+    }
+
+    def change_divergence(
+        self,
+        divergence_id: str,
+        status: DivergenceStatus,
+        *,
+        at: datetime,
+        round: int = 0,
+        note: str = "",
+        by: str = "",
+    ) -> None:
+        self._require_live("change a divergence")
+        d = self.state.divergence(divergence_id)
+        if d is None:
+            raise InvariantViolation(f"unknown divergence {divergence_id!r}")
+        if not d.is_open:
+            raise InvariantViolation(f"divergence {divergence_id} is already {d.status.value}")
+        if status is DivergenceStatus.OVERRULED and not by:
+            raise InvariantViolation("an overrule needs the human author's name")
+        cls = self._CHANGES.get(status)
+        if cls is None:
+            raise InvariantViolation(f"cannot change a divergence to {status.value}")
+        self._record(cls(divergence_id=divergence_id, round=round, note=note, by=by), at)
+
+    def pause(self, *, reason: str, at: datetime, questions: Sequence[str] = ()) -> None:
+        self._require_live("pause")
+        if self.state.status is SessionStatus.PAUSED:
+            raise InvariantViolation("the session is already paused")
+        self._record(ev.SessionPaused(reason=reason, questions=tuple(questions)), at)
+
+    def resume(self, *, at: datetime, reason: str = "") -> None:
+        self._require_live("resume")
+        if self.state.status is not SessionStatus.PAUSED:
+            raise InvariantViolation(f"the session is {self.state.status.value}, not paused")
+        self._record(ev.SessionResumed(reason=reason), at)
+
+    def ask(self, questions: Sequence[str], *, at: datetime) -> None:
+        self._require_live("ask questions")
+        self._record(
+            ev.QuestionsAsked(iteration=self.state.iteration, questions=tuple(questions)), at
+        )
+
+    def human_input(
+        self,
+        *,
+        author: str,
+        text: str,
+        at: datetime,
+        kind: str = "answer",
+    ) -> None:
+        self._require_live("record human input")
+        if not author.strip():
+            raise InvariantViolation("human input needs an author")
+        self._record(
+            ev.HumanInputRecorded(
+                author=author,
+                text=text,
+                kind=kind,  # type: ignore[arg-type]
+                iteration=self.state.iteration,
+                questions=tuple(self.state.pending_questions) if kind == "answer" else (),
+            ),
+            at,
+        )
+
+    def rewind(self, steps: int, *, at: datetime) -> int:
+        """``back N``: returns the target iteration."""
+        self._require_live("go back")
+        if not 1 <= steps <= 5:
+            raise InvariantViolation("back takes 1 to 5 iterations", hint="use back 1..5")
+        if self.state.open_round is not None:
+            raise InvariantViolation("cannot go back while a round is open")
+        current = self.state.iteration
+        target = current - steps
+        if target < 1:
+            raise InvariantViolation(
+                f"cannot go back {steps} from iteration {current}: iteration 1 is the earliest",
+                hint=f"use back {max(current - 1, 1)} or less" if current > 1 else None,
+            )
+        self._record(ev.SessionRewound(from_iteration=current, to_iteration=target, steps=steps), at)
+        return target
+
+    def suggest_technique(self, suggestion: ev.TechniqueSuggested, *, at: datetime) -> None:
+        self._require_live("suggest a technique")
+        self._record(suggestion, at)
+
+    def exhaust_budget(
+        self, *, budget: str, limit: float, spent: float, at: datetime, detail: str = ""
+    ) -> None:
+        self._require_live("record an exhausted budget")
+        self._record(
+            ev.BudgetExhausted(budget=budget, limit=limit, spent=spent, detail=detail),  # type: ignore[arg-type]
+            at,
+        )
+
+    def finish(self, status: SessionStatus, *, at: datetime, reason: str = "", score: float = 1.0) -> None:
+        """Move to a terminal status (converged, complete, aborted, timed_out)."""
+        self._require_live(f"mark the session {status.value}")
+        payload: ev.Payload
+        if status is SessionStatus.CONVERGED:
+            payload = ev.SessionConverged(reason=reason, score=score)
+        elif status is SessionStatus.COMPLETE:
+            payload = ev.SessionCompleted(reason=reason)
+        elif status is SessionStatus.ABORTED:
+            payload = ev.SessionAborted(reason=reason)
+        elif status is SessionStatus.TIMED_OUT:
+            payload = ev.SessionTimedOut(reason=reason)
+        else:
+            raise InvariantViolation(f"{status.value} is not a terminal status")
+        self._record(payload, at)
+
+    def seal(self, *, at: datetime, hmac: str | None = None) -> None:
+        if not self.state.status.terminal:
+            raise InvariantViolation("only a finished session can be sealed")
+        if self.state.seal is not None:
+            raise InvariantViolation("the session is already sealed")
+        self._record(
+            ev.SessionSealed(root_hash=self.state.head_hash, events=self.version, hmac=hmac), at
+        )
+
+
+# --------------------------------------------------------------------------- event classes
+
+
+_EVENT_CLASSES: dict[str, type[Deliberation.Event]] = {}
+
+
+def _make_upcasters(type_name: str, version: int) -> dict[str, Any]:
+    """eventsourcing calls ``upcast_vN_vN+1(state)`` on decode; we upcast ``state['data']``."""
+    methods: dict[str, Any] = {}
+    for v in range(1, version):
+        fn = ev.UPCASTERS.get((type_name, v))
+        if fn is None:
+            raise RuntimeError(f"missing upcaster for {type_name} v{v}")
+
+        def upcast(state: dict[str, Any], _fn: Any = fn) -> None:
+            state["data"] = _fn(state["data"])
+
+        methods[f"upcast_v{v}_v{v + 1}"] = staticmethod(upcast)
+    return methods
+
+
+def _define_event_classes() -> None:
+    for type_name, payload_cls in ev.EVENT_TYPES.items():
+        created = type_name in ("SessionStarted", "SessionForked")
+        base: type[Any] = Deliberation.Created if created else Deliberation.Event
+        namespace: dict[str, Any] = {
+            "TOPIC": topic_for(type_name),
+            "TYPE": type_name,
+            "__module__": __name__,
+            "__qualname__": f"Deliberation.{type_name}",
+            "__annotations__": {},
+        }
+        if payload_cls.SCHEMA_VERSION > 1:
+            namespace["class_version"] = payload_cls.SCHEMA_VERSION
+            namespace.update(_make_upcasters(type_name, payload_cls.SCHEMA_VERSION))
+        cls = type(base)(type_name, (base,), namespace)
+        register_topic(topic_for(type_name), cls)
+        setattr(Deliberation, type_name, cls)
+        _EVENT_CLASSES[type_name] = cls
+
+
+def event_class_for(type_name: str) -> type[Deliberation.Event]:
+    return _EVENT_CLASSES[type_name]
+
+
+_define_event_classes()

@@ -1,0 +1,442 @@
+"""The event catalogue: one pydantic payload per kind of fact a deliberation can record.
+
+Payloads are what is stored (as JSON, readable with ``json_extract``) and hashed. Each has a
+stable ``TYPE`` name that never changes when a class moves or is renamed; the ledger derives
+the stored event topic from it (``forge_ledger:<TYPE>``). A payload gets a new
+``SCHEMA_VERSION`` when its shape changes, with an upcaster in ``UPCASTERS`` that turns the
+old stored dict into the new one, so old ledgers keep loading.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import StoreError
+from .values import (
+    ChatMessage,
+    ConvergenceVote,
+    Critique,
+    DivergentPosition,
+    ModelResponse,
+    Opinion,
+    Participant,
+    RoundKind,
+    SessionConfig,
+    Stance,
+    TokenCount,
+    Topic,
+)
+
+__all__ = [
+    "EVENT_TYPES",
+    "TERMINAL_EVENT_TYPES",
+    "UPCASTERS",
+    "BudgetExhausted",
+    "CallParams",
+    "ContributionRecorded",
+    "ConvergenceEvaluated",
+    "CritiqueRecorded",
+    "DivergenceAddressed",
+    "DivergenceDetected",
+    "DivergenceOverruled",
+    "DivergenceResolved",
+    "DivergenceWithdrawn",
+    "ForkOrigin",
+    "HumanInputRecorded",
+    "OpinionRecorded",
+    "ParseFailed",
+    "ParticipantJoined",
+    "Payload",
+    "ProviderCallFailed",
+    "QuestionsAsked",
+    "RoundCompleted",
+    "RoundStarted",
+    "SessionAborted",
+    "SessionCompleted",
+    "SessionConverged",
+    "SessionForked",
+    "SessionPaused",
+    "SessionResumed",
+    "SessionRewound",
+    "SessionSealed",
+    "SessionStarted",
+    "SessionTimedOut",
+    "TechniqueSuggested",
+    "VoteRecorded",
+    "payload_class",
+    "prompt_hash",
+]
+
+
+class Payload(BaseModel):
+    """Base of event payloads: frozen, strict about unknown fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    TYPE: ClassVar[str]
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+
+# --------------------------------------------------------------------------- session lifecycle
+
+
+class SessionStarted(Payload):
+    TYPE: ClassVar[str] = "SessionStarted"
+    topic: Topic
+    config: SessionConfig
+    slug: str = Field(pattern=r"^[a-z0-9-]+$")
+    source: Literal["run", "import", "demo"] = "run"
+
+
+class ForkOrigin(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    parent_id: str
+    parent_position: int = Field(ge=1)
+    parent_hash: str
+    parent_iteration: int = Field(ge=0)
+
+
+class SessionForked(Payload):
+    """First event of a fork: the parent reference and its state at the fork position.
+
+    The state is a copy of the parent's projection at ``origin.parent_position`` so the fork is
+    self-contained (it can be replayed and exported without the parent), while ``origin``
+    (with the parent's event hash at that position) ties it to the shared history.
+    """
+
+    TYPE: ClassVar[str] = "SessionForked"
+    origin: ForkOrigin
+    state: dict[str, Any]
+    config: SessionConfig
+    participants: tuple[Participant, ...] = ()
+    """Participants of the fork (may swap models); empty keeps the parent's."""
+
+
+class ParticipantJoined(Payload):
+    TYPE: ClassVar[str] = "ParticipantJoined"
+    participant: Participant
+
+
+class SessionPaused(Payload):
+    TYPE: ClassVar[str] = "SessionPaused"
+    reason: str
+    questions: tuple[str, ...] = ()
+
+
+class SessionResumed(Payload):
+    TYPE: ClassVar[str] = "SessionResumed"
+    reason: str = ""
+
+
+class SessionRewound(Payload):
+    """``back N``: the session continues from ``to_iteration``; later history is kept."""
+
+    TYPE: ClassVar[str] = "SessionRewound"
+    from_iteration: int = Field(ge=1)
+    to_iteration: int = Field(ge=1)
+    steps: int = Field(ge=1, le=5)
+
+
+class QuestionsAsked(Payload):
+    TYPE: ClassVar[str] = "QuestionsAsked"
+    iteration: int = Field(ge=0)
+    questions: tuple[str, ...]
+
+
+class HumanInputRecorded(Payload):
+    TYPE: ClassVar[str] = "HumanInputRecorded"
+    author: str
+    text: str
+    kind: Literal["answer", "note", "overrule", "steer"] = "answer"
+    iteration: int = Field(ge=0, default=0)
+    questions: tuple[str, ...] = ()
+    """The questions this input answers (copied from the pending questions)."""
+
+
+class TechniqueSuggested(Payload):
+    TYPE: ClassVar[str] = "TechniqueSuggested"
+    iteration: int = Field(ge=0)
+    technique_slug: str
+    category: str
+    suggested_reason: str
+    weak_axes: tuple[str, ...] = ()
+    source: Literal["auto", "manual", "random", "progressive"] = "auto"
+    applied: bool = False
+
+
+class BudgetExhausted(Payload):
+    TYPE: ClassVar[str] = "BudgetExhausted"
+    budget: Literal["cost", "time", "rounds"]
+    limit: float
+    spent: float
+    detail: str = ""
+
+
+class _Terminal(Payload):
+    reason: str = ""
+
+
+class SessionConverged(_Terminal):
+    TYPE: ClassVar[str] = "SessionConverged"
+    score: float = Field(ge=0, le=1, default=1.0)
+
+
+class SessionCompleted(_Terminal):
+    TYPE: ClassVar[str] = "SessionCompleted"
+
+
+class SessionAborted(_Terminal):
+    TYPE: ClassVar[str] = "SessionAborted"
+
+
+class SessionTimedOut(_Terminal):
+    TYPE: ClassVar[str] = "SessionTimedOut"
+
+
+class SessionSealed(Payload):
+    """Closes a terminal session: the chain's root hash (and HMAC when a key is configured)."""
+
+    TYPE: ClassVar[str] = "SessionSealed"
+    root_hash: str
+    events: int = Field(ge=1)
+    hmac: str | None = None
+
+
+# --------------------------------------------------------------------------- rounds & calls
+
+
+class RoundStarted(Payload):
+    TYPE: ClassVar[str] = "RoundStarted"
+    number: int = Field(ge=1)
+    kind: RoundKind
+    iteration: int = Field(ge=1)
+    participants: tuple[str, ...]
+    """Who is expected to contribute, in participant (= recording) order."""
+    targets: dict[str, str] = Field(default_factory=dict)
+    """critique/response rounds: participant → whose work it answers."""
+    depth: int = Field(ge=0, default=0)
+    focus: str = ""
+    technique: str | None = None
+
+
+class RoundCompleted(Payload):
+    TYPE: ClassVar[str] = "RoundCompleted"
+    number: int = Field(ge=1)
+    abstained: tuple[str, ...] = ()
+
+
+class CallParams(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    temperature: float
+    max_tokens: int
+    response_format: str | None = None
+    """Name of the pydantic schema asked for, when structured output was requested."""
+    api_base: str | None = None
+
+
+class ContributionRecorded(Payload):
+    """One participant's completed call in one round: the exact prompt and the full answer."""
+
+    TYPE: ClassVar[str] = "ContributionRecorded"
+    SCHEMA_VERSION: ClassVar[int] = 2
+    round: int = Field(ge=1)
+    participant: str
+    attempt: int = Field(ge=1, default=1)
+    model: str
+    messages: tuple[ChatMessage, ...]
+    params: CallParams
+    prompt_hash: str
+    response: ModelResponse
+    purpose: Literal["answer", "repair"] = "answer"
+
+
+class ProviderCallFailed(Payload):
+    """A failed attempt. Messages are sanitised (no API keys); partial text is kept."""
+
+    TYPE: ClassVar[str] = "ProviderCallFailed"
+    round: int = Field(ge=1)
+    participant: str
+    attempt: int = Field(ge=1)
+    model: str
+    error_type: str
+    message: str
+    retryable: bool
+    will_retry: bool
+    retry_after_secs: float | None = None
+    partial_text: str = ""
+    tokens: TokenCount = TokenCount()
+    cost_usd: float = Field(ge=0, default=0.0)
+    duration_ms: int = Field(ge=0, default=0)
+    prompt_hash: str = ""
+
+
+class CritiqueRecorded(Payload):
+    TYPE: ClassVar[str] = "CritiqueRecorded"
+    round: int = Field(ge=1)
+    participant: str
+    critique: Critique
+
+
+class OpinionRecorded(Payload):
+    TYPE: ClassVar[str] = "OpinionRecorded"
+    round: int = Field(ge=1)
+    participant: str
+    opinion: Opinion
+
+
+class VoteRecorded(Payload):
+    TYPE: ClassVar[str] = "VoteRecorded"
+    round: int = Field(ge=1)
+    participant: str
+    vote: ConvergenceVote
+
+
+class ParseFailed(Payload):
+    """The answer could not be parsed even after the repair attempt: the participant abstains."""
+
+    TYPE: ClassVar[str] = "ParseFailed"
+    round: int = Field(ge=1)
+    participant: str
+    expected: str
+    error: str
+
+
+class ConvergenceEvaluated(Payload):
+    TYPE: ClassVar[str] = "ConvergenceEvaluated"
+    round: int = Field(ge=1)
+    iteration: int = Field(ge=1)
+    score: float = Field(ge=0, le=1)
+    converged: bool
+    majority_agrees: bool
+    agree: int = Field(ge=0)
+    disagree: int = Field(ge=0)
+    partial: int = Field(ge=0)
+    abstain: int = Field(ge=0, default=0)
+    threshold: float = Field(ge=0, le=1)
+    blocking: tuple[str, ...] = ()
+    remaining_issues: tuple[str, ...] = ()
+    weights: dict[str, float] = Field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- divergences
+
+
+class DivergenceDetected(Payload):
+    TYPE: ClassVar[str] = "DivergenceDetected"
+    divergence_id: str
+    round: int = Field(ge=1)
+    topic: str
+    positions: tuple[DivergentPosition, ...]
+    strongest: Stance = Stance.DISAGREE
+
+
+class _DivergenceChange(Payload):
+    divergence_id: str
+    round: int = Field(ge=0, default=0)
+    note: str = ""
+    by: str = ""
+
+
+class DivergenceAddressed(_DivergenceChange):
+    TYPE: ClassVar[str] = "DivergenceAddressed"
+
+
+class DivergenceResolved(_DivergenceChange):
+    TYPE: ClassVar[str] = "DivergenceResolved"
+
+
+class DivergenceWithdrawn(_DivergenceChange):
+    TYPE: ClassVar[str] = "DivergenceWithdrawn"
+
+
+class DivergenceOverruled(_DivergenceChange):
+    """A human overruled a dissent; ``by`` is the human author."""
+
+    TYPE: ClassVar[str] = "DivergenceOverruled"
+
+
+# --------------------------------------------------------------------------- registry
+
+_ALL: tuple[type[Payload], ...] = (
+    SessionStarted,
+    SessionForked,
+    ParticipantJoined,
+    SessionPaused,
+    SessionResumed,
+    SessionRewound,
+    QuestionsAsked,
+    HumanInputRecorded,
+    TechniqueSuggested,
+    BudgetExhausted,
+    SessionConverged,
+    SessionCompleted,
+    SessionAborted,
+    SessionTimedOut,
+    SessionSealed,
+    RoundStarted,
+    RoundCompleted,
+    ContributionRecorded,
+    ProviderCallFailed,
+    CritiqueRecorded,
+    OpinionRecorded,
+    VoteRecorded,
+    ParseFailed,
+    ConvergenceEvaluated,
+    DivergenceDetected,
+    DivergenceAddressed,
+    DivergenceResolved,
+    DivergenceWithdrawn,
+    DivergenceOverruled,
+)
+
+EVENT_TYPES: dict[str, type[Payload]] = {cls.TYPE: cls for cls in _ALL}
+
+TERMINAL_EVENT_TYPES = frozenset(
+    {"SessionConverged", "SessionCompleted", "SessionAborted", "SessionTimedOut"}
+)
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+
+def prompt_hash(messages: Any) -> str:
+    """SHA-256 of the exact prompt (a list of ``{role, content}``): replay's lookup key."""
+    import hashlib
+    import json
+
+    plain = [
+        m if isinstance(m, dict) else m.model_dump(mode="json") for m in messages
+    ]
+    body = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+def _contribution_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """v1 stored the prompt as ``system`` + ``prompt`` strings; v2 stores chat ``messages``."""
+    data = dict(data)
+    system = data.pop("system", "")
+    prompt = data.pop("prompt")
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": prompt})
+    data["messages"] = messages
+    data.setdefault("prompt_hash", prompt_hash(messages))
+    return data
+
+
+UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    ("ContributionRecorded", 1): _contribution_v1_to_v2,
+}
+"""(type, from_version) → function turning a stored v``from`` payload into v``from+1``."""
+
+
+def payload_class(type_name: str) -> type[Payload]:
+    try:
+        return EVENT_TYPES[type_name]
+    except KeyError:
+        raise StoreError(
+            f"unknown event type {type_name!r} in the ledger",
+            hint="upgrade forge-ledger to a version that knows it",
+        ) from None

@@ -1,0 +1,611 @@
+"""Session state: the pure fold of a session's events.
+
+``SessionState`` is what the aggregate holds, what time travel returns, what the engine
+reasons over and what ``show`` prints. It is rebuilt by applying events in order with
+:func:`SessionState.apply`; nothing here reads a clock or does I/O, so the same events always
+give the same state (live, replayed, or as of any past position).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import events as ev
+from .values import (
+    ChatMessage,
+    ConvergenceVote,
+    Critique,
+    DivergenceStatus,
+    DivergentPosition,
+    ModelResponse,
+    Opinion,
+    Participant,
+    RoundKind,
+    RoundStatus,
+    SessionConfig,
+    SessionStatus,
+    Stance,
+    TokenCount,
+    Topic,
+)
+
+__all__ = [
+    "CallFailure",
+    "ContributionState",
+    "DivergenceChange",
+    "DivergenceState",
+    "HumanInput",
+    "RoundState",
+    "SessionState",
+]
+
+
+class _State(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+class ContributionState(_State):
+    participant: str
+    attempt: int
+    position: int
+    at: datetime
+    model: str
+    messages: list[ChatMessage]
+    prompt_hash: str
+    response: ModelResponse
+    purpose: str = "answer"
+    critique: Critique | None = None
+    opinion: Opinion | None = None
+    vote: ConvergenceVote | None = None
+    parse_error: str | None = None
+
+    @property
+    def abstained(self) -> bool:
+        return self.parse_error is not None
+
+
+class CallFailure(_State):
+    round: int
+    participant: str
+    attempt: int
+    position: int
+    error_type: str
+    message: str
+    will_retry: bool
+    partial_text: str = ""
+
+
+class RoundState(_State):
+    number: int
+    kind: RoundKind
+    iteration: int
+    depth: int = 0
+    focus: str = ""
+    technique: str | None = None
+    status: RoundStatus = RoundStatus.IN_PROGRESS
+    expected: list[str]
+    targets: dict[str, str] = Field(default_factory=dict)
+    contributions: list[ContributionState] = Field(default_factory=list)
+    abstained: list[str] = Field(default_factory=list)
+    started_position: int
+    started_at: datetime
+    completed_at: datetime | None = None
+    superseded: bool = False
+    """True once a rewind went back past this round's iteration (kept for audit)."""
+
+    def contribution_of(self, participant: str) -> ContributionState | None:
+        """The participant's answer in this round (the repair attempt replaces the answer)."""
+        found = None
+        for c in self.contributions:
+            if c.participant == participant:
+                found = c
+        return found
+
+    @property
+    def contributors(self) -> list[str]:
+        seen: list[str] = []
+        for c in self.contributions:
+            if c.participant not in seen:
+                seen.append(c.participant)
+        return seen
+
+    @property
+    def missing(self) -> list[str]:
+        done = set(self.contributors) | set(self.abstained)
+        return [p for p in self.expected if p not in done]
+
+
+class DivergenceChange(_State):
+    status: DivergenceStatus
+    position: int
+    round: int
+    note: str = ""
+    by: str = ""
+
+
+class DivergenceState(_State):
+    id: str
+    topic: str
+    positions: list[DivergentPosition]
+    strongest: Stance
+    status: DivergenceStatus = DivergenceStatus.OPEN
+    opened_round: int
+    opened_position: int
+    history: list[DivergenceChange] = Field(default_factory=list)
+
+    @property
+    def is_open(self) -> bool:
+        return not self.status.closed
+
+    @property
+    def strong(self) -> bool:
+        return self.strongest is Stance.STRONGLY_DISAGREE
+
+
+class HumanInput(_State):
+    author: str
+    text: str
+    kind: str
+    iteration: int
+    position: int
+    at: datetime
+    questions: list[str] = Field(default_factory=list)
+
+
+class ConvergenceResult(_State):
+    round: int
+    iteration: int
+    score: float
+    converged: bool
+    majority_agrees: bool
+    agree: int
+    disagree: int
+    partial: int
+    abstain: int
+    threshold: float
+    blocking: list[str]
+    remaining_issues: list[str]
+    position: int
+
+
+class Technique(_State):
+    iteration: int
+    technique_slug: str
+    category: str
+    suggested_reason: str
+    weak_axes: list[str]
+    source: str
+    applied: bool
+
+
+class Rewind(_State):
+    from_iteration: int
+    to_iteration: int
+    steps: int
+    position: int
+    at: datetime
+
+
+class SessionState(_State):
+    """Everything known about one session after some prefix of its events."""
+
+    id: str
+    slug: str
+    topic: Topic
+    config: SessionConfig
+    source: str = "run"
+    status: SessionStatus = SessionStatus.INITIALIZED
+    status_reason: str = ""
+    participants: list[Participant] = Field(default_factory=list)
+    rounds: list[RoundState] = Field(default_factory=list)
+    failures: list[CallFailure] = Field(default_factory=list)
+    divergences: list[DivergenceState] = Field(default_factory=list)
+    convergence: list[ConvergenceResult] = Field(default_factory=list)
+    human_inputs: list[HumanInput] = Field(default_factory=list)
+    pending_questions: list[str] = Field(default_factory=list)
+    asked: list[tuple[int, list[str]]] = Field(default_factory=list)
+    techniques: list[Technique] = Field(default_factory=list)
+    rewinds: list[Rewind] = Field(default_factory=list)
+    budget_exhausted: dict[str, Any] | None = None
+    fork_origin: ev.ForkOrigin | None = None
+    seal: dict[str, Any] | None = None
+    iteration: int = 0
+    tokens: TokenCount = TokenCount()
+    cost_usd: float = 0.0
+    created_at: datetime
+    updated_at: datetime
+    version: int = 0
+    head_hash: str = ""
+
+    # ------------------------------------------------------------------ queries
+
+    def participant(self, name: str) -> Participant | None:
+        for p in self.participants:
+            if p.name == name:
+                return p
+        return None
+
+    @property
+    def participant_names(self) -> list[str]:
+        return [p.name for p in self.participants]
+
+    @property
+    def active_rounds(self) -> list[RoundState]:
+        """Rounds not undone by a rewind: what the deliberation builds on."""
+        return [r for r in self.rounds if not r.superseded]
+
+    @property
+    def open_round(self) -> RoundState | None:
+        if self.rounds and self.rounds[-1].status is RoundStatus.IN_PROGRESS:
+            return self.rounds[-1]
+        return None
+
+    @property
+    def last_round(self) -> RoundState | None:
+        return self.rounds[-1] if self.rounds else None
+
+    def round(self, number: int) -> RoundState | None:
+        if 1 <= number <= len(self.rounds) and self.rounds[number - 1].number == number:
+            return self.rounds[number - 1]
+        for r in self.rounds:
+            if r.number == number:
+                return r
+        return None
+
+    def divergence(self, divergence_id: str) -> DivergenceState | None:
+        for d in self.divergences:
+            if d.id == divergence_id:
+                return d
+        return None
+
+    @property
+    def open_divergences(self) -> list[DivergenceState]:
+        return [d for d in self.divergences if d.is_open]
+
+    @property
+    def latest_convergence(self) -> ConvergenceResult | None:
+        return self.convergence[-1] if self.convergence else None
+
+    @property
+    def latest_text(self) -> str | None:
+        """The newest synthesis (or, before any, the first draft): the current document."""
+        for r in reversed(self.active_rounds):
+            if r.kind in (RoundKind.SYNTHESIS, RoundKind.DRAFT) and r.contributions:
+                return r.contributions[-1].response.content
+        return None
+
+    @property
+    def phase(self) -> str:
+        """divergent | transition | convergent, from the kind of the latest round."""
+        last = self.active_rounds[-1] if self.active_rounds else None
+        if last is None or last.kind in (RoundKind.DRAFT, RoundKind.CRITIQUE, RoundKind.RESPONSE):
+            return "divergent"
+        if last.kind is RoundKind.SYNTHESIS:
+            return "transition"
+        return "convergent"
+
+    # ------------------------------------------------------------------ fold
+
+    @classmethod
+    def initial(
+        cls, session_id: str, payload: ev.SessionStarted, at: datetime
+    ) -> SessionState:
+        return cls(
+            id=session_id,
+            slug=payload.slug,
+            topic=payload.topic,
+            config=payload.config,
+            source=payload.source,
+            created_at=at,
+            updated_at=at,
+        )
+
+    @classmethod
+    def forked(cls, session_id: str, payload: ev.SessionForked, at: datetime) -> SessionState:
+        state = cls.model_validate(payload.state)
+        state.id = session_id
+        state.fork_origin = payload.origin
+        state.config = payload.config
+        if payload.participants:
+            state.participants = list(payload.participants)
+        state.created_at = at
+        state.status = (
+            SessionStatus.PAUSED
+            if state.status is not SessionStatus.INITIALIZED
+            else SessionStatus.INITIALIZED
+        )
+        state.status_reason = "forked"
+        state.seal = None
+        state.budget_exhausted = None
+        return state
+
+    def apply(
+        self, payload: ev.Payload, *, position: int, at: datetime, hash_: str
+    ) -> None:
+        """Evolve this state by one recorded event (in place)."""
+        handler = _HANDLERS.get(type(payload))
+        if handler is not None:
+            handler(self, payload, position, at)
+        self.version = position
+        self.updated_at = at
+        self.head_hash = hash_
+
+
+# --------------------------------------------------------------------------- handlers
+
+
+def _joined(s: SessionState, p: ev.ParticipantJoined, pos: int, at: datetime) -> None:
+    s.participants.append(p.participant)
+
+
+def _round_started(s: SessionState, p: ev.RoundStarted, pos: int, at: datetime) -> None:
+    s.rounds.append(
+        RoundState(
+            number=p.number,
+            kind=p.kind,
+            iteration=p.iteration,
+            depth=p.depth,
+            focus=p.focus,
+            technique=p.technique,
+            expected=list(p.participants),
+            targets=dict(p.targets),
+            started_position=pos,
+            started_at=at,
+        )
+    )
+    s.iteration = p.iteration
+    if s.status is SessionStatus.INITIALIZED:
+        s.status = SessionStatus.IN_PROGRESS
+    if p.technique:
+        for t in s.techniques:
+            if t.iteration <= p.iteration and t.technique_slug == p.technique:
+                t.applied = True
+
+
+def _round_completed(s: SessionState, p: ev.RoundCompleted, pos: int, at: datetime) -> None:
+    r = s.round(p.number)
+    if r is not None:
+        r.status = RoundStatus.COMPLETE
+        r.completed_at = at
+        for name in p.abstained:
+            if name not in r.abstained:
+                r.abstained.append(name)
+
+
+def _contribution(s: SessionState, p: ev.ContributionRecorded, pos: int, at: datetime) -> None:
+    r = s.round(p.round)
+    if r is None:
+        return
+    r.contributions.append(
+        ContributionState(
+            participant=p.participant,
+            attempt=p.attempt,
+            position=pos,
+            at=at,
+            model=p.model,
+            messages=list(p.messages),
+            prompt_hash=p.prompt_hash,
+            response=p.response,
+            purpose=p.purpose,
+        )
+    )
+    s.tokens = s.tokens + p.response.tokens
+    s.cost_usd += p.response.cost_usd
+
+
+def _failed(s: SessionState, p: ev.ProviderCallFailed, pos: int, at: datetime) -> None:
+    s.failures.append(
+        CallFailure(
+            round=p.round,
+            participant=p.participant,
+            attempt=p.attempt,
+            position=pos,
+            error_type=p.error_type,
+            message=p.message,
+            will_retry=p.will_retry,
+            partial_text=p.partial_text,
+        )
+    )
+    s.tokens = s.tokens + p.tokens
+    s.cost_usd += p.cost_usd
+
+
+def _latest_contribution(s: SessionState, round_no: int, name: str) -> ContributionState | None:
+    r = s.round(round_no)
+    return r.contribution_of(name) if r is not None else None
+
+
+def _critique(s: SessionState, p: ev.CritiqueRecorded, pos: int, at: datetime) -> None:
+    c = _latest_contribution(s, p.round, p.participant)
+    if c is not None:
+        c.critique = p.critique
+
+
+def _opinion(s: SessionState, p: ev.OpinionRecorded, pos: int, at: datetime) -> None:
+    c = _latest_contribution(s, p.round, p.participant)
+    if c is not None:
+        c.opinion = p.opinion
+
+
+def _vote(s: SessionState, p: ev.VoteRecorded, pos: int, at: datetime) -> None:
+    c = _latest_contribution(s, p.round, p.participant)
+    if c is not None:
+        c.vote = p.vote
+
+
+def _parse_failed(s: SessionState, p: ev.ParseFailed, pos: int, at: datetime) -> None:
+    c = _latest_contribution(s, p.round, p.participant)
+    if c is not None:
+        c.parse_error = p.error
+    r = s.round(p.round)
+    if r is not None and p.participant not in r.abstained:
+        r.abstained.append(p.participant)
+
+
+def _convergence(s: SessionState, p: ev.ConvergenceEvaluated, pos: int, at: datetime) -> None:
+    s.convergence.append(
+        ConvergenceResult(
+            round=p.round,
+            iteration=p.iteration,
+            score=p.score,
+            converged=p.converged,
+            majority_agrees=p.majority_agrees,
+            agree=p.agree,
+            disagree=p.disagree,
+            partial=p.partial,
+            abstain=p.abstain,
+            threshold=p.threshold,
+            blocking=list(p.blocking),
+            remaining_issues=list(p.remaining_issues),
+            position=pos,
+        )
+    )
+
+
+def _divergence(s: SessionState, p: ev.DivergenceDetected, pos: int, at: datetime) -> None:
+    s.divergences.append(
+        DivergenceState(
+            id=p.divergence_id,
+            topic=p.topic,
+            positions=list(p.positions),
+            strongest=p.strongest,
+            opened_round=p.round,
+            opened_position=pos,
+            history=[DivergenceChange(status=DivergenceStatus.OPEN, position=pos, round=p.round)],
+        )
+    )
+
+
+def _divergence_change(status: DivergenceStatus) -> Any:
+    def handler(s: SessionState, p: ev._DivergenceChange, pos: int, at: datetime) -> None:
+        d = s.divergence(p.divergence_id)
+        if d is None:
+            return
+        d.status = status
+        d.history.append(
+            DivergenceChange(status=status, position=pos, round=p.round, note=p.note, by=p.by)
+        )
+
+    return handler
+
+
+def _paused(s: SessionState, p: ev.SessionPaused, pos: int, at: datetime) -> None:
+    s.status = SessionStatus.PAUSED
+    s.status_reason = p.reason
+    if p.questions:
+        s.pending_questions = list(p.questions)
+
+
+def _resumed(s: SessionState, p: ev.SessionResumed, pos: int, at: datetime) -> None:
+    s.status = SessionStatus.IN_PROGRESS
+    s.status_reason = p.reason
+
+
+def _asked(s: SessionState, p: ev.QuestionsAsked, pos: int, at: datetime) -> None:
+    s.pending_questions = list(p.questions)
+    s.asked.append((p.iteration, list(p.questions)))
+
+
+def _human(s: SessionState, p: ev.HumanInputRecorded, pos: int, at: datetime) -> None:
+    s.human_inputs.append(
+        HumanInput(
+            author=p.author,
+            text=p.text,
+            kind=p.kind,
+            iteration=p.iteration,
+            position=pos,
+            at=at,
+            questions=list(p.questions),
+        )
+    )
+    if p.kind == "answer":
+        s.pending_questions = []
+
+
+def _rewound(s: SessionState, p: ev.SessionRewound, pos: int, at: datetime) -> None:
+    for r in s.rounds:
+        if r.iteration > p.to_iteration:
+            r.superseded = True
+    s.iteration = p.to_iteration
+    s.rewinds.append(
+        Rewind(
+            from_iteration=p.from_iteration,
+            to_iteration=p.to_iteration,
+            steps=p.steps,
+            position=pos,
+            at=at,
+        )
+    )
+    restored = [q for it, qs in s.asked if it == p.to_iteration for q in qs]
+    s.pending_questions = restored
+    if s.status is not SessionStatus.INITIALIZED:
+        s.status = SessionStatus.PAUSED
+        s.status_reason = f"rewound to iteration {p.to_iteration}"
+
+
+def _technique(s: SessionState, p: ev.TechniqueSuggested, pos: int, at: datetime) -> None:
+    s.techniques.append(
+        Technique(
+            iteration=p.iteration,
+            technique_slug=p.technique_slug,
+            category=p.category,
+            suggested_reason=p.suggested_reason,
+            weak_axes=list(p.weak_axes),
+            source=p.source,
+            applied=p.applied,
+        )
+    )
+
+
+def _budget(s: SessionState, p: ev.BudgetExhausted, pos: int, at: datetime) -> None:
+    s.budget_exhausted = p.model_dump(mode="json")
+
+
+def _terminal(status: SessionStatus) -> Any:
+    def handler(s: SessionState, p: ev._Terminal, pos: int, at: datetime) -> None:
+        s.status = status
+        s.status_reason = p.reason
+        r = s.open_round
+        if r is not None:
+            r.status = RoundStatus.SKIPPED if not r.contributions else RoundStatus.COMPLETE
+            r.completed_at = at
+
+    return handler
+
+
+def _sealed(s: SessionState, p: ev.SessionSealed, pos: int, at: datetime) -> None:
+    s.seal = p.model_dump(mode="json")
+
+
+_HANDLERS: dict[type[ev.Payload], Any] = {
+    ev.ParticipantJoined: _joined,
+    ev.RoundStarted: _round_started,
+    ev.RoundCompleted: _round_completed,
+    ev.ContributionRecorded: _contribution,
+    ev.ProviderCallFailed: _failed,
+    ev.CritiqueRecorded: _critique,
+    ev.OpinionRecorded: _opinion,
+    ev.VoteRecorded: _vote,
+    ev.ParseFailed: _parse_failed,
+    ev.ConvergenceEvaluated: _convergence,
+    ev.DivergenceDetected: _divergence,
+    ev.DivergenceAddressed: _divergence_change(DivergenceStatus.ADDRESSED),
+    ev.DivergenceResolved: _divergence_change(DivergenceStatus.RESOLVED),
+    ev.DivergenceWithdrawn: _divergence_change(DivergenceStatus.WITHDRAWN),
+    ev.DivergenceOverruled: _divergence_change(DivergenceStatus.OVERRULED),
+    ev.SessionPaused: _paused,
+    ev.SessionResumed: _resumed,
+    ev.QuestionsAsked: _asked,
+    ev.HumanInputRecorded: _human,
+    ev.SessionRewound: _rewound,
+    ev.TechniqueSuggested: _technique,
+    ev.BudgetExhausted: _budget,
+    ev.SessionConverged: _terminal(SessionStatus.CONVERGED),
+    ev.SessionCompleted: _terminal(SessionStatus.COMPLETE),
+    ev.SessionAborted: _terminal(SessionStatus.ABORTED),
+    ev.SessionTimedOut: _terminal(SessionStatus.TIMED_OUT),
+    ev.SessionSealed: _sealed,
+}

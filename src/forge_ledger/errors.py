@@ -1,0 +1,87 @@
+"""The one exception tree of forge-ledger.
+
+Every error a user can cause derives from :class:`ForgeLedgerError`; the CLI prints its
+message (one line, saying what was wrong and how to fix it) and exits with ``exit_code``
+instead of showing a traceback. Anything that is *not* a ``ForgeLedgerError`` is a bug.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BudgetExhaustedError",
+    "ChainBrokenError",
+    "ConcurrencyConflictError",
+    "ConfigError",
+    "ForgeLedgerError",
+    "ImportValidationError",
+    "InvariantViolation",
+    "NonDeterminismError",
+    "ProviderError",
+    "SessionNotFoundError",
+    "StoreError",
+    "UsageError",
+]
+
+
+class ForgeLedgerError(Exception):
+    """Base of every error forge-ledger raises on purpose."""
+
+    exit_code: int = 2
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(message if hint is None else f"{message} ({hint})")
+
+    def one_line(self) -> str:
+        """The single line the CLI prints: what is wrong, then what to do."""
+        text = self.message.rstrip(".")
+        return f"{text}. {self.hint}" if self.hint else f"{text}."
+
+
+class UsageError(ForgeLedgerError):
+    """A command was given arguments that cannot work."""
+
+
+class ConfigError(ForgeLedgerError):
+    """A configuration value (participants file, config override, env var) is invalid."""
+
+
+class StoreError(ForgeLedgerError):
+    """The event store cannot be opened or is not a forge-ledger store."""
+
+
+class SessionNotFoundError(ForgeLedgerError):
+    """No session (or more than one) matches the given id or prefix."""
+
+
+class InvariantViolation(ForgeLedgerError):
+    """A command would break a rule of the deliberation (the aggregate refused it)."""
+
+
+class ConcurrencyConflictError(ForgeLedgerError):
+    """Another writer appended to the same session first; nothing of ours was stored."""
+
+
+class ChainBrokenError(ForgeLedgerError):
+    """The hash chain of a session does not verify."""
+
+    exit_code = 1
+
+
+class ProviderError(ForgeLedgerError):
+    """A model provider could not be reached or refused the call (never carries secrets)."""
+
+
+class BudgetExhaustedError(ForgeLedgerError):
+    """A call would overrun the session's cost or time budget."""
+
+
+class ImportValidationError(ForgeLedgerError):
+    """A YAML session file failed validation; nothing was written."""
+
+
+class NonDeterminismError(ForgeLedgerError):
+    """A replay produced an event different from the recorded one."""
+
+    exit_code = 1

@@ -1,0 +1,18 @@
+"""The event store edge: store selection by URL, the eventsourcing application, verification."""
+
+from .application import Ledger, RecordedEvent, SessionSummary
+from .store import DEFAULT_STORE, ENV_VAR, StoreLocation, resolve_store
+from .verify import ChainReport, verify_session, verify_store
+
+__all__ = [
+    "DEFAULT_STORE",
+    "ENV_VAR",
+    "ChainReport",
+    "Ledger",
+    "RecordedEvent",
+    "SessionSummary",
+    "StoreLocation",
+    "resolve_store",
+    "verify_session",
+    "verify_store",
+]

@@ -1,0 +1,417 @@
+"""The ledger: an ``eventsourcing`` application over the chosen store.
+
+:class:`Ledger` is the one entry point the rest of forge-ledger uses to save and load
+sessions, read their events (decoded, or raw for verification), travel in time and follow
+the global notification log (projections). It hides the eventsourcing details: store
+selection by URL, JSON transcoding of the session state for snapshots, turning a lost
+optimistic-concurrency race into :class:`~forge_ledger.errors.ConcurrencyConflictError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.application import Application
+from eventsourcing.persistence import (
+    IntegrityError,
+    JSONTranscoder,
+    Transcoding,
+)
+from eventsourcing.persistence import (
+    PersistenceError as _PersistenceError,
+)
+
+from ..domain import events as ev
+from ..domain.aggregate import Deliberation, topic_for
+from ..domain.state import SessionState
+from ..errors import (
+    ConcurrencyConflictError,
+    SessionNotFoundError,
+    StoreError,
+    UsageError,
+)
+from .store import StoreLocation, check_sqlite_file, resolve_store
+
+__all__ = ["Ledger", "RecordedEvent", "SessionSummary"]
+
+CREATED_TOPICS = (topic_for("SessionStarted"), topic_for("SessionForked"))
+_TOPIC_PREFIX = "forge_ledger:"
+
+
+class _SessionStateAsDict(Transcoding):
+    """Lets snapshots carry the pydantic session state through the JSON transcoder."""
+
+    type = SessionState
+    name = "forge_session_state"
+
+    def encode(self, obj: SessionState) -> dict[str, Any]:
+        return obj.model_dump(mode="json")
+
+    def decode(self, data: dict[str, Any]) -> SessionState:
+        return SessionState.model_validate(data)
+
+
+class _App(Application[UUID]):
+    name = "ForgeLedger"
+
+    def register_transcodings(self, transcoder: JSONTranscoder) -> None:
+        super().register_transcodings(transcoder)
+        transcoder.register(_SessionStateAsDict())
+
+
+@dataclass(frozen=True)
+class RecordedEvent:
+    """One stored event as users see it (``log``) and projections fold it."""
+
+    session_id: str
+    position: int
+    type: str
+    timestamp: datetime
+    data: dict[str, Any]
+    hash: str
+    prev_hash: str
+    notification_id: int | None = None
+
+    def payload(self) -> ev.Payload:
+        return ev.payload_class(self.type).model_validate(self.data)
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "session_id": self.session_id,
+            "position": self.position,
+            "type": self.type,
+            "timestamp": self.timestamp.isoformat(),
+            "hash": self.hash,
+            "prev_hash": self.prev_hash,
+            "data": self.data,
+        }
+        if self.notification_id is not None:
+            out["notification_id"] = self.notification_id
+        return out
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    id: str
+    slug: str
+    title: str
+    status: str
+    iteration: int
+    events: int
+    created: datetime
+    updated: datetime
+    parent_id: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "slug": self.slug,
+            "title": self.title,
+            "status": self.status,
+            "iteration": self.iteration,
+            "events": self.events,
+            "created": self.created.isoformat(),
+            "updated": self.updated.isoformat(),
+            "parent_id": self.parent_id,
+        }
+
+
+class Ledger:
+    """Opens the store named by ``store`` (path or ``postgresql://`` URL; default path).
+
+    ``create=False`` (read-only commands) refuses a missing SQLite file instead of creating
+    one. ``snapshot_interval`` takes a snapshot every N events per session (0 disables).
+    """
+
+    def __init__(
+        self,
+        store: str | StoreLocation | None = None,
+        *,
+        create: bool = True,
+        snapshot_interval: int = 100,
+    ) -> None:
+        self.location = store if isinstance(store, StoreLocation) else resolve_store(store)
+        if self.location.kind == "sqlite":
+            assert self.location.path is not None
+            check_sqlite_file(self.location.path, create=create)
+        else:
+            _ensure_pg_schema(self.location)
+        env = self.location.eventsourcing_env()
+        if snapshot_interval > 0:
+            env["IS_SNAPSHOTTING_ENABLED"] = "y"
+        env["CREATE_TABLE"] = "y"
+        try:
+            self.app = _App(env=env)
+        except ImportError:
+            raise StoreError(
+                "PostgreSQL support is not installed",
+                hint="pip install 'forge-ledger[postgres]'",
+            ) from None
+        except _PersistenceError as e:
+            raise StoreError(
+                f"cannot open the store {self.location.display}: {_first_line(e)}",
+                hint="check --store / FORGE_LEDGER_STORE and that the database is running",
+            ) from None
+        self.snapshot_interval = snapshot_interval
+        if snapshot_interval > 0:
+            self.app.snapshotting_intervals = {Deliberation: snapshot_interval}  # type: ignore[misc]
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.app.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ writing
+
+    def save(self, *aggregates: Deliberation) -> None:
+        """Append the pending events of ``aggregates`` atomically (one transaction)."""
+        try:
+            self.app.save(*aggregates)
+        except IntegrityError:
+            ids = ", ".join(str(a.id) for a in aggregates)
+            raise ConcurrencyConflictError(
+                f"another writer appended to session {ids} first; nothing of this change was "
+                "stored",
+                hint="reload the session and retry the command",
+            ) from None
+        except _PersistenceError as e:
+            raise StoreError(f"cannot write to {self.location.display}: {_first_line(e)}") from None
+
+    # ------------------------------------------------------------------ reading
+
+    def get(self, session_id: str | UUID, *, version: int | None = None) -> Deliberation:
+        sid = self.resolve(session_id) if isinstance(session_id, str) else session_id
+        try:
+            agg = self.app.repository.get(sid, version=version)
+        except Exception as e:  # AggregateNotFoundError and persistence errors
+            if type(e).__name__ == "AggregateNotFoundError":
+                raise SessionNotFoundError(f"no session {sid}") from None
+            raise
+        assert isinstance(agg, Deliberation)
+        return agg
+
+    def state(
+        self,
+        session_id: str | UUID,
+        *,
+        at_event: int | None = None,
+        at_iteration: int | None = None,
+        at_time: datetime | None = None,
+    ) -> SessionState:
+        """The session's state now, or as of an event position, an iteration or a time."""
+        chosen = [x is not None for x in (at_event, at_iteration, at_time)]
+        if sum(chosen) > 1:
+            raise UsageError("give at most one of --at-event, --at-iteration, --at-time")
+        sid = self.resolve(session_id) if isinstance(session_id, str) else session_id
+        version = None
+        if at_event is not None:
+            head = self.head_version(sid)
+            if not 1 <= at_event <= head:
+                raise UsageError(
+                    f"--at-event {at_event} is out of range", hint=f"session has events 1..{head}"
+                )
+            version = at_event
+        elif at_iteration is not None:
+            version = self.position_of_iteration(sid, at_iteration)
+        elif at_time is not None:
+            version = self.position_at_time(sid, at_time)
+        return self.get(sid, version=version).state
+
+    def head_version(self, session_id: UUID) -> int:
+        rows = self.app.recorder.select_events(session_id, desc=True, limit=1)
+        if not rows:
+            raise SessionNotFoundError(f"no session {session_id}")
+        return int(rows[0].originator_version)
+
+    def position_of_iteration(self, session_id: UUID, iteration: int) -> int:
+        """The last position of iteration ``iteration``: just before iteration K+1 starts."""
+        if iteration < 1:
+            raise UsageError("iterations are numbered from 1")
+        last = 0
+        seen = False
+        for e in self.events(session_id):
+            if e.type == "RoundStarted":
+                it = int(e.data["iteration"])
+                if it > iteration and seen:
+                    return last
+                if it == iteration:
+                    seen = True
+            elif e.type == "SessionForked" and int(e.data["state"].get("iteration", 0)) >= iteration:
+                seen = True
+            last = e.position
+        if not seen:
+            raise UsageError(
+                f"session has no iteration {iteration}",
+                hint="see 'forge-ledger show' for the iterations it has",
+            )
+        return last
+
+    def position_at_time(self, session_id: UUID, at: datetime) -> int:
+        if at.tzinfo is None:
+            raise UsageError("--at-time needs a timezone", hint="e.g. 2026-01-09T10:30:00Z")
+        last = 0
+        for e in self.events(session_id):
+            if e.timestamp > at:
+                break
+            last = e.position
+        if last == 0:
+            raise UsageError(f"the session had not started at {at.isoformat()}")
+        return last
+
+    def events(
+        self, session_id: str | UUID, *, after: int = 0, upto: int | None = None
+    ) -> Iterator[RecordedEvent]:
+        """Decoded events (upcast to the current schema) in position order."""
+        sid = self.resolve(session_id) if isinstance(session_id, str) else session_id
+        for domain_event in self.app.events.get(sid, gt=after or None, lte=upto):
+            yield _recorded(domain_event)
+
+    def raw_events(self, session_id: UUID) -> Iterator[tuple[int, str, dict[str, Any] | None, str]]:
+        """(position, topic, decoded stored state or None if undecodable, error) as stored.
+
+        No upcasting: this is what ``verify`` hashes.
+        """
+        transcoder = self.app.mapper.transcoder
+        for stored in self.app.recorder.select_events(session_id):
+            try:
+                state = transcoder.decode(stored.state)
+                yield int(stored.originator_version), stored.topic, state, ""
+            except Exception as e:  # a damaged row: report, don't crash
+                yield int(stored.originator_version), stored.topic, None, _first_line(e)
+
+    def notifications(
+        self, *, after: int = 0, limit: int = 1000, topics: Sequence[str] = ()
+    ) -> list[RecordedEvent]:
+        """The global log (all sessions) after notification id ``after``."""
+        rows = self.app.recorder.select_notifications(
+            start=after, limit=limit, topics=topics, inclusive_of_start=False
+        )
+        out = []
+        for n in rows:
+            domain_event = self.app.mapper.to_domain_event(n)
+            out.append(_recorded(domain_event, notification_id=int(n.id)))
+        return out
+
+    def max_notification_id(self) -> int:
+        return int(self.app.recorder.max_notification_id() or 0)
+
+    # ------------------------------------------------------------------ sessions
+
+    def session_ids(self) -> list[UUID]:
+        ids: list[UUID] = []
+        start = 0
+        while True:
+            rows = self.app.recorder.select_notifications(
+                start=start, limit=500, topics=CREATED_TOPICS, inclusive_of_start=False
+            )
+            if not rows:
+                return ids
+            ids.extend(UUID(str(r.originator_id)) for r in rows)
+            start = int(rows[-1].id)
+
+    def resolve(self, ref: str | UUID) -> UUID:
+        """A full id or a unique prefix (with or without dashes) → the session's UUID."""
+        if isinstance(ref, UUID):
+            return ref
+        text = ref.strip().lower()
+        if not text:
+            raise SessionNotFoundError("empty session id", hint="see 'forge-ledger sessions'")
+        with contextlib.suppress(ValueError):
+            if len(text.replace("-", "")) == 32:
+                full = UUID(text)
+                self.head_version(full)
+                return full
+        key = text.replace("-", "")
+        matches = [s for s in self.session_ids() if s.hex.startswith(key)]
+        if not matches:
+            raise SessionNotFoundError(
+                f"no session matches {ref!r} in {self.location.display}",
+                hint="see 'forge-ledger sessions' for the ids",
+            )
+        if len(matches) > 1:
+            raise SessionNotFoundError(
+                f"{ref!r} matches {len(matches)} sessions",
+                hint="type more characters of the id",
+            )
+        return matches[0]
+
+    def summaries(self) -> list[SessionSummary]:
+        out = []
+        for sid in self.session_ids():
+            s = self.get(sid).state
+            out.append(
+                SessionSummary(
+                    id=s.id,
+                    slug=s.slug,
+                    title=s.topic.title,
+                    status=s.status.value,
+                    iteration=s.iteration,
+                    events=s.version,
+                    created=s.created_at,
+                    updated=s.updated_at,
+                    parent_id=s.fork_origin.parent_id if s.fork_origin else None,
+                )
+            )
+        return out
+
+
+def _recorded(domain_event: Any, *, notification_id: int | None = None) -> RecordedEvent:
+    return RecordedEvent(
+        session_id=str(domain_event.originator_id),
+        position=int(domain_event.originator_version),
+        type=type(domain_event).TYPE,
+        timestamp=domain_event.timestamp,
+        data=domain_event.data,
+        hash=domain_event.hash,
+        prev_hash=domain_event.prev_hash,
+        notification_id=notification_id,
+    )
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def _ensure_pg_schema(loc: StoreLocation) -> None:
+    if loc.schema == "public":
+        return
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - depends on the extra
+        raise StoreError(
+            "PostgreSQL support is not installed", hint="pip install 'forge-ledger[postgres]'"
+        ) from None
+    try:
+        with psycopg.connect(
+            host=loc.host,
+            port=loc.port,
+            dbname=loc.dbname,
+            user=loc.user or None,
+            password=loc.password or None,
+            connect_timeout=10,
+            autocommit=True,
+        ) as conn:
+            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{loc.schema}"')
+    except psycopg.Error as e:
+        raise StoreError(
+            f"cannot open the store {loc.display}: {_first_line(e)}",
+            hint="check the URL and that PostgreSQL is running",
+        ) from None
+
+
+def dumps_event_log(events: Sequence[RecordedEvent]) -> str:
+    return json.dumps([e.as_json() for e in events], ensure_ascii=False)

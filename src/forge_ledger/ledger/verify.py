@@ -1,0 +1,123 @@
+"""Hash-chain verification over what is *stored* (no upcasting, no trust in the state).
+
+For each session, events are read raw in position order; each must sit at the next position,
+link to its predecessor's hash, and hash to the value it carries. The first failure is
+reported with its position and what was wrong. A keyed check (HMAC) additionally confirms a
+seal was made by someone holding the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from ..domain.hashing import GENESIS, chain_hash, keyed_digest
+from .application import Ledger
+
+__all__ = ["ChainReport", "verify_session", "verify_store"]
+
+_PREFIX = "forge_ledger:"
+
+
+@dataclass
+class ChainReport:
+    session_id: str
+    events: int = 0
+    ok: bool = True
+    position: int | None = None
+    problem: str = ""
+    head_hash: str = ""
+    sealed: bool = False
+    seal_ok: bool | None = None
+    hmac_ok: bool | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def fail(self, position: int, problem: str) -> ChainReport:
+        self.ok = False
+        self.position = position
+        self.problem = problem
+        return self
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "ok": self.ok,
+            "events": self.events,
+            "first_bad_position": self.position,
+            "problem": self.problem or None,
+            "head_hash": self.head_hash,
+            "sealed": self.sealed,
+            "seal_ok": self.seal_ok,
+            "hmac_ok": self.hmac_ok,
+        }
+
+
+def verify_session(ledger: Ledger, session_id: UUID, *, key: bytes | None = None) -> ChainReport:
+    report = ChainReport(session_id=str(session_id))
+    prev = GENESIS
+    expected = 1
+    for position, topic, state, error in ledger.raw_events(session_id):
+        if position != expected:
+            return report.fail(
+                expected,
+                f"event {expected} is missing (next stored event is at position {position})",
+            )
+        if state is None:
+            return report.fail(position, f"stored event cannot be decoded ({error})")
+        if not topic.startswith(_PREFIX):
+            return report.fail(position, f"unexpected event topic {topic!r}")
+        type_name = topic[len(_PREFIX):]
+        try:
+            stored_prev = state["prev_hash"]
+            stored_hash = state["hash"]
+            data = state["data"]
+            timestamp = state["timestamp"]
+        except KeyError as e:
+            return report.fail(position, f"stored event lacks field {e.args[0]!r}")
+        if stored_prev != prev:
+            return report.fail(
+                position,
+                "prev_hash does not match the previous event's hash "
+                "(an event was removed, inserted or reordered)",
+            )
+        try:
+            recomputed = chain_hash(
+                session_id=str(session_id),
+                position=position,
+                type_name=type_name,
+                timestamp=timestamp,
+                data=data,
+                prev_hash=stored_prev,
+            )
+        except (TypeError, ValueError, AttributeError) as e:
+            return report.fail(position, f"stored event is malformed ({e})")
+        if recomputed != stored_hash:
+            return report.fail(
+                position, "content does not match its hash (the event was altered)"
+            )
+        if type_name == "SessionSealed":
+            report.sealed = True
+            report.seal_ok = data.get("root_hash") == prev and data.get("events") == position - 1
+            if not report.seal_ok:
+                return report.fail(position, "the seal does not match the chain it closes")
+            if key is not None:
+                mac = data.get("hmac")
+                report.hmac_ok = mac is not None and mac == keyed_digest(key, prev)
+                if not report.hmac_ok:
+                    return report.fail(
+                        position,
+                        "the seal's HMAC does not match under the given key "
+                        "(tampered, or sealed with another key or none)",
+                    )
+        prev = stored_hash
+        expected += 1
+        report.events = position
+    if report.events == 0:
+        return report.fail(1, "the session has no events")
+    report.head_hash = prev
+    return report
+
+
+def verify_store(ledger: Ledger, *, key: bytes | None = None) -> list[ChainReport]:
+    return [verify_session(ledger, sid, key=key) for sid in ledger.session_ids()]

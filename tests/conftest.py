@@ -1,0 +1,51 @@
+"""Shared fixtures: real stores (a SQLite file per test, a PostgreSQL schema per test).
+
+PostgreSQL runs on 127.0.0.1:5432 (trust auth, database ``test``) on development and CI
+machines; ``FORGE_LEDGER_TEST_PG`` overrides the base URL. PostgreSQL tests are not optional:
+when the server is unreachable they fail, they do not skip.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+PG_BASE = os.environ.get("FORGE_LEDGER_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def _drop_schema(schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(
+        PG_BASE.replace("postgresql://", "postgresql://", 1), autocommit=True
+    ) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return str(tmp_path / "ledger.sqlite")
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    schema = f"fl_test_{uuid.uuid4().hex[:12]}"
+    yield f"{PG_BASE}?schema={schema}"
+    _drop_schema(schema)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Each test using this runs once on a SQLite file and once on PostgreSQL."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "ledger.sqlite")
+        return
+    schema = f"fl_test_{uuid.uuid4().hex[:12]}"
+    yield f"{PG_BASE}?schema={schema}"
+    _drop_schema(schema)
