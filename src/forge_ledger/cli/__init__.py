@@ -28,14 +28,16 @@ def cli() -> None:
 
 
 def _register() -> None:
-    import importlib
+    """Import every public module of this package; each adds its commands to ``cli``.
 
-    for name in ("read", "deliberate", "views", "promises"):
-        try:
-            importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"{__name__}.{name}":
-                raise
+    Command modules must stay cheap to import (no litellm at module level).
+    """
+    import importlib
+    import pkgutil
+
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")
 
 
 _register()
