@@ -1,0 +1,542 @@
+"""Read-side commands: ``sessions``, ``show``, ``log`` and ``verify``.
+
+These commands only read the ledger (opened with ``create=False``, so a mistyped ``--store``
+never leaves an empty database behind) and never import litellm: they must stay fast and work
+on machines without provider credentials. Everything printed is a projection of stored events:
+``show`` folds them into :class:`~forge_ledger.domain.state.SessionState` (optionally as of an
+earlier event, iteration or time), ``log`` prints them as stored, ``verify`` recomputes the
+hash chain.
+
+The JSON documents built here (:func:`session_summary_json`, :func:`session_json`,
+:func:`event_json`) are the stable, scriptable face of the ledger; the rich tables are for
+people and may change.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from ..domain import events as ev
+from ..domain.state import ContributionState, DivergenceState, RoundState, SessionState
+from ..errors import ChainBrokenError, UsageError
+from ..ledger import ChainReport, Ledger, RecordedEvent, SessionSummary
+from ..ledger import verify_session as _verify_session
+from ..ledger import verify_store as _verify_store
+from . import cli
+from ._common import (
+    emit_json,
+    err_console,
+    json_option,
+    open_ledger,
+    out_console,
+    parse_iso,
+    store_option,
+)
+
+__all__ = [
+    "HMAC_KEY_ENV",
+    "ems_of",
+    "event_json",
+    "log",
+    "session_json",
+    "session_summary_json",
+    "sessions",
+    "show",
+    "verify",
+]
+
+HMAC_KEY_ENV = "FORGE_LEDGER_HMAC_KEY"
+"""Default environment variable holding the key that checks seals' HMACs."""
+
+_EMS_MODULE = "forge_ledger.engine.ems"
+_PREVIEW_CHARS = 72
+
+
+# --------------------------------------------------------------------------- EMS (one place)
+
+
+def ems_of(state: SessionState) -> int | None:
+    """The session's EMS (0–100) from the engine, or ``None`` while the engine has none.
+
+    The EMS rules live in ``forge_ledger.engine.ems`` (``ems_score(state) -> EmsReport`` with an
+    ``int`` ``score``). It is looked up when a command runs, not at import, so the read side keeps
+    working on builds without it; an error *inside* that module is a bug and is not hidden.
+    """
+    try:
+        module = importlib.import_module(_EMS_MODULE)
+    except ModuleNotFoundError as e:
+        if e.name in (_EMS_MODULE, "forge_ledger.engine"):
+            return None
+        raise
+    report = module.ems_score(state)
+    return int(report.score)
+
+
+# --------------------------------------------------------------------------- JSON documents
+
+
+def session_summary_json(summary: SessionSummary) -> dict[str, Any]:
+    """One row of ``sessions --json``."""
+    return summary.as_json()
+
+
+def _contribution_json(c: ContributionState) -> dict[str, Any]:
+    r = c.response
+    out: dict[str, Any] = {
+        "participant": c.participant,
+        "attempt": c.attempt,
+        "purpose": c.purpose,
+        "position": c.position,
+        "at": c.at.isoformat(),
+        "model": c.model,
+        "tokens": {"input": r.tokens.input, "output": r.tokens.output},
+        "cost_usd": r.cost_usd,
+        "duration_ms": r.duration_ms,
+        "stop_reason": r.stop_reason.value,
+        "content": r.content,
+    }
+    if c.critique is not None:
+        out["critique"] = c.critique.model_dump(mode="json")
+    if c.opinion is not None:
+        out["opinion"] = c.opinion.model_dump(mode="json")
+    if c.vote is not None:
+        out["vote"] = c.vote.model_dump(mode="json")
+    if c.parse_error is not None:
+        out["parse_error"] = c.parse_error
+    return out
+
+
+def _round_json(r: RoundState) -> dict[str, Any]:
+    return {
+        "number": r.number,
+        "kind": r.kind.value,
+        "iteration": r.iteration,
+        "status": r.status.value,
+        "depth": r.depth,
+        "superseded": r.superseded,
+        "expected": list(r.expected),
+        "targets": dict(r.targets),
+        "abstained": list(r.abstained),
+        "contributions": [_contribution_json(c) for c in r.contributions],
+    }
+
+
+def _dissent_json(d: DivergenceState) -> dict[str, Any]:
+    return {
+        "id": d.id,
+        "topic": d.topic,
+        "status": d.status.value,
+        "strongest": d.strongest.value,
+        "opened_round": d.opened_round,
+        "positions": [p.model_dump(mode="json") for p in d.positions],
+    }
+
+
+def session_json(state: SessionState, *, ems: int | None) -> dict[str, Any]:
+    """The ``show --json`` document for ``state`` (now or as of a past point)."""
+    latest = state.latest_convergence
+    convergence = (
+        None
+        if latest is None
+        else {
+            "score": latest.score,
+            "converged": latest.converged,
+            "majority_agrees": latest.majority_agrees,
+            "agree": latest.agree,
+            "disagree": latest.disagree,
+            "partial": latest.partial,
+            "abstain": latest.abstain,
+            "threshold": latest.threshold,
+            "round": latest.round,
+            "iteration": latest.iteration,
+            "blocking": list(latest.blocking),
+            "remaining_issues": list(latest.remaining_issues),
+        }
+    )
+    origin = state.fork_origin
+    last = state.last_round
+    return {
+        "id": state.id,
+        "slug": state.slug,
+        "title": state.topic.title,
+        "description": state.topic.description,
+        "status": state.status.value,
+        "status_reason": state.status_reason,
+        "phase": state.phase,
+        "iteration": state.iteration,
+        "round": last.number if last is not None else 0,
+        "version": state.version,
+        "head_hash": state.head_hash,
+        "created": state.created_at.isoformat(),
+        "updated": state.updated_at.isoformat(),
+        "ems": ems,
+        "participants": [
+            {"name": p.name, "model": p.model, "role": p.role.value} for p in state.participants
+        ],
+        "rounds": [_round_json(r) for r in state.rounds],
+        "convergence": convergence,
+        "open_dissent": [_dissent_json(d) for d in state.open_divergences],
+        "tokens": {"input": state.tokens.input, "output": state.tokens.output},
+        "cost_usd": state.cost_usd,
+        "lineage": (
+            None
+            if origin is None
+            else {"parent_id": origin.parent_id, "parent_position": origin.parent_position}
+        ),
+    }
+
+
+def event_json(e: RecordedEvent) -> dict[str, Any]:
+    """One entry of ``log --json``."""
+    return {
+        "position": e.position,
+        "type": e.type,
+        "timestamp": e.timestamp.isoformat(),
+        "hash": e.hash,
+        "prev_hash": e.prev_hash,
+        "data": e.data,
+    }
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _preview(text: str, width: int = _PREVIEW_CHARS) -> str:
+    """The first non-empty line of ``text``, whitespace-collapsed and cut to ``width``."""
+    first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    line = " ".join(first.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _when(t: datetime) -> str:
+    return t.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _money(usd: float) -> str:
+    return f"${usd:.4f}"
+
+
+def _resolve_types(types: Sequence[str]) -> set[str]:
+    """``--type`` values → exact event type names (case-insensitive); unknown names refused."""
+    by_lower = {name.lower(): name for name in ev.EVENT_TYPES}
+    chosen: set[str] = set()
+    for t in types:
+        name = by_lower.get(t.strip().lower())
+        if name is None:
+            close = [n for n in ev.EVENT_TYPES if t.strip().lower() in n.lower()]
+            hint = (
+                f"did you mean {', '.join(sorted(close)[:4])}?"
+                if close
+                else "e.g. SessionStarted, RoundStarted, ContributionRecorded, VoteRecorded"
+            )
+            raise UsageError(f"unknown event type {t!r} for --type", hint=hint)
+        chosen.add(name)
+    return chosen
+
+
+def _hmac_key(env_name: str) -> bytes | None:
+    value = os.environ.get(env_name)
+    return value.encode("utf-8") if value else None
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+@cli.command()
+@store_option
+@json_option
+def sessions(store: str | None, as_json: bool) -> None:
+    """List the sessions in the store (newest last)."""
+    with open_ledger(store, create=False) as ledger:
+        rows = ledger.summaries()
+        location = ledger.location.display
+    if as_json:
+        emit_json([session_summary_json(s) for s in rows])
+        return
+    if not rows:
+        err_console.print(f"no sessions in {location}")
+        return
+    table = Table(title=f"Sessions in {location}", title_justify="left")
+    for col in ("id", "slug", "status", "iter", "events", "updated", "parent"):
+        table.add_column(col, justify="right" if col in ("iter", "events") else "left")
+    for s in rows:
+        table.add_row(
+            s.id[:8],
+            s.slug,
+            s.status,
+            str(s.iteration),
+            str(s.events),
+            _when(s.updated),
+            (s.parent_id or "")[:8],
+        )
+    out_console.print(table)
+
+
+# --------------------------------------------------------------------------- show
+
+
+@cli.command()
+@click.argument("session")
+@click.option("--at-event", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Show the session as of event position N.")
+@click.option("--at-iteration", type=click.IntRange(min=1), default=None, metavar="K",
+              help="Show the session as it was at the end of iteration K.")
+@click.option("--at-time", default=None, metavar="ISO",
+              help="Show the session as of a time (ISO 8601 with a timezone, e.g. "
+              "2026-01-09T10:30Z).")
+@store_option
+@json_option
+def show(
+    session: str,
+    at_event: int | None,
+    at_iteration: int | None,
+    at_time: str | None,
+    store: str | None,
+    as_json: bool,
+) -> None:
+    """Show SESSION (full id or unique prefix), now or as of a past point."""
+    given = [
+        name
+        for name, value in (
+            ("--at-event", at_event),
+            ("--at-iteration", at_iteration),
+            ("--at-time", at_time),
+        )
+        if value is not None
+    ]
+    if len(given) > 1:
+        raise UsageError(f"{' and '.join(given)} conflict", hint="give at most one --at-* option")
+    when = parse_iso(at_time, "--at-time") if at_time is not None else None
+    if when is not None and when.tzinfo is None:
+        raise UsageError(
+            f"--at-time {at_time!r} has no timezone", hint="add one, e.g. 2026-01-09T10:30:00Z"
+        )
+    with open_ledger(store, create=False) as ledger:
+        state = ledger.state(session, at_event=at_event, at_iteration=at_iteration, at_time=when)
+    ems = ems_of(state)
+    if as_json:
+        emit_json(session_json(state, ems=ems))
+        return
+    _print_session(state, ems, as_of=given[0] if given else None)
+
+
+def _print_session(state: SessionState, ems: int | None, *, as_of: str | None) -> None:
+    header = Table.grid(padding=(0, 2))
+    header.add_column(style="bold")
+    header.add_column()
+    header.add_row("Session", f"{state.id}  ({state.slug})")
+    header.add_row("Topic", state.topic.title)
+    status = state.status.value + (f" — {state.status_reason}" if state.status_reason else "")
+    header.add_row("Status", status)
+    header.add_row("Phase", f"{state.phase}, iteration {state.iteration}")
+    header.add_row("As of", f"event {state.version} ({_when(state.updated_at)})"
+                   + (f", selected by {as_of}" if as_of else ""))
+    header.add_row("EMS", "n/a" if ems is None else f"{ems}/100")
+    header.add_row(
+        "Usage",
+        f"{state.tokens.input} in / {state.tokens.output} out tokens, {_money(state.cost_usd)}",
+    )
+    if state.fork_origin is not None:
+        o = state.fork_origin
+        header.add_row("Forked from", f"{o.parent_id} at event {o.parent_position}")
+    out_console.print(header)
+
+    people = Table(title="Participants", title_justify="left")
+    for col in ("name", "model", "role"):
+        people.add_column(col)
+    for p in state.participants:
+        people.add_row(p.name, p.model, p.role.value)
+    out_console.print(people)
+
+    rounds = Table(title="Rounds", title_justify="left")
+    for col in ("#", "kind", "iter", "status", "participant", "tokens"):
+        rounds.add_column(col, justify="right" if col in ("#", "iter", "tokens") else "left")
+    rounds.add_column("preview", no_wrap=True, overflow="ellipsis", min_width=20)
+    for r in state.rounds:
+        status_text = r.status.value + (" (superseded)" if r.superseded else "")
+        if not r.contributions:
+            rounds.add_row(str(r.number), r.kind.value, str(r.iteration), status_text, "", "", "")
+        for i, c in enumerate(r.contributions):
+            rounds.add_row(
+                str(r.number) if i == 0 else "",
+                r.kind.value if i == 0 else "",
+                str(r.iteration) if i == 0 else "",
+                status_text if i == 0 else "",
+                c.participant,
+                str(c.response.tokens.total),
+                _contribution_preview(c),
+            )
+    out_console.print(rounds)
+
+    latest = state.latest_convergence
+    if latest is None:
+        out_console.print("Convergence: no vote yet")
+    else:
+        verdict = "converged" if latest.converged else "not converged"
+        majority = "agrees" if latest.majority_agrees else "does not agree"
+        out_console.print(
+            f"Convergence (round {latest.round}, iteration {latest.iteration}): weighted score "
+            f"{latest.score:.2f} (threshold {latest.threshold:.2f}) → {verdict}; plain majority "
+            f"{majority} ({latest.agree} agree, {latest.disagree} disagree, "
+            f"{latest.partial} partial, {latest.abstain} abstain)"
+        )
+
+    dissent = state.open_divergences
+    if not dissent:
+        out_console.print("Open dissent: none")
+        return
+    table = Table(title="Open dissent", title_justify="left")
+    for col in ("id", "topic", "status", "positions"):
+        table.add_column(col)
+    for d in dissent:
+        positions = "; ".join(
+            f"{p.participant}: {p.position} ({p.stance.value})" for p in d.positions
+        )
+        table.add_row(d.id, d.topic, d.status.value, positions)
+    out_console.print(table)
+
+
+def _contribution_preview(c: ContributionState) -> Text:
+    if c.parse_error is not None:
+        return Text(f"[unparsed: {_preview(c.parse_error, 40)}]", style="red")
+    if c.vote is not None:
+        word = "agrees" if c.vote.agrees else "disagrees"
+        return Text(f"vote: {word} ({c.vote.score}) — {_preview(c.response.content, 40)}")
+    if c.critique is not None:
+        target = f" → {c.critique.target}" if c.critique.target else ""
+        return Text(f"critique{target} ({c.critique.score}): {_preview(c.response.content, 40)}")
+    if c.opinion is not None:
+        return Text(f"{c.opinion.stance.value}: {_preview(c.response.content, 48)}")
+    return Text(_preview(c.response.content))
+
+
+# --------------------------------------------------------------------------- log
+
+
+@cli.command()
+@click.argument("session")
+@click.option("--type", "types", multiple=True, metavar="T",
+              help="Only events of type T (repeatable), e.g. --type VoteRecorded.")
+@store_option
+@json_option
+def log(session: str, types: tuple[str, ...], store: str | None, as_json: bool) -> None:
+    """Print SESSION's events in order (full id or unique prefix)."""
+    wanted = _resolve_types(types)
+    with open_ledger(store, create=False) as ledger:
+        sid = ledger.resolve(session)
+        events = [e for e in ledger.events(sid) if not wanted or e.type in wanted]
+    if as_json:
+        emit_json([event_json(e) for e in events])
+        return
+    table = Table(title=f"Events of {sid}", title_justify="left")
+    for col in ("pos", "time", "type", "summary", "hash"):
+        table.add_column(col, justify="right" if col == "pos" else "left")
+    for e in events:
+        table.add_row(
+            str(e.position), _when(e.timestamp), e.type, _event_summary(e), e.hash[:12]
+        )
+    out_console.print(table)
+
+
+def _event_summary(e: RecordedEvent) -> str:
+    d = e.data
+    parts: list[str] = []
+    if "round" in d and isinstance(d["round"], int):
+        parts.append(f"round {d['round']}")
+    if "number" in d:
+        parts.append(f"round {d['number']}")
+    if "kind" in d:
+        parts.append(str(d["kind"]))
+    if "participant" in d:
+        p = d["participant"]
+        parts.append(p["name"] if isinstance(p, dict) else str(p))
+    if "divergence_id" in d:
+        parts.append(str(d["divergence_id"]))
+    if "score" in d and e.type == "ConvergenceEvaluated":
+        parts.append(f"score {d['score']}")
+    if "topic" in d and isinstance(d["topic"], dict):
+        parts.append(_preview(str(d["topic"].get("title", "")), 40))
+    if d.get("reason"):
+        parts.append(_preview(str(d["reason"]), 40))
+    return ", ".join(parts)
+
+
+# --------------------------------------------------------------------------- verify
+
+
+@cli.command()
+@click.argument("session", required=False)
+@click.option("--key-env", default=HMAC_KEY_ENV, show_default=True, metavar="NAME",
+              help="Environment variable holding the HMAC key that checks seals.")
+@store_option
+@json_option
+def verify(session: str | None, key_env: str, store: str | None, as_json: bool) -> None:
+    """Recompute the hash chain of SESSION, or of every session in the store.
+
+    Exits 0 when every chain verifies, 1 when one is broken (naming the session, the first bad
+    position and what is wrong).
+    """
+    key = _hmac_key(key_env)
+    with open_ledger(store, create=False) as ledger:
+        reports = _run_verify(ledger, session, key)
+        location = ledger.location.display
+    broken = [r for r in reports if not r.ok]
+    if as_json:
+        emit_json(
+            {
+                "store": location,
+                "ok": not broken,
+                "keyed": key is not None,
+                "sessions": [r.as_json() for r in reports],
+            }
+        )
+        if broken:
+            sys.exit(ChainBrokenError.exit_code)
+        return
+    _print_reports(reports, location, keyed=key is not None)
+    if broken:
+        first = broken[0]
+        others = len(broken) - 1
+        more = f" ({others} more broken session(s) listed above)" if others else ""
+        raise ChainBrokenError(
+            f"session {first.session_id} is broken at position {first.position}: "
+            f"{first.problem}{more}",
+            hint="restore the store from a backup; 'forge-ledger log' shows the events",
+        )
+
+
+def _run_verify(ledger: Ledger, session: str | None, key: bytes | None) -> list[ChainReport]:
+    if session is not None:
+        return [_verify_session(ledger, ledger.resolve(session), key=key)]
+    return _verify_store(ledger, key=key)
+
+
+def _print_reports(reports: list[ChainReport], location: str, *, keyed: bool) -> None:
+    if not reports:
+        err_console.print(f"no sessions in {location}")
+        return
+    table = Table(title=f"Hash chains in {location}", title_justify="left")
+    for col in ("session", "events", "result", "sealed", "head"):
+        table.add_column(col, justify="right" if col == "events" else "left")
+    for r in reports:
+        result = "ok" if r.ok else f"BROKEN at {r.position}: {r.problem}"
+        sealed = "no"
+        if r.sealed:
+            sealed = "yes" + (" (hmac ok)" if r.hmac_ok else "" if not keyed else " (hmac bad)")
+        table.add_row(r.session_id, str(r.events), result, sealed, r.head_hash[:12])
+    out_console.print(table)
+    good = sum(r.ok for r in reports)
+    total_events = sum(r.events for r in reports)
+    out_console.print(
+        f"{good}/{len(reports)} session(s) verified, {total_events} event(s)"
+        + (", seals checked with the HMAC key" if keyed else "")
+    )
