@@ -1,0 +1,723 @@
+"""The orchestrator: runs a session round by round, calling participants concurrently.
+
+It asks the engine what comes next, fans the calls of a round out concurrently (bounded by
+``config.max_concurrency``), streams deltas to subscribers, and appends events **in
+participant order**: participant k's events are appended as soon as its own calls *and* those
+of participants 1..k-1 are done, never in completion order. Each participant's batch is
+committed at once, so a crash loses at most the calls in flight; ``run``/``resume`` picks
+up an open round and only calls the participants whose contributions are missing.
+
+Determinism rules this module keeps (so ``replay`` can re-run it against recorded answers):
+
+* every stored event reads the clock exactly once, right before it is recorded;
+* prompts are built from the state as of the round's start (not from answers of the same
+  round that happen to be recorded already);
+* decisions depend only on recorded state: budgets are checked against recorded costs and
+  reservations made in participant order at the round's start; a call refused because the
+  time budget ran out is recorded as a failed attempt, which a replay serves back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from pydantic import BaseModel
+
+from .. import engine
+from ..clock import Clock, IdSource, SystemClock, UuidIds
+from ..domain import events as ev
+from ..domain.aggregate import Deliberation
+from ..domain.hashing import keyed_digest
+from ..domain.state import RoundState, SessionState
+from ..domain.values import (
+    ChatMessage,
+    ConvergenceVote,
+    Critique,
+    DivergenceStatus,
+    ModelResponse,
+    Opinion,
+    Participant,
+    RoundKind,
+    SessionConfig,
+    SessionStatus,
+    TokenCount,
+    Topic,
+)
+from ..errors import InvariantViolation
+from ..ledger import Ledger
+from ..providers import Provider, ProviderCall, ProviderCallError, retry_delay
+from .live import (
+    ContentDelta,
+    ErrorRaised,
+    LiveEvent,
+    ParticipantComplete,
+    ParticipantThinking,
+    RoundComplete,
+    RoundStartedLive,
+    SessionFinished,
+    Subscriber,
+)
+
+__all__ = ["Orchestrator"]
+
+_DIVERGENCE_STATUS: dict[type[ev.Payload], DivergenceStatus] = {
+    ev.DivergenceAddressed: DivergenceStatus.ADDRESSED,
+    ev.DivergenceResolved: DivergenceStatus.RESOLVED,
+    ev.DivergenceWithdrawn: DivergenceStatus.WITHDRAWN,
+    ev.DivergenceOverruled: DivergenceStatus.OVERRULED,
+}
+
+
+@dataclass
+class _Action:
+    """One thing to record for a participant, in order (a failure, an answer, a parse)."""
+
+    kind: str  # failure | contribution | parsed | parse_failed
+    payload: Any
+    purpose: str = "answer"
+
+
+@dataclass
+class _Outcome:
+    participant: str
+    actions: list[_Action] = field(default_factory=list)
+    answered: bool = False
+    abstained: bool = False
+    budget: str | None = None  # "cost" | "time" when a budget stopped this participant
+    last_error: str = ""
+
+
+class Orchestrator:
+    """Runs deliberation sessions stored in ``ledger`` using ``provider`` for model calls."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        provider: Provider,
+        *,
+        clock: Clock | None = None,
+        ids: IdSource | None = None,
+        subscribers: Sequence[Subscriber] = (),
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+        on_checkpoint: Callable[[SessionState], None] | None = None,
+        hmac_key: bytes | None = None,
+        enforce_wall_time: bool = True,
+        seal: bool = True,
+    ) -> None:
+        self.ledger = ledger
+        self.provider = provider
+        self.clock = clock or SystemClock()
+        self.ids = ids or UuidIds()
+        self._subscribers = list(subscribers)
+        self._sleep = sleep
+        self._monotonic = monotonic
+        self._on_checkpoint = on_checkpoint
+        self._hmac_key = hmac_key
+        self._enforce_wall_time = enforce_wall_time
+        self._seal = seal
+        self._last_phase: str | None = None
+
+    # ------------------------------------------------------------------ public API
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        self._subscribers.append(subscriber)
+
+    def start(
+        self,
+        topic: Topic,
+        config: SessionConfig,
+        participants: Sequence[Participant],
+        *,
+        source: str = "run",
+    ) -> UUID:
+        """Record a new session (started + participants joined) and return its id."""
+        if not participants:
+            raise InvariantViolation("a session needs at least one participant")
+        agg = Deliberation.start(
+            session_id=self.ids.new_id(),
+            topic=topic,
+            config=config,
+            participants=participants,
+            at=self.clock.now(),
+            source=source,
+        )
+        self.ledger.save(agg)
+        self._checkpoint(agg.state, force=True)
+        return agg.id
+
+    async def run(self, session_id: UUID) -> SessionState:
+        """Continue the session until it converges, ends, or pauses for a human."""
+        agg = self.ledger.get(session_id)
+        self._last_phase = agg.state.phase
+        started = self._monotonic()
+        elapsed_at_start = (agg.state.updated_at - agg.state.created_at).total_seconds()
+        while True:
+            state = agg.state
+            if state.status.terminal or state.status is SessionStatus.PAUSED:
+                return state
+            open_round = state.open_round
+            if open_round is not None:
+                wall_left = state.config.max_time_secs - (
+                    elapsed_at_start + self._monotonic() - started
+                )
+                await self._play_round(agg, open_round.number, wall_left)
+                continue
+            elapsed = (state.updated_at - state.created_at).total_seconds()
+            step = engine.next_step(state, elapsed_secs=elapsed)
+            self._take_step(agg, step)
+
+    async def resume(self, session_id: UUID, *, reason: str = "resumed") -> SessionState:
+        """Resume a paused session (or continue one interrupted by a crash) and run it."""
+        agg = self.ledger.get(session_id)
+        if agg.state.status.terminal:
+            raise InvariantViolation(
+                f"session {session_id} is {agg.state.status.value}; nothing to resume",
+                hint="fork it to continue from an earlier point",
+            )
+        if agg.state.status is SessionStatus.PAUSED:
+            agg.resume(at=self.clock.now(), reason=reason)
+            self.ledger.save(agg)
+        return await self.run(session_id)
+
+    # ------------------------------------------------------------------ steps
+
+    def _take_step(self, agg: Deliberation, step: engine.Step) -> None:
+        if isinstance(step, engine.StartRound):
+            number = agg.start_round(
+                kind=step.kind,
+                iteration=step.iteration,
+                participants=step.participants,
+                targets=dict(step.targets),
+                depth=step.depth,
+                focus=step.focus,
+                technique=step.technique,
+                at=self.clock.now(),
+            )
+            self.ledger.save(agg)
+            self._publish(
+                RoundStartedLive(
+                    round=number,
+                    kind=step.kind,
+                    iteration=step.iteration,
+                    participants=tuple(step.participants),
+                )
+            )
+            self._checkpoint(agg.state)
+        elif isinstance(step, engine.Finish):
+            self._finish(agg, step.status, step.reason, step.score)
+        elif isinstance(step, engine.AskHuman):
+            agg.ask(step.questions, at=self.clock.now())
+            agg.pause(
+                reason="awaiting human input", questions=step.questions, at=self.clock.now()
+            )
+            self.ledger.save(agg)
+            self._checkpoint(agg.state, force=True)
+        elif isinstance(step, engine.BudgetStop):
+            self._stop_for_budget(agg, step.budget, step.limit, step.spent, step.detail)
+        else:  # pragma: no cover - exhaustive
+            raise TypeError(f"unknown engine step {step!r}")
+
+    def _stop_for_budget(
+        self, agg: Deliberation, budget: str, limit: float, spent: float, detail: str
+    ) -> None:
+        agg.exhaust_budget(
+            budget=budget, limit=limit, spent=spent, detail=detail, at=self.clock.now()
+        )
+        status = SessionStatus.TIMED_OUT if budget == "time" else SessionStatus.COMPLETE
+        self._finish(agg, status, f"{budget} budget exhausted: {detail}".rstrip(": "), 0.0)
+
+    def _finish(self, agg: Deliberation, status: SessionStatus, reason: str, score: float) -> None:
+        agg.finish(status, reason=reason, score=score, at=self.clock.now())
+        if self._seal:
+            digest = agg.state.head_hash
+            mac = keyed_digest(self._hmac_key, digest) if self._hmac_key else None
+            agg.seal(at=self.clock.now(), hmac=mac)
+        self.ledger.save(agg)
+        self._checkpoint(agg.state, force=True)
+        self._publish(SessionFinished(status=status.value, reason=reason))
+
+    # ------------------------------------------------------------------ rounds
+
+    async def _play_round(self, agg: Deliberation, number: int, wall_left: float) -> None:
+        state = agg.state
+        rnd = state.round(number)
+        assert rnd is not None
+        basis = self._state_at_round_start(state, rnd)
+        schema = engine.output_schema(rnd.kind)
+        reserved = 0.0
+        tasks: dict[str, asyncio.Task[_Outcome]] = {}
+        limiter = asyncio.Semaphore(state.config.max_concurrency)
+        deadline = self._monotonic() + wall_left
+        outcomes: dict[str, _Outcome] = {}
+        for name in rnd.expected:
+            plan = _Plan.of(rnd, name, schema, state)
+            if plan.done:
+                continue
+            participant = state.participant(name)
+            assert participant is not None
+            messages = engine.build_messages(basis, rnd, name)
+            max_tokens = participant.max_tokens or state.config.max_tokens
+            price = self.provider.price(participant)
+            calls = plan.calls_needed
+            need = calls * engine.worst_case_cost(messages, max_tokens, price)
+            if calls and not engine.budget_allows(state, reserved + need):
+                outcomes[name] = self._budget_refusal(state, rnd, name, plan, need, reserved)
+                continue
+            reserved += need
+            tasks[name] = asyncio.create_task(
+                self._participant(
+                    rnd, participant, plan, messages, max_tokens, schema, limiter, deadline,
+                    state.config,
+                )
+            )
+        try:
+            for name in rnd.expected:
+                if name in tasks:
+                    outcomes[name] = await tasks[name]
+                if name in outcomes:
+                    self._record_outcome(agg, rnd.number, outcomes[name])
+        finally:
+            for t in tasks.values():
+                t.cancel()
+        self._complete_round(agg, rnd.number, outcomes)
+
+    def _state_at_round_start(self, state: SessionState, rnd: RoundState) -> SessionState:
+        """Prompts see the session as it was when the round began (crash-resume safe)."""
+        if rnd.started_position == state.version:
+            return state
+        return self.ledger.get(UUID(state.id), version=rnd.started_position).state
+
+    def _budget_refusal(
+        self,
+        state: SessionState,
+        rnd: RoundState,
+        name: str,
+        plan: _Plan,
+        need: float,
+        reserved: float,
+    ) -> _Outcome:
+        message = (
+            f"call refused: worst-case cost ${need:.4f} on top of ${state.cost_usd:.4f} spent "
+            f"and ${reserved:.4f} reserved would overrun max_cost_usd "
+            f"${state.config.max_cost_usd:.4f}"
+        )
+        failure = ev.ProviderCallFailed(
+            round=rnd.number,
+            participant=name,
+            attempt=plan.next_attempt,
+            model=_model_of(state, name),
+            error_type="budget_cost",
+            message=message,
+            retryable=False,
+            will_retry=False,
+        )
+        return _Outcome(
+            participant=name,
+            actions=[_Action("failure", failure)],
+            abstained=True,
+            budget="cost",
+            last_error=message,
+        )
+
+    async def _participant(
+        self,
+        rnd: RoundState,
+        participant: Participant,
+        plan: _Plan,
+        messages: tuple[ChatMessage, ...],
+        max_tokens: int,
+        schema: type[BaseModel] | None,
+        limiter: asyncio.Semaphore,
+        deadline: float,
+        config: SessionConfig,
+    ) -> _Outcome:
+        out = _Outcome(participant=participant.name)
+        attempt = plan.next_attempt
+        answer_text = plan.answer_text
+        if answer_text is None:
+            response, attempt = await self._call_with_retries(
+                rnd, participant, messages, max_tokens, schema, attempt, limiter, deadline, out,
+                config, purpose="answer",
+            )
+            if response is None:
+                out.abstained = True
+                return out
+            out.answered = True
+            answer_text = response.content
+        if schema is None:
+            return out
+        parsed = engine.parse_output(rnd.kind, answer_text)
+        if parsed.value is None and plan.repair_text is not None:
+            parsed = engine.parse_output(rnd.kind, plan.repair_text)
+        elif parsed.value is None:
+            original_error = parsed.error or "unparseable"
+            repair = engine.repair_messages(messages, answer_text, original_error, rnd.kind)
+            response, attempt = await self._call_with_retries(
+                rnd, participant, repair, max_tokens, schema, attempt, limiter, deadline, out,
+                config, purpose="repair",
+            )
+            if response is not None:
+                parsed = engine.parse_output(rnd.kind, response.content)
+                if parsed.value is None:
+                    parsed = engine.ParsedOutput(
+                        value=None,
+                        error=f"{original_error}; after repair: {parsed.error or 'unparseable'}",
+                    )
+        if parsed.value is not None:
+            out.actions.append(_Action("parsed", parsed.value))
+        else:
+            out.actions.append(_Action("parse_failed", (schema.__name__, parsed.error or "")))
+            out.abstained = True
+        return out
+
+    async def _call_with_retries(
+        self,
+        rnd: RoundState,
+        participant: Participant,
+        messages: tuple[ChatMessage, ...],
+        max_tokens: int,
+        schema: type[BaseModel] | None,
+        attempt: int,
+        limiter: asyncio.Semaphore,
+        deadline: float,
+        out: _Outcome,
+        config: SessionConfig,
+        *,
+        purpose: str,
+    ) -> tuple[ModelResponse | None, int]:
+        config_attempts = config.max_attempts
+        first = attempt
+        phash = ev.prompt_hash(messages)
+        while True:
+            call = ProviderCall(
+                participant=participant,
+                messages=messages,
+                max_tokens=max_tokens,
+                temperature=participant.temperature,
+                response_format=schema,
+                timeout_secs=self._timeout(config, deadline),
+            )
+            self._publish(
+                ParticipantThinking(
+                    round=rnd.number,
+                    participant=participant.name,
+                    model=participant.model,
+                    attempt=attempt,
+                )
+            )
+            try:
+                if self._enforce_wall_time and self._monotonic() >= deadline:
+                    raise _time_budget_error()
+                async with limiter:
+                    response = await self.provider.complete(
+                        call, on_delta=self._delta_sink(rnd.number, participant.name)
+                    )
+            except ProviderCallError as e:
+                retry = (
+                    e.retryable
+                    and attempt - first + 1 < config_attempts
+                    and e.error_type not in ("budget_time", "budget_cost")
+                )
+                out.actions.append(
+                    _Action(
+                        "failure",
+                        ev.ProviderCallFailed(
+                            round=rnd.number,
+                            participant=participant.name,
+                            attempt=attempt,
+                            model=participant.model,
+                            error_type=e.error_type,
+                            message=e.message,
+                            retryable=e.retryable,
+                            will_retry=retry,
+                            retry_after_secs=e.retry_after_secs,
+                            partial_text=e.partial_text,
+                            tokens=e.tokens,
+                            cost_usd=e.cost_usd,
+                            duration_ms=e.duration_ms,
+                            prompt_hash=phash,
+                        ),
+                    )
+                )
+                out.last_error = f"{e.error_type}: {e.message}"
+                if e.error_type == "budget_time":
+                    out.budget = "time"
+                self._publish(
+                    ErrorRaised(
+                        round=rnd.number,
+                        participant=participant.name,
+                        message=e.message,
+                        will_retry=retry,
+                    )
+                )
+                if not retry:
+                    self._publish(
+                        ParticipantComplete(
+                            round=rnd.number,
+                            participant=participant.name,
+                            tokens=e.tokens,
+                            cost_usd=e.cost_usd,
+                            ok=False,
+                            detail=out.last_error,
+                        )
+                    )
+                    return None, attempt + 1
+                await self._sleep(retry_delay(attempt - first + 1, e))
+                attempt += 1
+                continue
+            out.actions.append(
+                _Action(
+                    "contribution",
+                    (attempt, messages, call, phash, response),
+                    purpose=purpose,
+                )
+            )
+            self._publish(
+                ParticipantComplete(
+                    round=rnd.number,
+                    participant=participant.name,
+                    tokens=response.tokens,
+                    cost_usd=response.cost_usd,
+                    ok=True,
+                )
+            )
+            return response, attempt + 1
+
+    def _delta_sink(self, round_no: int, name: str) -> Callable[[str], None] | None:
+        if not self._subscribers:
+            return None
+
+        def sink(delta: str) -> None:
+            self._publish(ContentDelta(round=round_no, participant=name, delta=delta))
+
+        return sink
+
+    # ------------------------------------------------------------------ recording
+
+    def _record_outcome(self, agg: Deliberation, round_no: int, out: _Outcome) -> None:
+        name = out.participant
+        for action in out.actions:
+            at = self.clock.now()
+            if action.kind == "failure":
+                agg.record_failure(action.payload, at=at)
+            elif action.kind == "contribution":
+                attempt, messages, call, phash, response = action.payload
+                agg.record_contribution(
+                    round=round_no,
+                    participant=name,
+                    attempt=attempt,
+                    model=call.participant.model,
+                    messages=messages,
+                    params=ev.CallParams(
+                        temperature=call.temperature,
+                        max_tokens=call.max_tokens,
+                        response_format=(
+                            call.response_format.__name__ if call.response_format else None
+                        ),
+                        api_base=call.participant.api_base,
+                    ),
+                    prompt_hash=phash,
+                    response=response,
+                    purpose=action.purpose,
+                    at=at,
+                )
+            elif action.kind == "parsed":
+                value = action.payload
+                if isinstance(value, Critique):
+                    agg.record_critique(round=round_no, participant=name, critique=value, at=at)
+                elif isinstance(value, Opinion):
+                    agg.record_opinion(round=round_no, participant=name, opinion=value, at=at)
+                elif isinstance(value, ConvergenceVote):
+                    agg.record_vote(round=round_no, participant=name, vote=value, at=at)
+                else:  # pragma: no cover - engine contract
+                    raise TypeError(f"unexpected parsed value {value!r}")
+            elif action.kind == "parse_failed":
+                expected, error = action.payload
+                agg.record_parse_failure(
+                    round=round_no, participant=name, expected=expected, error=error, at=at
+                )
+        if out.actions:
+            self.ledger.save(agg)
+
+    def _complete_round(
+        self, agg: Deliberation, number: int, outcomes: dict[str, _Outcome]
+    ) -> None:
+        rnd = agg.state.round(number)
+        assert rnd is not None
+        abstained = [
+            n for n in rnd.expected if n not in rnd.contributors or n in rnd.abstained
+        ]
+        agg.complete_round(round=number, abstained=abstained, at=self.clock.now())
+        self.ledger.save(agg)
+        rnd = agg.state.round(number)
+        assert rnd is not None
+        if not rnd.contributions:
+            errors = "; ".join(
+                f"{o.participant}: {o.last_error}" for o in outcomes.values() if o.last_error
+            )
+            budgets = {o.budget for o in outcomes.values() if o.budget}
+            if budgets:
+                self._budget_after_round(agg, budgets)
+                return
+            self._finish(
+                agg,
+                SessionStatus.ABORTED,
+                f"no participant answered in round {number} ({rnd.kind.value})"
+                + (f": {errors}" if errors else ""),
+                0.0,
+            )
+            return
+        for payload in engine.after_round(agg.state, number):
+            self._record_payload(agg, payload)
+        result = next((c for c in agg.state.convergence if c.round == number), None)
+        if rnd.kind is RoundKind.CONVERGENCE and result is not None and not result.converged:
+            from ..engine import ems
+
+            for suggestion in ems.suggest_techniques(agg.state):
+                agg.suggest_technique(suggestion, at=self.clock.now())
+        self.ledger.save(agg)
+        self._publish(
+            RoundComplete(
+                round=number,
+                kind=rnd.kind,
+                session_cost_usd=agg.state.cost_usd,
+                score=result.score if result else None,
+                majority_agrees=result.majority_agrees if result else None,
+            )
+        )
+        self._checkpoint(agg.state)
+        budgets = {o.budget for o in outcomes.values() if o.budget}
+        if budgets:
+            self._budget_after_round(agg, budgets)
+
+    def _budget_after_round(self, agg: Deliberation, budgets: set[str]) -> None:
+        state = agg.state
+        if "time" in budgets:
+            elapsed = (state.updated_at - state.created_at).total_seconds()
+            self._stop_for_budget(
+                agg,
+                "time",
+                float(state.config.max_time_secs),
+                elapsed,
+                "max_time_secs reached during a round",
+            )
+        else:
+            self._stop_for_budget(
+                agg,
+                "cost",
+                state.config.max_cost_usd,
+                state.cost_usd,
+                "the next call could overrun max_cost_usd",
+            )
+
+    def _record_payload(self, agg: Deliberation, payload: ev.Payload) -> None:
+        at = self.clock.now()
+        if isinstance(payload, ev.DivergenceDetected):
+            agg.detect_divergence(payload, at=at)
+        elif isinstance(payload, ev.ConvergenceEvaluated):
+            agg.evaluate_convergence(payload, at=at)
+        elif type(payload) in _DIVERGENCE_STATUS:
+            change: Any = payload
+            agg.change_divergence(
+                change.divergence_id,
+                _DIVERGENCE_STATUS[type(payload)],
+                round=change.round,
+                note=change.note,
+                by=change.by,
+                at=at,
+            )
+        elif isinstance(payload, ev.TechniqueSuggested):
+            agg.suggest_technique(payload, at=at)
+        else:
+            raise TypeError(f"engine returned an unexpected event {payload.TYPE}")
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _timeout(self, config: SessionConfig, deadline: float) -> float:
+        """Per-call deadline: the configured call timeout, capped by the session's time left."""
+        if not self._enforce_wall_time:
+            return config.call_timeout_secs
+        return max(0.001, min(config.call_timeout_secs, deadline - self._monotonic()))
+
+    def _publish(self, event: LiveEvent) -> None:
+        for s in self._subscribers:
+            s(event)
+
+    def _checkpoint(self, state: SessionState, *, force: bool = False) -> None:
+        phase = state.phase
+        if self._on_checkpoint is None:
+            self._last_phase = phase
+            return
+        if force or phase != self._last_phase:
+            self._on_checkpoint(state)
+        self._last_phase = phase
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a participant still owes in an open round (after a crash, some is recorded)."""
+
+    done: bool
+    next_attempt: int
+    answer_text: str | None
+    repair_text: str | None
+    calls_needed: int
+
+    @classmethod
+    def of(
+        cls, rnd: RoundState, name: str, schema: type[BaseModel] | None, state: SessionState
+    ) -> _Plan:
+        contributions = [c for c in rnd.contributions if c.participant == name]
+        failures = [f for f in state.failures if f.round == rnd.number and f.participant == name]
+        attempts = [c.attempt for c in contributions] + [f.attempt for f in failures]
+        next_attempt = max(attempts, default=0) + 1
+        answer = next((c for c in contributions if c.purpose == "answer"), None)
+        repair = next((c for c in contributions if c.purpose == "repair"), None)
+        gave_up = bool(failures) and not failures[-1].will_retry and (
+            answer is None or (repair is None and failures[-1].attempt > answer.attempt)
+        )
+        if answer is not None:
+            c = rnd.contribution_of(name)
+            parsed = c is not None and (
+                c.critique is not None
+                or c.opinion is not None
+                or c.vote is not None
+                or c.parse_error is not None
+            )
+            if schema is None or parsed:
+                return cls(True, next_attempt, answer.response.content, None, 0)
+        if gave_up or name in rnd.abstained:
+            return cls(True, next_attempt, None, None, 0)
+        if answer is None:
+            return cls(False, next_attempt, None, None, 2 if schema is not None else 1)
+        return cls(
+            False,
+            next_attempt,
+            answer.response.content,
+            repair.response.content if repair else None,
+            0 if repair else 1,
+        )
+
+
+def _model_of(state: SessionState, name: str) -> str:
+    p = state.participant(name)
+    return p.model if p else ""
+
+
+def _time_budget_error() -> ProviderCallError:
+    return ProviderCallError(
+        error_type="budget_time",
+        message="call not made: the session's max_time_secs is used up",
+        retryable=False,
+        retry_after_secs=None,
+        partial_text="",
+        tokens=TokenCount(),
+        cost_usd=0.0,
+        duration_ms=0,
+    )
