@@ -1,0 +1,128 @@
+"""Terminal view of a running session, fed by the orchestrator's live events.
+
+On a terminal: a live panel with one line per participant (status, streamed characters, the
+tail of its text), a line for the round and the running cost. Elsewhere (pipes, CI): one plain
+line per participant result and per round. Always on stderr so ``--json`` stdout stays clean.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from ..orchestrator.live import (
+    ContentDelta,
+    ErrorRaised,
+    LiveEvent,
+    ParticipantComplete,
+    ParticipantThinking,
+    RoundComplete,
+    RoundStartedLive,
+    SessionFinished,
+)
+
+__all__ = ["LiveView"]
+
+
+@dataclass
+class _Row:
+    status: str = "waiting"
+    chars: int = 0
+    tail: str = ""
+    tokens: int = 0
+    cost: float = 0.0
+
+
+class LiveView:
+    def __init__(self, console: Console, *, enabled: bool = True) -> None:
+        self.console = console
+        self.enabled = enabled
+        self.interactive = enabled and console.is_terminal
+        self._live: Live | None = None
+        self._rows: dict[str, _Row] = {}
+        self._round = ""
+        self._cost = 0.0
+
+    def started(self, session_id: str, title: str, participants: Any) -> None:
+        if self.enabled:
+            names = ", ".join(f"{p.name} ({p.model})" for p in participants)
+            self.console.print(f"session {session_id} · {title}\nparticipants: {names}")
+
+    def __enter__(self) -> LiveView:
+        if self.interactive:
+            self._live = Live(self._render(), console=self.console, refresh_per_second=8,
+                              transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(None, None, None)
+            self._live = None
+
+    def handle(self, event: LiveEvent) -> None:
+        if not self.enabled:
+            return
+        if isinstance(event, RoundStartedLive):
+            self._round = f"round {event.round} · {event.kind.value} · iteration {event.iteration}"
+            self._rows = {name: _Row() for name in event.participants}
+            if not self.interactive:
+                self.console.print(f"{self._round}: {', '.join(event.participants)}")
+        elif isinstance(event, ParticipantThinking):
+            row = self._rows.setdefault(event.participant, _Row())
+            row.status = "thinking" if event.attempt == 1 else f"retry {event.attempt}"
+        elif isinstance(event, ContentDelta):
+            row = self._rows.setdefault(event.participant, _Row())
+            row.status = "streaming"
+            row.chars += len(event.delta)
+            row.tail = (row.tail + event.delta)[-200:]
+        elif isinstance(event, ParticipantComplete):
+            row = self._rows.setdefault(event.participant, _Row())
+            row.status = "done" if event.ok else "failed"
+            row.tokens += event.tokens.total
+            row.cost += event.cost_usd
+            if not self.interactive:
+                detail = f" ({event.detail})" if event.detail else ""
+                self.console.print(
+                    f"  {event.participant}: {row.status}, {event.tokens.total} tokens, "
+                    f"${event.cost_usd:.4f}{detail}"
+                )
+        elif isinstance(event, ErrorRaised):
+            row = self._rows.setdefault(event.participant, _Row())
+            row.status = "retrying" if event.will_retry else "failed"
+            if not self.interactive:
+                again = " (will retry)" if event.will_retry else ""
+                self.console.print(f"  {event.participant}: {event.message}{again}")
+        elif isinstance(event, RoundComplete):
+            self._cost = event.session_cost_usd
+            extra = ""
+            if event.score is not None:
+                majority = "yes" if event.majority_agrees else "no"
+                extra = f" · weighted score {event.score:.2f} · majority agrees: {majority}"
+            line = f"{self._round} done · session cost ${event.session_cost_usd:.4f}{extra}"
+            if self._live is not None:
+                self._live.console.print(line)
+            else:
+                self.console.print(line)
+        elif isinstance(event, SessionFinished):
+            if self._live is not None:
+                self._live.console.print(f"finished: {event.status} {event.reason}".rstrip())
+        if self._live is not None:
+            self._live.update(self._render())
+
+    def _render(self) -> Group:
+        table = Table(box=None, show_header=True, header_style="bold", expand=True)
+        table.add_column("participant", no_wrap=True)
+        table.add_column("status", no_wrap=True)
+        table.add_column("chars", justify="right", no_wrap=True)
+        table.add_column("latest text", overflow="ellipsis", no_wrap=True, ratio=1)
+        for name, row in self._rows.items():
+            tail = " ".join(row.tail.split())[-80:]
+            table.add_row(name, row.status, str(row.chars), tail)
+        header = Text(f"{self._round or 'starting'} · cost ${self._cost:.4f}", style="bold")
+        return Group(header, table)

@@ -1,0 +1,419 @@
+"""Commands that run deliberations: ``run``, ``resume``, ``answer`` and the offline ``demo``.
+
+These are the only commands that may call models, so they are the only ones that import the
+orchestrator (and, through the provider, litellm) — lazily, inside the command functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ..domain.values import (
+    Mode,
+    Participant,
+    ParticipantRole,
+    Persona,
+    SessionConfig,
+    SessionStatus,
+    Topic,
+    slugify,
+)
+from ..errors import ConfigError, UsageError
+from . import cli
+from ._common import emit_json, err_console, json_option, open_ledger, store_option
+
+if TYPE_CHECKING:
+    from ..domain.state import SessionState
+    from ..ledger import Ledger
+
+__all__ = ["load_participants", "run_session"]
+
+HMAC_ENV = "FORGE_LEDGER_HMAC_KEY"
+
+
+def hmac_key() -> bytes | None:
+    value = os.environ.get(HMAC_ENV)
+    return value.encode("utf-8") if value else None
+
+
+# --------------------------------------------------------------------------- participants
+
+
+def load_participants(path: Path, api_base: str | None = None) -> list[Participant]:
+    """Read a participants YAML file (``participants: [{name, model, role, …}]``)."""
+    import yaml
+    from pydantic import ValidationError
+
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    items = doc.get("participants") if isinstance(doc, dict) else doc
+    if not isinstance(items, list) or not items:
+        raise ConfigError(
+            f"{path} has no participants", hint="write 'participants:' followed by a list"
+        )
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ConfigError(f"{path}: participants[{i}] must be a mapping")
+        if api_base and "api_base" not in item:
+            item = {**item, "api_base": api_base}
+        try:
+            out.append(Participant.model_validate(item))
+        except ValidationError as e:
+            err = e.errors()[0]
+            loc = ".".join(str(x) for x in err["loc"])
+            raise ConfigError(f"{path}: participants[{i}].{loc}: {err['msg']}") from None
+    return out
+
+
+def participants_from_models(models: tuple[str, ...], api_base: str | None) -> list[Participant]:
+    """``-m`` models become participants named after the model; roles rotate sensibly."""
+    roles = [
+        ParticipantRole.DRAFTER,
+        ParticipantRole.CRITIC,
+        ParticipantRole.SYNTHESIZER,
+        ParticipantRole.DEVILS_ADVOCATE,
+        ParticipantRole.DOMAIN_EXPERT,
+    ]
+    out: list[Participant] = []
+    used: set[str] = set()
+    for i, model in enumerate(models):
+        base = slugify(model.rsplit("/", 1)[-1])[:56] or f"p{i + 1}"
+        name, n = base, 2
+        while name in used:
+            name, n = f"{base}-{n}", n + 1
+        used.add(name)
+        role = roles[i] if len(models) > 1 and i < len(roles) else ParticipantRole.GENERALIST
+        out.append(Participant(name=name, model=model, role=role, api_base=api_base))
+    return out
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run_session(
+    ledger: Ledger,
+    *,
+    session_id: Any = None,
+    start: tuple[Topic, SessionConfig, list[Participant]] | None = None,
+    resume: bool = False,
+    provider: Any = None,
+    clock: Any = None,
+    ids: Any = None,
+    quiet: bool = False,
+    autosave: bool = True,
+) -> SessionState:
+    """Start or continue a session with the live terminal view; returns the final state."""
+    from ..orchestrator import Orchestrator
+    from ..providers import get_provider
+    from ._live_view import LiveView
+
+    prov = provider or get_provider()
+    checkpoint = _autosaver(ledger) if autosave else None
+    view = LiveView(err_console, enabled=not quiet)
+    orch = Orchestrator(
+        ledger,
+        prov,
+        clock=clock,
+        ids=ids,
+        subscribers=[view.handle],
+        on_checkpoint=checkpoint,
+        hmac_key=hmac_key(),
+    )
+
+    async def go() -> SessionState:
+        try:
+            sid = session_id
+            if start is not None:
+                topic, config, participants = start
+                sid = orch.start(topic, config, participants)
+                view.started(str(sid), topic.title, participants)
+            with view:
+                if resume:
+                    return await orch.resume(sid)
+                return await orch.run(sid)
+        finally:
+            if provider is None:
+                await prov.aclose()
+
+    return asyncio.run(go())
+
+
+def _autosaver(ledger: Ledger) -> Any:
+    """YAML export on every phase change and at the end (issue: storage rules of the format)."""
+    try:
+        from ..yaml_format import autosave
+    except ImportError:  # the YAML format package is optional for running
+        return None
+    from uuid import UUID
+
+    def save(state: SessionState) -> None:
+        try:
+            autosave(ledger, UUID(state.id))
+        except Exception as e:  # an export problem must never stop a deliberation
+            err_console.print(f"[yellow]warning:[/] YAML autosave failed: {e}")
+
+    return save
+
+
+def summary(ledger: Ledger, state: SessionState) -> dict[str, Any]:
+    return {
+        "session_id": state.id,
+        "status": state.status.value,
+        "reason": state.status_reason,
+        "iterations": state.iteration,
+        "rounds": len(state.rounds),
+        "events": state.version,
+        "cost_usd": round(state.cost_usd, 6),
+        "converged": state.status is SessionStatus.CONVERGED,
+        "pending_questions": list(state.pending_questions),
+    }
+
+
+def print_outcome(state: SessionState, *, as_json: bool, ledger: Ledger) -> None:
+    doc = summary(ledger, state)
+    if as_json:
+        emit_json(doc)
+        return
+    short = state.id[:8]
+    conv = state.latest_convergence
+    click.echo(f"session {state.id}")
+    click.echo(
+        f"status: {state.status.value}"
+        + (f" ({state.status_reason})" if state.status_reason else "")
+        + f" · iterations {state.iteration} · rounds {len(state.rounds)} · events {state.version}"
+        + f" · cost ${state.cost_usd:.4f}"
+    )
+    if conv is not None:
+        click.echo(
+            f"last vote: weighted score {conv.score:.2f} (threshold {conv.threshold:.2f}) · "
+            f"majority {'agrees' if conv.majority_agrees else 'does not agree'} "
+            f"({conv.agree} agree, {conv.partial} partial, {conv.disagree} disagree)"
+        )
+    if state.status is SessionStatus.PAUSED and state.pending_questions:
+        click.echo("questions for you:")
+        for q in state.pending_questions:
+            click.echo(f"  - {q}")
+        click.echo(f"answer with: forge-ledger answer {short} \"...\" && forge-ledger resume {short}")
+
+
+# --------------------------------------------------------------------------- commands
+
+
+@cli.command()
+@click.argument("topic")
+@click.option("--description", default="", help="What the document should cover.")
+@click.option("-m", "--model", "models", multiple=True, metavar="MODEL",
+              help="A participant's model as litellm names it (repeat for several).")
+@click.option("--participants", "participants_file", type=click.Path(path_type=Path),
+              help="YAML file with participants (name, model, role, temperature, price…).")
+@click.option("--api-base", default=None, help="Base URL for OpenAI-compatible endpoints.")
+@click.option("--max-rounds", type=int, default=None)
+@click.option("--max-cost", "max_cost", type=float, default=None, help="Budget in USD.")
+@click.option("--max-time", "max_time", type=int, default=None, help="Budget in seconds.")
+@click.option("--threshold", type=float, default=None, help="Convergence threshold 0..1.")
+@click.option("--min-consensus", type=int, default=None)
+@click.option("--attended", is_flag=True, help="Pause after each iteration for your answers.")
+@click.option("--mode", type=click.Choice([m.value for m in Mode]), default=None)
+@click.option("--persona", type=click.Choice([p.value for p in Persona]), default=None)
+@click.option("--output-type", default=None,
+              type=click.Choice(["specification", "code", "documentation", "design", "freeform"]))
+@click.option("--constraint", "constraints", multiple=True, help="A constraint (repeatable).")
+@click.option("--resume/--new", "resume_choice", default=None,
+              help="If a session on this topic is in progress: continue it, or start anew.")
+@store_option
+@json_option
+def run(
+    topic: str,
+    description: str,
+    models: tuple[str, ...],
+    participants_file: Path | None,
+    api_base: str | None,
+    max_rounds: int | None,
+    max_cost: float | None,
+    max_time: int | None,
+    threshold: float | None,
+    min_consensus: int | None,
+    attended: bool,
+    mode: str | None,
+    persona: str | None,
+    output_type: str | None,
+    constraints: tuple[str, ...],
+    resume_choice: bool | None,
+    store: str | None,
+    as_json: bool,
+) -> None:
+    """Run a deliberation on TOPIC with the given participants."""
+    from pydantic import ValidationError
+
+    if participants_file is not None:
+        participants = load_participants(participants_file, api_base)
+    elif models:
+        participants = participants_from_models(models, api_base)
+    else:
+        raise UsageError("no participants", hint="give -m MODEL (repeatable) or --participants FILE")
+    overrides: dict[str, Any] = {
+        k: v
+        for k, v in {
+            "max_rounds": max_rounds,
+            "max_cost_usd": max_cost,
+            "max_time_secs": max_time,
+            "convergence_threshold": threshold,
+            "min_consensus": min_consensus,
+            "mode": mode,
+            "persona": persona,
+        }.items()
+        if v is not None
+    }
+    if attended:
+        overrides["attended"] = True
+    try:
+        config = SessionConfig(**overrides)
+        topic_value = Topic(title=topic, description=description, constraints=constraints)
+        if output_type:
+            topic_value = topic_value.model_copy(update={"output_type": output_type})
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise UsageError(f"invalid {err['loc'][0]}: {err['msg']}") from None
+    ledger = open_ledger(store, create=True)
+    try:
+        existing = _in_progress_with_slug(ledger, topic_value.slug)
+        if existing is not None and resume_choice is None:
+            if sys.stdin.isatty() and not as_json:
+                err_console.print(
+                    f"A session on '{topic_value.slug}' is in progress: {existing.id[:8]} "
+                    f"(iteration {existing.iteration}, {existing.status.value})."
+                )
+                resume_choice = click.confirm("Resume it instead of starting a new one?", default=True,
+                                              err=True)
+            else:
+                raise UsageError(
+                    f"session {existing.id[:8]} on '{topic_value.slug}' is in progress",
+                    hint="pass --resume to continue it or --new to start another",
+                )
+        if existing is not None and resume_choice:
+            state = run_session(ledger, session_id=_uuid(existing.id), resume=True,
+                                quiet=as_json)
+        else:
+            state = run_session(ledger, start=(topic_value, config, participants), quiet=as_json)
+        state = _attend(ledger, state, as_json)
+        print_outcome(state, as_json=as_json, ledger=ledger)
+    finally:
+        ledger.close()
+
+
+def _uuid(text: str) -> Any:
+    from uuid import UUID
+
+    return UUID(text)
+
+
+def _in_progress_with_slug(ledger: Ledger, slug: str) -> Any:
+    for s in ledger.summaries():
+        if s.slug == slug and s.status in ("in_progress", "paused", "initialized"):
+            return s
+    return None
+
+
+def _attend(ledger: Ledger, state: SessionState, as_json: bool) -> SessionState:
+    """Interactive attended mode: answer the pending questions at the prompt, then go on."""
+    while (
+        state.status is SessionStatus.PAUSED
+        and state.pending_questions
+        and sys.stdin.isatty()
+        and not as_json
+    ):
+        err_console.print(f"\n[bold]Iteration {state.iteration}: questions for you[/]")
+        for q in state.pending_questions:
+            err_console.print(f"  - {q}")
+        text = click.prompt("Your answer (empty to stop here)", default="", show_default=False,
+                            err=True)
+        if not text.strip():
+            break
+        record_answer(ledger, state.id, text, author=_author())
+        state = run_session(ledger, session_id=_uuid(state.id), resume=True)
+    return state
+
+
+def _author() -> str:
+    return os.environ.get("FORGE_LEDGER_AUTHOR") or os.environ.get("USER") or "human"
+
+
+def record_answer(
+    ledger: Ledger,
+    session: str,
+    text: str,
+    *,
+    author: str,
+    overrule: tuple[str, ...] = (),
+    clock: Any = None,
+) -> SessionState:
+    from ..clock import SystemClock
+    from ..domain.values import DivergenceStatus
+
+    clk = clock or SystemClock()
+    agg = ledger.get(session)
+    for divergence_id in overrule:
+        if agg.state.divergence(divergence_id) is None:
+            known = ", ".join(d.id for d in agg.state.open_divergences) or "none open"
+            raise UsageError(f"unknown divergence {divergence_id!r}", hint=f"open: {known}")
+    agg.human_input(author=author, text=text, at=clk.now(),
+                    kind="answer" if agg.state.pending_questions else "note")
+    for divergence_id in overrule:
+        agg.change_divergence(divergence_id, DivergenceStatus.OVERRULED, by=author,
+                              note=text, round=agg.state.rounds[-1].number if agg.state.rounds
+                              else 0, at=clk.now())
+    ledger.save(agg)
+    return agg.state
+
+
+@cli.command()
+@click.argument("session")
+@store_option
+@json_option
+def resume(session: str, store: str | None, as_json: bool) -> None:
+    """Continue a paused or interrupted session (calls only what is missing)."""
+    ledger = open_ledger(store)
+    try:
+        sid = ledger.resolve(session)
+        state = run_session(ledger, session_id=sid, resume=True, quiet=as_json)
+        state = _attend(ledger, state, as_json)
+        print_outcome(state, as_json=as_json, ledger=ledger)
+    finally:
+        ledger.close()
+
+
+@cli.command()
+@click.argument("session")
+@click.argument("text")
+@click.option("--author", default=None, help="Who answers (default $FORGE_LEDGER_AUTHOR/$USER).")
+@click.option("--overrule", multiple=True, metavar="DIVERGENCE_ID",
+              help="Overrule an open dissent (repeatable); your text is the reason.")
+@store_option
+@json_option
+def answer(session: str, text: str, author: str | None, overrule: tuple[str, ...],
+           store: str | None, as_json: bool) -> None:
+    """Record your answer to a paused session's questions (then run 'resume')."""
+    if not text.strip():
+        raise UsageError("the answer is empty")
+    ledger = open_ledger(store)
+    try:
+        state = record_answer(ledger, session, text, author=author or _author(),
+                              overrule=overrule)
+        if as_json:
+            emit_json({"session_id": state.id, "status": state.status.value,
+                       "events": state.version, "overruled": list(overrule)})
+        else:
+            click.echo(f"recorded; continue with: forge-ledger resume {state.id[:8]}")
+    finally:
+        ledger.close()
