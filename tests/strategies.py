@@ -371,6 +371,30 @@ PAYLOAD_STRATEGIES: dict[type[ev.Payload], st.SearchStrategy[Any]] = {
     ev.DivergenceResolved: st.builds(ev.DivergenceResolved, **_div_change_kw),
     ev.DivergenceWithdrawn: st.builds(ev.DivergenceWithdrawn, **_div_change_kw),
     ev.DivergenceOverruled: st.builds(ev.DivergenceOverruled, **_div_change_kw),
+    ev.IdeaRecorded: st.builds(
+        ev.IdeaRecorded, idea_id=pos_int, content=text, score=st.integers(0, 10)
+    ),
+    ev.IterationRecorded: st.builds(
+        ev.IterationRecorded,
+        iteration=pos_int,
+        phase=st.sampled_from(["divergent", "transition", "convergent"]),
+        ems=st.integers(0, 100),
+        ems_delta=st.integers(-100, 100),
+        timestamp=short_text,
+        duration=st.none() | st.integers(0, 10_000),
+    ),
+    ev.SessionImported: st.builds(
+        ev.SessionImported,
+        format_version=st.sampled_from(["1.0", "1.2"]),
+        yaml_id=short_text,
+        status=st.sampled_from(["in_progress", "completed", "abandoned"]),
+        phase=st.sampled_from(["divergent", "transition", "convergent"]),
+        ems=st.integers(0, 100),
+        iteration=st.integers(0, 50),
+        techniques_used=small_tuple(short_text),
+        party_history=small_tuple(st.dictionaries(short_text, text, max_size=2)),
+        last_question=st.none() | text,
+    ),
 }
 
 any_payload = st.sampled_from(sorted(PAYLOAD_STRATEGIES, key=lambda c: c.TYPE)).flatmap(

@@ -472,6 +472,22 @@ class Deliberation(Aggregate):
         self._require_live("suggest a technique")
         self._record(suggestion, at)
 
+    def record_import(self, payload: ev.Payload, *, at: datetime) -> None:
+        """Record one fact read from a YAML session file (iterations, ideas, the closing
+        ``SessionImported``). Only an imported session accepts them, and only until the
+        ``SessionImported`` that ends the import; ideas are also accepted in live sessions."""
+        allowed = (ev.IdeaRecorded, ev.IterationRecorded, ev.SessionImported)
+        if not isinstance(payload, allowed):
+            raise InvariantViolation(f"{payload.TYPE} is not an import event")
+        if isinstance(payload, ev.IdeaRecorded) and self.state.source != "import":
+            self._require_live("record an idea")
+        elif self.state.source != "import" or self.state.imported is not None:
+            raise InvariantViolation(
+                "only a session being imported accepts imported history",
+                hint="import the YAML file as a new session",
+            )
+        self._record(payload, at)
+
     def exhaust_budget(
         self, *, budget: str, limit: float, spent: float, at: datetime, detail: str = ""
     ) -> None:

@@ -46,6 +46,8 @@ __all__ = [
     "DivergenceWithdrawn",
     "ForkOrigin",
     "HumanInputRecorded",
+    "IdeaRecorded",
+    "IterationRecorded",
     "OpinionRecorded",
     "ParseFailed",
     "ParticipantJoined",
@@ -58,6 +60,7 @@ __all__ = [
     "SessionCompleted",
     "SessionConverged",
     "SessionForked",
+    "SessionImported",
     "SessionPaused",
     "SessionResumed",
     "SessionRewound",
@@ -358,6 +361,58 @@ class DivergenceOverruled(_DivergenceChange):
     TYPE: ClassVar[str] = "DivergenceOverruled"
 
 
+# --------------------------------------------------------------------------- YAML import
+
+
+class IdeaRecorded(Payload):
+    """An idea kept with a 0-10 score (YAML ``ideas``); ``idea_id`` is its stable number."""
+
+    TYPE: ClassVar[str] = "IdeaRecorded"
+    idea_id: int = Field(ge=1)
+    content: str
+    score: int = Field(ge=0, le=10)
+
+
+class IterationRecorded(Payload):
+    """One iteration of an imported YAML ``history`` (no rounds exist for it in the ledger)."""
+
+    TYPE: ClassVar[str] = "IterationRecorded"
+    iteration: int = Field(ge=1)
+    phase: Literal["divergent", "transition", "convergent"]
+    ems: int = Field(ge=0, le=100)
+    ems_delta: int = Field(ge=-100, le=100)
+    timestamp: str
+    duration: int | None = Field(ge=0, default=None)
+
+
+class SessionImported(Payload):
+    """Closes the import of a YAML session file: the fields that no other event carries.
+
+    Recorded after the iterations, questions, answers, techniques and ideas it came with, so
+    an export of the session reproduces the file. ``status`` (YAML vocabulary) sets the
+    session status directly: completed → complete, abandoned → aborted.
+    """
+
+    TYPE: ClassVar[str] = "SessionImported"
+    format_version: str
+    """The version of the file as read (``1.0`` files are migrated on import)."""
+    yaml_id: str
+    status: Literal["in_progress", "completed", "abandoned"]
+    phase: Literal["divergent", "transition", "convergent"]
+    ems: int = Field(ge=0, le=100)
+    iteration: int = Field(ge=0)
+    techniques_used: tuple[str, ...] = ()
+    started_at: str | None = None
+    duration_minutes: int | None = Field(ge=0, default=None)
+    party_active: bool = False
+    party_history: tuple[dict[str, Any], ...] = ()
+    panel_active: bool = False
+    panel_history: tuple[dict[str, Any], ...] = ()
+    last_question: str | None = None
+    created: str | None = None
+    updated: str | None = None
+
+
 # --------------------------------------------------------------------------- registry
 
 _ALL: tuple[type[Payload], ...] = (
@@ -390,6 +445,9 @@ _ALL: tuple[type[Payload], ...] = (
     DivergenceResolved,
     DivergenceWithdrawn,
     DivergenceOverruled,
+    IdeaRecorded,
+    IterationRecorded,
+    SessionImported,
 )
 
 EVENT_TYPES: dict[str, type[Payload]] = {cls.TYPE: cls for cls in _ALL}

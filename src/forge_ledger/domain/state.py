@@ -212,6 +212,10 @@ class SessionState(_State):
     budget_exhausted: dict[str, Any] | None = None
     fork_origin: ev.ForkOrigin | None = None
     seal: dict[str, Any] | None = None
+    ideas: list[dict[str, Any]] = Field(default_factory=list)
+    """Ideas kept with a 0-10 score (``IdeaRecorded``): ``{id, content, score}``."""
+    imported: dict[str, Any] | None = None
+    """The ``SessionImported`` payload when the session came from a YAML file."""
     iteration: int = 0
     tokens: TokenCount = TokenCount()
     cost_usd: float = 0.0
@@ -580,6 +584,31 @@ def _sealed(s: SessionState, p: ev.SessionSealed, pos: int, at: datetime) -> Non
     s.seal = p.model_dump(mode="json")
 
 
+def _idea(s: SessionState, p: ev.IdeaRecorded, pos: int, at: datetime) -> None:
+    s.ideas = [i for i in s.ideas if i["id"] != p.idea_id]
+    s.ideas.append({"id": p.idea_id, "content": p.content, "score": p.score})
+
+
+def _iteration_recorded(s: SessionState, p: ev.IterationRecorded, pos: int, at: datetime) -> None:
+    s.iteration = p.iteration
+    if s.status is SessionStatus.INITIALIZED:
+        s.status = SessionStatus.IN_PROGRESS
+
+
+_IMPORTED_STATUS = {
+    "in_progress": SessionStatus.IN_PROGRESS,
+    "completed": SessionStatus.COMPLETE,
+    "abandoned": SessionStatus.ABORTED,
+}
+
+
+def _imported(s: SessionState, p: ev.SessionImported, pos: int, at: datetime) -> None:
+    s.imported = p.model_dump(mode="json")
+    s.iteration = p.iteration
+    s.status = _IMPORTED_STATUS[p.status]
+    s.status_reason = "imported"
+
+
 _HANDLERS: dict[type[ev.Payload], Any] = {
     ev.ParticipantJoined: _joined,
     ev.RoundStarted: _round_started,
@@ -608,4 +637,7 @@ _HANDLERS: dict[type[ev.Payload], Any] = {
     ev.SessionAborted: _terminal(SessionStatus.ABORTED),
     ev.SessionTimedOut: _terminal(SessionStatus.TIMED_OUT),
     ev.SessionSealed: _sealed,
+    ev.IdeaRecorded: _idea,
+    ev.IterationRecorded: _iteration_recorded,
+    ev.SessionImported: _imported,
 }
