@@ -1,0 +1,251 @@
+"""The promises of the ledger: ``fork``, ``diff``, ``audit``, ``seal`` and ``verify-export``.
+
+``diff``, ``audit`` and ``verify-export`` only read the store; ``fork`` and ``seal`` append
+events (a new session, a seal) and never call a model. None of them imports litellm.
+
+Model swaps on ``fork`` (``-m``, repeatable): ``-m NAME=MODEL`` gives participant NAME the model
+MODEL; a bare ``-m MODEL`` replaces models positionally, the first bare ``-m`` the first
+participant's model, the second the second's, in the session's participant order.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+from rich.markdown import Markdown
+from rich.table import Table
+
+from ..audit import audit_report, render_markdown
+from ..clock import SystemClock, UuidIds
+from ..errors import ChainBrokenError, UsageError
+from ..lineage import IterationPoint, SessionDiff, diff_sessions, fork
+from ..sealing import seal_session, verify_export
+from . import cli
+from ._common import emit_json, err_console, json_option, open_ledger, out_console, store_option
+
+__all__ = ["HMAC_KEY_ENV", "audit", "diff", "fork_cmd", "seal", "verify_export_cmd"]
+
+HMAC_KEY_ENV = "FORGE_LEDGER_HMAC_KEY"
+
+
+def _key() -> bytes | None:
+    value = os.environ.get(HMAC_KEY_ENV)
+    return value.encode("utf-8") if value else None
+
+
+# --------------------------------------------------------------------------- fork
+
+
+@cli.command("fork")
+@click.argument("session")
+@click.option("--at-iteration", type=click.IntRange(min=1), default=None, metavar="K",
+              help="Fork from the end of iteration K.")
+@click.option("--at-event", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Fork from event position N (no round may be open there).")
+@click.option("-m", "--model", "models", multiple=True, metavar="[NAME=]MODEL",
+              help="Swap a model: NAME=MODEL, or MODEL positionally in participant order.")
+@click.option("--max-rounds", type=click.IntRange(min=1), default=None, metavar="N")
+@click.option("--threshold", type=click.FloatRange(0, 1), default=None, metavar="F",
+              help="Convergence threshold (0..1).")
+@click.option("--max-cost", type=click.FloatRange(min=0), default=None, metavar="USD")
+@click.option("--min-consensus", type=click.IntRange(min=1), default=None, metavar="N")
+@store_option
+@json_option
+def fork_cmd(
+    session: str,
+    at_iteration: int | None,
+    at_event: int | None,
+    models: tuple[str, ...],
+    max_rounds: int | None,
+    threshold: float | None,
+    max_cost: float | None,
+    min_consensus: int | None,
+    store: str | None,
+    as_json: bool,
+) -> None:
+    """Start a new session from SESSION as of a past point; prints the new session's id.
+
+    The fork shares its parent's history up to that point (recorded with the parent's event
+    hash there) and is left paused, so 'forge-ledger resume' continues it.
+    """
+    if (at_iteration is None) == (at_event is None):
+        raise UsageError("give exactly one of --at-iteration K or --at-event N")
+    overrides: dict[str, Any] = {
+        k: v
+        for k, v in {
+            "max_rounds": max_rounds,
+            "convergence_threshold": threshold,
+            "max_cost_usd": max_cost,
+            "min_consensus": min_consensus,
+        }.items()
+        if v is not None
+    }
+    with open_ledger(store, create=False) as ledger:
+        new_id = fork(
+            ledger,
+            session,
+            clock=SystemClock(),
+            ids=UuidIds(),
+            at_iteration=at_iteration,
+            at_event=at_event,
+            model_swaps=models,
+            config_overrides=overrides,
+        )
+        origin = ledger.state(new_id).fork_origin
+    assert origin is not None
+    if as_json:
+        emit_json(
+            {
+                "session_id": str(new_id),
+                "parent_id": origin.parent_id,
+                "parent_position": origin.parent_position,
+                "parent_iteration": origin.parent_iteration,
+                "parent_hash": origin.parent_hash,
+            }
+        )
+        return
+    err_console.print(
+        f"forked {origin.parent_id} at event {origin.parent_position} "
+        f"(iteration {origin.parent_iteration}); the fork is paused"
+    )
+    click.echo(str(new_id))
+
+
+# --------------------------------------------------------------------------- diff
+
+
+def _point_cells(p: IterationPoint | None) -> list[str]:
+    if p is None:
+        return ["—", "—", "—", "—", "—"]
+    score = f"{p.weighted_score:.2f}" if p.weighted_score is not None else "—"
+    majority = "—" if p.majority_agrees is None else (
+        f"{'yes' if p.majority_agrees else 'no'} ({p.agree}/{p.disagree}/{p.partial})"
+    )
+    ems = str(p.ems) if p.ems is not None else "—"
+    dissent = str(p.open_dissent) + (
+        f": {', '.join(p.open_dissent_topics)}" if p.open_dissent_topics else ""
+    )
+    changed = ", ".join(
+        f"{c.participant} {c.before.value}→{c.after.value}" for c in p.changed_stance
+    ) or "—"
+    return [score, majority, ems, dissent, changed]
+
+
+def _print_diff(d: SessionDiff) -> None:
+    table = Table(title=f"Consensus paths: A={d.a[:8]} vs B={d.b[:8]}", title_justify="left")
+    table.add_column("it", justify="right")
+    for side in ("A", "B"):
+        for col in ("score", "majority", "EMS", "open dissent", "stance changes"):
+            table.add_column(f"{side} {col}")
+    for k in d.iterations:
+        table.add_row(str(k), *_point_cells(d.path_a.get(k)), *_point_cells(d.path_b.get(k)))
+    out_console.print(table)
+    if d.common_ancestor:
+        out_console.print(f"shared history up to {d.common_ancestor}")
+    if not d.ems_available:
+        err_console.print("EMS is not available in this installation")
+
+
+@cli.command()
+@click.argument("a")
+@click.argument("b")
+@store_option
+@json_option
+def diff(a: str, b: str, store: str | None, as_json: bool) -> None:
+    """Compare the consensus paths of sessions A and B, iteration by iteration."""
+    with open_ledger(store, create=False) as ledger:
+        d = diff_sessions(ledger, a, b)
+    if as_json:
+        emit_json(d.model_dump(mode="json"))
+        return
+    _print_diff(d)
+
+
+# --------------------------------------------------------------------------- audit
+
+
+@cli.command()
+@click.argument("session")
+@click.option("--markdown", "as_markdown", is_flag=True, help="Print the report as Markdown.")
+@store_option
+@json_option
+def audit(session: str, as_markdown: bool, store: str | None, as_json: bool) -> None:
+    """How consensus formed in SESSION: scores beside majorities, stance changes, dissent.
+
+    Ends with a minority report of the dissent still unresolved.
+    """
+    if as_json and as_markdown:
+        raise UsageError("give at most one of --json and --markdown")
+    with open_ledger(store, create=False) as ledger:
+        sid = ledger.resolve(session)
+        report = audit_report(list(ledger.events(sid)), ledger.state(sid))
+    if as_json:
+        emit_json(report.model_dump(mode="json"))
+    elif as_markdown:
+        sys.stdout.write(render_markdown(report))
+    else:
+        out_console.print(Markdown(render_markdown(report)))
+
+
+# --------------------------------------------------------------------------- seal
+
+
+@cli.command()
+@click.argument("session")
+@store_option
+@json_option
+def seal(session: str, store: str | None, as_json: bool) -> None:
+    """Verify the chain of a finished SESSION and close it with a seal.
+
+    With FORGE_LEDGER_HMAC_KEY set, the seal carries an HMAC of the chain's root hash, so
+    nobody without the key can rewrite the history and seal it again.
+    """
+    key = _key()
+    with open_ledger(store, create=False) as ledger:
+        report = seal_session(ledger, session, clock=SystemClock(), key=key)
+    if as_json:
+        emit_json({**report.as_json(), "keyed": key is not None})
+        return
+    if key is None:
+        err_console.print(
+            f"warning: {HMAC_KEY_ENV} is not set; the seal has no HMAC "
+            "(it detects accidents and naive edits, not deliberate tampering)"
+        )
+    out_console.print(
+        f"sealed {report.session_id}: {report.events} events, root hash "
+        f"{report.head_hash[:16]}…" + (" (HMAC)" if key else "")
+    )
+
+
+# --------------------------------------------------------------------------- verify-export
+
+
+@cli.command("verify-export")
+@click.argument("file", type=click.Path(dir_okay=False))
+@store_option
+@json_option
+def verify_export_cmd(file: str, store: str | None, as_json: bool) -> None:
+    """Check a sealed session's YAML export against the chain in the store.
+
+    Recomputes the session's hash chain, checks the export's 'ledger:' block against the
+    stored seal (and its HMAC when FORGE_LEDGER_HMAC_KEY is set). Exits 1 on a mismatch.
+    """
+    key = _key()
+    with open_ledger(store, create=False) as ledger:
+        report = verify_export(ledger, file, key)
+    if as_json:
+        emit_json({**report.as_json(), "keyed": key is not None})
+        if not report.ok:
+            sys.exit(ChainBrokenError.exit_code)
+        return
+    if report.ok:
+        out_console.print(
+            f"{file}: matches the sealed chain of {report.session_id}"
+            + (" (HMAC checked)" if report.hmac_ok else "")
+            + ("" if report.content_checked else "; content not compared (no exporter)")
+        )
+        return
+    raise ChainBrokenError(f"{file} does not match the store: {'; '.join(report.problems)}")
