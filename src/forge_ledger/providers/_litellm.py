@@ -1,0 +1,402 @@
+"""The real provider: one streamed completion through litellm.
+
+This is the only module that imports litellm, and it does so lazily on the first call:
+importing litellm costs ~2 s and, unless told otherwise, reaches the network (price table,
+``.env`` search, tokenizer downloads). :func:`configure_offline_env` sets the switches that
+keep it offline and quiet *before* that import.
+
+One attempt per call: the OpenAI SDK's hidden retries are off (``max_retries=0``) and the
+whole call runs under ``asyncio.timeout`` (litellm's own ``timeout`` only bounds each read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+from urllib.parse import urlparse
+
+from ..domain.values import ModelResponse, Participant, Price, TokenCount
+from ._call import ProviderCall, stop_reason_for
+from ._errors import ErrorType, ProviderCallError
+from ._pricing import cost_of, price_from_table_entry, resolve_price
+
+__all__ = [
+    "LOCAL_PLACEHOLDER_KEY",
+    "OFFLINE_ENV",
+    "LiteLLMProvider",
+    "classify_exception",
+    "configure_offline_env",
+]
+
+OFFLINE_ENV: dict[str, str] = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS": "True",
+    "LITELLM_MODE": "PRODUCTION",
+    "LITELLM_LOG": "ERROR",
+}
+"""Set (unless already set) before importing litellm; see notes on litellm 1.106."""
+
+LOCAL_PLACEHOLDER_KEY = "forge-ledger-local-no-key"
+"""Sent to an OpenAI-compatible server on a loopback address when no key is configured:
+local servers (the fake server, llama.cpp, vLLM…) ignore it, the OpenAI SDK insists on one."""
+
+_LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+_litellm: ModuleType | None = None
+
+
+def configure_offline_env() -> None:
+    for name, value in OFFLINE_ENV.items():
+        os.environ.setdefault(name, value)
+
+
+def _import_litellm() -> ModuleType:
+    global _litellm
+    if _litellm is None:
+        configure_offline_env()
+        import litellm
+
+        litellm.suppress_debug_info = True
+        litellm.disable_hf_tokenizer_download = True
+        litellm.telemetry = False
+        _litellm = litellm
+    return _litellm
+
+
+class _CallbackFailed(Exception):
+    """Carries an exception raised by the caller's ``on_delta`` past our classification."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(str(original))
+        self.original = original
+
+
+class LiteLLMProvider:
+    """Streams completions through ``litellm.acompletion``; see the module docstring."""
+
+    def __init__(self, *, extra_params: dict[str, Any] | None = None) -> None:
+        self._extra = dict(extra_params or {})
+        self._prices: dict[str, Price | None] = {}
+
+    # ----------------------------------------------------------------- pricing
+
+    def price(self, participant: Participant) -> Price | None:
+        """User price, else litellm's bundled table, else None (cost then reported as 0)."""
+        return resolve_price(participant, self._table_price)
+
+    def _table_price(self, model: str) -> Price | None:
+        if model not in self._prices:
+            litellm = _import_litellm()
+            try:
+                entry = litellm.get_model_info(model=model)
+            except Exception:
+                entry = None
+            self._prices[model] = price_from_table_entry(entry)
+        return self._prices[model]
+
+    # ----------------------------------------------------------------- the call
+
+    def _supports_schema(self, model: str) -> bool:
+        try:
+            return bool(_import_litellm().supports_response_schema(model=model))
+        except Exception:
+            return False
+
+    def _request(self, call: ProviderCall) -> dict[str, Any]:
+        p = call.participant
+        kwargs: dict[str, Any] = {
+            "model": p.model,
+            "messages": [{"role": m.role, "content": m.content} for m in call.messages],
+            "max_tokens": call.max_tokens,
+            "temperature": call.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "timeout": call.timeout_secs,
+            "max_retries": 0,
+            "num_retries": 0,
+            **self._extra,
+        }
+        if p.api_base:
+            kwargs["api_base"] = p.api_base
+            if _needs_placeholder_key(p.model, p.api_base):
+                kwargs["api_key"] = LOCAL_PLACEHOLDER_KEY
+        if call.response_format is not None and self._supports_schema(p.model):
+            kwargs["response_format"] = call.response_format
+        return kwargs
+
+    async def complete(
+        self, call: ProviderCall, on_delta: Callable[[str], None] | None = None
+    ) -> ModelResponse:
+        litellm = _import_litellm()
+        kwargs = self._request(call)
+        price = self.price(call.participant)
+        parts: list[str] = []
+        started = time.monotonic()
+        first_at: float | None = None
+        model = call.participant.model
+        last_usage: Any = None
+        seen_finish: str | None = None
+        stream: Any = None
+
+        def elapsed_ms(since: float = started) -> int:
+            return max(0, int((time.monotonic() - since) * 1000))
+
+        try:
+            async with asyncio.timeout(call.timeout_secs):
+                try:
+                    stream = await litellm.acompletion(**kwargs)
+                except litellm.UnsupportedParamsError:
+                    if "response_format" not in kwargs:
+                        raise
+                    kwargs.pop("response_format")  # the prompt already asks for JSON
+                    stream = await litellm.acompletion(**kwargs)
+                async for chunk in stream:
+                    model = getattr(chunk, "model", None) or model
+                    usage = getattr(chunk, "usage", None)
+                    if usage is not None:
+                        last_usage = usage
+                    for choice in getattr(chunk, "choices", None) or ():
+                        if getattr(choice, "finish_reason", None):
+                            seen_finish = choice.finish_reason
+                        delta = getattr(choice, "delta", None)
+                        text = getattr(delta, "content", None) if delta is not None else None
+                        if text:
+                            if first_at is None:
+                                first_at = time.monotonic()
+                            parts.append(text)
+                            if on_delta is not None:
+                                try:
+                                    on_delta(text)
+                                except Exception as cb_err:
+                                    raise _CallbackFailed(cb_err) from cb_err
+        except _CallbackFailed as e:
+            await _close(stream)
+            raise e.original from None
+        except TimeoutError:
+            await _close(stream)
+            raise ProviderCallError(
+                "timeout",
+                f"{call.participant.name} ({call.participant.model}): no complete answer within "
+                f"{call.timeout_secs:g} s",
+                partial_text="".join(parts),
+                duration_ms=elapsed_ms(),
+                model=model,
+            ) from None
+        except Exception as e:
+            await _close(stream)
+            raise classify_exception(
+                e, call, partial_text="".join(parts), duration_ms=elapsed_ms()
+            ) from None
+
+        content = "".join(parts)
+        raw_finish = getattr(stream, "received_finish_reason", seen_finish)
+        provider_chunks = getattr(stream, "chunks", None)
+        if provider_chunks is not None:
+            reported = any(getattr(c, "usage", None) is not None for c in provider_chunks)
+        else:
+            reported = last_usage is not None and raw_finish is not None
+        tokens = _tokens(last_usage)
+        duration = elapsed_ms()
+        if not content:
+            what = "an empty reply" if raw_finish is None else f"no text (finish {raw_finish!r})"
+            raise ProviderCallError(
+                "empty",
+                f"{call.participant.name} ({call.participant.model}) sent {what}",
+                tokens=tokens if reported else TokenCount(),
+                cost_usd=cost_of(price, tokens) if reported else 0.0,
+                duration_ms=duration,
+                model=model,
+            )
+        return ModelResponse(
+            content=content,
+            model=str(model),
+            tokens=tokens,
+            cost_usd=cost_of(price, tokens),
+            price=price,
+            duration_ms=duration,
+            ttft_ms=None if first_at is None else max(0, int((first_at - started) * 1000)),
+            stop_reason=stop_reason_for(raw_finish),
+            finish_reason=raw_finish,
+            usage_reported=reported,
+        )
+
+    async def aclose(self) -> None:
+        """Close litellm's cached HTTP clients (no-op when litellm was never imported)."""
+        if _litellm is not None:
+            close = getattr(_litellm, "close_litellm_async_clients", None)
+            if close is not None:
+                await close()
+
+
+async def _close(stream: Any) -> None:
+    close = getattr(stream, "aclose", None)
+    if close is None:
+        return
+    with contextlib.suppress(Exception):  # closing a broken stream must not hide the failure
+        await close()
+
+
+def _tokens(usage: Any) -> TokenCount:
+    """Tokens from a litellm usage object (litellm estimates them when the provider sent none)."""
+    if usage is None:
+        return TokenCount()
+    return TokenCount(
+        input=int(getattr(usage, "prompt_tokens", 0) or 0),
+        output=int(getattr(usage, "completion_tokens", 0) or 0),
+    )
+
+
+def _needs_placeholder_key(model: str, api_base: str) -> bool:
+    prefix = model.split("/", 1)[0] if "/" in model else "openai"
+    if prefix not in {"openai", "text-completion-openai", "hosted_vllm", "lm_studio"}:
+        return False
+    if os.environ.get("OPENAI_API_KEY"):
+        return False
+    return (urlparse(api_base).hostname or "") in _LOOPBACK
+
+
+# --------------------------------------------------------------------------- classification
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    x: BaseException | None = e
+    while x is not None and x not in seen and len(seen) < 12:
+        seen.append(x)
+        x = x.__cause__ or x.__context__
+    return seen
+
+
+def _retry_after(e: BaseException) -> float | None:
+    for source in (
+        getattr(e, "litellm_response_headers", None),
+        getattr(getattr(e, "response", None), "headers", None),
+    ):
+        if source is None:
+            continue
+        try:
+            value = source.get("retry-after") or source.get("Retry-After")
+        except Exception:
+            continue
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value))
+        except (TypeError, ValueError):
+            return _http_date_delay(str(value))
+    return None
+
+
+def _http_date_delay(value: str) -> float | None:
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _describe(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    for marker in ("Original exception:", "Received Model Group", "\nTraceback"):
+        text = text.split(marker, 1)[0]
+    while True:
+        head, sep, rest = text.partition(": ")
+        if (
+            sep
+            and head.replace("litellm.", "").replace(".", "").isidentifier()
+            and (head.endswith(("Error", "Exception")))
+        ):
+            text = rest
+            continue
+        break
+    return text.replace("OpenAIException - ", "").strip() or type(e).__name__
+
+
+def classify_exception(
+    e: BaseException, call: ProviderCall, *, partial_text: str = "", duration_ms: int = 0
+) -> ProviderCallError:
+    """Turn whatever litellm raised into one classified, scrubbed :class:`ProviderCallError`."""
+    names = [type(x).__name__ for x in _chain(e)]
+    status = getattr(e, "status_code", None)
+    status = status if isinstance(status, int) else None
+    who = f"{call.participant.name} ({call.participant.model})"
+    detail = _describe(e)
+    kind: ErrorType
+    partial = partial_text
+    lowered = detail.lower()
+    if "MidStreamFallbackError" in names:
+        kind = "mid_stream"
+        generated = getattr(e, "generated_content", None)
+        if isinstance(generated, str) and len(generated) > len(partial):
+            partial = generated
+        message = f"{who}: the stream broke after {len(partial)} characters: {detail}"
+    elif "ContextWindowExceededError" in names:
+        kind, message = "context_window", f"{who}: the prompt exceeds the context window: {detail}"
+    elif "RateLimitError" in names or status == 429:
+        kind, message = "rate_limit", f"{who}: rate limited by the provider (HTTP 429): {detail}"
+    elif (
+        "AuthenticationError" in names
+        or "PermissionDeniedError" in names
+        or status
+        in (
+            401,
+            403,
+        )
+        or "missing credentials" in lowered
+        or ("api key" in lowered and "missing" in lowered)
+    ):
+        kind = "auth"
+        message = (
+            f"{who}: the provider refused the credentials or none are set: {detail} "
+            "(set the provider's API key in the environment)"
+        )
+    elif (
+        any(
+            n in names
+            for n in (
+                "APIConnectionError",
+                "ConnectError",
+                "ConnectionRefusedError",
+                "ClientConnectorError",
+            )
+        )
+        or "connection error" in lowered
+    ):
+        kind = "connection"
+        base = call.participant.api_base or "the provider"
+        message = f"{who}: cannot connect to {base}: {detail} (is it running and reachable?)"
+    elif "Timeout" in names or "APITimeoutError" in names or "TimeoutException" in names:
+        kind, message = "timeout", f"{who}: the provider timed out: {detail}"
+    elif (
+        "InternalServerError" in names
+        or "ServiceUnavailableError" in names
+        or "BadGatewayError" in names
+        or (status is not None and status >= 500)
+    ):
+        kind, message = "server_error", f"{who}: provider error (HTTP {status or 500}): {detail}"
+    elif (
+        "BadRequestError" in names
+        or "NotFoundError" in names
+        or "UnsupportedParamsError" in names
+        or "UnprocessableEntityError" in names
+        or (status is not None and 400 <= status < 500)
+    ):
+        kind, message = "bad_request", f"{who}: the provider rejected the request: {detail}"
+    else:
+        kind, message = "unknown", f"{who}: {type(e).__name__}: {detail}"
+    return ProviderCallError(
+        kind,
+        message,
+        retry_after_secs=_retry_after(e),
+        partial_text=partial,
+        duration_ms=duration_ms,
+        status_code=status,
+        model=call.participant.model,
+    )
