@@ -65,7 +65,9 @@ __all__ = [
     "build_session",
     "contribution_text",
     "cost_of",
+    "fork_session",
     "make_participants",
+    "seal_session",
 ]
 
 INPUT_TOKENS = 100
@@ -341,3 +343,38 @@ def _save(b: _Builder) -> None:
     for e in b.agg.pending_events:
         b.built.timestamps[int(e.originator_version)] = e.timestamp
     b.ledger.save(b.agg)
+
+
+def fork_session(
+    ledger: Ledger,
+    parent_id: uuid.UUID,
+    *,
+    at_iteration: int,
+    clock: Clock,
+    session_id: uuid.UUID | None = None,
+) -> uuid.UUID:
+    """Fork ``parent_id`` as of the end of ``at_iteration`` (``SessionForked``); returns its id.
+
+    The fork is saved with no further events, so it is ``paused`` with reason ``forked``.
+    """
+    parent = ledger.state(parent_id, at_iteration=at_iteration)
+    sid = session_id or uuid.uuid4()
+    agg = Deliberation.fork(session_id=sid, parent=parent, at=clock.now())
+    ledger.save(agg)
+    return sid
+
+
+def seal_session(
+    ledger: Ledger, session_id: uuid.UUID, *, clock: Clock, key: bytes | None = None
+) -> str:
+    """Append ``SessionSealed`` to a finished session (HMAC under ``key`` if given).
+
+    Returns the sealed root hash (the head hash before the seal).
+    """
+    from forge_ledger.domain.hashing import keyed_digest
+
+    agg = ledger.get(session_id)
+    root = agg.state.head_hash
+    agg.seal(at=clock.now(), hmac=keyed_digest(key, root) if key is not None else None)
+    ledger.save(agg)
+    return root

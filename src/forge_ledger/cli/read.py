@@ -357,26 +357,20 @@ def _print_session(state: SessionState, ems: int | None, *, as_of: str | None) -
         people.add_row(p.name, p.model, p.role.value)
     out_console.print(people)
 
-    rounds = Table(title="Rounds", title_justify="left")
-    for col in ("#", "kind", "iter", "status", "participant", "tokens"):
-        rounds.add_column(col, justify="right" if col in ("#", "iter", "tokens") else "left")
-    rounds.add_column("preview", no_wrap=True, overflow="ellipsis", min_width=20)
+    out_console.print(Text("Rounds", style="bold"))
+    if not state.rounds:
+        out_console.print("  none yet")
     for r in state.rounds:
-        status_text = r.status.value + (" (superseded)" if r.superseded else "")
-        if not r.contributions:
-            rounds.add_row(str(r.number), r.kind.value, str(r.iteration), status_text, "", "", "")
-        for i, c in enumerate(r.contributions):
-            rounds.add_row(
-                str(r.number) if i == 0 else "",
-                r.kind.value if i == 0 else "",
-                str(r.iteration) if i == 0 else "",
-                status_text if i == 0 else "",
-                c.participant,
-                str(c.response.tokens.total),
-                _contribution_preview(c),
-            )
-    out_console.print(rounds)
-
+        flags = [r.status.value] + (["superseded"] if r.superseded else [])
+        out_console.print(
+            f"  #{r.number} {r.kind.value}, iteration {r.iteration} ({', '.join(flags)})",
+            markup=False,
+        )
+        width = max((len(c.participant) for c in r.contributions), default=0)
+        for c in r.contributions:
+            line = Text(f"    {c.participant:<{width}}  {c.response.tokens.total:>6} tok  ")
+            line.append_text(_contribution_preview(c))
+            out_console.print(line)
     latest = state.latest_convergence
     if latest is None:
         out_console.print("Convergence: no vote yet")
