@@ -1,0 +1,28 @@
+"""The YAML session format v1.2: export (a projection), import (with v1.0 migration and
+validation), storage rules (one file per session, cleanup) and ``back``."""
+
+from .back import JumpSummary, go_back
+from .export import dump_document, export_events, session_document
+from .importer import ImportResult, build_import, import_session, parse_session_file
+from .migrate import migrate, migrate_v1_to_v12
+from .storage import DEFAULT_DIR, CleanupItem, autosave, cleanup, export_path, write_export
+
+__all__ = [
+    "DEFAULT_DIR",
+    "CleanupItem",
+    "ImportResult",
+    "JumpSummary",
+    "autosave",
+    "build_import",
+    "cleanup",
+    "dump_document",
+    "export_events",
+    "export_path",
+    "go_back",
+    "import_session",
+    "migrate",
+    "migrate_v1_to_v12",
+    "parse_session_file",
+    "session_document",
+    "write_export",
+]

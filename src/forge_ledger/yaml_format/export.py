@@ -1,0 +1,448 @@
+"""Export: the YAML v1.2 document of a session, as a pure fold of its events.
+
+Same events → same bytes: the fold reads only event payloads and their recorded timestamps,
+the key order is the seed's, and the YAML is written by ``yaml.safe_dump`` with explicit
+options. Imported sessions reproduce their file: the fields no other event carries come from
+``SessionImported``, iterations from ``IterationRecorded``; anything that happens after the
+import (a rewind, new rounds) takes over from there.
+
+Run sessions derive the YAML-only fields: ``history`` has one entry per iteration (EMS and
+phase at the iteration's end, questions asked and answers given in it, start time and
+duration in minutes); ``ideas`` are the distinct critique suggestions scored 0-10 from their
+priority; party/panel history come from the rounds' contributions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+import yaml
+
+from ..domain import events as ev
+from ..domain.state import RoundState, SessionState
+from ..domain.values import Mode, RoundKind, SessionStatus
+from ..engine.ems import ems_score
+from .schema import FORMAT_VERSION, iso
+
+__all__ = ["EventLike", "dump_document", "export_events", "session_document"]
+
+
+class EventLike(Protocol):
+    """What the fold needs of a stored event (``ledger.RecordedEvent`` fits)."""
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def timestamp(self) -> datetime: ...
+    @property
+    def data(self) -> dict[str, Any]: ...
+    @property
+    def hash(self) -> str: ...
+
+
+_STATUS = {
+    SessionStatus.CONVERGED: "completed",
+    SessionStatus.COMPLETE: "completed",
+    SessionStatus.ABORTED: "abandoned",
+    SessionStatus.TIMED_OUT: "abandoned",
+}
+
+
+@dataclass
+class _Entry:
+    iteration: int
+    phase: str
+    ems: int
+    ems_delta: int | None
+    """Recorded delta (imported); ``None`` → computed from the previous entry."""
+    timestamp: str
+    duration: int | None
+    questions: list[str] = field(default_factory=list)
+    responses: list[str] = field(default_factory=list)
+    start: datetime | None = None
+    end: datetime | None = None
+
+
+@dataclass
+class _Fold:
+    state: SessionState | None = None
+    entries: dict[int, _Entry] = field(default_factory=dict)
+    live: int | None = None
+    override: tuple[int, str] | None = None
+    imported: ev.SessionImported | None = None
+    imported_at: datetime | None = None
+    after_import: bool = False
+    last_question: str = ""
+    last_at: datetime | None = None
+
+    def finalize_live(self) -> None:
+        if self.live is None or self.state is None:
+            return
+        e = self.entries.get(self.live)
+        if e is not None and e.start is not None:
+            e.ems = ems_score(self.state).score
+            e.phase = self.state.phase
+            end = e.end or e.start
+            e.duration = int((end - e.start).total_seconds() // 60)
+        self.live = None
+
+    def apply(self, event: EventLike) -> None:
+        payload = ev.payload_class(event.type).model_validate(event.data)
+        at = event.timestamp
+        if self.state is None:
+            if isinstance(payload, ev.SessionForked):
+                self.state = SessionState.forked(event.session_id, payload, at)
+            else:
+                assert isinstance(payload, ev.SessionStarted)
+                self.state = SessionState.initial(event.session_id, payload, at)
+            self.state.version = event.position
+            self.state.head_hash = event.hash
+            self.last_at = at
+            return
+        if self.imported is not None:
+            self.after_import = True
+        if isinstance(payload, ev.RoundStarted) and payload.iteration != self.live:
+            self.finalize_live()
+            self.entries[payload.iteration] = _Entry(
+                iteration=payload.iteration,
+                phase="divergent",
+                ems=0,
+                ems_delta=None,
+                timestamp=iso(at),
+                duration=0,
+                start=at,
+            )
+            self.live = payload.iteration
+        if isinstance(payload, ev.RoundStarted):
+            self.override = None
+        elif isinstance(payload, ev.SessionRewound):
+            self.finalize_live()
+        self.state.apply(payload, position=event.position, at=at, hash_=event.hash)
+        self.last_at = at
+        if self.live is not None and self.live in self.entries:
+            self.entries[self.live].end = at
+        if isinstance(payload, ev.IterationRecorded):
+            self.entries[payload.iteration] = _Entry(
+                iteration=payload.iteration,
+                phase=payload.phase,
+                ems=payload.ems,
+                ems_delta=payload.ems_delta,
+                timestamp=payload.timestamp,
+                duration=payload.duration,
+            )
+        elif isinstance(payload, ev.QuestionsAsked):
+            if payload.iteration in self.entries:
+                self.entries[payload.iteration].questions.extend(payload.questions)
+            if payload.questions:
+                self.last_question = payload.questions[-1]
+        elif isinstance(payload, ev.HumanInputRecorded):
+            if payload.kind == "answer" and payload.iteration in self.entries:
+                self.entries[payload.iteration].responses.append(payload.text)
+        elif isinstance(payload, ev.SessionImported):
+            self.imported = payload
+            self.imported_at = at
+            self.after_import = False
+            self.override = (payload.ems, payload.phase)
+            if payload.last_question is not None:
+                self.last_question = payload.last_question
+        elif isinstance(payload, ev.SessionRewound):
+            target = self.entries.get(payload.to_iteration)
+            if target is not None:
+                self.override = (target.ems, target.phase)
+            else:
+                report = ems_score(self.state)
+                self.override = (report.score, self.state.phase)
+
+
+def _history(entries: dict[int, _Entry]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    previous: int | None = None
+    for k in sorted(entries):
+        e = entries[k]
+        delta = e.ems_delta if e.ems_delta is not None else (
+            0 if previous is None else e.ems - previous
+        )
+        previous = e.ems
+        out.append(
+            {
+                "iteration": e.iteration,
+                "phase": e.phase,
+                "ems": e.ems,
+                "ems_delta": delta,
+                "questions": list(e.questions),
+                "responses": list(e.responses),
+                "timestamp": e.timestamp,
+                "duration": e.duration if e.duration is not None else 0,
+            }
+        )
+    return out
+
+
+def _technique_rows(state: SessionState) -> list[dict[str, Any]]:
+    return [
+        {
+            "iteration": t.iteration,
+            "technique_slug": t.technique_slug,
+            "category": t.category,
+            "suggested_reason": t.suggested_reason,
+            "applied": t.applied,
+            "source": t.source,
+            "weak_axes": list(t.weak_axes),
+        }
+        for t in state.techniques
+    ]
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def _ideas(state: SessionState) -> list[dict[str, Any]]:
+    """Recorded ideas, then distinct critique suggestions: score 10 (priority 1) … 2
+    (priority 5), +1 per further critic raising the same point, at most 10."""
+    out = [dict(i) for i in sorted(state.ideas, key=lambda i: int(i["id"]))]
+    seen = {_norm(str(i["content"])) for i in out}
+    next_id = max((int(i["id"]) for i in out), default=0) + 1
+    derived: dict[str, dict[str, Any]] = {}
+    for r in state.active_rounds:
+        for c in r.contributions:
+            if c.critique is None:
+                continue
+            for s in c.critique.suggestions:
+                key = _norm(s.text)
+                if not key or key in seen:
+                    continue
+                base = 2 * (6 - s.priority)
+                if key in derived:
+                    d = derived[key]
+                    d["score"] = min(10, max(int(d["score"]) + 1, base))
+                else:
+                    derived[key] = {"id": next_id, "content": s.text.strip(), "score": base}
+                    next_id += 1
+    return out + list(derived.values())
+
+
+def _references(text: str, me: str, names: list[str]) -> list[str]:
+    low = text.casefold()
+    return [n for n in names if n != me and n.casefold() in low]
+
+
+def _key_points(r: RoundState, name: str) -> list[str]:
+    c = r.contribution_of(name)
+    if c is None:
+        return []
+    points: list[str] = []
+    if c.critique is not None:
+        points.extend(c.critique.weaknesses)
+        points.extend(s.text for s in c.critique.suggestions)
+    if c.opinion is not None:
+        points.extend(c.opinion.concerns)
+        if not points and c.opinion.reasoning:
+            points.append(c.opinion.reasoning)
+    if not points:
+        first = c.response.content.strip().splitlines()
+        points = first[:1]
+    return points
+
+
+def _iteration_context(state: SessionState, iteration: int) -> tuple[str, str]:
+    synthesis = ""
+    for r in state.active_rounds:
+        if r.iteration == iteration and r.kind is RoundKind.SYNTHESIS and r.contributions:
+            synthesis = r.contributions[-1].response.content.strip()
+    question = next((qs[0] for it, qs in state.asked if it == iteration and qs), "")
+    return synthesis, question
+
+
+_DELIBERATIVE = (RoundKind.DRAFT, RoundKind.CRITIQUE, RoundKind.RESPONSE, RoundKind.REFINEMENT)
+_PANEL_PHASE = {
+    RoundKind.DRAFT: "discussion",
+    RoundKind.CRITIQUE: "debate",
+    RoundKind.RESPONSE: "debate",
+    RoundKind.REFINEMENT: "socratic",
+}
+
+
+def _topic_of(state: SessionState, r: RoundState) -> str:
+    return r.focus or state.topic.title
+
+
+def _party(state: SessionState) -> list[dict[str, Any]]:
+    names = state.participant_names
+    out: list[dict[str, Any]] = []
+    for r in state.active_rounds:
+        if r.kind not in _DELIBERATIVE or not r.contributions:
+            continue
+        synthesis, question = _iteration_context(state, r.iteration)
+        contributions = []
+        for name in r.contributors:
+            c = r.contribution_of(name)
+            assert c is not None
+            contributions.append(
+                {
+                    "persona": name,
+                    "key_points": _key_points(r, name),
+                    "references": _references(c.response.content, name, names),
+                }
+            )
+        out.append(
+            {
+                "round": r.number,
+                "topic": _topic_of(state, r),
+                "personas_selected": list(r.expected),
+                "contributions": contributions,
+                "synthesis": synthesis,
+                "user_question": question,
+            }
+        )
+    return out
+
+
+def _panel(state: SessionState) -> list[dict[str, Any]]:
+    names = state.participant_names
+    out: list[dict[str, Any]] = []
+    for r in state.active_rounds:
+        if r.kind not in _DELIBERATIVE or not r.contributions:
+            continue
+        contributions = []
+        convergent: list[str] = []
+        for name in r.contributors:
+            c = r.contribution_of(name)
+            assert c is not None
+            p = state.participant(name)
+            framework = (p.framework or p.expertise or p.role.value) if p else ""
+            if c.opinion is not None and c.opinion.reasoning:
+                position = c.opinion.reasoning
+            else:
+                lines = c.response.content.strip().splitlines()
+                position = lines[0] if lines else ""
+            if c.critique is not None:
+                convergent.extend(s for s in c.critique.strengths if s not in convergent)
+            contributions.append(
+                {
+                    "expert": name,
+                    "framework": framework,
+                    "position": position,
+                    "references": _references(c.response.content, name, names),
+                }
+            )
+        tensions = [d.topic for d in state.divergences if d.opened_round == r.number]
+        out.append(
+            {
+                "round": r.number,
+                "topic": _topic_of(state, r),
+                "phase": _PANEL_PHASE[r.kind],
+                "experts_selected": list(r.expected),
+                "contributions": contributions,
+                "synthesis": {"convergent": convergent, "tensions": tensions},
+            }
+        )
+    return out
+
+
+def _minutes(a: datetime, b: datetime) -> int:
+    return max(0, int((b - a).total_seconds() // 60))
+
+
+def session_document(events: Iterable[EventLike]) -> dict[str, Any]:
+    """The YAML v1.2 document (plain dict, seed key order) of one session's events."""
+    fold = _Fold()
+    for e in events:
+        fold.apply(e)
+    if fold.state is None or fold.last_at is None:
+        raise ValueError("a session document needs at least the session's first event")
+    fold.finalize_live()
+    s = fold.state
+    imp = fold.imported
+    fresh = imp is not None and not fold.after_import
+    report = ems_score(s)
+    ems, phase = fold.override if fold.override is not None else (report.score, s.phase)
+
+    techniques = _technique_rows(s)
+    used = list(imp.techniques_used) if imp is not None else []
+    for t in techniques:
+        if t["applied"] and t["technique_slug"] not in used:
+            used.append(t["technique_slug"])
+
+    if imp is not None:
+        assert fold.imported_at is not None
+        session_id = imp.yaml_id
+        started = imp.started_at or iso(s.created_at)
+        created = imp.created or iso(s.created_at)
+        base = imp.duration_minutes if imp.duration_minutes is not None else 0
+        duration = base + (0 if fresh else _minutes(fold.imported_at, fold.last_at))
+        updated = imp.updated if (fresh and imp.updated) else iso(fold.last_at)
+        party_active, panel_active = imp.party_active, imp.panel_active
+        party = [dict(p) for p in imp.party_history]
+        panel = [dict(p) for p in imp.panel_history]
+    else:
+        session_id = f"{s.slug}-{s.created_at.date().isoformat()}"
+        started = created = iso(s.created_at)
+        duration = _minutes(s.created_at, fold.last_at)
+        updated = iso(fold.last_at)
+        live = not s.status.terminal
+        party_active = s.config.mode is Mode.PARTY and live
+        panel_active = s.config.mode is Mode.PANEL and live
+        party, panel = [], []
+    if s.config.mode is Mode.PARTY:
+        party += _party(s)
+    if s.config.mode is Mode.PANEL:
+        panel += _panel(s)
+
+    session: dict[str, Any] = {
+        "id": session_id,
+        "slug": s.slug,
+        "status": _STATUS.get(s.status, "in_progress"),
+        "phase": phase,
+        "mode": s.config.mode.value,
+        "ems": ems,
+        "persona": s.config.persona.value,
+        "iteration": s.iteration,
+        "techniques_used": used,
+        "started_at": started,
+        "duration_minutes": duration,
+        "techniques_history": techniques,
+        "party_active": party_active,
+        "party_history": party,
+        "panel_active": panel_active,
+        "panel_history": panel,
+        "ideas": _ideas(s),
+        "history": _history(fold.entries),
+        "last_question": fold.last_question,
+        "created": created,
+        "updated": updated,
+    }
+    doc: dict[str, Any] = {"format_version": FORMAT_VERSION, "session": session}
+    if s.seal is not None:
+        doc["ledger"] = {
+            "session_id": s.id,
+            "events": s.seal.get("events"),
+            "root_hash": s.seal.get("root_hash"),
+            "hmac": s.seal.get("hmac"),
+        }
+    return doc
+
+
+def dump_document(doc: dict[str, Any]) -> str:
+    """YAML text of a document: block style, insertion key order, UTF-8 kept, no wrapping."""
+    return yaml.safe_dump(
+        doc,
+        sort_keys=False,
+        allow_unicode=True,
+        default_flow_style=False,
+        indent=2,
+        width=1_000_000,
+        explicit_start=False,
+    )
+
+
+def export_events(events: Iterable[EventLike]) -> str:
+    """The YAML text of a session from its events (the projection the CLI writes)."""
+    return dump_document(session_document(events))

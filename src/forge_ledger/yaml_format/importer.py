@@ -1,0 +1,171 @@
+"""Import: a YAML session file (v1.0 or v1.2) becomes a session of events.
+
+The file is read with ``yaml.safe_load`` only, migrated, then validated; any error names the
+field's path and line and nothing is written. The session is then built through the
+``Deliberation`` aggregate (so its invariants hold) and saved in one transaction:
+``SessionStarted`` (source ``import``), per history entry an ``IterationRecorded`` with the
+questions asked and the answers given, the techniques, the ideas, and a closing
+``SessionImported`` with the fields no other event carries. Exporting it again reproduces the
+file in the exporter's normal form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from ..clock import Clock, IdSource
+from ..domain import Deliberation
+from ..domain import events as ev
+from ..domain.values import SessionConfig, Topic
+from ..errors import ImportValidationError
+from ..ledger import Ledger
+from .lines import format_path, line_of, path_lines
+from .migrate import migrate
+from .schema import SessionFile
+
+__all__ = ["ImportResult", "build_import", "import_session", "parse_session_file"]
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    session_id: str
+    slug: str
+    status: str
+    iterations: int
+    format_version: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "slug": self.slug,
+            "status": self.status,
+            "iterations": self.iterations,
+            "format_version": self.format_version,
+        }
+
+
+def parse_session_file(text: str, *, source: str = "session file") -> tuple[SessionFile, str]:
+    """Parse, migrate and validate; returns the v1.2 model and the version it was read as."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or "invalid YAML"
+        raise ImportValidationError(
+            f"{source}: not valid YAML{where}: {problem}", hint="fix the YAML syntax"
+        ) from None
+    if not isinstance(raw, dict):
+        raise ImportValidationError(
+            f"{source}: expected a mapping with format_version and session",
+            hint="see the YAML session format v1.2",
+        )
+    if raw.get("format_version") in (1.2, 1.0):
+        raw["format_version"] = f"{raw['format_version']:.1f}"
+    doc, version = migrate(raw)
+    try:
+        model = SessionFile.model_validate(doc)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = [p for p in err["loc"] if isinstance(p, str | int)]
+        line = line_of(path_lines(text), loc)
+        at_line = f" (line {line})" if line is not None else ""
+        more = len(e.errors()) - 1
+        extra = f"; {more} more problem(s)" if more else ""
+        raise ImportValidationError(
+            f"{source}: {format_path(loc)}{at_line}: {err['msg']}{extra}",
+            hint="fix that field and import again; nothing was written",
+        ) from None
+    return model, version
+
+
+def build_import(
+    model: SessionFile, version: str, *, clock: Clock, ids: IdSource
+) -> Deliberation:
+    """The aggregate (pending events, nothing saved) that reproduces the file."""
+    s = model.session
+    topic = Topic(title=s.slug)
+    agg = Deliberation.start(
+        session_id=ids.new_id(),
+        topic=topic,
+        config=SessionConfig(mode=s.mode, persona=s.persona),
+        participants=[],
+        at=clock.now(),
+        source="import",
+    )
+    for h in s.history:
+        agg.record_import(
+            ev.IterationRecorded(
+                iteration=h.iteration,
+                phase=h.phase,
+                ems=h.ems,
+                ems_delta=h.ems_delta,
+                timestamp=h.timestamp,
+                duration=h.duration,
+            ),
+            at=clock.now(),
+        )
+        if h.questions:
+            agg.ask(h.questions, at=clock.now())
+        for answer in h.responses:
+            agg.human_input(author="human", text=answer, at=clock.now())
+    for t in s.techniques_history:
+        agg.suggest_technique(
+            ev.TechniqueSuggested(
+                iteration=t.iteration,
+                technique_slug=t.technique_slug,
+                category=t.category,
+                suggested_reason=t.suggested_reason,
+                weak_axes=tuple(t.weak_axes),
+                source=t.source,
+                applied=t.applied,
+            ),
+            at=clock.now(),
+        )
+    for idea in s.ideas:
+        agg.record_import(
+            ev.IdeaRecorded(idea_id=idea.id, content=idea.content, score=idea.score),
+            at=clock.now(),
+        )
+    agg.record_import(
+        ev.SessionImported(
+            format_version=version,
+            yaml_id=s.id,
+            status=s.status,
+            phase=s.phase,
+            ems=s.ems,
+            iteration=s.iteration,
+            techniques_used=tuple(s.techniques_used),
+            started_at=s.started_at,
+            duration_minutes=s.duration_minutes,
+            party_active=s.party_active,
+            party_history=tuple(s.party_history),
+            panel_active=s.panel_active,
+            panel_history=tuple(s.panel_history),
+            last_question=s.last_question,
+            created=s.created,
+            updated=s.updated,
+        ),
+        at=clock.now(),
+    )
+    return agg
+
+
+def import_session(
+    ledger: Ledger, text: str, *, clock: Clock, ids: IdSource, source: str = "session file"
+) -> ImportResult:
+    """Validate ``text`` and store it as a new session (all events in one transaction)."""
+    model, version = parse_session_file(text, source=source)
+    agg = build_import(model, version, clock=clock, ids=ids)
+    ledger.save(agg)
+    return ImportResult(
+        session_id=str(agg.id),
+        slug=model.session.slug,
+        status=model.session.status,
+        iterations=len(model.session.history),
+        format_version=version,
+    )

@@ -1,0 +1,148 @@
+"""The YAML session format v1.2: its validated shape and the key order the exporter writes.
+
+Validation happens on load (seed storage rule 4); the pydantic models name the bad field and
+:mod:`.lines` adds the line it sits on. Unknown keys are refused so a typo is not silently
+dropped; the legacy v4.2 mode-state keys (``random_state``, ``progressive_state``) are read
+and not kept.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from ..domain.values import Mode, Persona
+
+__all__ = [
+    "FORMAT_VERSION",
+    "SLUG_RE",
+    "HistoryEntry",
+    "Idea",
+    "SessionBody",
+    "SessionFile",
+    "TechniqueEntry",
+    "iso",
+]
+
+FORMAT_VERSION = "1.2"
+SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+"""kebab-case: what ``Topic.slug`` produces, so a slug survives import and export unchanged."""
+
+PhaseName = Literal["divergent", "transition", "convergent"]
+
+
+def iso(dt: datetime) -> str:
+    """UTC ISO 8601 with a ``Z`` (milliseconds only when present): the one spelling we write."""
+    t = dt.astimezone(UTC) if dt.tzinfo else dt.replace(tzinfo=UTC)
+    body = t.strftime("%Y-%m-%dT%H:%M:%S")
+    if t.microsecond:
+        body += f".{t.microsecond // 1000:03d}"
+    return body + "Z"
+
+
+def _timestamp(value: Any) -> Any:
+    """Accept a datetime (unquoted YAML timestamps) or an ISO 8601 string; normalise."""
+    if isinstance(value, datetime):
+        return iso(value)
+    if isinstance(value, str):
+        try:
+            return iso(datetime.fromisoformat(value.replace("Z", "+00:00")))
+        except ValueError:
+            raise ValueError(f"{value!r} is not an ISO 8601 timestamp") from None
+    raise ValueError("expected an ISO 8601 timestamp")
+
+
+Timestamp = Annotated[str, BeforeValidator(_timestamp)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TechniqueEntry(_Model):
+    iteration: int = Field(ge=0)
+    technique_slug: Annotated[str, Field(min_length=1)]
+    category: str = "unknown"
+    suggested_reason: str = ""
+    applied: bool = False
+    source: Literal["auto", "manual", "random", "progressive"] = "auto"
+    weak_axes: list[str] = Field(default_factory=list)
+
+
+class Idea(_Model):
+    id: int = Field(ge=1)
+    content: str
+    score: int = Field(ge=0, le=10)
+
+
+class HistoryEntry(_Model):
+    iteration: int = Field(ge=1)
+    phase: PhaseName
+    ems: int = Field(ge=0, le=100)
+    ems_delta: int = Field(ge=-100, le=100, default=0)
+    questions: list[str] = Field(default_factory=list)
+    responses: list[str] = Field(default_factory=list)
+    timestamp: Timestamp
+    duration: int | None = Field(ge=0, default=None)
+
+
+class SessionBody(_Model):
+    id: Annotated[str, Field(min_length=1, max_length=200)]
+    slug: str
+    status: Literal["in_progress", "completed", "abandoned"]
+    phase: PhaseName
+    mode: Mode = Mode.STANDARD
+    ems: int = Field(ge=0, le=100)
+    persona: Persona = Persona.ARCHITECTE
+    iteration: int = Field(ge=0)
+    techniques_used: list[str] = Field(default_factory=list)
+    started_at: Timestamp | None = None
+    duration_minutes: int | None = Field(ge=0, default=None)
+    techniques_history: list[TechniqueEntry] = Field(default_factory=list)
+    party_active: bool = False
+    party_history: list[dict[str, Any]] = Field(default_factory=list)
+    panel_active: bool = False
+    panel_history: list[dict[str, Any]] = Field(default_factory=list)
+    ideas: list[Idea] = Field(default_factory=list)
+    history: list[HistoryEntry] = Field(default_factory=list)
+    last_question: str | None = None
+    created: Timestamp | None = None
+    updated: Timestamp | None = None
+    random_state: dict[str, Any] | None = None
+    progressive_state: dict[str, Any] | None = None
+
+    @field_validator("slug")
+    @classmethod
+    def _slug(cls, v: str) -> str:
+        if len(v) > 80 or not SLUG_RE.match(v):
+            raise ValueError(
+                "slug must be kebab-case: lowercase letters and digits separated by single "
+                "'-', at most 80 characters"
+            )
+        return v
+
+    @field_validator("history")
+    @classmethod
+    def _unique_iterations(cls, v: list[HistoryEntry]) -> list[HistoryEntry]:
+        seen = [h.iteration for h in v]
+        if len(set(seen)) != len(seen):
+            raise ValueError("history has two entries for the same iteration")
+        return v
+
+    @field_validator("ideas")
+    @classmethod
+    def _unique_ids(cls, v: list[Idea]) -> list[Idea]:
+        ids = [i.id for i in v]
+        if len(set(ids)) != len(ids):
+            raise ValueError("two ideas have the same id")
+        return v
+
+
+class SessionFile(_Model):
+    format_version: Literal["1.2"]
+    session: SessionBody
+    ledger: dict[str, Any] | None = None
+    """Written by the exporter for sealed sessions; informational on import."""

@@ -1,0 +1,147 @@
+"""Storage rules of YAML exports: one file per session, directory made on demand, no
+overwriting another session's file, cleanup of old finished exports (never of events).
+
+Exports are a convenience copy: the ledger stays the source of truth, so cleanup only ever
+deletes files under the export directory, and only those whose own ``updated`` field says
+they finished more than ``days`` ago.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import yaml
+
+from ..errors import UsageError
+from ..ledger import Ledger
+from .export import export_events
+from .schema import SLUG_RE
+
+__all__ = [
+    "DEFAULT_DIR",
+    "CleanupItem",
+    "autosave",
+    "cleanup",
+    "export_path",
+    "write_export",
+]
+
+DEFAULT_DIR = Path(".project-memory") / "brainstorm-sessions"
+FINISHED = ("completed", "abandoned")
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = yaml.safe_load(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _owner(doc: dict[str, Any] | None) -> tuple[str | None, str | None]:
+    if doc is None:
+        return None, None
+    session = doc.get("session")
+    ledger = doc.get("ledger")
+    sid = session.get("id") if isinstance(session, dict) else None
+    lid = ledger.get("session_id") if isinstance(ledger, dict) else None
+    return (str(sid) if sid is not None else None, str(lid) if lid is not None else None)
+
+
+def export_path(directory: Path, slug: str, yaml_id: str, ledger_id: str) -> Path:
+    """``{slug}.yaml``, or ``{slug}-{shortid}.yaml`` when that file belongs to another session
+    (its ``session.id`` differs, or its ``ledger.session_id`` names another session)."""
+    if not SLUG_RE.match(slug) or len(slug) > 80:
+        raise UsageError(f"session slug {slug!r} is not kebab-case; refusing to use it as a file")
+    plain = directory / f"{slug}.yaml"
+    if not plain.exists():
+        return plain
+    sid, lid = _owner(_read(plain))
+    if sid == yaml_id and lid in (None, ledger_id):
+        return plain
+    short = UUID(ledger_id).hex[:8]
+    return directory / f"{slug}-{short}.yaml"
+
+
+def write_export(
+    ledger: Ledger, session_id: str | UUID, *, directory: Path | None = None,
+    path: Path | None = None,
+) -> Path:
+    """Export a session to ``path`` (or its file in ``directory``); atomic replace."""
+    sid = ledger.resolve(session_id) if isinstance(session_id, str) else session_id
+    events = list(ledger.events(sid))
+    text = export_events(events)
+    if path is None:
+        doc = yaml.safe_load(text)
+        target_dir = directory if directory is not None else DEFAULT_DIR
+        path = export_path(target_dir, doc["session"]["slug"], doc["session"]["id"], str(sid))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, "utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def autosave(ledger: Ledger, session_id: str | UUID, *, directory: Path | None = None) -> Path:
+    """Write the session's export to its file; the orchestrator calls this on every phase
+    change and at the end of a session (seed: auto-save checkpoints)."""
+    return write_export(ledger, session_id, directory=directory)
+
+
+@dataclass(frozen=True)
+class CleanupItem:
+    path: Path
+    status: str
+    updated: str
+    removed: bool
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "status": self.status,
+            "updated": self.updated,
+            "removed": self.removed,
+        }
+
+
+def _when(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, str):
+        try:
+            t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return t if t.tzinfo else t.replace(tzinfo=UTC)
+    return None
+
+
+def cleanup(
+    directory: Path, *, now: datetime, days: int = 30, dry_run: bool = False
+) -> list[CleanupItem]:
+    """Remove exports of completed/abandoned sessions whose ``updated`` is older than
+    ``days``. Files that are not session exports, in progress, or undated are kept."""
+    if days < 0:
+        raise UsageError("--days must be 0 or more")
+    if not directory.is_dir():
+        return []
+    limit = now - timedelta(days=days)
+    out: list[CleanupItem] = []
+    for path in sorted(directory.glob("*.yaml")):
+        doc = _read(path)
+        session = doc.get("session") if doc else None
+        if not isinstance(session, dict):
+            continue
+        status = str(session.get("status", ""))
+        updated = _when(session.get("updated"))
+        if status not in FINISHED or updated is None or updated >= limit:
+            continue
+        if not dry_run:
+            path.unlink()
+        out.append(CleanupItem(path, status, updated.isoformat(), removed=not dry_run))
+    return out
