@@ -1,0 +1,52 @@
+"""Projections: pure folds of the ledger's events into views, applied exactly once.
+
+- :mod:`.runner` pulls the notification log and commits view rows with tracking positions;
+- :mod:`.session_state`, :mod:`.dissent`, :mod:`.consensus`, :mod:`.read_model` are the folds;
+- :mod:`.migrations` holds the read-model schema; ``datasette.yaml`` its canned queries.
+"""
+
+from .base import EventLike, Op, Patch, Projection, Put
+from .consensus import ConsensusProjection, TrailRound, TrailVote, consensus_trail, trail_round
+from .dissent import DissentEntry, DissentProjection, dissent_log
+from .read_model import ReadModelProjection
+from .runner import (
+    DEFAULT_PROJECTIONS,
+    EventSource,
+    ProjectionRunner,
+    ProjectionStatus,
+    catch_up,
+    default_projections,
+    open_views,
+    rebuild,
+    status,
+)
+from .session_state import SessionStateProjection, apply_event, fold_events
+
+__all__ = [
+    "DEFAULT_PROJECTIONS",
+    "ConsensusProjection",
+    "DissentEntry",
+    "DissentProjection",
+    "EventLike",
+    "EventSource",
+    "Op",
+    "Patch",
+    "Projection",
+    "ProjectionRunner",
+    "ProjectionStatus",
+    "Put",
+    "ReadModelProjection",
+    "SessionStateProjection",
+    "TrailRound",
+    "TrailVote",
+    "apply_event",
+    "catch_up",
+    "consensus_trail",
+    "default_projections",
+    "dissent_log",
+    "fold_events",
+    "open_views",
+    "rebuild",
+    "status",
+    "trail_round",
+]

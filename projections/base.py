@@ -1,0 +1,87 @@
+"""What a projection is: a named, versioned, pure fold from events to row writes.
+
+A projection never touches a database. For each event the runner hands it the decoded event,
+its validated payload and the session's state *after* that event (the domain's own fold), and
+the projection answers with row writes (:class:`Put`, :class:`Patch`). At the end of a batch
+it may add writes for the sessions the batch touched (:meth:`Projection.flush`), which lets
+heavy rows be written once per batch instead of once per event. Because answers depend only
+on their inputs, a rebuild from zero and any sequence of incremental catch-ups give the same
+rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar, Protocol
+
+from forge_ledger.domain import SessionState, canonical_json
+from forge_ledger.domain.events import Payload
+
+__all__ = ["EventLike", "Op", "Patch", "Projection", "Put", "dumps"]
+
+
+class EventLike(Protocol):
+    """The shape of a recorded event (``forge_ledger.ledger.RecordedEvent``)."""
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def timestamp(self) -> datetime: ...
+    @property
+    def data(self) -> dict[str, Any]: ...
+    @property
+    def hash(self) -> str: ...
+    @property
+    def notification_id(self) -> int | None: ...
+
+    def payload(self) -> Payload: ...
+
+
+@dataclass(frozen=True)
+class Put:
+    """Insert the row, or update every given column of the existing row with the same id."""
+
+    table: str
+    row: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Update some columns of the row with primary key ``id`` (no-op when it is absent)."""
+
+    table: str
+    id: str
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+Op = Put | Patch
+
+
+def dumps(value: Any) -> str:
+    """JSON text for a column: canonical (sorted keys), so equal values give equal bytes."""
+    return canonical_json(value)
+
+
+class Projection:
+    """Base class: override :meth:`apply` (and :meth:`flush` when useful).
+
+    ``version`` is bumped whenever the rows a projection writes for the same events change;
+    the runner then empties its ``tables`` and refolds it from the first event.
+    """
+
+    name: ClassVar[str] = ""
+    version: ClassVar[int] = 1
+    tables: ClassVar[tuple[str, ...]] = ()
+
+    def apply(self, event: EventLike, payload: Payload, state: SessionState) -> Sequence[Op]:
+        return ()
+
+    def flush(self, touched: Sequence[SessionState]) -> Sequence[Op]:
+        """Writes for each session the batch touched (in order of first touch)."""
+        return ()

@@ -1,0 +1,309 @@
+"""The consensus trail: how each convergence vote came about.
+
+For every convergence round it lists each participant's stance, score and concerns; whether
+the stance changed since that participant's previous vote, and which critique / synthesis /
+response / refinement round preceded the change; the plain majority vote beside the weighted
+score the engine recorded (``ConvergenceEvaluated``); and a **conformity** flag when a stance
+changed with no new argument — no critique or suggestion addressed to that participant, no
+new concern raised by others or by the participant, and no change in its stated reasoning.
+Debate research finds agents often drift to the majority without reasons; this makes such
+drift visible in the audit.
+
+:func:`consensus_trail` is pure (state or events in, trail out) and reused by the audit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from forge_ledger.domain import RoundKind, RoundState, SessionState
+from forge_ledger.domain import events as ev
+from forge_ledger.domain.events import Payload
+from forge_ledger.domain.values import ConvergenceVote
+
+from .base import EventLike, Op, Projection, Put, dumps
+from .session_state import fold_events
+
+__all__ = [
+    "ConsensusProjection",
+    "PrecedingRound",
+    "TrailRound",
+    "TrailVote",
+    "consensus_trail",
+    "trail_round",
+]
+
+_ARGUMENT_KINDS = (
+    RoundKind.CRITIQUE, RoundKind.SYNTHESIS, RoundKind.RESPONSE, RoundKind.REFINEMENT
+)
+
+
+@dataclass(frozen=True)
+class PrecedingRound:
+    """The last argument round before a vote: its number, kind and last event position."""
+
+    number: int
+    kind: str
+    position: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {"round": self.number, "kind": self.kind, "position": self.position}
+
+
+@dataclass(frozen=True)
+class TrailVote:
+    participant: str
+    stance: str
+    agrees: bool
+    score: int
+    concerns: tuple[str, ...]
+    reasoning: str
+    position: int
+    """Position of the contribution that carries the vote."""
+    previous_round: int | None
+    previous_stance: str | None
+    changed: bool
+    preceded_by: PrecedingRound | None
+    new_arguments: tuple[str, ...]
+    """What was new since the previous vote (critiques, suggestions, concerns), described."""
+    reasoning_changed: bool
+    conformity: bool
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "participant": self.participant,
+            "stance": self.stance,
+            "agrees": self.agrees,
+            "score": self.score,
+            "concerns": list(self.concerns),
+            "reasoning": self.reasoning,
+            "position": self.position,
+            "previous_round": self.previous_round,
+            "previous_stance": self.previous_stance,
+            "changed": self.changed,
+            "preceded_by": self.preceded_by.as_json() if self.preceded_by else None,
+            "new_arguments": list(self.new_arguments),
+            "reasoning_changed": self.reasoning_changed,
+            "conformity": self.conformity,
+        }
+
+
+@dataclass(frozen=True)
+class TrailRound:
+    round: int
+    iteration: int
+    superseded: bool
+    votes: tuple[TrailVote, ...]
+    abstained: tuple[str, ...]
+    majority_agrees: bool
+    """Plain majority: more than half of the votes cast agree."""
+    agree: int
+    disagree: int
+    partial: int
+    weighted_score: float | None
+    """The engine's role-weighted score (None until the round is evaluated)."""
+    threshold: float | None
+    converged: bool | None
+    evaluated_position: int | None
+
+    @property
+    def conformity(self) -> list[str]:
+        return [v.participant for v in self.votes if v.conformity]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "round": self.round,
+            "iteration": self.iteration,
+            "superseded": self.superseded,
+            "majority": {
+                "agrees": self.majority_agrees,
+                "agree": self.agree,
+                "disagree": self.disagree,
+                "partial": self.partial,
+                "abstain": len(self.abstained),
+            },
+            "weighted_score": self.weighted_score,
+            "threshold": self.threshold,
+            "converged": self.converged,
+            "evaluated_position": self.evaluated_position,
+            "abstained": list(self.abstained),
+            "conformity": self.conformity,
+            "votes": [v.as_json() for v in self.votes],
+        }
+
+
+def _votes(r: RoundState) -> dict[str, tuple[ConvergenceVote, int]]:
+    out: dict[str, tuple[ConvergenceVote, int]] = {}
+    for c in r.contributions:
+        if c.vote is not None:
+            out[c.participant] = (c.vote, c.position)
+    return out
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def _new_arguments(
+    state: SessionState, participant: str, after: int, before: int,
+    previous: ConvergenceVote | None, current: ConvergenceVote,
+) -> tuple[str, ...]:
+    """Arguments addressed to ``participant`` in rounds strictly between ``after``/``before``."""
+    found: list[str] = []
+    for r in state.rounds:
+        if not after < r.number < before:
+            continue
+        for c in r.contributions:
+            if c.participant == participant:
+                continue
+            cr = c.critique
+            if cr is not None and cr.target in (participant, None):
+                if cr.weaknesses:
+                    found.append(f"critique by {c.participant} in round {r.number}")
+                found.extend(
+                    f"suggestion by {c.participant} in round {r.number}: {s.text}"
+                    for s in cr.suggestions
+                )
+            if c.opinion is not None and c.opinion.concerns:
+                found.extend(
+                    f"concern of {c.participant} in round {r.number}: {x}"
+                    for x in c.opinion.concerns
+                )
+    if previous is not None:
+        old = {_norm(x) for x in previous.concerns}
+        found.extend(f"new concern: {x}" for x in current.concerns if _norm(x) not in old)
+    return tuple(found)
+
+
+def _preceding(state: SessionState, after: int, before: int) -> PrecedingRound | None:
+    last: PrecedingRound | None = None
+    for r in state.rounds:
+        if after < r.number < before and r.kind in _ARGUMENT_KINDS:
+            pos = r.contributions[-1].position if r.contributions else r.started_position
+            last = PrecedingRound(r.number, r.kind.value, pos)
+    return last
+
+
+def trail_round(state: SessionState, number: int) -> TrailRound | None:
+    """The trail entry of convergence round ``number`` (None if it is not one)."""
+    r = state.round(number)
+    if r is None or r.kind is not RoundKind.CONVERGENCE:
+        return None
+    earlier = [x for x in state.rounds if x.kind is RoundKind.CONVERGENCE and x.number < number]
+    votes = _votes(r)
+    trail: list[TrailVote] = []
+    for name in [*r.expected, *[n for n in votes if n not in r.expected]]:
+        if name not in votes:
+            continue
+        vote, pos = votes[name]
+        prev_round: RoundState | None = None
+        prev_vote: ConvergenceVote | None = None
+        for x in reversed(earlier):
+            pv = _votes(x).get(name)
+            if pv is not None:
+                prev_round, prev_vote = x, pv[0]
+                break
+        after = prev_round.number if prev_round is not None else 0
+        stance = vote.effective_stance
+        changed = prev_vote is not None and prev_vote.effective_stance is not stance
+        args = _new_arguments(state, name, after, number, prev_vote, vote)
+        reasoning_changed = prev_vote is not None and _norm(prev_vote.reasoning) != _norm(
+            vote.reasoning
+        )
+        trail.append(
+            TrailVote(
+                participant=name,
+                stance=stance.value,
+                agrees=vote.agrees,
+                score=vote.score,
+                concerns=vote.concerns,
+                reasoning=vote.reasoning,
+                position=pos,
+                previous_round=prev_round.number if prev_round is not None else None,
+                previous_stance=prev_vote.effective_stance.value if prev_vote else None,
+                changed=changed,
+                preceded_by=_preceding(state, after, number) if changed else None,
+                new_arguments=args,
+                reasoning_changed=reasoning_changed,
+                conformity=changed and not args and not reasoning_changed,
+            )
+        )
+    ev_ = next((c for c in state.convergence if c.round == number), None)
+    agree = sum(1 for v in trail if v.agrees)
+    partial = sum(1 for v in trail if v.stance == "partial")
+    return TrailRound(
+        round=number,
+        iteration=r.iteration,
+        superseded=r.superseded,
+        votes=tuple(trail),
+        abstained=tuple(n for n in r.expected if n not in votes),
+        majority_agrees=agree * 2 > len(trail),
+        agree=agree,
+        disagree=len(trail) - agree - partial,
+        partial=partial,
+        weighted_score=ev_.score if ev_ is not None else None,
+        threshold=ev_.threshold if ev_ is not None else None,
+        converged=ev_.converged if ev_ is not None else None,
+        evaluated_position=ev_.position if ev_ is not None else None,
+    )
+
+
+def consensus_trail(source: SessionState | Iterable[EventLike]) -> list[TrailRound]:
+    """Every convergence round of a session, in order. Pure: state or events in, trail out."""
+    state = source if isinstance(source, SessionState) else fold_events(source)
+    out = []
+    for r in state.rounds:
+        t = trail_round(state, r.number)
+        if t is not None:
+            out.append(t)
+    return out
+
+
+class ConsensusProjection(Projection):
+    """Table ``consensus_trail``: one row per vote, rewritten when its round changes."""
+
+    name = "consensus"
+    version = 1
+    tables = ("consensus_trail",)
+
+    def apply(self, event: EventLike, payload: Payload, state: SessionState) -> Sequence[Op]:
+        if isinstance(payload, ev.VoteRecorded | ev.ConvergenceEvaluated):
+            number = payload.round
+        elif isinstance(payload, ev.RoundCompleted):
+            number = payload.number
+        else:
+            return ()
+        t = trail_round(state, number)
+        if t is None:
+            return ()
+        sid = state.id
+        return [
+            Put("consensus_trail", {
+                "id": f"{sid}:{t.round}:{v.participant}",
+                "session_id": sid,
+                "round_id": f"{sid}:{t.round}",
+                "participant_id": f"{sid}:{v.participant}",
+                "participant": v.participant,
+                "round": t.round,
+                "iteration": t.iteration,
+                "stance": v.stance,
+                "agrees": int(v.agrees),
+                "score": v.score,
+                "concerns_json": dumps(list(v.concerns)),
+                "previous_round": v.previous_round,
+                "previous_stance": v.previous_stance,
+                "changed": int(v.changed),
+                "preceded_by_round": v.preceded_by.number if v.preceded_by else None,
+                "preceded_by_kind": v.preceded_by.kind if v.preceded_by else None,
+                "preceded_by_position": v.preceded_by.position if v.preceded_by else None,
+                "new_arguments": len(v.new_arguments),
+                "reasoning_changed": int(v.reasoning_changed),
+                "conformity": int(v.conformity),
+                "weighted_score": t.weighted_score,
+                "majority_agrees": int(t.majority_agrees),
+                "vote_position": v.position,
+            })
+            for v in t.votes
+        ]

@@ -1,0 +1,222 @@
+"""Schema of the read-model database, as sqlite-utils migrations.
+
+The read model lives in its own SQLite file beside the event store. Its schema evolves through
+``sqlite_utils.Migrations`` (sqlite-utils 4): each function below runs once per database, in a
+transaction, and is recorded in ``_sqlite_migrations``. A projection's *content* is versioned
+separately (``Projection.version``): bumping it empties the projection's tables and refolds
+them from event zero, without touching the schema.
+
+Foreign keys are declared so Datasette links rows (contributions → rounds → sessions …); JSON
+values are stored as text (canonical JSON, so rebuilds are byte-identical).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlite_utils import Database, Migrations
+
+__all__ = ["MIGRATIONS", "TABLE_KEYS", "migrate"]
+
+MIGRATIONS = Migrations("forge-ledger-views")
+
+TABLE_KEYS: dict[str, str] = {}
+"""table → primary-key column, for the runner's upserts."""
+
+
+def _table(
+    db: Database,
+    name: str,
+    columns: dict[str, Any],
+    *,
+    fks: list[tuple[str, str, str]] = (),  # type: ignore[assignment]
+    indexes: tuple[tuple[str, ...], ...] = (),
+) -> None:
+    db[name].create(columns, pk="id", foreign_keys=list(fks))  # type: ignore[union-attr]
+    for cols in indexes:
+        db[name].create_index(list(cols))  # type: ignore[union-attr]
+
+
+_SCHEMA: dict[str, dict[str, Any]] = {
+    "sessions": {
+        "columns": {
+            "id": str, "slug": str, "title": str, "description": str, "output_type": str,
+            "status": str, "status_reason": str, "phase": str, "iteration": int, "events": int,
+            "tokens_in": int, "tokens_out": int, "cost_usd": float, "parent_id": str,
+            "parent_position": int, "source": str, "config_json": str, "head_hash": str,
+            "created_at": str, "updated_at": str,
+        },
+        "fks": [("parent_id", "sessions", "id")],
+    },
+    "participants": {
+        "columns": {
+            "id": str, "session_id": str, "name": str, "model": str, "provider": str,
+            "role": str, "joined_position": int, "participant_json": str,
+        },
+        "fks": [("session_id", "sessions", "id")],
+        "indexes": (("session_id",),),
+    },
+    "rounds": {
+        "columns": {
+            "id": str, "session_id": str, "number": int, "kind": str, "iteration": int,
+            "depth": int, "focus": str, "technique": str, "status": str, "superseded": int,
+            "expected_json": str, "targets_json": str, "abstained_json": str,
+            "started_position": int, "started_at": str, "completed_at": str,
+        },
+        "fks": [("session_id", "sessions", "id")],
+        "indexes": (("session_id", "number"),),
+    },
+    "contributions": {
+        "columns": {
+            "id": str, "session_id": str, "round_id": str, "participant_id": str,
+            "participant": str, "round": int, "position": int, "attempt": int, "purpose": str,
+            "model": str, "content": str, "messages_json": str, "prompt_hash": str,
+            "stop_reason": str, "duration_ms": int, "tokens_in": int, "tokens_out": int,
+            "cost_usd": float, "at": str,
+        },
+        "fks": [
+            ("session_id", "sessions", "id"),
+            ("round_id", "rounds", "id"),
+            ("participant_id", "participants", "id"),
+        ],
+        "indexes": (("session_id", "position"), ("round_id",)),
+    },
+    "critiques": {
+        "columns": {
+            "id": str, "session_id": str, "round_id": str, "participant_id": str,
+            "contribution_id": str, "participant": str, "target": str, "score": int,
+            "strengths_json": str, "weaknesses_json": str, "position": int,
+        },
+        "fks": [
+            ("session_id", "sessions", "id"),
+            ("round_id", "rounds", "id"),
+            ("participant_id", "participants", "id"),
+            ("contribution_id", "contributions", "id"),
+        ],
+        "indexes": (("session_id",),),
+    },
+    "suggestions": {
+        "columns": {
+            "id": str, "critique_id": str, "session_id": str, "participant_id": str,
+            "idx": int, "text": str, "section": str, "priority": int, "category": str,
+        },
+        "fks": [
+            ("critique_id", "critiques", "id"),
+            ("session_id", "sessions", "id"),
+            ("participant_id", "participants", "id"),
+        ],
+        "indexes": (("critique_id",),),
+    },
+    "votes": {
+        "columns": {
+            "id": str, "session_id": str, "round_id": str, "participant_id": str,
+            "contribution_id": str, "participant": str, "round": int, "agrees": int,
+            "stance": str, "score": int, "concerns_json": str, "reasoning": str, "position": int,
+        },
+        "fks": [
+            ("session_id", "sessions", "id"),
+            ("round_id", "rounds", "id"),
+            ("participant_id", "participants", "id"),
+            ("contribution_id", "contributions", "id"),
+        ],
+        "indexes": (("session_id", "round"),),
+    },
+    "costs": {
+        "columns": {
+            "id": str, "session_id": str, "round_id": str, "participant_id": str,
+            "participant": str, "kind": str, "attempt": int, "model": str, "tokens_in": int,
+            "tokens_out": int, "cost_usd": float, "price_in": float, "price_out": float,
+            "price_source": str, "position": int, "at": str,
+        },
+        "fks": [
+            ("session_id", "sessions", "id"),
+            ("round_id", "rounds", "id"),
+            ("participant_id", "participants", "id"),
+        ],
+        "indexes": (("session_id", "participant"),),
+    },
+    "divergences": {
+        "columns": {
+            "id": str, "session_id": str, "divergence_id": str, "round_id": str, "topic": str,
+            "strongest": str, "strong": int, "status": str, "opened_round": int,
+            "opened_position": int, "addressed_position": int, "closed_position": int,
+            "closed_by": str, "positions_json": str,
+        },
+        "fks": [("session_id", "sessions", "id"), ("round_id", "rounds", "id")],
+        "indexes": (("session_id", "status"),),
+    },
+    "divergence_positions": {
+        "columns": {
+            "id": str, "divergence_id": str, "session_id": str, "participant_id": str,
+            "participant": str, "stance": str, "position_text": str,
+        },
+        "fks": [
+            ("divergence_id", "divergences", "id"),
+            ("session_id", "sessions", "id"),
+            ("participant_id", "participants", "id"),
+        ],
+        "indexes": (("participant",),),
+    },
+    "divergence_events": {
+        "columns": {
+            "id": str, "divergence_id": str, "session_id": str, "status": str,
+            "position": int, "round": int, "note": str, "by": str,
+        },
+        "fks": [("divergence_id", "divergences", "id"), ("session_id", "sessions", "id")],
+        "indexes": (("divergence_id",),),
+    },
+    "consensus_trail": {
+        "columns": {
+            "id": str, "session_id": str, "round_id": str, "participant_id": str,
+            "participant": str, "round": int, "iteration": int, "stance": str, "agrees": int,
+            "score": int, "concerns_json": str, "previous_round": int, "previous_stance": str,
+            "changed": int, "preceded_by_round": int, "preceded_by_kind": str,
+            "preceded_by_position": int, "new_arguments": int, "reasoning_changed": int,
+            "conformity": int, "weighted_score": float, "majority_agrees": int,
+            "vote_position": int,
+        },
+        "fks": [
+            ("session_id", "sessions", "id"),
+            ("round_id", "rounds", "id"),
+            ("participant_id", "participants", "id"),
+        ],
+        "indexes": (("session_id", "round"),),
+    },
+    "session_states": {
+        "columns": {
+            "id": str, "status": str, "iteration": int, "version": int, "head_hash": str,
+            "state_json": str,
+        },
+        "fks": [("id", "sessions", "id")],
+    },
+}
+
+for _name in _SCHEMA:
+    TABLE_KEYS[_name] = "id"
+
+
+@MIGRATIONS(name="m001_tracking")
+def m001_tracking(db: Database) -> None:
+    """The runner's tracking table: one row per projection (name, version, position)."""
+    db["_projections"].create(  # type: ignore[union-attr]
+        {"name": str, "version": int, "position": int}, pk="name"
+    )
+
+
+@MIGRATIONS(name="m002_views")
+def m002_views(db: Database) -> None:
+    """The read-model tables (created in dependency order so foreign keys resolve)."""
+    for name, spec in _SCHEMA.items():
+        _table(db, name, spec["columns"], fks=spec.get("fks", []),
+               indexes=spec.get("indexes", ()))
+
+
+@MIGRATIONS(name="m003_contributions_fts")
+def m003_contributions_fts(db: Database) -> None:
+    """Full-text search on contribution texts, kept in sync by triggers."""
+    db["contributions"].enable_fts(["content"], create_triggers=True)  # type: ignore[union-attr]
+
+
+def migrate(db: Database) -> None:
+    """Apply every pending migration (idempotent)."""
+    MIGRATIONS.apply(db)

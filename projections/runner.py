@@ -1,0 +1,337 @@
+"""The projection runner: pulls the ledger's notification log and applies projections exactly once.
+
+eventsourcing's SQLite recorder cannot push, so the runner pulls (on PostgreSQL it polls the
+same way, optionally forever with :meth:`ProjectionRunner.follow`). Each batch is one
+``BEGIN IMMEDIATE`` transaction on the read-model database: the view rows of every
+projection *and* their tracking positions in ``_projections`` commit together or not at all.
+A crash mid-batch leaves the previous batch's rows and positions; the next run redoes the
+whole batch once. Two runners on the same file serialise on the write lock and re-read
+positions inside it, so neither applies an event twice.
+
+The runner folds each session's state with the domain's own fold and hands it to the
+projections, which stay pure. When a session's state is not in memory it asks the ledger for
+the state just before the event (snapshots make that cheap).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+from uuid import UUID
+
+from sqlite_utils import Database
+
+from forge_ledger.domain import SessionState
+from forge_ledger.errors import UsageError
+
+from .base import EventLike, Op, Patch, Projection, Put
+from .consensus import ConsensusProjection
+from .dissent import DissentProjection
+from .migrations import migrate
+from .read_model import ReadModelProjection
+from .session_state import SessionStateProjection, apply_event
+
+__all__ = [
+    "DEFAULT_PROJECTIONS",
+    "EventSource",
+    "ProjectionRunner",
+    "ProjectionStatus",
+    "catch_up",
+    "default_projections",
+    "open_views",
+    "rebuild",
+    "status",
+]
+
+
+class EventSource(Protocol):
+    """What the runner needs of :class:`forge_ledger.ledger.Ledger`."""
+
+    def notifications(
+        self, *, after: int = 0, limit: int = 1000, topics: Sequence[str] = ()
+    ) -> Sequence[EventLike]: ...
+
+    def max_notification_id(self) -> int: ...
+
+    def state(self, session_id: UUID, *, at_event: int | None = None) -> SessionState: ...
+
+
+def default_projections() -> tuple[Projection, ...]:
+    return (
+        ReadModelProjection(),
+        SessionStateProjection(),
+        DissentProjection(),
+        ConsensusProjection(),
+    )
+
+
+DEFAULT_PROJECTIONS: tuple[Projection, ...] = default_projections()
+
+
+def open_views(path: str | Path) -> Database:
+    """Open (creating if needed) the read-model database and bring its schema up to date."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(p), timeout=30)
+    db = Database(conn)
+    db.execute("PRAGMA journal_mode=WAL")
+    migrate(db)
+    return db
+
+
+@dataclass(frozen=True)
+class ProjectionStatus:
+    name: str
+    version: int
+    stored_version: int | None
+    position: int
+    head: int
+
+    @property
+    def lag(self) -> int:
+        """Notifications not yet applied (everything when a version bump forces a rebuild)."""
+        if self.stored_version != self.version:
+            return self.head
+        return max(self.head - self.position, 0)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "stored_version": self.stored_version,
+            "position": self.position if self.stored_version == self.version else 0,
+            "head": self.head,
+            "lag": self.lag,
+            "needs_rebuild": self.stored_version != self.version,
+        }
+
+
+class ProjectionRunner:
+    """Applies ``projections`` from ``source`` to the read model ``db``.
+
+    Keep one runner alive to reuse in-memory session states between catch-ups (a follower);
+    a fresh runner works too, it just reloads states from the ledger.
+    """
+
+    def __init__(
+        self,
+        source: EventSource,
+        db: Database,
+        projections: Sequence[Projection] | None = None,
+    ) -> None:
+        self.source = source
+        self.db = db
+        self.projections = tuple(projections) if projections is not None else default_projections()
+        names = [p.name for p in self.projections]
+        if len(set(names)) != len(names):
+            raise ValueError(f"projection names must be unique: {names}")
+        self._states: dict[str, SessionState] = {}
+        self._sql: dict[tuple[str, str, tuple[str, ...]], str] = {}
+
+    # ------------------------------------------------------------------ tracking
+
+    def _stored(self) -> dict[str, tuple[int, int]]:
+        rows = self.db.execute("SELECT name, version, position FROM _projections").fetchall()
+        return {str(n): (int(v), int(p)) for n, v, p in rows}
+
+    def _reset(self, p: Projection) -> None:
+        for table in p.tables:
+            self.db.execute(f'DELETE FROM "{table}"')
+        self.db.execute(
+            "INSERT INTO _projections (name, version, position) VALUES (?, ?, 0) "
+            "ON CONFLICT(name) DO UPDATE SET version = excluded.version, position = 0",
+            [p.name, p.version],
+        )
+
+    def _positions(self) -> dict[str, int]:
+        """Positions inside the open transaction; resets projections whose version changed."""
+        stored = self._stored()
+        out: dict[str, int] = {}
+        for p in self.projections:
+            got = stored.get(p.name)
+            if got is None or got[0] != p.version:
+                self._reset(p)
+                out[p.name] = 0
+            else:
+                out[p.name] = got[1]
+        return out
+
+    def status(self) -> list[ProjectionStatus]:
+        stored = self._stored()
+        head = self.source.max_notification_id()
+        return [
+            ProjectionStatus(
+                name=p.name,
+                version=p.version,
+                stored_version=stored[p.name][0] if p.name in stored else None,
+                position=stored[p.name][1] if p.name in stored else 0,
+                head=head,
+            )
+            for p in self.projections
+        ]
+
+    def rebuild(self, names: Iterable[str] | None = None, *, batch_size: int = 1000) -> int:
+        """Empty the named projections (all by default) and refold them from event zero."""
+        wanted = list(names) if names is not None else [p.name for p in self.projections]
+        known = {p.name: p for p in self.projections}
+        unknown = [n for n in wanted if n not in known]
+        if unknown:
+            raise UsageError(
+                f"unknown projection {unknown[0]!r}",
+                hint=f"projections are: {', '.join(known)}",
+            )
+        with self._transaction():
+            for n in wanted:
+                self._reset(known[n])
+        self._states.clear()
+        return self.catch_up(batch_size=batch_size)
+
+    # ------------------------------------------------------------------ applying
+
+    def catch_up(self, *, batch_size: int = 1000, max_batches: int | None = None) -> int:
+        """Apply every new notification; returns how many were read. Resumable at any point."""
+        if batch_size < 1:
+            raise UsageError("batch size must be at least 1")
+        total = 0
+        batches = 0
+        while max_batches is None or batches < max_batches:
+            n = self._one_batch(batch_size)
+            if n == 0:
+                break
+            total += n
+            batches += 1
+        return total
+
+    def follow(
+        self,
+        *,
+        interval: float = 1.0,
+        batch_size: int = 1000,
+        stop: Callable[[], bool] = lambda: False,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> None:
+        """Long-lived follower: catch up, sleep ``interval`` seconds, repeat until ``stop()``."""
+        while not stop():
+            n = self.catch_up(batch_size=batch_size)
+            if n and on_batch is not None:
+                on_batch(n)
+            if not n:
+                time.sleep(interval)
+
+    def _transaction(self) -> Any:
+        db = self.db
+
+        class _Tx:
+            def __enter__(self) -> None:
+                db.conn.execute("BEGIN IMMEDIATE")
+
+            def __exit__(self, exc_type: object, *rest: object) -> None:
+                if exc_type is None:
+                    db.conn.commit()
+                else:
+                    db.conn.rollback()
+
+        return _Tx()
+
+    def _state_before(self, event: EventLike) -> SessionState | None:
+        if event.position == 1:
+            return None
+        cached = self._states.get(event.session_id)
+        if cached is not None and cached.version == event.position - 1:
+            return cached
+        return self.source.state(UUID(event.session_id), at_event=event.position - 1)
+
+    def _one_batch(self, batch_size: int) -> int:
+        try:
+            with self._transaction():
+                positions = self._positions()
+                start = min(positions.values(), default=0)
+                batch = self.source.notifications(after=start, limit=batch_size)
+                if not batch:
+                    return 0
+                touched: dict[str, SessionState] = {}
+                last = start
+                for event in batch:
+                    nid = event.notification_id
+                    assert nid is not None
+                    payload = event.payload()
+                    state = apply_event(self._state_before(event), event, payload)
+                    self._states[event.session_id] = state
+                    touched.setdefault(event.session_id, state)
+                    touched[event.session_id] = state
+                    for p in self.projections:
+                        if nid > positions[p.name]:
+                            self._write(p.apply(event, payload, state))
+                    last = nid
+                states = list(touched.values())
+                for p in self.projections:
+                    if last > positions[p.name]:
+                        self._write(p.flush(states))
+                        self.db.execute(
+                            "UPDATE _projections SET position = ? WHERE name = ?", [last, p.name]
+                        )
+                return len(batch)
+        except BaseException:
+            self._states.clear()
+            raise
+
+    def _write(self, ops: Iterable[Op]) -> None:
+        conn = self.db.conn
+        for op in ops:
+            if isinstance(op, Put):
+                cols = tuple(op.row)
+                key = ("put", op.table, cols)
+                sql = self._sql.get(key)
+                if sql is None:
+                    names = ", ".join(f'"{c}"' for c in cols)
+                    marks = ", ".join("?" for _ in cols)
+                    sets = ", ".join(f'"{c}" = excluded."{c}"' for c in cols if c != "id")
+                    sql = (
+                        f'INSERT INTO "{op.table}" ({names}) VALUES ({marks}) '
+                        f"ON CONFLICT(id) DO UPDATE SET {sets}"
+                    )
+                    self._sql[key] = sql
+                conn.execute(sql, list(op.row.values()))
+            elif isinstance(op, Patch):
+                cols = tuple(op.values)
+                if not cols:
+                    continue
+                key = ("patch", op.table, cols)
+                sql = self._sql.get(key)
+                if sql is None:
+                    sets = ", ".join(f'"{c}" = ?' for c in cols)
+                    sql = f'UPDATE "{op.table}" SET {sets} WHERE id = ?'
+                    self._sql[key] = sql
+                conn.execute(sql, [*op.values.values(), op.id])
+
+
+def catch_up(
+    source: EventSource,
+    db: Database,
+    *,
+    batch_size: int = 1000,
+    projections: Sequence[Projection] | None = None,
+) -> int:
+    """Apply every new notification of ``source`` to ``db``; returns how many were read."""
+    return ProjectionRunner(source, db, projections).catch_up(batch_size=batch_size)
+
+
+def rebuild(
+    source: EventSource,
+    db: Database,
+    names: Iterable[str] | None = None,
+    *,
+    batch_size: int = 1000,
+    projections: Sequence[Projection] | None = None,
+) -> int:
+    return ProjectionRunner(source, db, projections).rebuild(names, batch_size=batch_size)
+
+
+def status(
+    source: EventSource, db: Database, projections: Sequence[Projection] | None = None
+) -> list[ProjectionStatus]:
+    return ProjectionRunner(source, db, projections).status()

@@ -1,0 +1,179 @@
+"""Commands over projections: ``projections status|rebuild|update``, ``dissent``, ``trail``.
+
+``dissent`` and ``trail`` fold the session's state from the ledger (snapshots keep that
+cheap) and print the pure dissent log / consensus trail; ``projections`` manages the
+read-model database beside the store (the one Datasette serves). None imports litellm.
+"""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+
+from ..projections import (
+    ProjectionRunner,
+    consensus_trail,
+    dissent_log,
+    open_views,
+)
+from . import cli
+from ._common import emit_json, err_console, json_option, open_ledger, out_console, store_option
+
+__all__ = ["dissent", "projections", "trail"]
+
+
+@cli.group()
+def projections() -> None:
+    """Read-model projections (SQLite file beside the store, browsable with Datasette)."""
+
+
+@projections.command("status")
+@store_option
+@json_option
+def projections_status(store: str | None, as_json: bool) -> None:
+    """Each projection's version, position and lag behind the ledger."""
+    with open_ledger(store) as ledger:
+        path = ledger.location.read_model_path
+        db = open_views(path)
+        try:
+            rows = ProjectionRunner(ledger, db).status()
+        finally:
+            db.close()
+    if as_json:
+        emit_json({"read_model": str(path), "projections": [r.as_json() for r in rows]})
+        return
+    table = Table(title=f"projections in {path}")
+    for col in ("name", "version", "position", "head", "lag", "state"):
+        table.add_column(col)
+    for r in rows:
+        j = r.as_json()
+        state = (
+            "not built" if r.stored_version is None
+            else "rebuild needed" if j["needs_rebuild"]
+            else "behind" if r.lag
+            else "current"
+        )
+        table.add_row(r.name, str(r.version), str(j["position"]), str(r.head), str(r.lag), state)
+    out_console.print(table)
+
+
+def _run(store: str | None, *, rebuild: str | None, everything: bool, batch_size: int,
+         follow: bool = False, interval: float = 1.0) -> int:
+    with open_ledger(store) as ledger:
+        db = open_views(ledger.location.read_model_path)
+        try:
+            runner = ProjectionRunner(ledger, db)
+            n: int
+            if everything or rebuild is not None:
+                n = runner.rebuild([rebuild] if rebuild else None, batch_size=batch_size)
+            else:
+                n = runner.catch_up(batch_size=batch_size)
+            if follow:
+                err_console.print(f"following {ledger.location.display} (Ctrl-C stops)")
+                runner.follow(
+                    interval=interval,
+                    batch_size=batch_size,
+                    on_batch=lambda k: err_console.print(f"applied {k} events"),
+                )
+            return n
+        finally:
+            db.close()
+
+
+@projections.command("rebuild")
+@click.argument("name", required=False)
+@click.option("--batch-size", default=1000, show_default=True, type=click.IntRange(min=1))
+@store_option
+@json_option
+def projections_rebuild(name: str | None, batch_size: int, store: str | None,
+                        as_json: bool) -> None:
+    """Empty NAME (default: every projection) and refold it from the first event."""
+    n = _run(store, rebuild=name, everything=name is None, batch_size=batch_size)
+    if as_json:
+        emit_json({"rebuilt": name or "all", "events": n})
+    else:
+        err_console.print(f"rebuilt {name or 'all projections'} from {n} events")
+
+
+@projections.command("update")
+@click.option("--batch-size", default=1000, show_default=True, type=click.IntRange(min=1))
+@click.option("--follow", is_flag=True, help="Keep polling for new events (PostgreSQL too).")
+@click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(min=0.05),
+              help="Seconds between polls with --follow.")
+@store_option
+@json_option
+def projections_update(batch_size: int, follow: bool, interval: float, store: str | None,
+                       as_json: bool) -> None:
+    """Apply new events to every projection (exactly once; safe to interrupt)."""
+    n = _run(store, rebuild=None, everything=False, batch_size=batch_size, follow=follow,
+             interval=interval)
+    if as_json:
+        emit_json({"events": n})
+    else:
+        err_console.print(f"applied {n} events")
+
+
+@cli.command()
+@click.argument("session")
+@click.option("--all", "include_closed", is_flag=True, help="Include closed divergences.")
+@store_option
+@json_option
+def dissent(session: str, include_closed: bool, store: str | None, as_json: bool) -> None:
+    """The dissent log of SESSION: divergences still open, with their lifecycle."""
+    with open_ledger(store) as ledger:
+        state = ledger.state(session)
+    entries = dissent_log(state, include_closed=include_closed)
+    if as_json:
+        emit_json({"session_id": state.id, "include_closed": include_closed,
+                   "divergences": [e.as_json() for e in entries]})
+        return
+    if not entries:
+        what = "divergences" if include_closed else "open divergences"
+        out_console.print(f"no {what} in session {state.id}")
+        return
+    table = Table(title=f"dissent log of {state.id}")
+    for col in ("id", "topic", "status", "strong", "opened", "rounds open", "positions",
+                "lifecycle"):
+        table.add_column(col)
+    for e in entries:
+        table.add_row(
+            e.divergence_id, e.topic, e.status, "yes" if e.strong else "",
+            f"round {e.opened_round} @{e.opened_position}", str(e.rounds_open),
+            "; ".join(f"{p}: {s}" for p, s, _ in e.positions),
+            " → ".join(f"{s.status}@{s.position}" for s in e.lifecycle),
+        )
+    out_console.print(table)
+
+
+@cli.command()
+@click.argument("session")
+@store_option
+@json_option
+def trail(session: str, store: str | None, as_json: bool) -> None:
+    """The consensus trail of SESSION: each vote, stance changes and conformity flags."""
+    with open_ledger(store) as ledger:
+        state = ledger.state(session)
+    rounds = consensus_trail(state)
+    if as_json:
+        emit_json({"session_id": state.id, "rounds": [r.as_json() for r in rounds]})
+        return
+    if not rounds:
+        out_console.print(f"no convergence vote yet in session {state.id}")
+        return
+    for r in rounds:
+        score = "not evaluated" if r.weighted_score is None else f"{r.weighted_score:.2f}"
+        majority = "agrees" if r.majority_agrees else "does not agree"
+        table = Table(
+            title=f"round {r.round} (iteration {r.iteration}) — weighted score {score}; "
+            f"majority {majority} ({r.agree} agree, {r.disagree} disagree, {r.partial} partial)"
+            + (" [superseded]" if r.superseded else "")
+        )
+        for col in ("participant", "stance", "score", "concerns", "change", "preceded by",
+                    "flag"):
+            table.add_column(col)
+        for v in r.votes:
+            change = f"{v.previous_stance} → {v.stance}" if v.changed else ""
+            pre = f"{v.preceded_by.kind} r{v.preceded_by.number}" if v.preceded_by else ""
+            table.add_row(v.participant, v.stance, str(v.score), "; ".join(v.concerns),
+                          change, pre, "conformity" if v.conformity else "")
+        out_console.print(table)
