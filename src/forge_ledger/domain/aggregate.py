@@ -239,6 +239,8 @@ class Deliberation(Aggregate):
         for name in participants:
             self._require_member(name)
         for critic, target in (targets or {}).items():
+            if not target and kind is not RoundKind.CRITIQUE:
+                continue  # e.g. a response round: the author answers no one in particular
             self._require_member(target)
             if kind is RoundKind.CRITIQUE and critic == target:
                 raise InvariantViolation(f"{critic!r} may not critique its own work")

@@ -1,0 +1,67 @@
+"""The deliberation engine: pure rules over :class:`~forge_ledger.domain.state.SessionState`.
+
+Nothing here reads a clock, randomness, the environment or the network, and nothing imports
+litellm: given the same recorded events the engine always answers the same, which is what
+makes replay and time travel trustworthy. The orchestrator asks :func:`next_step`, builds
+prompts with :func:`build_messages`, parses answers with :func:`parse_output` and records
+what :func:`after_round` plans.
+"""
+
+from __future__ import annotations
+
+from .budget import budget_allows, estimate_prompt_tokens, estimate_tokens, worst_case_cost
+from .convergence import (
+    DEFAULT_ROLE_WEIGHTS,
+    STANCE_VALUES,
+    ConformityFlag,
+    conformity_flags,
+    convergence,
+    role_weight,
+    weighted_score,
+)
+from .divergence import plan_divergences
+from .outcomes import after_round
+from .parsing import ParsedOutput, output_schema, parse_output
+from .prompts import build_messages, header, repair_messages
+from .steps import (
+    AskHuman,
+    BudgetStop,
+    Finish,
+    StartRound,
+    Step,
+    critique_targets,
+    drafters,
+    next_step,
+    synthesizer,
+)
+
+__all__ = [
+    "DEFAULT_ROLE_WEIGHTS",
+    "STANCE_VALUES",
+    "AskHuman",
+    "BudgetStop",
+    "ConformityFlag",
+    "Finish",
+    "ParsedOutput",
+    "StartRound",
+    "Step",
+    "after_round",
+    "budget_allows",
+    "build_messages",
+    "conformity_flags",
+    "convergence",
+    "critique_targets",
+    "drafters",
+    "estimate_prompt_tokens",
+    "estimate_tokens",
+    "header",
+    "next_step",
+    "output_schema",
+    "parse_output",
+    "plan_divergences",
+    "repair_messages",
+    "role_weight",
+    "synthesizer",
+    "weighted_score",
+    "worst_case_cost",
+]

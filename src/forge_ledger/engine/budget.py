@@ -1,0 +1,61 @@
+"""Budget arithmetic: a worst-case price for a call before it is made, and the cost check.
+
+The orchestrator reserves a call's worst case before sending it, so a session never overruns
+``max_cost_usd`` by more than estimation error. Tokens are *estimated* without a tokenizer
+(which would need model-specific files, sometimes a download, and would make the engine
+depend on litellm): ``ceil(characters / 4)`` per text — the usual rule of thumb for English
+with BPE tokenizers — plus ``MESSAGE_OVERHEAD_TOKENS`` per chat message (role and framing)
+and ``REPLY_PRIMER_TOKENS`` once. The worst case assumes the answer uses all ``max_tokens``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..domain.state import SessionState
+from ..domain.values import ChatMessage, Price
+
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "MESSAGE_OVERHEAD_TOKENS",
+    "REPLY_PRIMER_TOKENS",
+    "budget_allows",
+    "estimate_prompt_tokens",
+    "estimate_tokens",
+    "worst_case_cost",
+]
+
+CHARS_PER_TOKEN = 4
+MESSAGE_OVERHEAD_TOKENS = 4
+REPLY_PRIMER_TOKENS = 3
+_EPSILON = 1e-9
+
+
+def estimate_tokens(text: str) -> int:
+    """``ceil(len(text) / 4)``: 0 for the empty text."""
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+def estimate_prompt_tokens(messages: Sequence[ChatMessage]) -> int:
+    """Estimated input tokens of a chat prompt (texts + per-message overhead + primer)."""
+    return REPLY_PRIMER_TOKENS + sum(
+        estimate_tokens(m.content) + MESSAGE_OVERHEAD_TOKENS for m in messages
+    )
+
+
+def worst_case_cost(
+    messages: Sequence[ChatMessage], max_tokens: int, price: Price | None
+) -> float:
+    """USD for the estimated prompt plus ``max_tokens`` of answer; 0.0 when the price is
+    unknown (the orchestrator then relies on the recorded costs alone)."""
+    if price is None:
+        return 0.0
+    return (
+        estimate_prompt_tokens(messages) * price.input_cost_per_token
+        + max(max_tokens, 0) * price.output_cost_per_token
+    )
+
+
+def budget_allows(state: SessionState, reserve_usd: float) -> bool:
+    """True when what was spent plus ``reserve_usd`` stays within ``max_cost_usd``."""
+    return state.cost_usd + max(reserve_usd, 0.0) <= state.config.max_cost_usd + _EPSILON

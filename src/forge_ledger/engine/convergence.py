@@ -1,0 +1,256 @@
+"""Convergence scoring (DESIGN.md §1) and conformity flags.
+
+**Score.** Each vote's stance has a value — ``strongly_agree`` 1, ``agree`` 1, ``partial`` 0.5,
+``disagree`` 0, ``strongly_disagree`` 0 — and the score is the role-weighted mean of those
+values over the participants who voted (abstainers, i.e. missing or unparseable votes, are
+excluded). It is in [0, 1] and never decreases when one vote moves towards agreement.
+
+**Default role weights** (override per role with ``SessionConfig.role_weights``, keyed by the
+role's value, e.g. ``{"domain_expert": 2.0}``):
+
+================  ======  ===============================================================
+role              weight  why
+================  ======  ===============================================================
+generalist        1.0     the baseline
+drafter           1.0     the baseline
+critic            1.0     the baseline
+domain_expert     1.5     technical accuracy is its job
+code_reviewer     1.25    quality and security of code outputs
+synthesizer       0.75    it votes on its own synthesis: its approval counts for less
+devils_advocate   0.75    it is asked to object; its objections still open divergences
+================  ======  ===============================================================
+
+Negative overrides count as 0; if every voter weighs 0 the plain mean is used.
+
+**Converged** iff score ≥ ``convergence_threshold`` AND the number of agreeing voters ≥
+``min_consensus`` capped at the number of voters (so a two-person session can converge) AND no
+open divergence's strongest stance is ``strongly_disagree`` (a human overrule closes it).
+The plain majority (agreeing voters > half of the voters) is always reported beside the
+weighted score, since much of the value of a debate is the vote itself.
+
+**Conformity flags.** Agents often drift to the majority without a new argument. A participant
+whose stance changes side (agree / partial / disagree) between two consecutive convergence
+votes is flagged when its reasoning is unchanged, or when nothing between the votes — a
+critique, a refinement or a new synthesis by someone else — mentions the concerns at stake.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from ..domain import events as ev
+from ..domain.state import RoundState, SessionState
+from ..domain.values import ParticipantRole, RoundKind, SessionConfig, Stance
+from .divergence import plan_divergences, project_open
+from .topics import mentions, normalize
+
+__all__ = [
+    "DEFAULT_ROLE_WEIGHTS",
+    "STANCE_VALUES",
+    "ConformityFlag",
+    "conformity_flags",
+    "convergence",
+    "role_weight",
+    "weighted_score",
+]
+
+DEFAULT_ROLE_WEIGHTS: dict[ParticipantRole, float] = {
+    ParticipantRole.GENERALIST: 1.0,
+    ParticipantRole.DRAFTER: 1.0,
+    ParticipantRole.CRITIC: 1.0,
+    ParticipantRole.DOMAIN_EXPERT: 1.5,
+    ParticipantRole.CODE_REVIEWER: 1.25,
+    ParticipantRole.SYNTHESIZER: 0.75,
+    ParticipantRole.DEVILS_ADVOCATE: 0.75,
+}
+
+STANCE_VALUES: dict[Stance, float] = {
+    Stance.STRONGLY_AGREE: 1.0,
+    Stance.AGREE: 1.0,
+    Stance.PARTIAL: 0.5,
+    Stance.DISAGREE: 0.0,
+    Stance.STRONGLY_DISAGREE: 0.0,
+}
+
+
+def role_weight(role: ParticipantRole, config: SessionConfig) -> float:
+    """The vote weight of ``role``: the config's override, else the documented default."""
+    override = config.role_weights.get(role.value)
+    weight = DEFAULT_ROLE_WEIGHTS[role] if override is None else float(override)
+    return max(weight, 0.0)
+
+
+def weighted_score(votes: list[tuple[Stance, float]]) -> float:
+    """Weighted mean of stance values, clamped to [0, 1]; 0.0 without votes."""
+    if not votes:
+        return 0.0
+    total = sum(w for _, w in votes)
+    if total <= 0:
+        value = sum(STANCE_VALUES[s] for s, _ in votes) / len(votes)
+    else:
+        value = sum(STANCE_VALUES[s] * w for s, w in votes) / total
+    return min(1.0, max(0.0, value))
+
+
+def _votes(state: SessionState, r: RoundState) -> tuple[list[tuple[str, Stance]], int]:
+    voters: list[tuple[str, Stance]] = []
+    abstain = 0
+    for name in r.expected:
+        c = r.contribution_of(name)
+        if c is None or c.vote is None or name in r.abstained:
+            abstain += 1
+            continue
+        voters.append((name, c.vote.effective_stance))
+    return voters, abstain
+
+
+def convergence(state: SessionState, round: RoundState) -> ev.ConvergenceEvaluated:
+    """Evaluate a completed convergence round (blocking dissent as it stands after the
+    divergence events :func:`after_round` plans for this round)."""
+    cfg = state.config
+    voters, abstain = _votes(state, round)
+    weights: dict[str, float] = {}
+    for name, _ in voters:
+        p = state.participant(name)
+        role = p.role if p is not None else ParticipantRole.GENERALIST
+        weights[name] = role_weight(role, cfg)
+    score = weighted_score([(s, weights[n]) for n, s in voters])
+    agree = sum(1 for _, s in voters if s.agrees)
+    disagree = sum(1 for _, s in voters if s.disagrees)
+    partial = len(voters) - agree - disagree
+    open_after = project_open(state, plan_divergences(state, round.number))
+    blocking = tuple(
+        f"{d.id}: {d.topic}" for d in open_after if d.strongest is Stance.STRONGLY_DISAGREE
+    )
+    needed = min(cfg.min_consensus, len(voters))
+    converged = (
+        bool(voters)
+        and score >= cfg.convergence_threshold
+        and agree >= needed
+        and not blocking
+    )
+    remaining: list[str] = []
+    for name in round.expected:
+        c = round.contribution_of(name)
+        if c is None or c.vote is None or name in round.abstained:
+            continue
+        if c.vote.effective_stance.agrees:
+            continue
+        for concern in c.vote.concerns:
+            item = f"{name}: {concern}"
+            if item not in remaining:
+                remaining.append(item)
+    for d in open_after:
+        if not any(mentions(item, d.topic) for item in remaining):
+            remaining.append(f"open divergence {d.id}: {d.topic}")
+    return ev.ConvergenceEvaluated(
+        round=round.number,
+        iteration=round.iteration,
+        score=score,
+        converged=converged,
+        majority_agrees=2 * agree > len(voters),
+        agree=agree,
+        disagree=disagree,
+        partial=partial,
+        abstain=abstain,
+        threshold=cfg.convergence_threshold,
+        blocking=blocking,
+        remaining_issues=tuple(remaining),
+        weights=weights,
+    )
+
+
+# --------------------------------------------------------------------------- conformity
+
+
+@dataclass(frozen=True)
+class ConformityFlag:
+    """A stance flip between two consecutive votes that came with no new argument."""
+
+    participant: str
+    from_round: int
+    to_round: int
+    from_stance: Stance
+    to_stance: Stance
+    reason: str
+    joined_majority: bool
+    """True when the new stance sides with the previous vote's majority."""
+
+
+def _side(s: Stance) -> int:
+    return 1 if s.agrees else (-1 if s.disagrees else 0)
+
+
+def conformity_flags(state: SessionState) -> list[ConformityFlag]:
+    """Stance flips without a new argument, in round order (see module docstring)."""
+    rounds = state.active_rounds
+    votes = [r for r in rounds if r.kind is RoundKind.CONVERGENCE]
+    flags: list[ConformityFlag] = []
+    for prev, nxt in itertools.pairwise(votes):
+        between = [r for r in rounds if prev.number < r.number < nxt.number]
+        prev_votes = dict(_votes(state, prev)[0])
+        majority_side = _majority_side(list(prev_votes.values()))
+        for name in nxt.expected:
+            a = prev.contribution_of(name)
+            b = nxt.contribution_of(name)
+            if a is None or b is None or a.vote is None or b.vote is None:
+                continue
+            sa, sb = a.vote.effective_stance, b.vote.effective_stance
+            if _side(sa) == _side(sb):
+                continue
+            reason = _no_new_argument(name, a.vote.reasoning, b.vote.reasoning,
+                                      (*a.vote.concerns, *b.vote.concerns), between)
+            if reason is None:
+                continue
+            flags.append(
+                ConformityFlag(
+                    participant=name,
+                    from_round=prev.number,
+                    to_round=nxt.number,
+                    from_stance=sa,
+                    to_stance=sb,
+                    reason=reason,
+                    joined_majority=majority_side is not None and _side(sb) == majority_side,
+                )
+            )
+    return flags
+
+
+def _majority_side(stances: list[Stance]) -> int | None:
+    if not stances:
+        return None
+    counts = {side: sum(1 for s in stances if _side(s) == side) for side in (1, 0, -1)}
+    best = max(counts.values())
+    leaders = [side for side, n in counts.items() if n == best]
+    return leaders[0] if len(leaders) == 1 else None
+
+
+def _no_new_argument(
+    name: str,
+    before: str,
+    after: str,
+    concerns: tuple[str, ...],
+    between: list[RoundState],
+) -> str | None:
+    """Why the flip counts as unargued, or ``None`` when a new argument came in between."""
+    if normalize(before) and normalize(before) == normalize(after):
+        return "stance changed with identical reasoning"
+    texts: list[str] = []
+    for r in between:
+        for c in r.contributions:
+            if c.participant == name:
+                continue
+            texts.append(c.response.content)
+            if c.critique is not None:
+                texts.extend(c.critique.weaknesses)
+                texts.extend(s.text for s in c.critique.suggestions)
+            if c.opinion is not None:
+                texts.extend((c.opinion.reasoning, *c.opinion.concerns))
+    if not texts:
+        return "stance changed with no round in between"
+    if not concerns:
+        return None
+    if any(mentions(t, concern) for t in texts for concern in concerns):
+        return None
+    return "stance changed though nothing in between took up its concerns"

@@ -1,0 +1,429 @@
+"""Prompt templates: the exact messages each participant receives in each round.
+
+Prompts are part of the record (every contribution stores its messages and their hash) and a
+replay rebuilds them to find its recorded answers, so :func:`build_messages` is a pure function
+of the events recorded *before the round started*: the same state gives the same bytes, and a
+later event (a divergence resolved afterwards, a human note added later) never changes the
+prompt of an earlier round. Changing a template changes prompt hashes, which is exactly what
+replay's non-determinism report is meant to show.
+
+What each round sees (the research notes: keep drafts blind, never let a participant judge its
+own work):
+
+* draft — the topic only, never another draft;
+* critique — the one draft it was assigned (never its own);
+* response — the critiques its draft received, with reviewers anonymised;
+* synthesis — drafts, critiques and responses (or the previous synthesis and the refinements),
+  open dissent, the human's answers, the technique to apply; the facilitator persona shapes
+  the synthesizer's system prompt;
+* refinement — the latest synthesis and that participant's own open concerns;
+* convergence — the latest synthesis and a request for a vote.
+
+The first line of every user prompt is ``Round {n} · {kind} · iteration {k}`` (scripted test
+models key their answers on it). Structured answers are requested with the JSON schema inline.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from pydantic import BaseModel
+
+from ..domain.state import ContributionState, DivergenceState, RoundState, SessionState
+from ..domain.values import (
+    ChatMessage,
+    Critique,
+    DivergenceStatus,
+    Mode,
+    Participant,
+    ParticipantRole,
+    Persona,
+    RoundKind,
+    Topic,
+)
+from .parsing import output_schema
+from .techniques import get_technique
+
+__all__ = ["build_messages", "header", "repair_messages", "schema_text"]
+
+_MODE_TEXT: dict[Mode, str] = {
+    Mode.STANDARD: (
+        "Deliberation mode: standard. Work independently and give your own considered view."
+    ),
+    Mode.PARTY: (
+        "Deliberation mode: party. Participants speak as distinct personalities; keep your "
+        "own voice and perspective, and engage with the others' points directly."
+    ),
+    Mode.PANEL: (
+        "Deliberation mode: panel. You sit on an expert panel; speak from your expertise, be "
+        "concise, and say where your expertise ends."
+    ),
+}
+
+_PERSONA_TEXT: dict[Persona, str] = {
+    Persona.ARCHITECTE: (
+        "Facilitator persona: architecte. Structure the synthesis: clear sections, explicit "
+        "decisions, and the rationale of each trade-off."
+    ),
+    Persona.SPARRING: (
+        "Facilitator persona: sparring. Challenge weak points openly and state which "
+        "objections remain unresolved and why, rather than smoothing them over."
+    ),
+    Persona.PRAGMATIQUE: (
+        "Facilitator persona: pragmatique. Favour what can be done now: concrete steps, "
+        "priorities, and the simplest option that meets the constraints."
+    ),
+}
+
+
+def header(round: RoundState) -> str:
+    """The first line of the user prompt."""
+    return f"Round {round.number} · {round.kind.value} · iteration {round.iteration}"
+
+
+def schema_text(model: type[BaseModel]) -> str:
+    """The model's JSON schema, serialised deterministically."""
+    return json.dumps(model.model_json_schema(), sort_keys=True, indent=2, ensure_ascii=False)
+
+
+# --------------------------------------------------------------------------- system prompt
+
+
+def _system(state: SessionState, round: RoundState, p: Participant) -> str:
+    parts = [
+        f"You are {p.name}, one of {len(state.participants)} participants in a structured "
+        "deliberation. Every message is recorded for audit; be precise and honest about "
+        "uncertainty."
+    ]
+    if p.role.system_prompt_modifier:
+        parts.append(p.role.system_prompt_modifier)
+    if p.expertise:
+        parts.append(f"Your expertise: {p.expertise}.")
+    if p.framework:
+        parts.append(f"Work within this framework: {p.framework}.")
+    parts.append(_MODE_TEXT[state.config.mode])
+    if round.kind is RoundKind.SYNTHESIS:
+        parts.append(_PERSONA_TEXT[state.config.persona])
+    return "\n\n".join(parts)
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+def _topic(topic: Topic) -> str:
+    lines = [f"Topic: {topic.title}", f"Expected output: {topic.output_type.value}"]
+    if topic.description:
+        lines += ["", "Description:", topic.description]
+    if topic.constraints:
+        lines += ["", "Constraints:", *(f"- {c}" for c in topic.constraints)]
+    if topic.references:
+        lines += ["", "References:"]
+        for ref in topic.references:
+            lines += [f"### {ref.name} ({ref.ref_type.value})", ref.content]
+    return "\n".join(lines)
+
+
+def _before(state: SessionState, round: RoundState) -> list[RoundState]:
+    return [r for r in state.active_rounds if r.number < round.number]
+
+
+def _latest(rounds: list[RoundState], kind: RoundKind) -> RoundState | None:
+    for r in reversed(rounds):
+        if r.kind is kind and r.contributions:
+            return r
+    return None
+
+
+def _answer(r: RoundState, name: str) -> ContributionState | None:
+    c = r.contribution_of(name)
+    return None if c is None or name in r.abstained else c
+
+
+def _critique_text(c: ContributionState) -> str:
+    cr = c.critique
+    if cr is None:
+        return c.response.content.strip()
+    return _render_critique(cr)
+
+
+def _render_critique(cr: Critique) -> str:
+    lines = [f"Score: {cr.score}/100"]
+    if cr.strengths:
+        lines += ["Strengths:", *(f"- {s}" for s in cr.strengths)]
+    if cr.weaknesses:
+        lines += ["Weaknesses:", *(f"- {w}" for w in cr.weaknesses)]
+    if cr.suggestions:
+        lines.append("Suggestions:")
+        for s in cr.suggestions:
+            where = f" [{s.section}]" if s.section else ""
+            lines.append(f"- (priority {s.priority}, {s.category.value}){where} {s.text}")
+    return "\n".join(lines)
+
+
+def _opinion_text(c: ContributionState) -> str:
+    o = c.opinion
+    if o is None:
+        return c.response.content.strip()
+    lines = [f"Stance: {o.stance.value}"]
+    if o.reasoning:
+        lines.append(f"Reasoning: {o.reasoning}")
+    if o.concerns:
+        lines += ["Concerns:", *(f"- {x}" for x in o.concerns)]
+    return "\n".join(lines)
+
+
+def _open_at(state: SessionState, position: int) -> list[tuple[DivergenceState, str]]:
+    """Divergences open as of ``position``, with their status then (not now)."""
+    out: list[tuple[DivergenceState, str]] = []
+    for d in state.divergences:
+        if d.opened_position >= position:
+            continue
+        status = DivergenceStatus.OPEN
+        for h in d.history:
+            if h.position < position:
+                status = h.status
+        if status.closed:
+            continue
+        sides = "; ".join(f"{p.participant} ({p.stance.value}): {p.position}" for p in d.positions)
+        out.append((d, f"- [{d.id}] {d.topic} ({status.value}) — {sides}"))
+    return out
+
+
+def _open_dissent(state: SessionState, position: int) -> list[str]:
+    return [line for _, line in _open_at(state, position)]
+
+
+def _human(state: SessionState, position: int) -> list[str]:
+    out: list[str] = []
+    for h in state.human_inputs:
+        if h.position >= position:
+            continue
+        asked = f" (answering: {' | '.join(h.questions)})" if h.questions else ""
+        out.append(f"- iteration {h.iteration}, {h.kind} from {h.author}{asked}: {h.text}")
+    return out
+
+
+def _technique(round: RoundState) -> list[str]:
+    if not round.technique:
+        return []
+    t = get_technique(round.technique)
+    if t is None:
+        return ["", f"Apply the deliberation technique '{round.technique}'."]
+    return ["", f"Technique to apply: {t.slug} ({t.category}) — {t.description}", t.prompt]
+
+
+def _json_request(kind: RoundKind, intro: str) -> list[str]:
+    schema = output_schema(kind)
+    assert schema is not None
+    return [
+        "",
+        intro,
+        "Answer with ONE JSON object that validates against this JSON schema "
+        f"({schema.__name__}); you may add prose before it, but the JSON must be complete:",
+        schema_text(schema),
+    ]
+
+
+def _section(title: str, body: Sequence[str]) -> list[str]:
+    return ["", f"## {title}", *body] if body else []
+
+
+# --------------------------------------------------------------------------- per round kind
+
+
+def _draft(state: SessionState, round: RoundState, name: str) -> list[str]:
+    return [
+        _topic(state.topic),
+        "",
+        f"Write your own complete proposal ({state.topic.output_type.value}) for this topic. "
+        "Other participants are drafting independently; you will not see their drafts now. "
+        "Be specific and actionable, and state your assumptions.",
+    ]
+
+
+def _critique(state: SessionState, round: RoundState, name: str) -> list[str]:
+    target = round.targets.get(name, "")
+    draft_round = _latest(_before(state, round), RoundKind.DRAFT)
+    c = _answer(draft_round, target) if draft_round is not None and target else None
+    draft = c.response.content if c is not None else "(the draft is missing)"
+    return [
+        _topic(state.topic),
+        *_section(f"Draft by {target} to critique", [draft]),
+        *_json_request(
+            RoundKind.CRITIQUE,
+            f"Review this draft critically: strengths, weaknesses, and concrete suggestions "
+            f"(each with the section it concerns, a priority from 1 = critical to 5 = minor, "
+            f"and a category). Score it from 0 to 100. Set \"target\" to \"{target}\".",
+        ),
+    ]
+
+
+def _response(state: SessionState, round: RoundState, name: str) -> list[str]:
+    before = _before(state, round)
+    crit_round = _latest(before, RoundKind.CRITIQUE)
+    received: list[str] = []
+    if crit_round is not None:
+        k = 0
+        for critic in crit_round.expected:
+            if crit_round.targets.get(critic) != name:
+                continue
+            c = _answer(crit_round, critic)
+            if c is None:
+                continue
+            k += 1
+            received += [f"### Reviewer {k}", _critique_text(c)]
+    draft_round = _latest(before, RoundKind.DRAFT)
+    own = _answer(draft_round, name) if draft_round is not None else None
+    return [
+        _topic(state.topic),
+        *_section("Your draft", [own.response.content if own else "(missing)"]),
+        *_section("Critiques of your draft", received or ["(none)"]),
+        *_json_request(
+            RoundKind.RESPONSE,
+            "Answer the critiques: which do you accept and how would you revise; which do you "
+            "reject and why. \"stance\" is your stance towards the critiques (agree = you "
+            "accept them); list the points you still dispute in \"concerns\" and short labels "
+            "of the points discussed in \"topics\".",
+        ),
+    ]
+
+
+def _synthesis(state: SessionState, round: RoundState, name: str) -> list[str]:
+    before = _before(state, round)
+    body: list[str] = [_topic(state.topic)]
+    current = [r for r in before if r.iteration == round.iteration]
+    previous = _latest([r for r in before if r.iteration < round.iteration], RoundKind.SYNTHESIS)
+    if previous is not None:
+        c = _answer(previous, previous.expected[0])
+        body += _section("Previous synthesis", [c.response.content if c else "(missing)"])
+    for r in current:
+        items: list[str] = []
+        for p in r.expected:
+            c = _answer(r, p)
+            if c is None:
+                continue
+            if r.kind is RoundKind.DRAFT:
+                items += [f"### Draft by {p}", c.response.content]
+            elif r.kind is RoundKind.CRITIQUE:
+                items += [f"### Critique by {p} of {r.targets.get(p, '?')}'s draft",
+                          _critique_text(c)]
+            elif r.kind in (RoundKind.RESPONSE, RoundKind.REFINEMENT):
+                items += [f"### {p}", _opinion_text(c)]
+        title = {
+            RoundKind.DRAFT: "Drafts",
+            RoundKind.CRITIQUE: "Critiques",
+            RoundKind.RESPONSE: "Authors' responses to critiques",
+            RoundKind.REFINEMENT: "Refinements from dissenters",
+        }.get(r.kind)
+        if title is not None:
+            body += _section(f"{title} (round {r.number})", items)
+    body += _section("Open dissent", _open_dissent(state, round.started_position))
+    body += _section("Human input", _human(state, round.started_position))
+    if round.focus:
+        body += ["", f"Focus on: {round.focus}"]
+    body += _technique(round)
+    body += [
+        "",
+        f"Write ONE unified {state.topic.output_type.value} that merges the best elements, "
+        "answers the critiques and the open dissent, and says explicitly how each open "
+        "divergence is handled (or why it is left open). Give the complete text, not a diff.",
+    ]
+    return body
+
+
+def _refinement(state: SessionState, round: RoundState, name: str) -> list[str]:
+    before = _before(state, round)
+    synth = _latest(before, RoundKind.SYNTHESIS)
+    c = _answer(synth, synth.expected[0]) if synth is not None else None
+    vote_round = _latest(before, RoundKind.CONVERGENCE)
+    own: list[str] = []
+    if vote_round is not None:
+        v = _answer(vote_round, name)
+        if v is not None and v.vote is not None:
+            stance = v.vote.effective_stance.value
+            own.append(f"Your vote: {stance}. {v.vote.reasoning}".rstrip())
+            own += [f"- {x}" for x in v.vote.concerns]
+    mine = [
+        line
+        for d, line in _open_at(state, round.started_position)
+        if any(p.participant == name for p in d.positions)
+    ]
+    return [
+        _topic(state.topic),
+        *_section("Current synthesis", [c.response.content if c else "(missing)"]),
+        *_section("Your concerns", own or ["(none recorded)"]),
+        *_section("Open divergences you are part of", mine),
+        *(["", f"Focus on: {round.focus}"] if round.focus else []),
+        *_technique(round),
+        *_json_request(
+            RoundKind.REFINEMENT,
+            "You did not agree with this synthesis. Respond to it: propose precise changes "
+            "that would resolve your concerns, or withdraw those that are answered. "
+            "\"stance\" is your stance towards the synthesis now; keep in \"concerns\" only "
+            "what still stands and label the points in \"topics\".",
+        ),
+    ]
+
+
+def _convergence(state: SessionState, round: RoundState, name: str) -> list[str]:
+    synth = _latest(_before(state, round), RoundKind.SYNTHESIS)
+    c = _answer(synth, synth.expected[0]) if synth is not None else None
+    return [
+        _topic(state.topic),
+        *_section("Proposed final text", [c.response.content if c else "(missing)"]),
+        *_section("Open dissent", _open_dissent(state, round.started_position)),
+        *_json_request(
+            RoundKind.CONVERGENCE,
+            "Vote: does this text adequately address the topic? Set \"agrees\", a \"stance\" "
+            "(strongly_agree … strongly_disagree; use strongly_disagree only for a blocking "
+            "objection), a 0-100 \"score\", your \"reasoning\", and list what is missing in "
+            "\"concerns\".",
+        ),
+    ]
+
+
+_BUILDERS = {
+    RoundKind.DRAFT: _draft,
+    RoundKind.CRITIQUE: _critique,
+    RoundKind.RESPONSE: _response,
+    RoundKind.SYNTHESIS: _synthesis,
+    RoundKind.REFINEMENT: _refinement,
+    RoundKind.CONVERGENCE: _convergence,
+}
+
+
+def build_messages(
+    state: SessionState, round: RoundState, participant: str
+) -> tuple[ChatMessage, ...]:
+    """System and user messages for ``participant`` in ``round`` (see module docstring)."""
+    p = state.participant(participant) or Participant(
+        name=participant, model="unknown", role=ParticipantRole.GENERALIST
+    )
+    lines = [header(round), *_BUILDERS[round.kind](state, round, participant)]
+    return (
+        ChatMessage(role="system", content=_system(state, round, p)),
+        ChatMessage(role="user", content="\n".join(lines)),
+    )
+
+
+def repair_messages(
+    original: Sequence[ChatMessage], bad_text: str, error: str, kind: RoundKind
+) -> tuple[ChatMessage, ...]:
+    """The one repair attempt: the original prompt, the unusable answer, and a request for the
+    JSON alone. Its user prompt starts with the original first line plus `` · repair``."""
+    first = next((m.content.split("\n", 1)[0] for m in original if m.role == "user"), "")
+    schema = output_schema(kind)
+    name = schema.__name__ if schema is not None else "JSON"
+    lines = [
+        f"{first} · repair" if first else f"{kind.value} · repair",
+        f"Your previous answer could not be used: {error}.",
+        f"Reply with ONLY one JSON object ({name}) — no prose, no code fences.",
+    ]
+    if schema is not None:
+        lines += ["JSON schema:", schema_text(schema)]
+    return (
+        *original,
+        ChatMessage(role="assistant", content=bad_text),
+        ChatMessage(role="user", content="\n".join(lines)),
+    )

@@ -1,0 +1,385 @@
+"""What the deliberation does next: the round sequence as a pure function of session state.
+
+The orchestrator asks :func:`next_step` whenever no round is open. The answer depends only on
+the recorded events (through :class:`SessionState`) and on the elapsed time the caller measured,
+so a replay asks the same questions and gets the same answers.
+
+Sequence (DESIGN.md §1):
+
+* iteration 1: ``draft`` (every drafter, blind to the others) → ``critique`` (each participant
+  reviews another author's draft, never its own; rotation in participant order) → ``response``
+  (authors answer the critiques they received) → ``synthesis`` (one synthesizer) →
+  ``convergence`` (everyone votes);
+* later iterations: ``refinement`` (only dissenters answer the synthesis, depth ≤
+  ``max_recursive_depth``) → ``synthesis`` → ``convergence``.
+
+Rounds with nobody to run (no critique possible with a single author, no critique received)
+are skipped rather than started empty. Only rounds not superseded by a rewind count, both for
+the sequence and for the ``max_rounds`` budget: after ``back N`` the session continues as if
+the undone rounds had not happened (they stay in the ledger for audit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..domain.state import RoundState, SessionState
+from ..domain.values import Participant, ParticipantRole, RoundKind, SessionStatus
+from ..errors import InvariantViolation
+from .convergence import convergence
+
+__all__ = [
+    "ROUNDS_PER_LATER_ITERATION",
+    "AskHuman",
+    "BudgetStop",
+    "Finish",
+    "StartRound",
+    "Step",
+    "critique_targets",
+    "drafters",
+    "next_step",
+    "synthesizer",
+]
+
+ROUNDS_PER_LATER_ITERATION = 3
+"""refinement + synthesis + convergence: an iteration is not started without room for its vote."""
+
+_MAX_QUESTIONS = 5
+
+
+@dataclass(frozen=True)
+class StartRound:
+    """Start a round of ``kind`` with these contributors (in recording order).
+
+    ``targets``: critique → critic: author critiqued (never itself); response → author: "";
+    refinement → dissenter: synthesizer whose synthesis it answers.
+    """
+
+    kind: RoundKind
+    iteration: int
+    participants: tuple[str, ...]
+    targets: Mapping[str, str] = field(default_factory=dict)
+    depth: int = 0
+    focus: str = ""
+    technique: str | None = None
+
+
+@dataclass(frozen=True)
+class Finish:
+    """End the session with a terminal status (converged or complete; aborted when nothing can
+    go on)."""
+
+    status: SessionStatus
+    reason: str
+    score: float = 0.0
+
+
+@dataclass(frozen=True)
+class AskHuman:
+    """Attended mode: pause after this iteration's vote and put these questions to the human."""
+
+    questions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BudgetStop:
+    """A budget (cost, time or rounds) does not allow another round."""
+
+    budget: Literal["cost", "time", "rounds"]
+    limit: float
+    spent: float
+    detail: str
+
+
+Step = StartRound | Finish | AskHuman | BudgetStop
+
+
+# --------------------------------------------------------------------------- roles
+
+
+def drafters(state: SessionState) -> tuple[str, ...]:
+    """Participants with the drafter role when there are any, otherwise everyone."""
+    chosen = [p.name for p in state.participants if p.role is ParticipantRole.DRAFTER]
+    return tuple(chosen or state.participant_names)
+
+
+def synthesizer(state: SessionState) -> str:
+    """The participant with the synthesizer role, else the first participant."""
+    for p in state.participants:
+        if p.role is ParticipantRole.SYNTHESIZER:
+            return p.name
+    return state.participants[0].name
+
+
+def critique_targets(participants: tuple[str, ...], authors: tuple[str, ...]) -> dict[str, str]:
+    """Deterministic critic → author assignment; nobody ever critiques its own draft.
+
+    An author critiques the next author after itself (cyclic, in participant order), so every
+    draft gets a critique when there are at least two authors. Participants without a draft
+    are spread round-robin over the authors. A lone author has nobody to critique.
+    """
+    targets: dict[str, str] = {}
+    others = 0
+    for name in participants:
+        if name in authors:
+            if len(authors) < 2:
+                continue
+            i = authors.index(name)
+            targets[name] = authors[(i + 1) % len(authors)]
+        elif authors:
+            targets[name] = authors[others % len(authors)]
+            others += 1
+    return targets
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _answered(r: RoundState) -> tuple[str, ...]:
+    """Who contributed an answer and did not abstain, in expected order."""
+    return tuple(
+        p for p in r.expected if r.contribution_of(p) is not None and p not in r.abstained
+    )
+
+
+def _ordered(state: SessionState, names: set[str]) -> tuple[str, ...]:
+    return tuple(p for p in state.participant_names if p in names)
+
+
+def _iteration_rounds(state: SessionState, iteration: int) -> list[RoundState]:
+    return [r for r in state.active_rounds if r.iteration == iteration]
+
+
+def _latest(state: SessionState, kind: RoundKind) -> RoundState | None:
+    for r in reversed(state.active_rounds):
+        if r.kind is kind:
+            return r
+    return None
+
+
+def _technique_for(state: SessionState, iteration: int) -> str | None:
+    """The newest technique suggested for this iteration (or the one before) not yet applied."""
+    for t in reversed(state.techniques):
+        if not t.applied and t.iteration in (iteration - 1, iteration):
+            return t.technique_slug
+    return None
+
+
+def _focus(state: SessionState) -> str:
+    topics = [d.topic for d in state.open_divergences]
+    return "; ".join(topics[:_MAX_QUESTIONS])
+
+
+def _budget_stop(state: SessionState, elapsed_secs: float, rounds_needed: int) -> BudgetStop | None:
+    cfg = state.config
+    used = len(state.active_rounds)
+    if used + rounds_needed > cfg.max_rounds:
+        detail = (
+            f"{used} of {cfg.max_rounds} rounds used"
+            if rounds_needed <= 1
+            else f"{used} of {cfg.max_rounds} rounds used; another iteration needs "
+            f"{rounds_needed}"
+        )
+        return BudgetStop("rounds", float(cfg.max_rounds), float(used), detail)
+    if elapsed_secs >= cfg.max_time_secs:
+        return BudgetStop(
+            "time",
+            float(cfg.max_time_secs),
+            float(elapsed_secs),
+            f"{elapsed_secs:.0f}s elapsed of {cfg.max_time_secs}s",
+        )
+    if state.cost_usd >= cfg.max_cost_usd:
+        return BudgetStop(
+            "cost",
+            cfg.max_cost_usd,
+            state.cost_usd,
+            f"${state.cost_usd:.4f} spent of ${cfg.max_cost_usd:.4f}",
+        )
+    return None
+
+
+# --------------------------------------------------------------------------- next step
+
+
+def next_step(state: SessionState, *, elapsed_secs: float) -> Step:
+    """The next thing the orchestrator should do (see the module docstring)."""
+    if state.status.terminal:
+        return Finish(state.status, state.status_reason or f"session is {state.status.value}")
+    if state.open_round is not None:
+        raise InvariantViolation(
+            f"round {state.open_round.number} is still open",
+            hint="complete it before asking for the next step",
+        )
+    if not state.participants:
+        return Finish(SessionStatus.ABORTED, "the session has no participants")
+    last = state.active_rounds[-1] if state.active_rounds else None
+    if last is None:
+        return _guarded(state, elapsed_secs, _draft(state))
+    if last.kind is RoundKind.CONVERGENCE:
+        return _after_vote(state, last, elapsed_secs)
+    return _guarded(state, elapsed_secs, _within_iteration(state, last))
+
+
+def _guarded(state: SessionState, elapsed_secs: float, step: Step) -> Step:
+    if isinstance(step, StartRound):
+        stop = _budget_stop(state, elapsed_secs, 1)
+        if stop is not None:
+            return stop
+    return step
+
+
+def _draft(state: SessionState) -> StartRound:
+    return StartRound(RoundKind.DRAFT, 1, drafters(state))
+
+
+def _within_iteration(state: SessionState, last: RoundState) -> Step:
+    iteration = last.iteration
+    rounds = _iteration_rounds(state, iteration)
+    if last.kind is RoundKind.DRAFT:
+        authors = _answered(last)
+        if not authors:
+            return Finish(SessionStatus.ABORTED, "no participant produced a draft")
+        targets = critique_targets(tuple(state.participant_names), authors)
+        if targets:
+            critics = _ordered(state, set(targets))
+            return StartRound(
+                RoundKind.CRITIQUE, iteration, critics, {c: targets[c] for c in critics}
+            )
+        return _synthesis(state, iteration)
+    if last.kind is RoundKind.CRITIQUE:
+        done = set(_answered(last))
+        critiqued = {last.targets[c] for c in done if c in last.targets}
+        if critiqued:
+            answering = _ordered(state, critiqued)
+            return StartRound(
+                RoundKind.RESPONSE, iteration, answering, dict.fromkeys(answering, "")
+            )
+        return _synthesis(state, iteration)
+    if last.kind in (RoundKind.RESPONSE, RoundKind.REFINEMENT):
+        return _synthesis(state, iteration, rounds)
+    # synthesis → everyone votes
+    if not _answered(last):
+        return Finish(SessionStatus.COMPLETE, f"the synthesis of round {last.number} failed")
+    return StartRound(RoundKind.CONVERGENCE, iteration, tuple(state.participant_names))
+
+
+def _synthesis(
+    state: SessionState, iteration: int, rounds: list[RoundState] | None = None
+) -> StartRound:
+    technique = _technique_for(state, iteration)
+    depth = 0
+    for r in reversed(rounds or []):
+        if r.kind is RoundKind.REFINEMENT:
+            technique = technique or r.technique
+            depth = r.depth
+            break
+    return StartRound(
+        RoundKind.SYNTHESIS,
+        iteration,
+        (synthesizer(state),),
+        depth=depth,
+        focus=_focus(state),
+        technique=technique,
+    )
+
+
+def _after_vote(state: SessionState, vote_round: RoundState, elapsed_secs: float) -> Step:
+    result = next((c for c in state.convergence if c.round == vote_round.number), None)
+    if result is not None:
+        converged, score = result.converged, result.score
+        remaining = list(result.remaining_issues)
+    else:
+        evaluated = convergence(state, vote_round)
+        converged, score = evaluated.converged, evaluated.score
+        remaining = list(evaluated.remaining_issues)
+    if converged:
+        return Finish(
+            SessionStatus.CONVERGED,
+            f"converged at iteration {vote_round.iteration} (score {score:.2f})",
+            score,
+        )
+    cfg = state.config
+    if not cfg.recursive_refinement:
+        return Finish(
+            SessionStatus.COMPLETE,
+            f"not converged (score {score:.2f}) and recursive refinement is off",
+            score,
+        )
+    depth = 1 + sum(1 for r in state.active_rounds if r.kind is RoundKind.REFINEMENT)
+    if depth > cfg.max_recursive_depth:
+        return Finish(
+            SessionStatus.COMPLETE,
+            f"not converged (score {score:.2f}) after {depth - 1} refinement(s), "
+            f"the maximum depth",
+            score,
+        )
+    dissenters = _dissenters(state, vote_round)
+    if not dissenters:
+        return Finish(
+            SessionStatus.COMPLETE,
+            f"not converged (score {score:.2f}) and nobody is left to refine",
+            score,
+        )
+    stop = _budget_stop(state, elapsed_secs, ROUNDS_PER_LATER_ITERATION)
+    if stop is not None:
+        return stop
+    iteration = vote_round.iteration
+    if cfg.attended and not _human_answered(state, iteration):
+        return AskHuman(_questions(state, score, remaining))
+    synth = _latest(state, RoundKind.SYNTHESIS)
+    author = synth.expected[0] if synth is not None and synth.expected else synthesizer(state)
+    return StartRound(
+        RoundKind.REFINEMENT,
+        iteration + 1,
+        dissenters,
+        dict.fromkeys(dissenters, author),
+        depth=depth,
+        focus=_focus(state),
+        technique=_technique_for(state, iteration + 1),
+    )
+
+
+def _dissenters(state: SessionState, vote_round: RoundState) -> tuple[str, ...]:
+    """Voters who did not agree; when nobody voted against, those who could not vote."""
+    against: set[str] = set()
+    silent: set[str] = set()
+    for name in vote_round.expected:
+        c = vote_round.contribution_of(name)
+        if c is None or c.vote is None or name in vote_round.abstained:
+            silent.add(name)
+        elif not c.vote.effective_stance.agrees:
+            against.add(name)
+    return _ordered(state, against or silent)
+
+
+def _human_answered(state: SessionState, iteration: int) -> bool:
+    return any(h.kind == "answer" and h.iteration == iteration for h in state.human_inputs)
+
+
+def _questions(state: SessionState, score: float, remaining: list[str]) -> tuple[str, ...]:
+    """Questions from the open dissent first, then the remaining issues of the vote."""
+    questions: list[str] = []
+    for d in state.open_divergences:
+        sides = ", ".join(f"{p.participant} ({p.stance.value})" for p in d.positions)
+        questions.append(f"[{d.id}] {d.topic} — positions: {sides}. Which should prevail?")
+    for issue in remaining:
+        q = f"Remaining issue: {issue} — how should it be handled?"
+        if q not in questions:
+            questions.append(q)
+    if not questions:
+        questions.append(
+            f"The vote did not converge (score {score:.2f} < "
+            f"{state.config.convergence_threshold:.2f}). What should the next refinement "
+            "focus on?"
+        )
+    return tuple(questions[:_MAX_QUESTIONS])
+
+
+def participant_of(state: SessionState, name: str) -> Participant:
+    """The named participant (the engine only names members of the session)."""
+    p = state.participant(name)
+    if p is None:
+        raise InvariantViolation(f"unknown participant {name!r}")
+    return p
