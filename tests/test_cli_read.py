@@ -603,3 +603,16 @@ def test_sessions_and_show_on_postgresql(pg_url: str) -> None:
     assert invoke_json("verify", "--store", pg_url)["ok"] is True
     log = invoke_json("log", str(b.id), "--store", pg_url)
     assert len(log) == b.iteration_end[1]
+
+
+def test_human_views_print_user_text_literally(tmp_path: Path) -> None:
+    """Titles are user text: rich markup in them is shown as typed, never interpreted."""
+    url = str(tmp_path / "markup.sqlite")
+    title = "Keep [bold]tags[/bold] and [/] literal"
+    with Ledger(url) as ledger:
+        built = build_session(ledger, iterations=1, title=title)
+    shown = invoke("show", built.prefix, "--store", url)
+    assert shown.exit_code == 0, shown.stderr
+    assert title in shown.stdout
+    listed = invoke("sessions", "--store", url)
+    assert listed.exit_code == 0 and "[bold]tags[/bold]" in listed.stdout

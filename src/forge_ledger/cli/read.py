@@ -217,6 +217,11 @@ def _preview(text: str, width: int = _PREVIEW_CHARS) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def _row(table: Table, *cells: str) -> None:
+    """Add a row of plain-text cells: titles, names and reasons are user text, not markup."""
+    table.add_row(*(Text(c) for c in cells))
+
+
 def _when(t: datetime) -> str:
     return t.strftime("%Y-%m-%d %H:%M:%S")
 
@@ -263,21 +268,22 @@ def sessions(store: str | None, as_json: bool) -> None:
         emit_json([session_summary_json(s) for s in rows])
         return
     if not rows:
-        err_console.print(f"no sessions in {location}")
+        err_console.print(f"no sessions in {location}", markup=False)
         return
+    forks = any(s.parent_id for s in rows)
     table = Table(title=f"Sessions in {location}", title_justify="left")
-    for col in ("id", "slug", "status", "iter", "events", "updated", "parent"):
-        table.add_column(col, justify="right" if col in ("iter", "events") else "left")
-    for s in rows:
-        table.add_row(
-            s.id[:8],
-            s.slug,
-            s.status,
-            str(s.iteration),
-            str(s.events),
-            _when(s.updated),
-            (s.parent_id or "")[:8],
+    columns = ["id", "status", "iter", "events", "updated", *(["parent"] if forks else []), "title"]
+    for col in columns:
+        table.add_column(
+            col,
+            justify="right" if col in ("iter", "events") else "left",
+            no_wrap=col != "title",
         )
+    for s in rows:
+        cells = [s.id[:8], s.status, str(s.iteration), str(s.events), _when(s.updated)[:16]]
+        if forks:
+            cells.append((s.parent_id or "")[:8])
+        _row(table, *cells, s.title)
     out_console.print(table)
 
 
@@ -333,28 +339,28 @@ def _print_session(state: SessionState, ems: int | None, *, as_of: str | None) -
     header = Table.grid(padding=(0, 2))
     header.add_column(style="bold")
     header.add_column()
-    header.add_row("Session", f"{state.id}  ({state.slug})")
-    header.add_row("Topic", state.topic.title)
+    _row(header, "Session", f"{state.id}  ({state.slug})")
+    _row(header, "Topic", state.topic.title)
     status = state.status.value + (f" — {state.status_reason}" if state.status_reason else "")
-    header.add_row("Status", status)
-    header.add_row("Phase", f"{state.phase}, iteration {state.iteration}")
-    header.add_row("As of", f"event {state.version} ({_when(state.updated_at)})"
+    _row(header, "Status", status)
+    _row(header, "Phase", f"{state.phase}, iteration {state.iteration}")
+    _row(header, "As of", f"event {state.version} ({_when(state.updated_at)})"
                    + (f", selected by {as_of}" if as_of else ""))
-    header.add_row("EMS", "n/a" if ems is None else f"{ems}/100")
-    header.add_row(
+    _row(header, "EMS", "n/a" if ems is None else f"{ems}/100")
+    _row(header,
         "Usage",
         f"{state.tokens.input} in / {state.tokens.output} out tokens, {_money(state.cost_usd)}",
     )
     if state.fork_origin is not None:
         o = state.fork_origin
-        header.add_row("Forked from", f"{o.parent_id} at event {o.parent_position}")
+        _row(header, "Forked from", f"{o.parent_id} at event {o.parent_position}")
     out_console.print(header)
 
     people = Table(title="Participants", title_justify="left")
     for col in ("name", "model", "role"):
         people.add_column(col)
     for p in state.participants:
-        people.add_row(p.name, p.model, p.role.value)
+        _row(people, p.name, p.model, p.role.value)
     out_console.print(people)
 
     out_console.print(Text("Rounds", style="bold"))
@@ -395,7 +401,7 @@ def _print_session(state: SessionState, ems: int | None, *, as_of: str | None) -
         positions = "; ".join(
             f"{p.participant}: {p.position} ({p.stance.value})" for p in d.positions
         )
-        table.add_row(d.id, d.topic, d.status.value, positions)
+        _row(table, d.id, d.topic, d.status.value, positions)
     out_console.print(table)
 
 
@@ -435,7 +441,7 @@ def log(session: str, types: tuple[str, ...], store: str | None, as_json: bool) 
     for col in ("pos", "time", "type", "summary", "hash"):
         table.add_column(col, justify="right" if col == "pos" else "left")
     for e in events:
-        table.add_row(
+        _row(table,
             str(e.position), _when(e.timestamp), e.type, _event_summary(e), e.hash[:12]
         )
     out_console.print(table)
@@ -516,7 +522,7 @@ def _run_verify(ledger: Ledger, session: str | None, key: bytes | None) -> list[
 
 def _print_reports(reports: list[ChainReport], location: str, *, keyed: bool) -> None:
     if not reports:
-        err_console.print(f"no sessions in {location}")
+        err_console.print(f"no sessions in {location}", markup=False)
         return
     table = Table(title=f"Hash chains in {location}", title_justify="left")
     for col in ("session", "events", "result", "sealed", "head"):
@@ -526,7 +532,7 @@ def _print_reports(reports: list[ChainReport], location: str, *, keyed: bool) ->
         sealed = "no"
         if r.sealed:
             sealed = "yes" + (" (hmac ok)" if r.hmac_ok else "" if not keyed else " (hmac bad)")
-        table.add_row(r.session_id, str(r.events), result, sealed, r.head_hash[:12])
+        _row(table, r.session_id, str(r.events), result, sealed, r.head_hash[:12])
     out_console.print(table)
     good = sum(r.ok for r in reports)
     total_events = sum(r.events for r in reports)
