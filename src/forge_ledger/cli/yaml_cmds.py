@@ -1,0 +1,99 @@
+"""``export``, ``import``, ``cleanup`` and ``back``: the YAML v1.2 session file commands.
+
+None of them imports litellm; ``export`` and ``cleanup`` only read the ledger.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..clock import SystemClock, UuidIds
+from ..errors import UsageError
+from ..yaml_format import cleanup as cleanup_exports
+from ..yaml_format import go_back, import_session, write_export
+from ..yaml_format.storage import DEFAULT_DIR
+from . import cli
+from ._common import emit_json, json_option, open_ledger, out_console, store_option
+
+
+@cli.command("export")
+@click.argument("session")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help=f"File to write [default {DEFAULT_DIR}/<slug>.yaml].",
+)
+@store_option
+@json_option
+def export_cmd(session: str, output: Path | None, store: str | None, as_json: bool) -> None:
+    """Write SESSION as a YAML v1.2 session file (same events, same bytes)."""
+    with open_ledger(store) as ledger:
+        sid = ledger.resolve(session)
+        path = write_export(ledger, sid, path=output)
+    if as_json:
+        emit_json({"session_id": str(sid), "path": str(path)})
+    else:
+        out_console.print(f"Session saved: {path}")
+
+
+@cli.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@store_option
+@json_option
+def import_cmd(file: Path, store: str | None, as_json: bool) -> None:
+    """Import a YAML session file (v1.0 or v1.2) as a new session; a bad file writes nothing."""
+    try:
+        text = file.read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(
+            f"cannot read {file}: {e}", hint="give a readable UTF-8 YAML file"
+        ) from None
+    from ..yaml_format import parse_session_file
+
+    parse_session_file(text, source=str(file))  # validate before opening (creating) a store
+    with open_ledger(store, create=True) as ledger:
+        result = import_session(ledger, text, clock=SystemClock(), ids=UuidIds(), source=str(file))
+    if as_json:
+        emit_json({k: v for k, v in result.as_json().items()
+                   if k in ("session_id", "status", "iterations")})
+    else:
+        out_console.print(
+            f"Imported {result.slug} (format {result.format_version}) as session "
+            f"{result.session_id}: {result.status}, {result.iterations} iteration(s)"
+        )
+
+
+@cli.command("cleanup")
+@click.option("--days", type=click.IntRange(min=0), default=30, show_default=True,
+              help="Remove finished exports not updated for this many days.")
+@click.option("--dry-run", is_flag=True, help="List what would be removed, remove nothing.")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              default=DEFAULT_DIR, show_default=True, help="Export directory.")
+@json_option
+def cleanup_cmd(days: int, dry_run: bool, directory: Path, as_json: bool) -> None:
+    """Remove YAML exports of completed/abandoned sessions older than --days (never events)."""
+    items = cleanup_exports(directory, now=SystemClock().now(), days=days, dry_run=dry_run)
+    if as_json:
+        emit_json({"dry_run": dry_run, "days": days, "files": [i.as_json() for i in items]})
+        return
+    verb = "Would remove" if dry_run else "Removed"
+    for i in items:
+        out_console.print(f"{verb} {i.path} ({i.status}, updated {i.updated})")
+    out_console.print(f"{verb} {len(items)} file(s).")
+
+
+@cli.command("back")
+@click.argument("session")
+@click.argument("steps", type=click.IntRange(1, 5), default=1, required=False)
+@store_option
+@json_option
+def back_cmd(session: str, steps: int, store: str | None, as_json: bool) -> None:
+    """Go back STEPS iterations (1-5, default 1); history is kept and the questions of the
+    target iteration are pending again."""
+    with open_ledger(store) as ledger:
+        summary = go_back(ledger, session, steps, clock=SystemClock())
+    if as_json:
+        emit_json(summary.as_json())
+    else:
+        click.echo(summary.text())
