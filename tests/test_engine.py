@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_engine_sim import draft_text, drive, play_round, record, scripted, start
 
 from forge_ledger import engine
 from forge_ledger.domain import events as ev
@@ -24,6 +23,7 @@ from forge_ledger.domain.values import (
 )
 from forge_ledger.engine.techniques import all_techniques
 from forge_ledger.errors import InvariantViolation
+from test_engine_sim import draft_text, drive, play_round, scripted, start
 
 
 def kinds(agg: object) -> list[str]:
@@ -184,7 +184,7 @@ def test_prompt_first_line_and_blind_drafts() -> None:
     drive(agg, scripted(), clock)
     for r in agg.state.rounds:
         for c in r.contributions:
-            user = [m for m in c.messages if m.role == "user"][0].content
+            user = next(m for m in c.messages if m.role == "user").content
             assert user.split("\n", 1)[0] == (
                 f"Round {r.number} · {r.kind.value} · iteration {r.iteration}"
             )
@@ -255,7 +255,9 @@ def test_technique_suggestion_is_applied_to_refinement_prompt() -> None:
 def test_repair_messages_keep_prompt_and_ask_for_json_only() -> None:
     original = (ChatMessage(role="system", content="sys"),
                 ChatMessage(role="user", content="Round 5 · convergence · iteration 1\nVote."))
-    out = engine.repair_messages(original, "I agree!", "no JSON object found", RoundKind.CONVERGENCE)
+    out = engine.repair_messages(
+        original, "I agree!", "no JSON object found", RoundKind.CONVERGENCE
+    )
     assert out[:2] == original
     assert out[2] == ChatMessage(role="assistant", content="I agree!")
     assert out[3].content.split("\n", 1)[0] == "Round 5 · convergence · iteration 1 · repair"
