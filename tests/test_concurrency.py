@@ -14,11 +14,11 @@ import textwrap
 from typing import Any
 
 import pytest
-from strategies import StepClock, new_session, run_round
 
 from forge_ledger.domain.values import RoundKind
 from forge_ledger.errors import ConcurrencyConflictError
 from forge_ledger.ledger import Ledger, verify_session
+from strategies import StepClock, new_session, run_round
 
 WORKER = textwrap.dedent(
     """

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import uuid
 from pathlib import Path
 
 import pytest
-from strategies import StepClock, new_session, run_round
 
 from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.values import RoundKind, SessionStatus
 from forge_ledger.errors import SessionNotFoundError, StoreError, UsageError
 from forge_ledger.ledger import Ledger, resolve_store
+from strategies import StepClock, new_session, run_round
 
 
 def _grown_session(ledger: Ledger, clock: StepClock, iterations: int = 2) -> Deliberation:
@@ -95,11 +96,11 @@ def test_events_are_ordered_and_decoded(store_url: str) -> None:
         assert [e.position for e in events] == list(range(1, agg.version + 1))
         assert events[0].type == "SessionStarted"
         assert [e.type for e in events[1:4]] == ["ParticipantJoined"] * 3
-        for prev, cur in zip(events, events[1:], strict=False):
+        for prev, cur in itertools.pairwise(events):
             assert cur.prev_hash == prev.hash
             assert cur.timestamp >= prev.timestamp
         for e in events:
-            assert type(e.payload()).TYPE == e.type
+            assert e.type == type(e.payload()).TYPE
         assert events[-1].hash == agg.state.head_hash
         tail = list(ledger.events(str(agg.id), after=5, upto=8))
         assert [e.position for e in tail] == [6, 7, 8]
