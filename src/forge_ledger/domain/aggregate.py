@@ -112,7 +112,7 @@ class Deliberation(Aggregate):
                 "participant names must be unique", hint="give each participant its own name"
             )
         payload = ev.SessionStarted(
-            topic=topic, config=config, slug=topic.slug, source=source  # type: ignore[arg-type]
+            topic=topic, config=config, slug=topic.slug, source=source
         )
         agg = cls._create_with(payload, session_id, at)
         for p in participants:
@@ -296,7 +296,7 @@ class Deliberation(Aggregate):
                 params=params,
                 prompt_hash=prompt_hash,
                 response=response,
-                purpose=purpose,  # type: ignore[arg-type]
+                purpose=purpose,
             ),
             at,
         )
@@ -446,7 +446,7 @@ class Deliberation(Aggregate):
             ev.HumanInputRecorded(
                 author=author,
                 text=text,
-                kind=kind,  # type: ignore[arg-type]
+                kind=kind,
                 iteration=self.state.iteration,
                 questions=tuple(self.state.pending_questions) if kind == "answer" else (),
             ),
@@ -495,7 +495,7 @@ class Deliberation(Aggregate):
     ) -> None:
         self._require_live("record an exhausted budget")
         self._record(
-            ev.BudgetExhausted(budget=budget, limit=limit, spent=spent, detail=detail),  # type: ignore[arg-type]
+            ev.BudgetExhausted(budget=budget, limit=limit, spent=spent, detail=detail),
             at,
         )
 
@@ -560,7 +560,8 @@ def _define_event_classes() -> None:
         if payload_cls.SCHEMA_VERSION > 1:
             namespace["class_version"] = payload_cls.SCHEMA_VERSION
             namespace.update(_make_upcasters(type_name, payload_cls.SCHEMA_VERSION))
-        cls = type(base)(type_name, (base,), namespace)
+        metaclass: Any = type(base)
+        cls = metaclass(type_name, (base,), namespace)
         register_topic(topic_for(type_name), cls)
         setattr(Deliberation, type_name, cls)
         _EVENT_CLASSES[type_name] = cls

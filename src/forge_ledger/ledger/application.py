@@ -195,7 +195,7 @@ class Ledger:
     def get(self, session_id: str | UUID, *, version: int | None = None) -> Deliberation:
         sid = self.resolve(session_id) if isinstance(session_id, str) else session_id
         try:
-            agg = self.app.repository.get(sid, version=version)
+            agg: Any = self.app.repository.get(sid, version=version)
         except Exception as e:  # AggregateNotFoundError and persistence errors
             if type(e).__name__ == "AggregateNotFoundError":
                 raise SessionNotFoundError(f"no session {sid}") from None
