@@ -1,0 +1,330 @@
+"""Ledger benchmark: append throughput against raw drivers, and time-travel latency.
+
+Prints one JSON object on stdout (progress on stderr):
+
+* ``append_sqlite`` — ``ContributionRecorded`` events appended per second with one durable
+  save each, against raw ``sqlite3`` inserting rows of the same byte size, one transaction
+  per row, on a file with the same settings (WAL, default synchronous), in the same run.
+  Goal: ratio ≥ 0.4.
+* ``state_at_position`` — median/p95 latency of ``Ledger.state(id, at_event=v)`` for random
+  ``v`` on a small (1k) and a large (10k) session, with and without snapshots. Goal: ≤ 10 ms
+  on the large session with snapshots.
+* ``append_postgres`` — the append measurement on PostgreSQL (``--pg-url``; a fresh schema
+  is created and dropped), against raw ``psycopg`` inserts of the same size.
+
+``--quick`` shrinks every size so CI can smoke-test the script in seconds; its figures are
+not meaningful.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from forge_ledger.domain import events as ev
+from forge_ledger.domain.aggregate import Deliberation
+from forge_ledger.domain.values import (
+    ChatMessage,
+    ModelResponse,
+    Participant,
+    RoundKind,
+    SessionConfig,
+    TokenCount,
+    Topic,
+)
+from forge_ledger.ledger import Ledger, resolve_store
+
+APPEND_RATIO_GOAL = 0.4
+STATE_LATENCY_GOAL_MS = 10.0
+DEFAULT_PG = os.environ.get("FORGE_LEDGER_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        self.t += timedelta(milliseconds=1)
+        return self.t
+
+
+MESSAGES = [
+    ChatMessage(role="system", content="You are a careful reviewer of designs."),
+    ChatMessage(role="user", content="Review the caching proposal. " * 4),
+]
+PARAMS = ev.CallParams(temperature=0.2, max_tokens=512)
+RESPONSE = ModelResponse(
+    content="The proposal is sound; consider write-through for the session table. " * 3,
+    model="openai/scripted",
+    tokens=TokenCount(input=180, output=60),
+    cost_usd=0.0021,
+    duration_ms=850,
+)
+
+
+def _session(clock: Clock) -> Deliberation:
+    agg = Deliberation.start(
+        session_id=uuid.uuid4(),
+        topic=Topic(title="Benchmark"),
+        config=SessionConfig(),
+        participants=[Participant(name="p0", model="openai/scripted")],
+        at=clock(),
+    )
+    agg.start_round(kind=RoundKind.DRAFT, iteration=1, participants=["p0"], at=clock())
+    _contribution(agg, clock, "answer")
+    return agg
+
+
+def _contribution(agg: Deliberation, clock: Clock, purpose: str = "repair") -> None:
+    agg.record_contribution(
+        round=1,
+        participant="p0",
+        model="openai/scripted",
+        messages=MESSAGES,
+        params=PARAMS,
+        prompt_hash=ev.prompt_hash(MESSAGES),
+        response=RESPONSE,
+        at=clock(),
+        purpose=purpose,
+    )
+
+
+def _rate(n: int, fn: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return n / (time.perf_counter() - start)
+
+
+# --------------------------------------------------------------------------- append
+
+
+def _ledger_append(store: str, n: int) -> tuple[float, int]:
+    """Events/s appending n contributions with one save each; returns (rate, avg bytes)."""
+    clock = Clock()
+    with Ledger(store, snapshot_interval=0) as ledger:
+        agg = _session(clock)
+        ledger.save(agg)
+
+        def one() -> None:
+            _contribution(agg, clock)
+            ledger.save(agg)
+
+        for _ in range(min(20, n)):  # warm up
+            one()
+        rate = _rate(n, one)
+        sizes = [
+            len(stored.state)
+            for stored in ledger.app.recorder.select_events(agg.id)
+            if stored.topic.endswith("ContributionRecorded")
+        ]
+    return rate, int(statistics.mean(sizes))
+
+
+def _raw_sqlite_append(path: Path, n: int, size: int) -> float:
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL;")
+    con.execute(
+        "CREATE TABLE stored_events (originator_id TEXT, originator_version INTEGER, "
+        "topic TEXT, state BLOB, PRIMARY KEY (originator_id, originator_version)) "
+    )
+    payload = os.urandom(size // 2).hex().encode()[:size]
+    oid = uuid.uuid4().hex
+    counter = iter(range(1, 10**9))
+
+    def one() -> None:
+        con.execute("BEGIN")
+        con.execute(
+            "INSERT INTO stored_events VALUES (?, ?, ?, ?)",
+            (oid, next(counter), "forge_ledger:ContributionRecorded", payload),
+        )
+        con.execute("COMMIT")
+
+    for _ in range(min(20, n)):
+        one()
+    rate = _rate(n, one)
+    con.close()
+    return rate
+
+
+def bench_append_sqlite(n: int, workdir: Path) -> dict[str, Any]:
+    log(f"append on SQLite: {n} events, one save each")
+    rate, size = _ledger_append(str(workdir / "append.sqlite"), n)
+    raw = _raw_sqlite_append(workdir / "raw.sqlite", n, size)
+    ratio = rate / raw
+    return {
+        "events": n,
+        "event_bytes": size,
+        "ledger_events_per_sec": round(rate, 1),
+        "raw_sqlite_rows_per_sec": round(raw, 1),
+        "ratio": round(ratio, 3),
+        "goal_ratio": APPEND_RATIO_GOAL,
+        "goal_met": ratio >= APPEND_RATIO_GOAL,
+    }
+
+
+# --------------------------------------------------------------------------- time travel
+
+
+def _build_session(store: str, events: int, snapshot_interval: int, batch: int = 100) -> uuid.UUID:
+    clock = Clock()
+    with Ledger(store, snapshot_interval=snapshot_interval) as ledger:
+        agg = _session(clock)
+        while agg.version < events:
+            for _ in range(min(batch, events - agg.version)):
+                _contribution(agg, clock)
+            ledger.save(agg)
+        return agg.id
+
+
+def _latencies_ms(store: str, sid: uuid.UUID, snapshot_interval: int, samples: int,
+                  head: int) -> list[float]:
+    rng = random.Random(7)
+    out = []
+    with Ledger(store, snapshot_interval=snapshot_interval, create=False) as ledger:
+        ledger.state(sid, at_event=head)  # warm up caches, imports
+        for _ in range(samples):
+            v = rng.randint(1, head)
+            t = time.perf_counter()
+            state = ledger.state(sid, at_event=v)
+            out.append((time.perf_counter() - t) * 1000)
+            assert state.version == v
+    return out
+
+
+def bench_state(sizes: dict[str, int], samples: int, workdir: Path,
+                interval: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for label, n in sizes.items():
+        entry: dict[str, Any] = {"events": n}
+        for mode, iv in (("with_snapshots", interval), ("without_snapshots", 0)):
+            store = str(workdir / f"tt-{label}-{mode}.sqlite")
+            log(f"state at position: {label} session ({n} events) {mode}")
+            sid = _build_session(store, n, iv)
+            lat = _latencies_ms(store, sid, iv, samples if iv else max(3, samples // 4), n)
+            entry[mode] = {
+                "samples": len(lat),
+                "median_ms": round(statistics.median(lat), 3),
+                "p95_ms": round(sorted(lat)[int(0.95 * (len(lat) - 1))], 3),
+                "max_ms": round(max(lat), 3),
+            }
+        out[label] = entry
+    large = out["large"]["with_snapshots"]
+    out["snapshot_interval"] = interval
+    out["goal_ms"] = STATE_LATENCY_GOAL_MS
+    out["goal_met"] = large["median_ms"] <= STATE_LATENCY_GOAL_MS
+    out["goal_met_p95"] = large["p95_ms"] <= STATE_LATENCY_GOAL_MS
+    return out
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+def bench_append_postgres(base_url: str, n: int) -> dict[str, Any]:
+    import psycopg
+
+    schema = f"fl_bench_{uuid.uuid4().hex[:10]}"
+    sep = "&" if "?" in base_url else "?"
+    url = f"{base_url}{sep}schema={schema}"
+    loc = resolve_store(url)
+    log(f"append on PostgreSQL ({loc.display}): {n} events, one save each")
+    conn = psycopg.connect(
+        host=loc.host, port=loc.port, dbname=loc.dbname, user=loc.user or None,
+        password=loc.password or None, autocommit=True,
+    )
+    try:
+        rate, size = _ledger_append(url, n)
+        conn.execute(
+            f'CREATE TABLE "{schema}".raw_events (originator_id uuid, originator_version bigint, '
+            "topic text, state bytea, notification_id bigserial, "
+            "PRIMARY KEY (originator_id, originator_version))"
+        )
+        payload = os.urandom(size // 2).hex().encode()[:size]
+        oid = uuid.uuid4()
+        counter = iter(range(1, 10**9))
+
+        def one() -> None:
+            with conn.transaction():
+                conn.execute(
+                    f'INSERT INTO "{schema}".raw_events '
+                    "(originator_id, originator_version, topic, state) VALUES (%s, %s, %s, %s)",
+                    (oid, next(counter), "forge_ledger:ContributionRecorded", payload),
+                )
+
+        for _ in range(min(20, n)):
+            one()
+        raw = _rate(n, one)
+    finally:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        conn.close()
+    ratio = rate / raw
+    return {
+        "events": n,
+        "event_bytes": size,
+        "ledger_events_per_sec": round(rate, 1),
+        "raw_psycopg_rows_per_sec": round(raw, 1),
+        "ratio": round(ratio, 3),
+        "goal_ratio": APPEND_RATIO_GOAL,
+        "goal_met": ratio >= APPEND_RATIO_GOAL,
+    }
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (CI smoke test)")
+    parser.add_argument("--append-events", type=int, default=None)
+    parser.add_argument("--samples", type=int, default=None, help="latency samples per case")
+    parser.add_argument("--snapshot-interval", type=int, default=100)
+    parser.add_argument("--pg-url", default=DEFAULT_PG, help="PostgreSQL base URL")
+    parser.add_argument("--no-pg", action="store_true", help="skip the PostgreSQL part")
+    args = parser.parse_args(argv)
+
+    quick = args.quick
+    n_append = args.append_events or (100 if quick else 3000)
+    samples = args.samples or (10 if quick else 60)
+    sizes = {"small": 200, "large": 1000} if quick else {"small": 1000, "large": 10_000}
+
+    result: dict[str, Any] = {
+        "quick": quick,
+        "python": sys.version.split()[0],
+        "sqlite": sqlite3.sqlite_version,
+    }
+    with tempfile.TemporaryDirectory(prefix="forge-ledger-bench-") as tmp:
+        work = Path(tmp)
+        result["append_sqlite"] = bench_append_sqlite(n_append, work)
+        result["state_at_position"] = bench_state(sizes, samples, work, args.snapshot_interval)
+    result["append_postgres"] = (
+        None if args.no_pg else bench_append_postgres(args.pg_url, max(n_append // 3, 50))
+    )
+    goals = {
+        "append_sqlite_ratio": result["append_sqlite"]["goal_met"],
+        "state_large_with_snapshots": result["state_at_position"]["goal_met"],
+    }
+    if result["append_postgres"] is not None:
+        goals["append_postgres_ratio"] = result["append_postgres"]["goal_met"]
+    result["goals_met"] = goals
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
