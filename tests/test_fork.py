@@ -1,0 +1,197 @@
+"""Forks: shared prefix, recorded origin, model swaps and config overrides, continuing a fork."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+
+from forge_ledger.cli import main
+from forge_ledger.clock import FixedStepClock, SequentialIds
+from forge_ledger.domain.values import ModelProvider, RoundKind, SessionStatus, Stance
+from forge_ledger.errors import ConfigError, InvariantViolation, UsageError
+from forge_ledger.ledger import Ledger, verify_session
+from forge_ledger.lineage import apply_model_swaps, fork, override_config
+from promises_builder import PARTICIPANTS, THREE_ITERATIONS, SessionBuilder, build
+
+PARENT = uuid.UUID(int=1)
+
+
+@pytest.fixture
+def parent_ledger(store_url: str) -> Any:
+    with Ledger(store_url) as ledger:
+        ledger.save(build(PARENT, THREE_ITERATIONS))
+        yield ledger
+
+
+def _event_hash(ledger: Ledger, sid: uuid.UUID, position: int) -> str:
+    return next(e.hash for e in ledger.events(sid) if e.position == position)
+
+
+def test_fork_at_iteration_records_origin_and_verifies(parent_ledger: Ledger) -> None:
+    ledger = parent_ledger
+    fid = fork(
+        ledger, PARENT, clock=FixedStepClock(), ids=SequentialIds("t"), at_iteration=2,
+        model_swaps=["bob=anthropic/claude-x"], config_overrides={"max_rounds": 20},
+    )
+    boundary = ledger.position_of_iteration(PARENT, 2)
+    state = ledger.state(fid)
+    origin = state.fork_origin
+    assert origin is not None
+    assert origin.parent_id == str(PARENT)
+    assert origin.parent_position == boundary
+    assert origin.parent_iteration == 2
+    assert origin.parent_hash == _event_hash(ledger, PARENT, boundary)
+    assert verify_session(ledger, fid).ok
+    assert verify_session(ledger, PARENT).ok
+    assert state.status is SessionStatus.PAUSED
+    assert state.config.max_rounds == 20
+    bob = state.participant("bob")
+    assert bob is not None and bob.model == "anthropic/claude-x"
+    assert bob.provider is ModelProvider.ANTHROPIC
+    parent_at = ledger.state(PARENT, at_iteration=2)
+    assert [r.model_dump() for r in state.rounds] == [r.model_dump() for r in parent_at.rounds]
+    assert state.iteration == 2 and len(state.convergence) == 2
+
+
+def test_forked_session_can_continue(parent_ledger: Ledger) -> None:
+    """The fork is left in a state the engine continues from: resume and run an iteration."""
+    ledger = parent_ledger
+    fid = fork(ledger, PARENT, clock=FixedStepClock(), ids=SequentialIds("c"), at_iteration=1)
+    agg = ledger.get(fid)
+    clock = FixedStepClock()
+    agg.resume(at=clock.now(), reason="continue the fork")
+    number = agg.start_round(
+        kind=RoundKind.SYNTHESIS, iteration=2, participants=["carol"], at=clock.now()
+    )
+    assert number == len(ledger.state(PARENT, at_iteration=1).rounds) + 1
+    ledger.save(agg)
+    after = ledger.state(fid)
+    assert after.status is SessionStatus.IN_PROGRESS
+    assert after.open_round is not None and after.open_round.number == number
+    assert verify_session(ledger, fid).ok
+
+
+def test_fork_inside_open_round_is_refused(sqlite_url: str) -> None:
+    with Ledger(sqlite_url) as ledger:
+        ledger.save(build(PARENT, THREE_ITERATIONS))
+        inside = next(
+            e.position for e in ledger.events(PARENT)
+            if e.type == "ContributionRecorded" and e.position > 20
+        )
+        with pytest.raises(InvariantViolation, match="still open"):
+            fork(ledger, PARENT, clock=FixedStepClock(), ids=SequentialIds(), at_event=inside)
+        assert len(ledger.session_ids()) == 1
+
+
+def test_fork_of_finished_session_at_head_is_paused(sqlite_url: str) -> None:
+    with Ledger(sqlite_url) as ledger:
+        ledger.save(build(PARENT, THREE_ITERATIONS))
+        fid = fork(ledger, PARENT, clock=FixedStepClock(), ids=SequentialIds())
+        state = ledger.state(fid)
+        assert ledger.state(PARENT).status is SessionStatus.CONVERGED
+        assert state.status is SessionStatus.PAUSED
+        assert state.fork_origin is not None
+        assert state.fork_origin.parent_position == ledger.head_version(PARENT)
+
+
+def test_fork_rejects_bad_positions_and_renamed_participants(sqlite_url: str) -> None:
+    with Ledger(sqlite_url) as ledger:
+        ledger.save(build(PARENT, THREE_ITERATIONS))
+        kw: dict[str, Any] = {"clock": FixedStepClock(), "ids": SequentialIds()}
+        with pytest.raises(UsageError):
+            fork(ledger, PARENT, at_event=10_000, **kw)
+        with pytest.raises(UsageError):
+            fork(ledger, PARENT, at_iteration=9, **kw)
+        with pytest.raises(UsageError):
+            fork(ledger, PARENT, at_iteration=1, at_event=3, **kw)
+        renamed = [*PARTICIPANTS[:2], PARTICIPANTS[2].model_copy(update={"name": "x"})]
+        with pytest.raises(ConfigError, match="keep the parent's names"):
+            fork(ledger, PARENT, at_iteration=1, participants=renamed, **kw)
+        reordered = [PARTICIPANTS[2], PARTICIPANTS[0], PARTICIPANTS[1]]
+        fid = fork(ledger, PARENT, at_iteration=1, participants=reordered, **kw)
+        assert ledger.state(fid).participant_names == ["alice", "bob", "carol"]
+
+
+def test_model_swaps_named_and_positional() -> None:
+    swapped = apply_model_swaps(PARTICIPANTS, ["gemini/g1", "carol=openai/o4"])
+    assert [p.model for p in swapped] == ["gemini/g1", "openai/beta", "openai/o4"]
+    assert swapped[0].provider is ModelProvider.GOOGLE
+    assert [p.name for p in swapped] == [p.name for p in PARTICIPANTS]
+    assert swapped[1] is PARTICIPANTS[1]
+    with pytest.raises(ConfigError, match="no participant named"):
+        apply_model_swaps(PARTICIPANTS, ["dave=openai/x"])
+    with pytest.raises(ConfigError, match="more positional"):
+        apply_model_swaps(PARTICIPANTS, ["a", "b", "c", "d"])
+    with pytest.raises(ConfigError, match="swapped twice"):
+        apply_model_swaps(PARTICIPANTS, ["m1", "alice=m2"])
+
+
+def test_config_overrides_are_validated() -> None:
+    base = SessionBuilder(uuid.uuid4()).agg.state.config
+    assert override_config(base, {"convergence_threshold": 0.9}).convergence_threshold == 0.9
+    with pytest.raises(ConfigError, match="unknown config"):
+        override_config(base, {"bogus": 1})
+    with pytest.raises(ConfigError, match="convergence_threshold"):
+        override_config(base, {"convergence_threshold": 3})
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main([*argv])
+        raise SystemExit(0)
+    out = capsys.readouterr()
+    return int(exc.value.code or 0), out.out, out.err
+
+
+def test_cli_fork(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with Ledger(sqlite_url) as ledger:
+        b = SessionBuilder(PARENT)
+        b.iterate(THREE_ITERATIONS[0])
+        b.iterate(THREE_ITERATIONS[1])
+        b.finish()
+        ledger.save(b.agg)
+    code, out, err = _run(
+        ["fork", str(PARENT)[:8], "--at-iteration", "1", "-m", "openai/new", "--threshold",
+         "0.95", "--max-cost", "2.5", "--min-consensus", "3", "--store", sqlite_url, "--json"],
+        capsys,
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    with Ledger(sqlite_url, create=False) as ledger:
+        state = ledger.state(uuid.UUID(doc["session_id"]))
+        assert doc["parent_position"] == ledger.position_of_iteration(PARENT, 1)
+        assert doc["parent_hash"] == _event_hash(ledger, PARENT, doc["parent_position"])
+    assert doc["parent_id"] == str(PARENT)
+    assert state.participants[0].model == "openai/new"
+    assert (state.config.convergence_threshold, state.config.max_cost_usd) == (0.95, 2.5)
+    assert state.config.min_consensus == 3
+
+    code, out, err = _run(["fork", str(PARENT), "--store", sqlite_url], capsys)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "exactly one of" in err
+    code, out, err = _run(
+        ["fork", str(PARENT), "--at-iteration", "1", "-m", "zed=x", "--store", sqlite_url], capsys
+    )
+    assert code == 2 and "no participant named 'zed'" in err and "Traceback" not in err
+
+
+def test_fork_votes_differ_after_continuing(sqlite_url: str) -> None:
+    """The parent is untouched by what happens in its fork."""
+    with Ledger(sqlite_url) as ledger:
+        ledger.save(build(PARENT, THREE_ITERATIONS))
+        head = ledger.head_version(PARENT)
+        fid = fork(ledger, PARENT, clock=FixedStepClock(), ids=SequentialIds(), at_iteration=2)
+        agg = ledger.get(fid)
+        b = SessionBuilder.__new__(SessionBuilder)
+        b.agg, b.clock, b.names, b.iteration = agg, FixedStepClock(), ["alice", "bob", "carol"], 2
+        agg.resume(at=b.clock.now())
+        b.iteration = 3
+        b.vote({"alice": Stance.AGREE, "bob": Stance.STRONGLY_DISAGREE, "carol": Stance.AGREE}, {})
+        ledger.save(agg)
+        assert ledger.head_version(PARENT) == head
+        assert ledger.state(PARENT).convergence[-1].agree == 3
+        assert ledger.state(fid).convergence[-1].agree == 2
+        assert verify_session(ledger, fid).ok
