@@ -177,3 +177,7 @@ def trail(session: str, store: str | None, as_json: bool) -> None:
             table.add_row(v.participant, v.stance, str(v.score), "; ".join(v.concerns),
                           change, pre, "conformity" if v.conformity else "")
         out_console.print(table)
+        if r.conformity:
+            out_console.print(
+                f"conformity (stance changed with no new argument): {', '.join(r.conformity)}"
+            )

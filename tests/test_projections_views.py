@@ -1,0 +1,346 @@
+"""Dissent log, consensus trail, canned Datasette queries and the CLI commands over them."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from forge_ledger.projections import catch_up, consensus_trail, dissent_log, open_views
+
+from forge_ledger.cli import cli
+from forge_ledger.clock import FixedStepClock
+from forge_ledger.domain import Deliberation
+from forge_ledger.domain import events as ev
+from forge_ledger.domain.values import (
+    ChatMessage,
+    ConvergenceVote,
+    Critique,
+    DivergenceStatus,
+    DivergentPosition,
+    ModelResponse,
+    Participant,
+    RoundKind,
+    SessionConfig,
+    Stance,
+    Suggestion,
+    TokenCount,
+    Topic,
+)
+from forge_ledger.ledger import Ledger
+from test_projections_support import PARAMS, build_ledger
+
+YAML_PATH = Path(__file__).resolve().parents[1] / "projections" / "datasette.yaml"
+SID = uuid.UUID("00000000-0000-4000-8000-00000000abcd")
+
+
+def _scripted(ledger: Ledger) -> Deliberation:
+    """A, B, C vote twice; B is critiqued between the votes, C is not; two divergences."""
+    clock = FixedStepClock()
+    agg = Deliberation.start(
+        session_id=SID, topic=Topic(title="Cache design"), config=SessionConfig(),
+        participants=[Participant(name=n, model=f"openai/{n}") for n in "ABC"], at=clock.now(),
+    )
+
+    def contribute(number: int, names: str) -> None:
+        for n in names:
+            msgs = [ChatMessage(role="user", content="go")]
+            agg.record_contribution(
+                round=number, participant=n, model=f"openai/{n}", messages=msgs, params=PARAMS,
+                prompt_hash=ev.prompt_hash(msgs), at=clock.now(),
+                response=ModelResponse(content=f"text of {n}", model=f"openai/{n}",
+                                       tokens=TokenCount(input=10, output=5), cost_usd=0.01),
+            )
+
+    def vote(number: int, stances: dict[str, Stance]) -> None:
+        for n, s in stances.items():
+            agg.record_vote(round=number, participant=n, at=clock.now(), vote=ConvergenceVote(
+                agrees=s.agrees, stance=s, score=70, reasoning="the cache is fine"))
+
+    r1 = agg.start_round(kind=RoundKind.DRAFT, iteration=1, participants="ABC", at=clock.now())
+    contribute(r1, "ABC")
+    agg.complete_round(round=r1, at=clock.now())
+    r2 = agg.start_round(kind=RoundKind.CONVERGENCE, iteration=1, participants="ABC",
+                         at=clock.now())
+    contribute(r2, "ABC")
+    vote(r2, {"A": Stance.AGREE, "B": Stance.DISAGREE, "C": Stance.DISAGREE})
+    agg.complete_round(round=r2, at=clock.now())
+    agg.evaluate_convergence(ev.ConvergenceEvaluated(
+        round=r2, iteration=1, score=0.4, converged=False, majority_agrees=False, agree=1,
+        disagree=2, partial=0, threshold=0.85), at=clock.now())
+    r3 = agg.start_round(kind=RoundKind.CRITIQUE, iteration=2, participants="A",
+                         targets={"A": "B"}, at=clock.now())
+    contribute(r3, "A")
+    agg.record_critique(round=r3, participant="A", at=clock.now(), critique=Critique(
+        target="B", weaknesses=("ignores eviction",),
+        suggestions=(Suggestion(text="add LRU"),), score=40))
+    agg.complete_round(round=r3, at=clock.now())
+    agg.detect_divergence(ev.DivergenceDetected(
+        divergence_id="d1", round=r3, topic="eviction",
+        positions=(DivergentPosition(participant="A", position="LRU", stance=Stance.AGREE),
+                   DivergentPosition(participant="B", position="none",
+                                     stance=Stance.STRONGLY_DISAGREE)),
+        strongest=Stance.STRONGLY_DISAGREE), at=clock.now())
+    agg.detect_divergence(ev.DivergenceDetected(
+        divergence_id="d2", round=r3, topic="ttl",
+        positions=(DivergentPosition(participant="C", position="1h", stance=Stance.DISAGREE),
+                   DivergentPosition(participant="A", position="1d", stance=Stance.AGREE))),
+        at=clock.now())
+    r4 = agg.start_round(kind=RoundKind.SYNTHESIS, iteration=2, participants="A", at=clock.now())
+    contribute(r4, "A")
+    agg.complete_round(round=r4, at=clock.now())
+    agg.change_divergence("d1", DivergenceStatus.ADDRESSED, at=clock.now(), round=r4,
+                          note="synthesis adds LRU")
+    r5 = agg.start_round(kind=RoundKind.CONVERGENCE, iteration=2, participants="ABC",
+                         at=clock.now())
+    contribute(r5, "ABC")
+    vote(r5, {"A": Stance.AGREE, "B": Stance.AGREE, "C": Stance.AGREE})
+    agg.complete_round(round=r5, at=clock.now())
+    agg.evaluate_convergence(ev.ConvergenceEvaluated(
+        round=r5, iteration=2, score=0.9, converged=True, majority_agrees=True, agree=3,
+        disagree=0, partial=0, threshold=0.85), at=clock.now())
+    agg.change_divergence("d1", DivergenceStatus.RESOLVED, at=clock.now(), round=r5, by="B")
+    ledger.save(agg)
+    return agg
+
+
+@pytest.fixture
+def scripted(tmp_path: Path) -> tuple[str, Deliberation]:
+    store = str(tmp_path / "forge-ledger.sqlite")
+    with Ledger(store) as ledger:
+        agg = _scripted(ledger)
+    return store, agg
+
+
+def test_consensus_trail_flags_a_flip_without_new_argument(
+    scripted: tuple[str, Deliberation],
+) -> None:
+    store, agg = scripted
+    with Ledger(store, create=False) as ledger:
+        events = list(ledger.events(SID))
+        from_state = consensus_trail(ledger.state(SID))
+    trail = consensus_trail(events)
+    assert [t.as_json() for t in trail] == [t.as_json() for t in from_state]
+    first, second = trail
+    assert (first.round, first.majority_agrees, first.weighted_score) == (2, False, 0.4)
+    assert (second.round, second.majority_agrees, second.weighted_score) == (5, True, 0.9)
+    votes = {v.participant: v for v in second.votes}
+    assert not votes["A"].changed and not votes["A"].conformity
+    # B was critiqued (weakness + suggestion) before changing: an argument, no conformity
+    assert votes["B"].changed and votes["B"].previous_stance == "disagree"
+    assert votes["B"].new_arguments and not votes["B"].conformity
+    # C changed with the same reasoning and nothing addressed to it: conformity
+    assert votes["C"].changed and votes["C"].new_arguments == ()
+    assert votes["C"].conformity and second.conformity == ["C"]
+    synthesis = agg.state.round(4)
+    assert synthesis is not None
+    assert votes["C"].preceded_by is not None
+    assert votes["C"].preceded_by.as_json() == {
+        "round": 4, "kind": "synthesis", "position": synthesis.contributions[-1].position}
+
+
+def test_dissent_log_lists_open_divergences_with_lifecycle(
+    scripted: tuple[str, Deliberation],
+) -> None:
+    store, agg = scripted
+    with Ledger(store, create=False) as ledger:
+        events = list(ledger.events(SID))
+    by_type: dict[str, list[int]] = {}
+    for e in events:
+        by_type.setdefault(e.type, []).append(e.position)
+    open_only = dissent_log(events)
+    assert [d.divergence_id for d in open_only] == ["d2"]
+    assert open_only[0].is_open and open_only[0].rounds_open == 2  # rounds 4 and 5 began since
+    everything = {d.divergence_id: d for d in dissent_log(agg.state, include_closed=True)}
+    d1 = everything["d1"]
+    assert d1.status == "resolved" and d1.strong and not d1.is_open
+    assert [s.status for s in d1.lifecycle] == ["open", "addressed", "resolved"]
+    assert d1.opened_position == by_type["DivergenceDetected"][0]
+    assert d1.addressed_position == by_type["DivergenceAddressed"][0]
+    assert d1.closed_position == by_type["DivergenceResolved"][0] and d1.closed_by == "B"
+    assert d1.rounds_open == 2  # rounds 4 and 5 started between open and resolve
+
+
+def test_cli_dissent_and_trail(scripted: tuple[str, Deliberation]) -> None:
+    store, _agg = scripted
+    runner = CliRunner()
+    res = runner.invoke(cli, ["dissent", str(SID)[:8], "--store", store, "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert [d["divergence_id"] for d in doc["divergences"]] == ["d2"]
+    res = runner.invoke(cli, ["dissent", str(SID), "--all", "--store", store, "--json"])
+    assert [d["status"] for d in json.loads(res.stdout)["divergences"]] == ["resolved", "open"]
+    res = runner.invoke(cli, ["trail", str(SID), "--store", store, "--json"])
+    assert res.exit_code == 0, res.output
+    rounds = json.loads(res.stdout)["rounds"]
+    assert [r["conformity"] for r in rounds] == [[], ["C"]]
+    res = runner.invoke(cli, ["trail", str(SID), "--store", store])
+    assert res.exit_code == 0 and "conformity" in res.stdout and "0.90" in res.stdout
+
+
+def test_cli_user_mistakes_are_one_line(tmp_path: Path, scripted: tuple[str, Deliberation]) -> None:
+    store, _ = scripted
+    for args in (
+        ["dissent", "ffff", "--store", store],
+        ["trail", "x", "--store", str(tmp_path / "missing.sqlite")],
+        ["projections", "rebuild", "nope", "--store", store],
+    ):
+        proc = subprocess.run([sys.executable, "-m", "forge_ledger", *args],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
+        assert "Traceback" not in proc.stderr
+
+
+def test_cli_projections_status_update_rebuild(tmp_path: Path) -> None:
+    store = str(tmp_path / "forge-ledger.sqlite")
+    with Ledger(store) as ledger:
+        build_ledger(ledger, 4, 2)
+        head = ledger.max_notification_id()
+    runner = CliRunner()
+    res = runner.invoke(cli, ["projections", "status", "--store", store, "--json"])
+    doc = json.loads(res.stdout)
+    assert {p["lag"] for p in doc["projections"]} == {head}
+    assert doc["read_model"].endswith("forge-ledger.views.sqlite")
+    res = runner.invoke(cli, ["projections", "update", "--store", store, "--json"])
+    assert json.loads(res.stdout) == {"events": head}
+    res = runner.invoke(cli, ["projections", "status", "--store", store, "--json"])
+    assert {(p["position"], p["lag"]) for p in json.loads(res.stdout)["projections"]} == {
+        (head, 0)}
+    res = runner.invoke(cli, ["projections", "rebuild", "consensus", "--store", store, "--json"])
+    assert json.loads(res.stdout) == {"rebuilt": "consensus", "events": head}
+    res = runner.invoke(cli, ["projections", "status", "--store", store])
+    assert res.exit_code == 0 and "current" in res.stdout
+
+
+def _queries() -> dict[str, str]:
+    meta = yaml.safe_load(YAML_PATH.read_text())
+    q = meta["databases"]["forge-ledger.views"]["queries"]
+    return {name: spec["sql"] for name, spec in q.items()}
+
+
+def _built(tmp_path: Path) -> tuple[Path, Ledger]:
+    ledger = Ledger(str(tmp_path / "forge-ledger.sqlite"))
+    build_ledger(ledger, 77, 3)
+    _scripted(ledger)
+    db = open_views(ledger.location.read_model_path)
+    catch_up(ledger, db)
+    db.close()
+    return ledger.location.read_model_path, ledger
+
+
+def test_canned_queries_return_the_right_rows(tmp_path: Path) -> None:
+    path, ledger = _built(tmp_path)
+    events = ledger.notifications(limit=100_000)
+    queries = _queries()
+    con = sqlite3.connect(path)
+    con.row_factory = sqlite3.Row
+
+    # cost per participant, computed independently from the events
+    expected: dict[tuple[str, str, str], list[float]] = {}
+    for e in events:
+        if e.type == "ContributionRecorded":
+            r = e.data["response"]
+            key = (e.session_id, e.data["participant"], r["model"])
+            tin, tout, cost = r["tokens"]["input"], r["tokens"]["output"], r["cost_usd"]
+        elif e.type == "ProviderCallFailed":
+            key = (e.session_id, e.data["participant"], e.data["model"])
+            tin, tout, cost = e.data["tokens"]["input"], e.data["tokens"]["output"], 0.0
+        else:
+            continue
+        acc = expected.setdefault(key, [0, 0, 0, 0.0])
+        acc[0] += 1
+        acc[1] += tin
+        acc[2] += tout
+        acc[3] += cost
+    rows = con.execute(queries["cost_per_participant"]).fetchall()
+    got = {(r["session_id"], r["participant"], r["model"]):
+           [r["calls"], r["tokens_in"], r["tokens_out"], r["cost_usd"]] for r in rows}
+    assert got.keys() == expected.keys()
+    for k, v in expected.items():
+        assert got[k][:3] == v[:3] and got[k][3] == pytest.approx(v[3], abs=1e-6)
+
+    # dissent by participant
+    stances: dict[str, list[str]] = {}
+    for e in events:
+        if e.type == "DivergenceDetected":
+            for p in e.data["positions"]:
+                stances.setdefault(p["participant"], []).append(p["stance"])
+    rows = con.execute(queries["dissent_by_participant"]).fetchall()
+    assert {r["participant"]: (r["divergences"], r["dissenting"]) for r in rows} == {
+        p: (len(s), sum(x in ("disagree", "strongly_disagree") for x in s))
+        for p, s in stances.items()
+    }
+
+    # session timeline of the scripted session: every contribution, vote and round, in order
+    rows = con.execute(queries["session_timeline"], {"session_id": str(SID)}).fetchall()
+    mine = [e for e in events if e.session_id == str(SID)]
+    wanted = sorted(
+        e.position for e in mine
+        if e.type in ("RoundStarted", "ContributionRecorded", "DivergenceAddressed",
+                      "DivergenceResolved")
+    ) + [e.position for e in mine if e.type == "DivergenceDetected"]
+    votes = [e for e in mine if e.type == "VoteRecorded"]
+    positions = [r["position"] for r in rows]
+    assert positions == sorted(positions)
+    assert len(rows) == len(wanted) + len(votes)
+    assert [r["detail"] for r in rows if r["what"] == "vote"] == [
+        e.data["vote"]["stance"] for e in votes]
+    con.close()
+    ledger.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_datasette_serves_a_canned_query(tmp_path: Path) -> None:
+    path, ledger = _built(tmp_path)
+    ledger.close()
+    port = _free_port()
+    exe = Path(sys.executable).with_name("datasette")
+    proc = subprocess.Popen(
+        [str(exe), "serve", str(path), "-m", str(YAML_PATH), "--host", "127.0.0.1",
+         "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        # Datasette tilde-encodes the dot of the database name in URLs
+        url = (f"http://127.0.0.1:{port}/forge-ledger~2Eviews/cost_per_participant.json"
+               "?_shape=array")
+        body: Any = None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(url, timeout=5) as resp:
+                    body = json.loads(resp.read())
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    break
+                time.sleep(0.2)
+        assert body is not None, proc.stderr.read().decode() if proc.poll() is not None else ""
+        con = sqlite3.connect(path)
+        expected = con.execute(_queries()["cost_per_participant"]).fetchall()
+        con.close()
+        assert [tuple(r.values()) for r in body] == expected and expected
+    finally:
+        proc.send_signal(signal.SIGINT)  # uvicorn's graceful stop (Ctrl-C)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
