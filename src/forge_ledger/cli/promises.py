@@ -135,13 +135,16 @@ def _point_cells(p: IterationPoint | None) -> list[str]:
 
 
 def _print_diff(d: SessionDiff) -> None:
-    table = Table(title=f"Consensus paths: A={d.a[:8]} vs B={d.b[:8]}", title_justify="left")
-    table.add_column("it", justify="right")
-    for side in ("A", "B"):
-        for col in ("score", "majority", "EMS", "open dissent", "stance changes"):
-            table.add_column(f"{side} {col}")
+    """One row per iteration and session (A above B), so the table fits a terminal."""
+    table = Table(title=f"Consensus paths: A={d.a} vs B={d.b}", title_justify="left")
+    for col in ("it", "", "score", "majority (a/d/p)", "EMS", "open dissent", "stance changes"):
+        table.add_column(col, justify="right" if col in ("it", "score", "EMS") else "left")
     for k in d.iterations:
-        table.add_row(str(k), *_point_cells(d.path_a.get(k)), *_point_cells(d.path_b.get(k)))
+        a, b = d.path_a.get(k), d.path_b.get(k)
+        same = a == b
+        table.add_row(str(k), "A=B" if same else "A", *_point_cells(a), end_section=same)
+        if not same:
+            table.add_row("", "B", *_point_cells(b), end_section=True)
     out_console.print(table)
     if d.common_ancestor:
         out_console.print(f"shared history up to {d.common_ancestor}")
