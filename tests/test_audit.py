@@ -1,0 +1,192 @@
+"""``audit``: how consensus formed, from a real session's events and state."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import uuid
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from forge_ledger.audit import AuditReport, audit_report, render_markdown
+from forge_ledger.cli import main
+from forge_ledger.domain.values import DivergenceStatus, SessionStatus, Stance
+from forge_ledger.ledger import Ledger, RecordedEvent
+from promises_builder import THREE_ITERATIONS, Iteration, SessionBuilder, build
+
+SID = uuid.UUID(int=1)
+
+
+def _report(ledger: Ledger, sid: uuid.UUID = SID) -> AuditReport:
+    return audit_report(list(ledger.events(sid)), ledger.state(sid))
+
+
+@pytest.fixture
+def ledger(sqlite_url: str) -> Ledger:
+    led = Ledger(sqlite_url)
+    led.save(build(SID, THREE_ITERATIONS))
+    return led
+
+
+def test_consensus_beside_majority_and_trajectories(ledger: Ledger) -> None:
+    r = _report(ledger)
+    state = ledger.state(SID)
+    assert [(c.iteration, c.weighted_score, c.majority_agrees) for c in r.consensus] == [
+        (c.iteration, c.score, c.majority_agrees) for c in state.convergence
+    ]
+    by_name = {t.participant: [v.stance for v in t.votes] for t in r.trajectories}
+    for name in ("alice", "bob", "carol"):
+        assert by_name[name] == [it.votes[name] for it in THREE_ITERATIONS]
+    votes = {e.position for e in ledger.events(SID) if e.type == "VoteRecorded"}
+    assert {v.position for t in r.trajectories for v in t.votes} == votes
+
+
+def test_stance_changes_name_what_preceded_them(ledger: Ledger) -> None:
+    r = _report(ledger)
+    shifts = {s.participant: s for s in r.stance_shifts}
+    assert set(shifts) == {"bob", "carol"}
+    carol = shifts["carol"]
+    assert not carol.conformity
+    kinds = {(i.kind, i.author) for i in carol.influences}
+    assert ("critique", "bob") in kinds and ("human:steer", "dana") in kinds
+    critique_events = {
+        e.position: e.data["response"]["content"]
+        for e in ledger.events(SID) if e.type == "ContributionRecorded"
+    }
+    for i in carol.influences:
+        if i.round is not None:
+            assert critique_events[i.position].startswith(i.excerpt.rstrip("…"))
+        assert i.author != "carol"
+    bob = shifts["bob"]
+    assert bob.conformity and bob.toward_majority and bob.influences == ()
+    assert [s.participant for s in r.conformity_flags] == ["bob"]
+
+
+def test_dissent_minority_report_failures_and_usage(ledger: Ledger) -> None:
+    r = _report(ledger)
+    events = list(ledger.events(SID))
+    d1, d2 = r.dissent
+    assert (d1.id, d1.status, d1.closed_position) == ("d1", DivergenceStatus.OPEN, None)
+    resolved_at = next(e.position for e in events if e.type == "DivergenceResolved")
+    assert (d2.status, d2.closed_position) == (DivergenceStatus.RESOLVED, resolved_at)
+    assert [(m.who, m.divergence_id, m.since_iteration) for m in r.minority_report] == [
+        (("bob",), "d1", 1)
+    ]
+    failed = [e for e in events if e.type == "ProviderCallFailed"]
+    assert [(f.position, f.model, f.error_type) for f in r.failed_calls] == [
+        (e.position, e.data["model"], e.data["error_type"]) for e in failed
+    ]
+    state = ledger.state(SID)
+    assert sum(u.cost_usd for u in r.usage_by_participant) == pytest.approx(state.cost_usd)
+    assert sum(u.cost_usd for u in r.usage_by_round) == pytest.approx(state.cost_usd)
+    assert sum(u.input_tokens for u in r.usage_by_participant) == state.tokens.input
+    assert sum(u.output_tokens for u in r.usage_by_round) == state.tokens.output
+    contributions = sum(1 for e in events if e.type == "ContributionRecorded")
+    assert r.total.calls == contributions + len(failed)
+
+
+def test_human_interventions_overrule_rewind_and_vote_minority(sqlite_url: str) -> None:
+    sid = uuid.UUID(int=2)
+    b = SessionBuilder(sid)
+    b.iterate(Iteration(votes={"alice": Stance.AGREE, "bob": Stance.DISAGREE,
+                               "carol": Stance.AGREE},
+                        open_dissent=[("d1", "burst limits", "bob")]))
+    b.iterate(Iteration(votes={"alice": Stance.AGREE, "bob": Stance.DISAGREE,
+                               "carol": Stance.DISAGREE},
+                        close_dissent=[("d1", DivergenceStatus.OVERRULED, "dana")]))
+    target = b.agg.rewind(1, at=b.clock.now())
+    b.agg.resume(at=b.clock.now())
+    b.iteration = target
+    b.iterate(Iteration(votes={"alice": Stance.AGREE, "bob": Stance.STRONGLY_DISAGREE,
+                               "carol": Stance.AGREE}, critiques=False, synthesis=False))
+    b.finish(SessionStatus.COMPLETE)
+    with Ledger(sqlite_url) as led:
+        led.save(b.agg)
+        r = _report(led, sid)
+        events = list(led.events(sid))
+    kinds = [(h.kind, h.author) for h in r.human_interventions]
+    assert kinds == [("overrule", "dana"), ("rewind", "")]
+    assert [h.position for h in r.human_interventions] == [
+        e.position for e in events if e.type in ("DivergenceOverruled", "SessionRewound")
+    ]
+    assert r.minority_report[0].source == "vote"
+    bob_minority = r.minority_report[0]
+    first_bob_vote = next(
+        e.position for e in events if e.type == "VoteRecorded" and e.data["participant"] == "bob"
+    )
+    assert bob_minority.who == ("bob",) and bob_minority.since_position == first_bob_vote
+    assert "burst handling" in bob_minority.concern
+    md = render_markdown(r)
+    assert "overrule" in md and "back 1" in md
+
+
+def test_markdown_reads_as_a_document(ledger: Ledger) -> None:
+    md = render_markdown(_report(ledger))
+    headings = [line for line in md.splitlines() if line.startswith("## ")]
+    assert headings == [
+        "## Consensus per iteration", "## Stance trajectories", "## Stance changes",
+        "## Conformity flags", "## Dissent", "## Human interventions", "## Tokens and cost",
+        "## Failed calls", "## Minority report",
+    ]
+    assert "conformity flag" in md and "burst limits" in md
+    for line in md.splitlines():
+        if line.startswith("|"):
+            assert line.endswith("|")
+
+
+def test_audit_cli(ledger: Ledger, sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    expected = _report(ledger).model_dump(mode="json")
+    ledger.close()
+    for args, check in (
+        (["--json"], lambda out: json.loads(out) == expected),
+        (["--markdown"], lambda out: out.startswith("# Audit: Rate limiter design")),
+        ([], lambda out: "Minority report" in out),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main(["audit", str(SID)[:6], "--store", sqlite_url, *args])
+            raise SystemExit(0)
+        assert exc.value.code == 0
+        assert check(capsys.readouterr().out)
+    with pytest.raises(SystemExit) as exc:
+        main(["audit", str(SID), "--store", sqlite_url, "--json", "--markdown"])
+    captured = capsys.readouterr()
+    assert exc.value.code == 2 and captured.out == "" and "at most one" in captured.err
+
+
+stances = st.sampled_from(list(Stance))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.builds(
+            Iteration,
+            votes=st.fixed_dictionaries({"alice": stances, "bob": stances, "carol": stances}),
+            critiques=st.booleans(),
+            synthesis=st.booleans(),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_conformity_is_a_change_with_nothing_said_in_between(script: list[Iteration]) -> None:
+    """Shifts = consecutive differing votes; flagged exactly when no one else spoke between."""
+    agg = build(uuid.UUID(int=3), script)
+    events = [
+        RecordedEvent(
+            session_id=str(e.originator_id), position=e.originator_version, type=e.TYPE,
+            timestamp=e.timestamp, data=e.data, hash=e.hash, prev_hash=e.prev_hash,
+        )
+        for e in agg.collect_events()
+    ]
+    r = audit_report(events, agg.state)
+    expected = []
+    for prev, cur in itertools.pairwise(script):
+        for name in ("alice", "bob", "carol"):
+            if prev.votes[name] is not cur.votes[name]:
+                others_spoke = cur.critiques or (cur.synthesis and name != "carol")
+                expected.append((name, not others_spoke))
+    got = [(s.participant, s.conformity) for s in r.stance_shifts]
+    assert sorted(got) == sorted(expected)
