@@ -142,6 +142,14 @@ def _votes(r: RoundState) -> dict[str, tuple[ConvergenceVote, int]]:
     return out
 
 
+def _between(state: SessionState, after: int, before: int) -> list[RoundState]:
+    """Rounds numbered strictly between ``after`` and ``before`` (rounds are numbered 1..n)."""
+    rounds = state.rounds
+    if all(rounds[i].number == i + 1 for i in (after, before - 2) if 0 <= i < len(rounds)):
+        return rounds[after:max(before - 1, after)]
+    return [r for r in rounds if after < r.number < before]
+
+
 def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
@@ -152,9 +160,7 @@ def _new_arguments(
 ) -> tuple[str, ...]:
     """Arguments addressed to ``participant`` in rounds strictly between ``after``/``before``."""
     found: list[str] = []
-    for r in state.rounds:
-        if not after < r.number < before:
-            continue
+    for r in _between(state, after, before):
         for c in r.contributions:
             if c.participant == participant:
                 continue
@@ -179,8 +185,8 @@ def _new_arguments(
 
 def _preceding(state: SessionState, after: int, before: int) -> PrecedingRound | None:
     last: PrecedingRound | None = None
-    for r in state.rounds:
-        if after < r.number < before and r.kind in _ARGUMENT_KINDS:
+    for r in _between(state, after, before):
+        if r.kind in _ARGUMENT_KINDS:
             pos = r.contributions[-1].position if r.contributions else r.started_position
             last = PrecedingRound(r.number, r.kind.value, pos)
     return last
@@ -269,7 +275,9 @@ class ConsensusProjection(Projection):
     tables = ("consensus_trail",)
 
     def apply(self, event: EventLike, payload: Payload, state: SessionState) -> Sequence[Op]:
-        if isinstance(payload, ev.VoteRecorded | ev.ConvergenceEvaluated):
+        # a round's trail is written when it completes and rewritten when it is evaluated
+        # (not on every vote: that would recompute the round once per voter)
+        if isinstance(payload, ev.ConvergenceEvaluated):
             number = payload.round
         elif isinstance(payload, ev.RoundCompleted):
             number = payload.number

@@ -1,0 +1,199 @@
+"""Projection benchmark: full rebuild rate vs plain read+decode, and incremental latency.
+
+Builds ledgers of ~10k and ~100k events (``--quick``: ~2k and ~5k) through the real
+``Deliberation`` aggregate with batched saves, then measures in the same run:
+
+- ``read_decode_eps``: reading the notification log and validating every payload;
+- ``rebuild_eps``: a full rebuild of all projections into a fresh read-model file;
+- ``ratio`` = rebuild / read+decode (goal >= 0.3);
+- ``incremental_ms``: catch-up after one new event, with a warm runner (a follower) and with a
+  fresh runner (a CLI call) — median of several appends (goal <= 5 ms warm).
+
+Prints one JSON object on stdout; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from forge_ledger.clock import FixedStepClock
+from forge_ledger.domain import Deliberation
+from forge_ledger.domain import events as ev
+from forge_ledger.domain.values import (
+    ChatMessage,
+    ConvergenceVote,
+    ModelResponse,
+    Participant,
+    RoundKind,
+    SessionConfig,
+    Stance,
+    TokenCount,
+    Topic,
+)
+from forge_ledger.ledger import Ledger
+from forge_ledger.projections import ProjectionRunner, open_views
+
+PARAMS = ev.CallParams(temperature=0.2, max_tokens=512)
+NAMES = ["A", "B", "C"]
+TEXT = "A paragraph of deliberation text about caches, queues and budgets. " * 8
+
+
+def _contribute(agg: Deliberation, clock: FixedStepClock, number: int, name: str) -> None:
+    msgs = [ChatMessage(role="user", content=f"round {number}")]
+    agg.record_contribution(
+        round=number, participant=name, model=f"openai/{name}", messages=msgs, params=PARAMS,
+        prompt_hash=ev.prompt_hash(msgs), at=clock.now(),
+        response=ModelResponse(content=TEXT, model=f"openai/{name}",
+                               tokens=TokenCount(input=300, output=200), cost_usd=0.001),
+    )
+
+
+def _session(clock: FixedStepClock, i: int, events: int) -> Deliberation:
+    agg = Deliberation.start(
+        session_id=uuid.uuid5(uuid.NAMESPACE_URL, f"bench-{i}"), topic=Topic(title=f"t{i}"),
+        config=SessionConfig(max_rounds=10_000),
+        participants=[Participant(name=n, model=f"openai/{n}") for n in NAMES], at=clock.now(),
+    )
+    it = 1
+    while agg.version < events:
+        for kind in (RoundKind.DRAFT, RoundKind.CONVERGENCE):
+            number = agg.start_round(kind=kind, iteration=it, participants=NAMES,
+                                     at=clock.now())
+            for n in NAMES:
+                _contribute(agg, clock, number, n)
+                if kind is RoundKind.CONVERGENCE:
+                    agg.record_vote(round=number, participant=n, at=clock.now(),
+                                    vote=ConvergenceVote(agrees=True, stance=Stance.AGREE))
+            agg.complete_round(round=number, at=clock.now())
+        it += 1
+    return agg
+
+
+def build(path: Path, total: int, per_session: int) -> Ledger:
+    ledger = Ledger(str(path), snapshot_interval=100)
+    clock = FixedStepClock(step=timedelta(milliseconds=10))
+    pending: list[Deliberation] = []
+    made = 0
+    i = 0
+    while made < total:
+        agg = _session(clock, i, min(per_session, total - made))
+        made += agg.version
+        pending.append(agg)
+        i += 1
+        if len(pending) >= 5:
+            ledger.save(*pending)
+            pending = []
+    if pending:
+        ledger.save(*pending)
+    return ledger
+
+
+def read_decode(ledger: Ledger, batch: int) -> int:
+    after, n = 0, 0
+    while True:
+        rows = ledger.notifications(after=after, limit=batch)
+        if not rows:
+            return n
+        for e in rows:
+            e.payload()
+        n += len(rows)
+        after = rows[-1].notification_id or after
+
+
+def measure(tmp: Path, total: int, per_session: int, batch: int, appends: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    ledger = build(tmp / f"ledger-{total}.sqlite", total, per_session)
+    built_s = time.perf_counter() - t0
+    events = ledger.max_notification_id()
+    print(f"built {events} events in {built_s:.1f}s", file=sys.stderr)
+
+    t0 = time.perf_counter()
+    n = read_decode(ledger, batch)
+    read_s = time.perf_counter() - t0
+
+    db = open_views(tmp / f"views-{total}.sqlite")
+    runner = ProjectionRunner(ledger, db)
+    t0 = time.perf_counter()
+    applied = runner.catch_up(batch_size=batch)
+    rebuild_s = time.perf_counter() - t0
+    assert applied == n == events
+
+    # incremental: one new event (a failed call recorded in an open round) per measurement
+    clock = FixedStepClock(step=timedelta(milliseconds=10))
+    agg = ledger.get(uuid.uuid5(uuid.NAMESPACE_URL, "bench-0"))
+    number = agg.start_round(kind=RoundKind.DRAFT, iteration=agg.state.iteration + 1,
+                             participants=NAMES, at=clock.now())
+    ledger.save(agg)
+    runner.catch_up()
+    warm: list[float] = []
+    cold: list[float] = []
+    for k in range(appends):
+        agg.record_failure(ev.ProviderCallFailed(
+            round=number, participant="A", attempt=k + 1, model="openai/A",
+            error_type="RateLimitError", message="429", retryable=True, will_retry=True,
+        ), at=clock.now())
+        ledger.save(agg)
+        if k % 2 == 0:
+            t0 = time.perf_counter()
+            got = runner.catch_up()
+            warm.append((time.perf_counter() - t0) * 1000)
+        else:
+            fresh = ProjectionRunner(ledger, db)
+            t0 = time.perf_counter()
+            got = fresh.catch_up()
+            cold.append((time.perf_counter() - t0) * 1000)
+        assert got == 1
+    db.close()
+    ledger.close()
+    read_eps = n / read_s
+    rebuild_eps = n / rebuild_s
+    return {
+        "events": events,
+        "build_s": round(built_s, 2),
+        "read_decode_eps": round(read_eps),
+        "rebuild_eps": round(rebuild_eps),
+        "ratio": round(rebuild_eps / read_eps, 3),
+        "incremental_ms_warm": round(statistics.median(warm), 3),
+        "incremental_ms_fresh_runner": round(statistics.median(cold), 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small ledgers (CI)")
+    ap.add_argument("--batch-size", type=int, default=1000)
+    ap.add_argument("--appends", type=int, default=20, help="incremental measurements")
+    args = ap.parse_args(argv)
+    sizes = [(2_000, 200), (5_000, 500)] if args.quick else [(10_000, 1000), (100_000, 1000)]
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as d:
+        for total, per_session in sizes:
+            results[str(total)] = measure(Path(d), total, per_session, args.batch_size,
+                                          args.appends)
+    worst = min(r["ratio"] for r in results.values())
+    warm = max(r["incremental_ms_warm"] for r in results.values())
+    doc = {
+        "benchmark": "projections",
+        "quick": args.quick,
+        "batch_size": args.batch_size,
+        "sizes": results,
+        "goals": {
+            "ratio_min": 0.3, "ratio_ok": worst >= 0.3,
+            "incremental_ms_max": 5.0, "incremental_ok": warm <= 5.0,
+        },
+    }
+    json.dump(doc, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""The projection benchmark runs in CI mode and prints the figures it promises."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "projection_bench.py"
+
+
+def test_quick_bench_prints_one_json_document() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--appends", "4"],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["quick"] is True and set(doc["goals"]) == {
+        "ratio_min", "ratio_ok", "incremental_ms_max", "incremental_ok"}
+    assert len(doc["sizes"]) == 2
+    for size, figures in doc["sizes"].items():
+        assert figures["events"] >= int(size)
+        for key in ("read_decode_eps", "rebuild_eps", "incremental_ms_warm",
+                    "incremental_ms_fresh_runner"):
+            assert figures[key] > 0
+        assert figures["ratio"] == round(figures["rebuild_eps"] / figures["read_decode_eps"], 3)
