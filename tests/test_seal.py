@@ -182,3 +182,24 @@ def test_unkeyed_seal_cli_warns(sqlite_url: str, capsys: pytest.CaptureFixture[s
         assert seal is not None and seal["hmac"] is None
         assert verify_session(ledger, SID).ok
         assert not verify_session(ledger, SID, key=KEY).ok
+
+
+def test_verify_export_against_the_yaml_projection(sqlite_url: str, tmp_path: Path) -> None:
+    """The real export of a sealed session verifies; any edit of its content is caught."""
+    from forge_ledger.yaml_format import export_events
+
+    out = tmp_path / "real.yaml"
+    with Ledger(sqlite_url) as ledger:
+        ledger.save(build(SID, THREE_ITERATIONS))
+        seal_session(ledger, SID, clock=FixedStepClock(), key=KEY)
+        text = export_events(list(ledger.events(SID)))
+        out.write_text(text, encoding="utf-8")
+        report = verify_export(ledger, out, KEY)
+        assert report.ok, report.problems
+        assert report.content_checked and report.content_ok and report.hmac_ok
+        doc = yaml.safe_load(text)
+        assert doc["ledger"]["root_hash"] == ledger.state(SID).seal["root_hash"]  # type: ignore[index]
+        doc["session"]["ems"] = 100 - doc["session"]["ems"]  # a flattering edit of the record
+        out.write_text(yaml.safe_dump(doc, sort_keys=False), "utf-8")
+        edited = verify_export(ledger, out, KEY)
+        assert not edited.ok and edited.content_ok is False and edited.block_ok

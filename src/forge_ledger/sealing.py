@@ -116,13 +116,19 @@ Exporter = Callable[[Ledger, UUID], str]
 
 
 def _default_exporter() -> Exporter | None:
-    """``forge_ledger.yaml_format.export_session(ledger, session_id) -> str`` when it exists."""
+    """A fresh export by ``forge_ledger.yaml_format.export_events`` when that module is there."""
     try:
         mod = importlib.import_module("forge_ledger.yaml_format")
     except ImportError:
         return None
-    fn = getattr(mod, "export_session", None)
-    return fn if callable(fn) else None
+    export_events = getattr(mod, "export_events", None)
+    if not callable(export_events):
+        return None
+
+    def fresh(ledger: Ledger, session_id: UUID) -> str:
+        return str(export_events(list(ledger.events(session_id))))
+
+    return fresh
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -156,8 +162,8 @@ def verify_export(
     A file without a ``ledger`` block (an unsealed session's export) or naming no session is an
     :class:`~forge_ledger.errors.ImportValidationError`; every other mismatch is reported in
     ``problems`` (``ok`` is then false). ``exporter`` (default: the YAML module's
-    ``export_session`` if present) produces a fresh export whose parsed content must equal the
-    file's.
+    ``export_events`` over the session's events) produces a fresh export whose parsed
+    content must equal the file's.
     """
     path = Path(yaml_path)
     doc = _load(path)
