@@ -16,6 +16,8 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+pytest_plugins = ["forge_ledger.testing.pytest_plugin"]
+
 PG_BASE = os.environ.get("FORGE_LEDGER_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
 

@@ -60,6 +60,8 @@ class Fault(StrEnum):
     """HTTP 200 with an empty body."""
     NO_FINISH = "no_finish"
     """Streams all the content but no finish reason and no usage chunk."""
+    UNAUTHORIZED = "unauthorized"
+    """HTTP 401 whose message echoes the bearer token received (as some providers do)."""
 
 
 class ReplyRule(BaseModel):
@@ -80,6 +82,8 @@ class ReplyRule(BaseModel):
     retry_after: Annotated[float, Field(ge=0)] = 1.0
     """Value of the ``Retry-After`` header sent with ``rate_limit``."""
     finish_reason: str = "stop"
+    error_message: str | None = None
+    """Message of the JSON error body for the HTTP faults (a default otherwise)."""
 
     @field_validator("match")
     @classmethod

@@ -187,19 +187,22 @@ class _Handler(BaseHTTPRequestHandler):
             state.stopping.wait()
             self.close_connection = True
             return
-        if fault is Fault.RATE_LIMIT:
-            self._error(
-                429,
-                "rate_limit_exceeded",
-                "fake server: rate limited",
-                headers={"Retry-After": _fmt_seconds(rule.retry_after)},
-            )
-            return
-        if fault is Fault.SERVER_ERROR:
-            self._error(500, "server_error", "fake server: internal error")
-            return
-        if fault is Fault.UNAVAILABLE:
-            self._error(503, "service_unavailable", "fake server: overloaded")
+        http_faults = {
+            Fault.RATE_LIMIT: (429, "rate_limit_exceeded", "fake server: rate limited"),
+            Fault.SERVER_ERROR: (500, "server_error", "fake server: internal error"),
+            Fault.UNAVAILABLE: (503, "service_unavailable", "fake server: overloaded"),
+            Fault.UNAUTHORIZED: (401, "invalid_api_key", "fake server: incorrect API key"),
+        }
+        if fault in http_faults:
+            status, code, message = http_faults[fault]
+            message = rule.error_message or message
+            headers: dict[str, str] = {}
+            if fault is Fault.RATE_LIMIT:
+                headers["Retry-After"] = _fmt_seconds(rule.retry_after)
+            if fault is Fault.UNAUTHORIZED:
+                token = rec.headers.get("authorization", "").removeprefix("Bearer ").strip()
+                message = f"{message} provided: {token}"
+            self._error(status, code, message, headers=headers)
             return
         if fault is Fault.EMPTY:
             self.send_response(200)
@@ -459,6 +462,18 @@ class FakeOpenAIServer:
     def requests_for(self, model: str) -> Iterator[RecordedRequest]:
         name = model.removeprefix("openai/")
         return (r for r in self.requests if r.model.removeprefix("openai/") == name)
+
+    def wait_idle(self, timeout: float = 5.0) -> bool:
+        """Wait until every received request is fully answered; False if ``timeout`` ran out.
+
+        A client can read the last byte a moment before the handler records ``finished_at``.
+        """
+        deadline = time.monotonic() + timeout
+        while any(r.finished_at is None for r in self.requests):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+        return True
 
     def clear_requests(self) -> None:
         with self._state.lock:
