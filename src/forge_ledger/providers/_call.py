@@ -31,6 +31,10 @@ class ProviderCall:
     """A schema (Critique, Opinion, ConvergenceVote) passed on where the model supports it."""
     timeout_secs: float = 120.0
     """Hard deadline for the whole call (``asyncio.timeout``), not per read."""
+    round: int = 0
+    """The round this call belongs to (0 outside a session): replay's lookup key."""
+    attempt: int = 1
+    """The attempt number within the round for this participant: replay's lookup key."""
 
 
 @runtime_checkable

@@ -34,6 +34,8 @@ ErrorType = Literal[
     "truncated",
     "empty",
     "unknown",
+    "budget_time",
+    "budget_cost",
 ]
 
 RETRYABLE_TYPES: frozenset[str] = frozenset(

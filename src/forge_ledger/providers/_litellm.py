@@ -194,12 +194,19 @@ class LiteLLMProvider:
             ) from None
 
         content = "".join(parts)
-        raw_finish = getattr(stream, "received_finish_reason", seen_finish)
+        # litellm fills in finish_reason "stop" and estimated usage when a stream is cut short,
+        # so the truth is read from the stream wrapper: the finish reason the provider really
+        # sent and whether a provider chunk carried usage. litellm's mock_response sets
+        # neither, so for mocks the yielded values are trusted.
         provider_chunks = getattr(stream, "chunks", None)
         if provider_chunks is not None:
             reported = any(getattr(c, "usage", None) is not None for c in provider_chunks)
         else:
-            reported = last_usage is not None and raw_finish is not None
+            reported = last_usage is not None
+        raw_finish = getattr(stream, "received_finish_reason", seen_finish)
+        if raw_finish is None and (reported or "mock_response" in kwargs):
+            raw_finish = seen_finish
+            reported = reported or last_usage is not None
         tokens = _tokens(last_usage)
         duration = elapsed_ms()
         if not content:
