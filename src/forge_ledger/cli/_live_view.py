@@ -55,8 +55,9 @@ class LiveView:
 
     def __enter__(self) -> LiveView:
         if self.interactive:
-            self._live = Live(self._render(), console=self.console, refresh_per_second=8,
-                              transient=False)
+            self._live = Live(
+                self._render(), console=self.console, refresh_per_second=8, transient=False
+            )
             self._live.__enter__()
         return self
 
@@ -109,9 +110,8 @@ class LiveView:
                 self._live.console.print(line)
             else:
                 self.console.print(line)
-        elif isinstance(event, SessionFinished):
-            if self._live is not None:
-                self._live.console.print(f"finished: {event.status} {event.reason}".rstrip())
+        elif isinstance(event, SessionFinished) and self._live is not None:
+            self._live.console.print(f"finished: {event.status} {event.reason}".rstrip())
         if self._live is not None:
             self._live.update(self._render())
 

@@ -204,7 +204,7 @@ def print_outcome(state: SessionState, *, as_json: bool, ledger: Ledger) -> None
         click.echo("questions for you:")
         for q in state.pending_questions:
             click.echo(f"  - {q}")
-        click.echo(f"answer with: forge-ledger answer {short} \"...\" && forge-ledger resume {short}")
+        click.echo(f'answer with: forge-ledger answer {short} "..." && forge-ledger resume {short}')
 
 
 # --------------------------------------------------------------------------- commands
@@ -213,10 +213,20 @@ def print_outcome(state: SessionState, *, as_json: bool, ledger: Ledger) -> None
 @cli.command()
 @click.argument("topic")
 @click.option("--description", default="", help="What the document should cover.")
-@click.option("-m", "--model", "models", multiple=True, metavar="MODEL",
-              help="A participant's model as litellm names it (repeat for several).")
-@click.option("--participants", "participants_file", type=click.Path(path_type=Path),
-              help="YAML file with participants (name, model, role, temperature, price…).")
+@click.option(
+    "-m",
+    "--model",
+    "models",
+    multiple=True,
+    metavar="MODEL",
+    help="A participant's model as litellm names it (repeat for several).",
+)
+@click.option(
+    "--participants",
+    "participants_file",
+    type=click.Path(path_type=Path),
+    help="YAML file with participants (name, model, role, temperature, price…).",
+)
 @click.option("--api-base", default=None, help="Base URL for OpenAI-compatible endpoints.")
 @click.option("--max-rounds", type=int, default=None)
 @click.option("--max-cost", "max_cost", type=float, default=None, help="Budget in USD.")
@@ -226,11 +236,18 @@ def print_outcome(state: SessionState, *, as_json: bool, ledger: Ledger) -> None
 @click.option("--attended", is_flag=True, help="Pause after each iteration for your answers.")
 @click.option("--mode", type=click.Choice([m.value for m in Mode]), default=None)
 @click.option("--persona", type=click.Choice([p.value for p in Persona]), default=None)
-@click.option("--output-type", default=None,
-              type=click.Choice(["specification", "code", "documentation", "design", "freeform"]))
+@click.option(
+    "--output-type",
+    default=None,
+    type=click.Choice(["specification", "code", "documentation", "design", "freeform"]),
+)
 @click.option("--constraint", "constraints", multiple=True, help="A constraint (repeatable).")
-@click.option("--resume/--new", "resume_choice", default=None,
-              help="If a session on this topic is in progress: continue it, or start anew.")
+@click.option(
+    "--resume/--new",
+    "resume_choice",
+    default=None,
+    help="If a session on this topic is in progress: continue it, or start anew.",
+)
 @store_option
 @json_option
 def run(
@@ -261,7 +278,9 @@ def run(
     elif models:
         participants = participants_from_models(models, api_base)
     else:
-        raise UsageError("no participants", hint="give -m MODEL (repeatable) or --participants FILE")
+        raise UsageError(
+            "no participants", hint="give -m MODEL (repeatable) or --participants FILE"
+        )
     overrides: dict[str, Any] = {
         k: v
         for k, v in {
@@ -294,16 +313,16 @@ def run(
                     f"A session on '{topic_value.slug}' is in progress: {existing.id[:8]} "
                     f"(iteration {existing.iteration}, {existing.status.value})."
                 )
-                resume_choice = click.confirm("Resume it instead of starting a new one?", default=True,
-                                              err=True)
+                resume_choice = click.confirm(
+                    "Resume it instead of starting a new one?", default=True, err=True
+                )
             else:
                 raise UsageError(
                     f"session {existing.id[:8]} on '{topic_value.slug}' is in progress",
                     hint="pass --resume to continue it or --new to start another",
                 )
         if existing is not None and resume_choice:
-            state = run_session(ledger, session_id=_uuid(existing.id), resume=True,
-                                quiet=as_json)
+            state = run_session(ledger, session_id=_uuid(existing.id), resume=True, quiet=as_json)
         else:
             state = run_session(ledger, start=(topic_value, config, participants), quiet=as_json)
         state = _attend(ledger, state, as_json)
@@ -336,8 +355,9 @@ def _attend(ledger: Ledger, state: SessionState, as_json: bool) -> SessionState:
         err_console.print(f"\n[bold]Iteration {state.iteration}: questions for you[/]")
         for q in state.pending_questions:
             err_console.print(f"  - {q}")
-        text = click.prompt("Your answer (empty to stop here)", default="", show_default=False,
-                            err=True)
+        text = click.prompt(
+            "Your answer (empty to stop here)", default="", show_default=False, err=True
+        )
         if not text.strip():
             break
         record_answer(ledger, state.id, text, author=_author())
@@ -367,12 +387,21 @@ def record_answer(
         if agg.state.divergence(divergence_id) is None:
             known = ", ".join(d.id for d in agg.state.open_divergences) or "none open"
             raise UsageError(f"unknown divergence {divergence_id!r}", hint=f"open: {known}")
-    agg.human_input(author=author, text=text, at=clk.now(),
-                    kind="answer" if agg.state.pending_questions else "note")
+    agg.human_input(
+        author=author,
+        text=text,
+        at=clk.now(),
+        kind="answer" if agg.state.pending_questions else "note",
+    )
     for divergence_id in overrule:
-        agg.change_divergence(divergence_id, DivergenceStatus.OVERRULED, by=author,
-                              note=text, round=agg.state.rounds[-1].number if agg.state.rounds
-                              else 0, at=clk.now())
+        agg.change_divergence(
+            divergence_id,
+            DivergenceStatus.OVERRULED,
+            by=author,
+            note=text,
+            round=agg.state.rounds[-1].number if agg.state.rounds else 0,
+            at=clk.now(),
+        )
     ledger.save(agg)
     return agg.state
 
@@ -397,22 +426,37 @@ def resume(session: str, store: str | None, as_json: bool) -> None:
 @click.argument("session")
 @click.argument("text")
 @click.option("--author", default=None, help="Who answers (default $FORGE_LEDGER_AUTHOR/$USER).")
-@click.option("--overrule", multiple=True, metavar="DIVERGENCE_ID",
-              help="Overrule an open dissent (repeatable); your text is the reason.")
+@click.option(
+    "--overrule",
+    multiple=True,
+    metavar="DIVERGENCE_ID",
+    help="Overrule an open dissent (repeatable); your text is the reason.",
+)
 @store_option
 @json_option
-def answer(session: str, text: str, author: str | None, overrule: tuple[str, ...],
-           store: str | None, as_json: bool) -> None:
+def answer(
+    session: str,
+    text: str,
+    author: str | None,
+    overrule: tuple[str, ...],
+    store: str | None,
+    as_json: bool,
+) -> None:
     """Record your answer to a paused session's questions (then run 'resume')."""
     if not text.strip():
         raise UsageError("the answer is empty")
     ledger = open_ledger(store)
     try:
-        state = record_answer(ledger, session, text, author=author or _author(),
-                              overrule=overrule)
+        state = record_answer(ledger, session, text, author=author or _author(), overrule=overrule)
         if as_json:
-            emit_json({"session_id": state.id, "status": state.status.value,
-                       "events": state.version, "overruled": list(overrule)})
+            emit_json(
+                {
+                    "session_id": state.id,
+                    "status": state.status.value,
+                    "events": state.version,
+                    "overruled": list(overrule),
+                }
+            )
         else:
             click.echo(f"recorded; continue with: forge-ledger resume {state.id[:8]}")
     finally:

@@ -213,9 +213,7 @@ class Orchestrator:
             self._finish(agg, step.status, step.reason, step.score)
         elif isinstance(step, engine.AskHuman):
             agg.ask(step.questions, at=self.clock.now())
-            agg.pause(
-                reason="awaiting human input", questions=step.questions, at=self.clock.now()
-            )
+            agg.pause(reason="awaiting human input", questions=step.questions, at=self.clock.now())
             self.ledger.save(agg)
             self._checkpoint(agg.state, force=True)
         elif isinstance(step, engine.BudgetStop):
@@ -272,7 +270,14 @@ class Orchestrator:
             reserved += need
             tasks[name] = asyncio.create_task(
                 self._participant(
-                    rnd, participant, plan, messages, max_tokens, schema, limiter, deadline,
+                    rnd,
+                    participant,
+                    plan,
+                    messages,
+                    max_tokens,
+                    schema,
+                    limiter,
+                    deadline,
                     state.config,
                 )
             )
@@ -342,8 +347,17 @@ class Orchestrator:
         answer_text = plan.answer_text
         if answer_text is None:
             response, attempt = await self._call_with_retries(
-                rnd, participant, messages, max_tokens, schema, attempt, limiter, deadline, out,
-                config, purpose="answer",
+                rnd,
+                participant,
+                messages,
+                max_tokens,
+                schema,
+                attempt,
+                limiter,
+                deadline,
+                out,
+                config,
+                purpose="answer",
             )
             if response is None:
                 out.abstained = True
@@ -359,8 +373,17 @@ class Orchestrator:
             original_error = parsed.error or "unparseable"
             repair = engine.repair_messages(messages, answer_text, original_error, rnd.kind)
             response, attempt = await self._call_with_retries(
-                rnd, participant, repair, max_tokens, schema, attempt, limiter, deadline, out,
-                config, purpose="repair",
+                rnd,
+                participant,
+                repair,
+                max_tokens,
+                schema,
+                attempt,
+                limiter,
+                deadline,
+                out,
+                config,
+                purpose="repair",
             )
             if response is not None:
                 parsed = engine.parse_output(rnd.kind, response.content)
@@ -402,6 +425,8 @@ class Orchestrator:
                 temperature=participant.temperature,
                 response_format=schema,
                 timeout_secs=self._timeout(config, deadline),
+                round=rnd.number,
+                attempt=attempt,
             )
             self._publish(
                 ParticipantThinking(
@@ -550,9 +575,7 @@ class Orchestrator:
     ) -> None:
         rnd = agg.state.round(number)
         assert rnd is not None
-        abstained = [
-            n for n in rnd.expected if n not in rnd.contributors or n in rnd.abstained
-        ]
+        abstained = [n for n in rnd.expected if n not in rnd.contributors or n in rnd.abstained]
         agg.complete_round(round=number, abstained=abstained, at=self.clock.now())
         self.ledger.save(agg)
         rnd = agg.state.round(number)
@@ -679,8 +702,10 @@ class _Plan:
         next_attempt = max(attempts, default=0) + 1
         answer = next((c for c in contributions if c.purpose == "answer"), None)
         repair = next((c for c in contributions if c.purpose == "repair"), None)
-        gave_up = bool(failures) and not failures[-1].will_retry and (
-            answer is None or (repair is None and failures[-1].attempt > answer.attempt)
+        gave_up = (
+            bool(failures)
+            and not failures[-1].will_retry
+            and (answer is None or (repair is None and failures[-1].attempt > answer.attempt))
         )
         if answer is not None:
             c = rnd.contribution_of(name)

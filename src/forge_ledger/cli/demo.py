@@ -1,0 +1,104 @@
+"""``forge-ledger demo``: a complete deliberation, offline, through the real machinery.
+
+It starts the scripted OpenAI-compatible server (``forge_ledger.testing``) on 127.0.0.1 in
+this process and runs four participants — a drafter, a critic, a synthesizer and a devil's
+advocate — through the real orchestrator, the real litellm provider (over real HTTP) and the
+real event store. The script makes the devil's advocate dissent strongly in iteration 1, so
+the session shows a divergence, a refinement and convergence in iteration 2.
+"""
+
+from __future__ import annotations
+
+import click
+
+from ..domain.values import (
+    Participant,
+    ParticipantRole,
+    Price,
+    SessionConfig,
+    Topic,
+)
+from . import cli
+from ._common import emit_json, open_ledger, store_option
+
+__all__ = ["DEMO_SCRIPT", "demo_participants", "demo_topic"]
+
+DEMO_SCRIPT = "four-voices"
+_PRICE = Price(input_cost_per_token=3e-6, output_cost_per_token=15e-6, source="user")
+"""Illustrative prices (USD per token) so the demo shows real cost accounting."""
+
+
+def demo_topic() -> Topic:
+    return Topic(
+        title="Event log for multi-model deliberations",
+        description=(
+            "Design the storage of a tool where several language models draft, critique and "
+            "vote on a document: what is recorded, how it is verified, how it is replayed."
+        ),
+        constraints=("Events are immutable", "Replays never call a model"),
+    )
+
+
+def demo_participants(api_base: str) -> list[Participant]:
+    roles = {
+        "alice": ParticipantRole.DRAFTER,
+        "bob": ParticipantRole.CRITIC,
+        "carol": ParticipantRole.SYNTHESIZER,
+        "dave": ParticipantRole.DEVILS_ADVOCATE,
+    }
+    return [
+        Participant(
+            name=name,
+            model=f"openai/{name}",
+            role=role,
+            api_base=api_base,
+            price=_PRICE,
+            temperature=0.2,
+        )
+        for name, role in roles.items()
+    ]
+
+
+@cli.command()
+@click.option("--latency", type=float, default=0.15, show_default=True,
+              help="Seconds each scripted model waits before answering.")
+@store_option
+@click.option("--json", "as_json", is_flag=True,
+              help="Print {session_id, status, iterations, rounds, events, cost_usd} at the end.")
+def demo(latency: float, store: str | None, as_json: bool) -> None:
+    """Run an offline four-participant deliberation (no API key, no network)."""
+    from ..testing import FakeOpenAIServer, bundled_script
+    from .deliberate import print_outcome, run_session
+
+    ledger = open_ledger(store, create=True)
+    try:
+        with FakeOpenAIServer(bundled_script(DEMO_SCRIPT), latency=latency) as server:
+            state = run_session(
+                ledger,
+                start=(
+                    demo_topic(),
+                    SessionConfig(max_cost_usd=1.0, max_rounds=12),
+                    demo_participants(server.url),
+                ),
+                quiet=as_json,
+            )
+        if as_json:
+            print_outcome(state, as_json=True, ledger=ledger)
+            return
+        print_outcome(state, as_json=False, ledger=ledger)
+        short = state.id[:8]
+        store_arg = f" --store {store}" if store else ""
+        click.echo("\nnext, try:")
+        for cmd, what in (
+            (f"show {short}", "the session as it is now"),
+            (f"show {short} --at-iteration 1", "as it was after iteration 1"),
+            (f"trail {short}", "how each participant voted, and why stances changed"),
+            (f"dissent {short} --all", "the dissent log"),
+            (f"audit {short} --markdown", "the full consensus audit"),
+            (f"replay {short}", "re-run it against the recorded answers (no model called)"),
+            (f"verify {short}", "check the hash chain and the seal"),
+            (f"export {short}", "write the YAML v1.2 session file"),
+        ):
+            click.echo(f"  forge-ledger {cmd}{store_arg:<0}  # {what}")
+    finally:
+        ledger.close()
