@@ -48,13 +48,22 @@ def keywords(text: str) -> frozenset[str]:
 
 
 def same_topic(a: str, b: str) -> bool:
-    """True when two labels name the same point (equal, or Jaccard of keywords ≥ 0.5)."""
+    """True when two labels name the same point.
+
+    Equal labels, keywords overlapping by half (Jaccard ≥ 0.5), or a label of two or more
+    significant words wholly contained in the other: "retention policy" is the point of
+    "retention policy for the event log is missing" (a short tag beside the concern that
+    spelled it out), while "API authentication" is not "API rate limiting".
+    """
     na, nb = normalize(a), normalize(b)
     if na == nb:
         return True
     ka, kb = keywords(a), keywords(b)
     if not ka or not kb:
         return False
+    small, large = (ka, kb) if len(ka) <= len(kb) else (kb, ka)
+    if len(small) >= 2 and small <= large:
+        return True
     return 2 * len(ka & kb) >= len(ka | kb)
 
 
