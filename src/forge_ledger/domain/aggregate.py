@@ -67,8 +67,12 @@ class Deliberation(Aggregate):
             return ev.payload_class(self.TYPE).model_validate(self.data)
 
         def apply(self, aggregate: Any) -> None:
+            # A command that just built this event hands over its validated payload, so a
+            # live append does not validate it twice; replays and loads validate ``data``.
+            fresh = aggregate.__dict__.pop("_fresh_payload", None)
+            payload = fresh[1] if fresh is not None and fresh[0] == self.hash else None
             cast(Deliberation, aggregate).state.apply(
-                self.payload(),
+                payload or self.payload(),
                 position=self.originator_version,
                 at=self.timestamp,
                 hash_=self.hash,
@@ -182,9 +186,13 @@ class Deliberation(Aggregate):
             data=data,
             prev_hash=prev,
         )
-        self.trigger_event(
-            event_class_for(payload.TYPE), timestamp=at, data=data, prev_hash=prev, hash=digest
-        )
+        self.__dict__["_fresh_payload"] = (digest, payload)
+        try:
+            self.trigger_event(
+                event_class_for(payload.TYPE), timestamp=at, data=data, prev_hash=prev, hash=digest
+            )
+        finally:
+            self.__dict__.pop("_fresh_payload", None)
 
     def _require_live(self, what: str) -> None:
         if self.state.status.terminal:
