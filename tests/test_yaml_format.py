@@ -30,6 +30,7 @@ from forge_ledger.yaml_format import (
     import_session,
     migrate_v1_to_v12,
     parse_session_file,
+    write_export,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -67,7 +68,7 @@ def test_seed_examples_round_trip(name: str, store_url: str) -> None:
         second = _export(ledger, _import(ledger, first, "b"))
     assert first == second
     _assert_subset(yaml.safe_load(text), yaml.safe_load(first))
-    assert "ledger:" not in first  # only sealed sessions carry the ledger block
+    assert "ledger:" not in first  # an imported, unsealed session exports what was imported
 
 
 def test_v1_0_file_is_migrated_as_the_seed_says(sqlite_url: str) -> None:
@@ -156,7 +157,7 @@ def test_run_session_export_is_deterministic_and_complete(tmp_path: Path) -> Non
     assert len(contents) == len(set(contents)) and "Clarify the token storage" in contents
     assert [i["id"] for i in s["ideas"]] == list(range(1, len(contents) + 1))
     assert all(0 <= i["score"] <= 10 for i in s["ideas"])
-    assert "ledger" not in doc
+    assert doc.pop("ledger") == {"session_id": str(agg.id)}
     # the exported run session imports and exports again identically
     with Ledger(str(tmp_path / "again.sqlite")) as ledger:
         again = _export(ledger, _import(ledger, texts[0]))
@@ -188,9 +189,13 @@ def test_party_and_panel_history_from_rounds(mode: Mode, sqlite_url: str) -> Non
         assert rounds[1]["synthesis"]["tensions"] == ["token storage"]
 
 
-def test_ledger_block_only_for_sealed_sessions(sqlite_url: str) -> None:
+def test_ledger_block_names_run_sessions_and_carries_the_seal(sqlite_url: str) -> None:
     agg = build_session(iterations=1)
     c = clock()
+    with Ledger(sqlite_url) as ledger:
+        ledger.save(agg)
+        unsealed = yaml.safe_load(_export(ledger, str(agg.id)))
+    assert unsealed["ledger"] == {"session_id": str(agg.id)}
     agg.finish(SessionStatus.CONVERGED, at=c.now() + timedelta(hours=1))
     agg.seal(at=c.now() + timedelta(hours=2))
     with Ledger(sqlite_url) as ledger:
@@ -369,3 +374,19 @@ def test_generated_files_round_trip(doc: dict[str, Any], tmp_path: Path) -> None
         h["iteration"] for h in doc["session"]["history"]]
     assert [h["questions"] for h in out["history"]] == [
         h["questions"] for h in doc["session"]["history"]]
+
+
+def test_same_slug_same_day_sessions_get_their_own_files(sqlite_url: str, tmp_path: Path) -> None:
+    """Two run sessions on one topic started the same day share a YAML ``session.id``; the
+    second export must not overwrite the first session's file."""
+    first = build_session(iterations=1, session_id=uuid.uuid4())
+    second = build_session(iterations=1, session_id=uuid.uuid4())
+    assert first.id != second.id
+    with Ledger(sqlite_url) as ledger:
+        ledger.save(first, second)
+        a = write_export(ledger, str(first.id), directory=tmp_path)
+        b = write_export(ledger, str(second.id), directory=tmp_path)
+        again = write_export(ledger, str(first.id), directory=tmp_path)
+    assert a != b and again == a
+    assert yaml.safe_load(a.read_text("utf-8"))["ledger"]["session_id"] == str(first.id)
+    assert yaml.safe_load(b.read_text("utf-8"))["ledger"]["session_id"] == str(second.id)

@@ -427,6 +427,11 @@ def session_document(events: Iterable[EventLike]) -> dict[str, Any]:
             "root_hash": s.seal.get("root_hash"),
             "hmac": s.seal.get("hmac"),
         }
+    elif s.source != "import":
+        # Sessions run here name their ledger session, so two sessions with one slug started
+        # on the same day (same YAML ``session.id``) never overwrite each other's file. An
+        # imported, unsealed session exports exactly what was imported (round trip).
+        doc["ledger"] = {"session_id": s.id}
     return doc
 
 
