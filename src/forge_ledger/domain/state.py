@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import events as ev
 from .values import (
+    ChatMessage,
     ConvergenceVote,
     Critique,
     DivergenceStatus,
@@ -52,6 +53,7 @@ class ContributionState(_State):
     position: int
     at: datetime
     model: str
+    messages: list[ChatMessage]
     prompt_hash: str
     response: ModelResponse
     purpose: str = "answer"
@@ -388,6 +390,7 @@ def _contribution(s: SessionState, p: ev.ContributionRecorded, pos: int, at: dat
             position=pos,
             at=at,
             model=p.model,
+            messages=list(p.messages),
             prompt_hash=p.prompt_hash,
             response=p.response,
             purpose=p.purpose,
