@@ -1,0 +1,194 @@
+"""Provider faults through the real stack: every attempt is an event, failures never crash a
+session, a round nobody answers aborts it with a reason, unparseable JSON gets one repair."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forge_ledger.domain.values import SessionConfig
+from forge_ledger.ledger import Ledger, verify_session
+from forge_ledger.testing import FakeOpenAIServer
+from test_orchestrator_support import (
+    draft_text,
+    participants,
+    round_events,
+    run_session,
+    voice,
+)
+
+NAMES = ("ana", "ben", "cleo", "dov")
+
+
+def _events_of(ledger: Ledger, sid: Any, round_no: int, name: str) -> list[Any]:
+    return [
+        e
+        for e in ledger.events(sid)
+        if e.data.get("round") == round_no and e.data.get("participant") == name
+    ]
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Any:
+    with Ledger(str(tmp_path / "faults.sqlite"), create=True) as led:
+        yield led
+
+
+def test_rate_limit_server_errors_and_disconnect_in_one_round(
+    fake_openai: FakeOpenAIServer, ledger: Ledger
+) -> None:
+    fake_openai.set_script(
+        {
+            "ana": voice(
+                "ana",
+                before=[
+                    {"match": "· draft ·", "fault": "rate_limit", "retry_after": 7, "times": 1}
+                ],
+            ),
+            "ben": voice(
+                "ben", before=[{"match": "· draft ·", "fault": "server_error", "times": 3}]
+            ),
+            "cleo": voice(
+                "cleo",
+                words=12,
+                before=[
+                    {
+                        "match": "· draft ·",
+                        "fault": "disconnect",
+                        "content": draft_text("cleo", 12),
+                        "times": 1,
+                    }
+                ],
+            ),
+            "dov": voice("dov"),
+        }
+    )
+    delays: list[float] = []
+
+    async def fast_sleep(seconds: float) -> None:
+        delays.append(seconds)
+
+    sid, state = run_session(
+        ledger,
+        participants(fake_openai.url, NAMES),
+        SessionConfig(max_attempts=3),
+        sleep=fast_sleep,
+    )
+
+    # 429 with Retry-After: one failed attempt that will retry, then the answer on attempt 2
+    ana = _events_of(ledger, sid, 1, "ana")
+    assert [e.type for e in ana] == ["ProviderCallFailed", "ContributionRecorded"]
+    assert ana[0].data["error_type"] == "rate_limit"
+    assert ana[0].data["will_retry"] is True
+    assert ana[0].data["retry_after_secs"] == 7.0
+    assert ana[1].data["attempt"] == 2
+    assert 7.0 in delays  # the orchestrator waited what the server asked
+
+    # 500 three times = max_attempts: ben abstains, nothing else of his in round 1
+    ben = _events_of(ledger, sid, 1, "ben")
+    assert [e.type for e in ben] == ["ProviderCallFailed"] * 3
+    assert [e.data["attempt"] for e in ben] == [1, 2, 3]
+    assert [e.data["will_retry"] for e in ben] == [True, True, False]
+    completed = next(
+        e for e in ledger.events(sid) if e.type == "RoundCompleted" and e.data["number"] == 1
+    )
+    assert "ben" in completed.data["abstained"]
+    assert len(list(fake_openai.requests_for("ben"))) >= 3
+
+    # mid-stream disconnect: the failure keeps the text streamed before the cut
+    cleo = _events_of(ledger, sid, 1, "cleo")
+    assert cleo[0].type == "ProviderCallFailed"
+    partial = cleo[0].data["partial_text"]
+    assert partial and draft_text("cleo", 12).startswith(partial)
+    assert len(partial) < len(draft_text("cleo", 12))
+    assert cleo[-1].type == "ContributionRecorded"
+
+    # the session went on past the failures and finished normally
+    assert state.status.value == "converged"
+    assert len(state.rounds) >= 4
+    assert verify_session(ledger, sid).ok
+
+
+def test_all_participants_failing_aborts_with_a_reason(
+    fake_openai: FakeOpenAIServer, ledger: Ledger
+) -> None:
+    fake_openai.set_script({"*": [{"fault": "server_error"}]})
+
+    async def fast_sleep(seconds: float) -> None:
+        return None
+
+    sid, state = run_session(
+        ledger,
+        participants(fake_openai.url, NAMES[:3]),
+        SessionConfig(max_attempts=2),
+        sleep=fast_sleep,
+    )
+    assert state.status.value == "aborted"
+    reason = state.status_reason or ""
+    assert "no participant answered in round 1" in reason
+    assert "server_error" in reason
+    types = [e.type for e in ledger.events(sid)]
+    assert "SessionAborted" in types
+    assert types.count("ProviderCallFailed") == 3 * 2
+    assert "ContributionRecorded" not in types
+    assert len(fake_openai.requests) == 3 * 2
+    assert verify_session(ledger, sid).ok
+
+
+def test_unparseable_vote_is_repaired_once(fake_openai: FakeOpenAIServer, ledger: Ledger) -> None:
+    script = {n: voice(n) for n in NAMES[:3]}
+    script["dov"] = voice(
+        "dov",
+        before=[{"match": "· convergence ·", "content": "Looks fine to me, ship it.", "times": 1}],
+    )
+    fake_openai.set_script(script)
+    sid, state = run_session(ledger, participants(fake_openai.url, NAMES), SessionConfig())
+    vote_round = next(r for r in state.rounds if r.kind.value == "convergence")
+    dov = [t for t, p in round_events(ledger, sid, vote_round.number) if p == "dov"]
+    assert dov == ["ContributionRecorded", "ContributionRecorded", "VoteRecorded"]
+    contribs = [
+        e
+        for e in _events_of(ledger, sid, vote_round.number, "dov")
+        if e.type == "ContributionRecorded"
+    ]
+    assert [c.data["purpose"] for c in contribs] == ["answer", "repair"]
+    repair_prompt = contribs[1].data["messages"][-1]["content"]
+    assert repair_prompt.splitlines()[0].endswith("· repair")
+    repair_requests = [
+        r for r in fake_openai.requests_for("dov") if "· repair" in r.last_user_message
+    ]
+    assert len(repair_requests) == 1
+    assert state.status.value == "converged"
+
+
+def test_unparseable_twice_is_a_parse_failure_and_an_abstention(
+    fake_openai: FakeOpenAIServer, ledger: Ledger
+) -> None:
+    script = {n: voice(n) for n in NAMES[:3]}
+    script["dov"] = voice(
+        "dov",
+        before=[
+            {"match": "· repair", "content": "Still prose, sorry."},
+            {"match": "· convergence ·", "content": "Looks fine to me, ship it."},
+        ],
+    )
+    fake_openai.set_script(script)
+    sid, state = run_session(ledger, participants(fake_openai.url, NAMES), SessionConfig())
+    vote_round = next(r for r in state.rounds if r.kind.value == "convergence")
+    dov = [t for t, p in round_events(ledger, sid, vote_round.number) if p == "dov"]
+    assert dov == ["ContributionRecorded", "ContributionRecorded", "ParseFailed"]
+    completed = next(
+        e
+        for e in ledger.events(sid)
+        if e.type == "RoundCompleted" and e.data["number"] == vote_round.number
+    )
+    assert "dov" in completed.data["abstained"]
+    failed = next(
+        e for e in _events_of(ledger, sid, vote_round.number, "dov") if e.type == "ParseFailed"
+    )
+    assert "after repair" in failed.data["error"]
+    # three votes are enough: the session converges without dov's vote, nothing crashed
+    assert state.status.value == "converged"
+    assert verify_session(ledger, sid).ok
