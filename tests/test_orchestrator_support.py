@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from uuid import UUID
 
-from forge_ledger.clock import FixedStepClock, SequentialIds
+from forge_ledger.clock import Clock, FixedStepClock, SequentialIds
 from forge_ledger.domain.state import SessionState
 from forge_ledger.domain.values import Participant, Price, SessionConfig, Topic
 from forge_ledger.ledger import Ledger
@@ -135,12 +135,13 @@ def run_session(
     sleep: Callable[[float], Awaitable[None]] | None = None,
     monotonic: Callable[[], float] | None = None,
     deterministic: bool = True,
+    clock: Clock | None = None,
 ) -> tuple[UUID, SessionState]:
     """Start a session and run it to its end (or pause) through the real provider."""
     provider = LiteLLMProvider()
     kwargs: dict[str, Any] = {"subscribers": list(subscribers)}
     if deterministic:
-        kwargs.update(clock=FixedStepClock(), ids=SequentialIds())
+        kwargs.update(clock=clock or FixedStepClock(), ids=SequentialIds())
     if sleep is not None:
         kwargs["sleep"] = sleep
     if monotonic is not None:
