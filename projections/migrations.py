@@ -217,6 +217,28 @@ def m003_contributions_fts(db: Database) -> None:
     db["contributions"].enable_fts(["content"], create_triggers=True)  # type: ignore[union-attr]
 
 
+SESSION_SUMMARY_COLUMNS: dict[str, Any] = {
+    "id": str, "status": str, "status_reason": str, "phase": str, "iteration": int,
+    "version": int, "head_hash": str, "participants": int, "rounds": int, "contributions": int,
+    "failures": int, "divergences": int, "open_divergences": int, "pending_questions": int,
+    "last_round": int, "last_round_kind": str, "last_round_status": str,
+    "convergence_round": int, "convergence_score": float, "convergence_threshold": float,
+    "converged": int, "majority_agrees": int, "tokens_in": int, "tokens_out": int,
+    "cost_usd": float, "updated_at": str,
+}
+
+
+@MIGRATIONS(name="m004_session_summary")
+def m004_session_summary(db: Database) -> None:
+    """``session_states`` becomes a summary row (no full-state JSON).
+
+    Its rows are a projection (``session_state`` version 2 refolds them from the events), so
+    the old table is dropped rather than converted.
+    """
+    db["session_states"].drop(ignore=True)
+    _table(db, "session_states", SESSION_SUMMARY_COLUMNS, fks=[("id", "sessions", "id")])
+
+
 def migrate(db: Database) -> None:
     """Apply every pending migration (idempotent)."""
     MIGRATIONS.apply(db)

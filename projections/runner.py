@@ -28,12 +28,13 @@ from sqlite_utils import Database
 from forge_ledger.domain import SessionState
 from forge_ledger.errors import UsageError
 
-from .base import EventLike, Op, Patch, Projection, Put
+from .base import EventLike, Projection
 from .consensus import ConsensusProjection
 from .dissent import DissentProjection
 from .migrations import migrate
 from .read_model import ReadModelProjection
 from .session_state import SessionStateProjection, apply_event
+from .writes import BatchWriter, FtsIndex, fts_indexes
 
 __all__ = [
     "DEFAULT_PROJECTIONS",
@@ -48,6 +49,10 @@ __all__ = [
 ]
 
 
+MAX_GAP_FOLD = 200
+"""Missed events a runner folds onto its in-memory state rather than reloading the state."""
+
+
 class EventSource(Protocol):
     """What the runner needs of :class:`forge_ledger.ledger.Ledger`."""
 
@@ -58,6 +63,10 @@ class EventSource(Protocol):
     def max_notification_id(self) -> int: ...
 
     def state(self, session_id: UUID, *, at_event: int | None = None) -> SessionState: ...
+
+    def events(
+        self, session_id: UUID, *, after: int = 0, upto: int | None = None
+    ) -> Iterable[EventLike]: ...
 
 
 def default_projections() -> tuple[Projection, ...]:
@@ -79,6 +88,10 @@ def open_views(path: str | Path) -> Database:
     conn = sqlite3.connect(str(p), timeout=30)
     db = Database(conn)
     db.execute("PRAGMA journal_mode=WAL")
+    # the read model is rebuildable from the ledger: a commit need not wait for the disk
+    # (WAL + NORMAL still never corrupts the file; a power cut at worst loses the last batches,
+    # whose tracking positions are lost with them, so they are simply applied again)
+    db.execute("PRAGMA synchronous=NORMAL")
     migrate(db)
     return db
 
@@ -130,7 +143,14 @@ class ProjectionRunner:
         if len(set(names)) != len(names):
             raise ValueError(f"projection names must be unique: {names}")
         self._states: dict[str, SessionState] = {}
-        self._sql: dict[tuple[str, str, tuple[str, ...]], str] = {}
+        self._fts: dict[str, FtsIndex] | None = None
+        self._writer: BatchWriter | None = None
+
+    def _batch_writer(self) -> BatchWriter:
+        if self._writer is None:
+            self._fts = fts_indexes(self.db.conn)
+            self._writer = BatchWriter(self.db.conn, self._fts)
+        return self._writer
 
     # ------------------------------------------------------------------ tracking
 
@@ -139,8 +159,14 @@ class ProjectionRunner:
         return {str(n): (int(v), int(p)) for n, v, p in rows}
 
     def _reset(self, p: Projection) -> None:
+        self._batch_writer()
+        assert self._fts is not None
         for table in p.tables:
-            self.db.execute(f'DELETE FROM "{table}"')
+            index = self._fts.get(table)
+            if index is not None:
+                index.clear(self.db.conn)
+            else:
+                self.db.execute(f'DELETE FROM "{table}"')
         self.db.execute(
             "INSERT INTO _projections (name, version, position) VALUES (?, ?, 0) "
             "ON CONFLICT(name) DO UPDATE SET version = excluded.version, position = 0",
@@ -200,10 +226,10 @@ class ProjectionRunner:
         batches = 0
         while max_batches is None or batches < max_batches:
             n = self._one_batch(batch_size)
-            if n == 0:
-                break
             total += n
             batches += 1
+            if n < batch_size:
+                break  # the log had no more: skip one empty round trip
         return total
 
     def follow(
@@ -238,14 +264,30 @@ class ProjectionRunner:
         return _Tx()
 
     def _state_before(self, event: EventLike) -> SessionState | None:
-        if event.position == 1:
+        """The session's state just before ``event``, as cheaply as possible.
+
+        In memory when this runner applied the previous event; brought forward by folding the
+        few events it missed when another runner (a CLI call beside a follower) applied them;
+        otherwise loaded from the ledger (newest snapshot plus the events after it).
+        """
+        before = event.position - 1
+        if before == 0:
             return None
         cached = self._states.get(event.session_id)
-        if cached is not None and cached.version == event.position - 1:
-            return cached
-        return self.source.state(UUID(event.session_id), at_event=event.position - 1)
+        if cached is not None:
+            if cached.version == before:
+                return cached
+            if before - MAX_GAP_FOLD <= cached.version < before:
+                sid = UUID(event.session_id)
+                for missed in self.source.events(sid, after=cached.version, upto=before):
+                    cached = apply_event(cached, missed)
+                if cached.version == before:
+                    return cached
+        self._states.pop(event.session_id, None)
+        return self.source.state(UUID(event.session_id), at_event=before)
 
     def _one_batch(self, batch_size: int) -> int:
+        writer = self._batch_writer()
         try:
             with self._transaction():
                 positions = self._positions()
@@ -255,58 +297,33 @@ class ProjectionRunner:
                     return 0
                 touched: dict[str, SessionState] = {}
                 last = start
+                projections = self.projections
                 for event in batch:
                     nid = event.notification_id
                     assert nid is not None
                     payload = event.payload()
                     state = apply_event(self._state_before(event), event, payload)
                     self._states[event.session_id] = state
-                    touched.setdefault(event.session_id, state)
                     touched[event.session_id] = state
-                    for p in self.projections:
+                    for p in projections:
                         if nid > positions[p.name]:
-                            self._write(p.apply(event, payload, state))
+                            writer.add(p.apply(event, payload, state))
                     last = nid
                 states = list(touched.values())
-                for p in self.projections:
+                for p in projections:
                     if last > positions[p.name]:
-                        self._write(p.flush(states))
-                        self.db.execute(
+                        writer.add(p.flush(states))
+                writer.write()
+                for p in projections:
+                    if last > positions[p.name]:
+                        self.db.conn.execute(
                             "UPDATE _projections SET position = ? WHERE name = ?", [last, p.name]
                         )
                 return len(batch)
         except BaseException:
             self._states.clear()
+            self._writer = None
             raise
-
-    def _write(self, ops: Iterable[Op]) -> None:
-        conn = self.db.conn
-        for op in ops:
-            if isinstance(op, Put):
-                cols = tuple(op.row)
-                key = ("put", op.table, cols)
-                sql = self._sql.get(key)
-                if sql is None:
-                    names = ", ".join(f'"{c}"' for c in cols)
-                    marks = ", ".join("?" for _ in cols)
-                    sets = ", ".join(f'"{c}" = excluded."{c}"' for c in cols if c != "id")
-                    sql = (
-                        f'INSERT INTO "{op.table}" ({names}) VALUES ({marks}) '
-                        f"ON CONFLICT(id) DO UPDATE SET {sets}"
-                    )
-                    self._sql[key] = sql
-                conn.execute(sql, list(op.row.values()))
-            elif isinstance(op, Patch):
-                cols = tuple(op.values)
-                if not cols:
-                    continue
-                key = ("patch", op.table, cols)
-                sql = self._sql.get(key)
-                if sql is None:
-                    sets = ", ".join(f'"{c}" = ?' for c in cols)
-                    sql = f'UPDATE "{op.table}" SET {sets} WHERE id = ?'
-                    self._sql[key] = sql
-                conn.execute(sql, [*op.values.values(), op.id])
 
 
 def catch_up(

@@ -8,23 +8,30 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlite_utils import Database
+
+from forge_ledger.domain import SessionState
+from forge_ledger.domain.events import Payload
+from forge_ledger.ledger import Ledger
 from forge_ledger.projections import (
     DEFAULT_PROJECTIONS,
     EventLike,
     Op,
+    Projection,
     ProjectionRunner,
+    Put,
     ReadModelProjection,
+    SessionStateProjection,
     catch_up,
     open_views,
     rebuild,
     status,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from forge_ledger.domain import SessionState
-from forge_ledger.domain.events import Payload
-from forge_ledger.ledger import Ledger
+from forge_ledger.projections.base import dumps
+from forge_ledger.projections.migrations import MIGRATIONS
+from forge_ledger.projections.session_state import summary_row
 from test_projections_support import build_ledger
 
 VIEW_TABLES = sorted({t for p in DEFAULT_PROJECTIONS for t in p.tables})
@@ -257,16 +264,64 @@ def test_contribution_search_follows_the_rows(tmp_path: Path) -> None:
         db.close()
 
 
-def test_state_rows_equal_the_ledger_state(tmp_path: Path) -> None:
-    import json
-
+def test_state_rows_summarise_the_ledger_state(tmp_path: Path) -> None:
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
         ids = build_ledger(ledger, 21, 2)
         db = open_views(tmp_path / "v.views.sqlite")
         catch_up(ledger, db, batch_size=9)
         for sid in ids:
             row: dict[str, Any] = db["session_states"].get(sid)  # type: ignore[union-attr]
-            assert json.loads(row["state_json"]) == ledger.state(sid).model_dump(mode="json")
+            state = ledger.state(sid)
+            assert row == summary_row(state)
+            events = list(ledger.events(sid))
+            assert row["version"] == len(events) == state.version
+            assert row["head_hash"] == events[-1].hash
+            assert row["contributions"] == sum(
+                1 for e in events if e.type == "ContributionRecorded"
+            )
+            assert row["failures"] == sum(1 for e in events if e.type == "ProviderCallFailed")
+            assert row["rounds"] == sum(1 for e in events if e.type == "RoundStarted")
+            assert row["status"] == state.status.value and row["phase"] == state.phase
             s = db["sessions"].get(sid)  # type: ignore[union-attr]
             assert s["events"] == ledger.head_version(ledger.resolve(sid))
+            assert (s["tokens_in"], s["cost_usd"]) == (row["tokens_in"], row["cost_usd"])
+        db.close()
+
+
+class _FullStateV1(Projection):
+    """What ``session_state`` version 1 wrote: the whole state as JSON."""
+
+    name = "session_state"
+    version = 1
+    tables = ("session_states",)
+
+    def flush(self, touched: Sequence[SessionState]) -> Sequence[Op]:
+        return [Put("session_states", {
+            "id": s.id, "status": s.status.value, "iteration": s.iteration,
+            "version": s.version, "head_hash": s.head_hash,
+            "state_json": dumps(s.model_dump(mode="json")),
+        }) for s in touched]
+
+
+def test_old_full_state_rows_are_replaced_by_summaries(tmp_path: Path) -> None:
+    """A read model built before m004 (session_state version 1) is migrated and refolded."""
+    path = tmp_path / "v.views.sqlite"
+    with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
+        ids = build_ledger(ledger, 8, 2)
+        head = ledger.max_notification_id()
+        old = Database(sqlite3.connect(path))
+        MIGRATIONS.apply(old, stop_before="m004_session_summary")
+        ProjectionRunner(ledger, old, [_FullStateV1()]).catch_up()
+        assert old.execute("SELECT count(*) FROM session_states").fetchone()[0] == len(ids)
+        old.close()
+        db = open_views(path)
+        cols = {c.name for c in db["session_states"].columns}  # type: ignore[union-attr]
+        assert "state_json" not in cols and "open_divergences" in cols
+        runner = ProjectionRunner(ledger, db, [SessionStateProjection()])
+        assert [s.lag for s in runner.status()] == [head]
+        assert runner.catch_up() == head
+        for sid in ids:
+            assert db["session_states"].get(sid) == summary_row(  # type: ignore[union-attr]
+                ledger.state(sid)
+            )
         db.close()
