@@ -221,6 +221,7 @@ def test_edited_response_without_rehash_is_reported_at_the_edited_event(
     assert d.position == contribution.position
     assert d.recorded_type == d.replayed_type == "ContributionRecorded"
     assert _paths(result) == {"hash"}
+    assert "edited" in d.message
     assert result.matched == contribution.position - 1
     with Ledger(url) as ledger:
         report = verify_session(ledger, sid)

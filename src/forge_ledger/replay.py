@@ -315,11 +315,19 @@ def _difference(recorded: RecordedEvent, produced: Any) -> ReplayDifference | No
     ):
         prompt = _prompt_diff(recorded.data.get("messages", []), produced.data.get("messages", []))
     what = ", ".join(f["path"] for f in fields[:5])
+    message = f"{recorded.type} at position {position} differs in {what}"
+    if [f["path"] for f in fields] == ["hash"]:
+        # Same content, other hash: the stored event no longer hashes to the hash it carries,
+        # so the record itself was edited (the code is not at fault).
+        message = (
+            f"{recorded.type} at position {position} has the recorded content but not the "
+            "recorded hash: the stored event was edited (run `forge-ledger verify`)"
+        )
     return ReplayDifference(
         position=position,
         recorded_type=recorded.type,
         replayed_type=produced_type,
-        message=f"{recorded.type} at position {position} differs in {what}",
+        message=message,
         fields=fields,
         prompt_diff=prompt,
     )
