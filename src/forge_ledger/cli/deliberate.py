@@ -24,7 +24,7 @@ from ..domain.values import (
     Topic,
     slugify,
 )
-from ..errors import ConfigError, UsageError
+from ..errors import ConfigError, ProviderError, UsageError
 from . import cli
 from ._common import emit_json, err_console, json_option, open_ledger, store_option
 
@@ -329,6 +329,17 @@ def run(
         print_outcome(state, as_json=as_json, ledger=ledger)
     finally:
         ledger.close()
+    _fail_if_aborted(state)
+
+
+def _fail_if_aborted(state: SessionState) -> None:
+    """An aborted session (no participant could answer: missing key, unreachable provider…)
+    is recorded and summarised, but the command must still fail with one clear line."""
+    if state.status is SessionStatus.ABORTED:
+        raise ProviderError(
+            f"session {state.id[:8]} aborted: {state.status_reason or 'no reason recorded'}",
+            hint="check the models, their API keys and --api-base, then run again",
+        )
 
 
 def _uuid(text: str) -> Any:
@@ -420,6 +431,7 @@ def resume(session: str, store: str | None, as_json: bool) -> None:
         print_outcome(state, as_json=as_json, ledger=ledger)
     finally:
         ledger.close()
+    _fail_if_aborted(state)
 
 
 @cli.command()

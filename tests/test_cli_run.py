@@ -1,0 +1,236 @@
+"""``forge-ledger run / resume / demo`` end to end, in process through ``main`` (the real
+entry point: its error handling is what users see), against the fake server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from forge_ledger.cli import main
+from forge_ledger.ledger import Ledger, verify_session
+from forge_ledger.testing import FakeOpenAIServer
+from test_orchestrator_support import voice
+
+SUMMARY_KEYS = {"session_id", "status", "iterations", "rounds", "events", "cost_usd"}
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as e:
+        code = int(e.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_json(out: str) -> dict[str, Any]:
+    doc = json.loads(out)  # raises if stdout holds anything but one JSON document
+    assert isinstance(doc, dict)
+    return doc
+
+
+def assert_one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def write_participants(path: Path, url: str, names: tuple[str, ...]) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "participants": [
+                    {
+                        "name": n,
+                        "model": f"openai/{n}",
+                        "role": "generalist",
+                        "price": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6},
+                    }
+                    for n in names
+                ]
+            }
+        ),
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_run_with_models_and_api_base_prints_one_summary(
+    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_openai.set_script({"ana": voice("ana"), "ben": voice("ben")})
+    store = str(tmp_path / "run.sqlite")
+    code, out, _ = run_cli(
+        capsys,
+        "run",
+        "Retry policy",
+        "-m",
+        "openai/ana",
+        "-m",
+        "openai/ben",
+        "--api-base",
+        fake_openai.url,
+        "--store",
+        store,
+        "--json",
+    )
+    assert code == 0
+    doc = one_json(out)
+    assert set(doc) >= SUMMARY_KEYS
+    assert doc["status"] == "converged" and doc["iterations"] == 1
+    with Ledger(store) as ledger:
+        state = ledger.state(doc["session_id"])
+        assert doc["events"] == state.version and doc["rounds"] == len(state.rounds)
+        assert [p.model for p in state.participants] == ["openai/ana", "openai/ben"]
+        assert verify_session(ledger, state_id(ledger, doc)).ok
+    assert {r.model for r in fake_openai.requests} == {"ana", "ben"}
+
+
+def state_id(ledger: Ledger, doc: dict[str, Any]) -> Any:
+    return ledger.resolve(doc["session_id"])
+
+
+def test_run_with_participants_file_records_prices(
+    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    names = ("ana", "ben", "cleo")
+    fake_openai.set_script({n: voice(n) for n in names})
+    pfile = write_participants(tmp_path / "p.yaml", fake_openai.url, names)
+    store = str(tmp_path / "run.sqlite")
+    code, out, _ = run_cli(
+        capsys,
+        "run",
+        "Retry policy",
+        "--participants",
+        str(pfile),
+        "--api-base",
+        fake_openai.url,
+        "--store",
+        store,
+        "--json",
+    )
+    assert code == 0
+    doc = one_json(out)
+    assert doc["status"] == "converged"
+    assert doc["cost_usd"] > 0  # the user prices were applied
+    with Ledger(store) as ledger:
+        prices = {
+            e.data["response"]["price"]["input_cost_per_token"]
+            for e in ledger.events(state_id(ledger, doc))
+            if e.type == "ContributionRecorded"
+        }
+    assert prices == {1e-6}
+
+
+def test_demo_converges_in_iteration_two_after_a_refinement(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = str(tmp_path / "demo.sqlite")
+    code, out, _ = run_cli(capsys, "demo", "--latency", "0.01", "--store", store, "--json")
+    assert code == 0
+    doc = one_json(out)
+    assert set(doc) >= SUMMARY_KEYS
+    assert doc["status"] == "converged" and doc["iterations"] == 2
+    with Ledger(store) as ledger:
+        events = list(ledger.events(state_id(ledger, doc)))
+    types = [e.type for e in events]
+    assert "DivergenceDetected" in types
+    kinds = [e.data["kind"] for e in events if e.type == "RoundStarted"]
+    assert "refinement" in kinds
+    assert kinds.index("refinement") > kinds.index("convergence")
+    assert types[-2:] == ["SessionConverged", "SessionSealed"]
+
+
+def test_missing_api_key_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    store = str(tmp_path / "key.sqlite")
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        "Needs a key",
+        "-m",
+        "anthropic/claude-3-5-haiku-20241022",
+        "--store",
+        store,
+        "--json",
+    )
+    assert code != 0
+    line = assert_one_error_line(err)
+    assert "aborted" in line and "ANTHROPIC_API_KEY" in line
+    assert one_json(out)["status"] == "aborted"  # the session is recorded, and summarised
+
+
+def test_unreachable_provider_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = str(tmp_path / "down.sqlite")
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        "Nobody home",
+        "-m",
+        "openai/x",
+        "--api-base",
+        "http://127.0.0.1:9/v1",
+        "--store",
+        store,
+        "--json",
+    )
+    assert code != 0
+    line = assert_one_error_line(err)
+    assert "cannot connect to http://127.0.0.1:9/v1" in line
+    assert one_json(out)["status"] == "aborted"
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("participants: []\n", "has no participants"),
+        ("participants: [{name: a}]\n", "participants[0].model"),
+        ("participants: [oops\n", "is not valid YAML"),
+    ],
+)
+def test_bad_participants_file_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, expected: str
+) -> None:
+    pfile = tmp_path / "bad.yaml"
+    pfile.write_text(content, encoding="utf-8")
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        "Bad file",
+        "--participants",
+        str(pfile),
+        "--store",
+        str(tmp_path / "bad.sqlite"),
+        "--json",
+    )
+    assert code == 2 and out == ""
+    assert expected in assert_one_error_line(err)
+
+
+def test_missing_participants_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "No file",
+        "--participants",
+        str(tmp_path / "nope.yaml"),
+        "--store",
+        str(tmp_path / "x.sqlite"),
+    )
+    assert code == 2
+    assert "nope.yaml" in assert_one_error_line(err)
