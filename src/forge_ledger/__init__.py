@@ -14,8 +14,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 __version__ = "0.1.0"
 
-from .clock import Clock, FixedStepClock, IdSource, SequentialIds, SystemClock, UuidIds  # noqa: E402
-from .domain import (  # noqa: E402
+from .clock import Clock, FixedStepClock, IdSource, SequentialIds, SystemClock, UuidIds
+from .domain import (
     Deliberation,
     Participant,
     ParticipantRole,
@@ -23,7 +23,7 @@ from .domain import (  # noqa: E402
     SessionState,
     Topic,
 )
-from .errors import (  # noqa: E402
+from .errors import (
     ChainBrokenError,
     ConcurrencyConflictError,
     ForgeLedgerError,
@@ -31,7 +31,7 @@ from .errors import (  # noqa: E402
     SessionNotFoundError,
     StoreError,
 )
-from .ledger import ChainReport, Ledger, RecordedEvent, verify_session, verify_store  # noqa: E402
+from .ledger import ChainReport, Ledger, RecordedEvent, verify_session, verify_store
 
 __all__ = [
     "ChainBrokenError",

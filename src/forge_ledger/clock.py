@@ -36,7 +36,7 @@ class SystemClock:
 
 
 class FixedStepClock:
-    """A clock for tests and the offline demo: starts at ``start`` and advances ``step`` per read."""
+    """A clock for tests and the offline demo: from ``start``, advancing ``step`` per read."""
 
     def __init__(
         self,

@@ -19,7 +19,7 @@ from ..domain.values import (
     Topic,
 )
 from . import cli
-from ._common import emit_json, open_ledger, store_option
+from ._common import open_ledger, store_option
 
 __all__ = ["DEMO_SCRIPT", "demo_participants", "demo_topic"]
 
@@ -60,11 +60,20 @@ def demo_participants(api_base: str) -> list[Participant]:
 
 
 @cli.command()
-@click.option("--latency", type=float, default=0.15, show_default=True,
-              help="Seconds each scripted model waits before answering.")
+@click.option(
+    "--latency",
+    type=float,
+    default=0.15,
+    show_default=True,
+    help="Seconds each scripted model waits before answering.",
+)
 @store_option
-@click.option("--json", "as_json", is_flag=True,
-              help="Print {session_id, status, iterations, rounds, events, cost_usd} at the end.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print {session_id, status, iterations, rounds, events, cost_usd} at the end.",
+)
 def demo(latency: float, store: str | None, as_json: bool) -> None:
     """Run an offline four-participant deliberation (no API key, no network)."""
     from ..testing import FakeOpenAIServer, bundled_script

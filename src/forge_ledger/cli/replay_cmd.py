@@ -86,7 +86,8 @@ def _print(result: object) -> None:
     out_console.print(f"  {d.message}", markup=False, highlight=False)
     for f in d.fields[:12]:
         out_console.print(
-            f"  {f['path']}: recorded {_short(f.get('recorded'))} → now {_short(f.get('replayed'))}",
+            f"  {f['path']}: recorded {_short(f.get('recorded'))}"
+            f" → now {_short(f.get('replayed'))}",
             markup=False,
             highlight=False,
         )

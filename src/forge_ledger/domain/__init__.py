@@ -7,7 +7,7 @@ from .state import ContributionState, DivergenceState, RoundState, SessionState
 from .values import *  # noqa: F403
 from .values import __all__ as _values_all
 
-__all__ = [  # noqa: PLE0604
+__all__ = [
     "GENESIS",
     "ContributionState",
     "Deliberation",

@@ -115,9 +115,7 @@ class Deliberation(Aggregate):
             raise InvariantViolation(
                 "participant names must be unique", hint="give each participant its own name"
             )
-        payload = ev.SessionStarted(
-            topic=topic, config=config, slug=topic.slug, source=source
-        )
+        payload = ev.SessionStarted(topic=topic, config=config, slug=topic.slug, source=source)
         agg = cls._create_with(payload, session_id, at)
         for p in participants:
             agg.join(p, at=at)
@@ -289,9 +287,7 @@ class Deliberation(Aggregate):
             raise InvariantViolation(f"{participant!r} is not a contributor of round {round}")
         existing = r.contribution_of(participant)
         if purpose == "answer" and existing is not None:
-            raise InvariantViolation(
-                f"{participant!r} already contributed to round {round}"
-            )
+            raise InvariantViolation(f"{participant!r} already contributed to round {round}")
         if purpose == "repair" and existing is None:
             raise InvariantViolation(f"{participant!r} has no answer to repair in round {round}")
         self._record(
@@ -328,12 +324,14 @@ class Deliberation(Aggregate):
         self, *, round: int, participant: str, critique: Critique, at: datetime
     ) -> None:
         self._require_live("record a critique")
-        r, c = self._require_contribution(round, participant, "record a critique in")
+        _, c = self._require_contribution(round, participant, "record a critique in")
         if critique.target == participant:
             raise InvariantViolation(f"{participant!r} may not critique its own work")
         if c.critique is not None:
             raise InvariantViolation(f"{participant!r} already has a critique in round {round}")
-        self._record(ev.CritiqueRecorded(round=round, participant=participant, critique=critique), at)
+        self._record(
+            ev.CritiqueRecorded(round=round, participant=participant, critique=critique), at
+        )
 
     def record_opinion(
         self, *, round: int, participant: str, opinion: Opinion, at: datetime
@@ -365,9 +363,7 @@ class Deliberation(Aggregate):
             at,
         )
 
-    def complete_round(
-        self, *, round: int, at: datetime, abstained: Iterable[str] = ()
-    ) -> None:
+    def complete_round(self, *, round: int, at: datetime, abstained: Iterable[str] = ()) -> None:
         self._require_live("complete a round")
         self._require_open_round(round, "complete")
         self._record(ev.RoundCompleted(number=round, abstained=tuple(abstained)), at)
@@ -475,7 +471,9 @@ class Deliberation(Aggregate):
                 f"cannot go back {steps} from iteration {current}: iteration 1 is the earliest",
                 hint=f"use back {max(current - 1, 1)} or less" if current > 1 else None,
             )
-        self._record(ev.SessionRewound(from_iteration=current, to_iteration=target, steps=steps), at)
+        self._record(
+            ev.SessionRewound(from_iteration=current, to_iteration=target, steps=steps), at
+        )
         return target
 
     def suggest_technique(self, suggestion: ev.TechniqueSuggested, *, at: datetime) -> None:
@@ -507,7 +505,9 @@ class Deliberation(Aggregate):
             at,
         )
 
-    def finish(self, status: SessionStatus, *, at: datetime, reason: str = "", score: float = 1.0) -> None:
+    def finish(
+        self, status: SessionStatus, *, at: datetime, reason: str = "", score: float = 1.0
+    ) -> None:
         """Move to a terminal status (converged, complete, aborted, timed_out)."""
         self._require_live(f"mark the session {status.value}")
         payload: ev.Payload

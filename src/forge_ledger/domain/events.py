@@ -459,15 +459,12 @@ TERMINAL_EVENT_TYPES = frozenset(
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
 
-
 def prompt_hash(messages: Any) -> str:
     """SHA-256 of the exact prompt (a list of ``{role, content}``): replay's lookup key."""
     import hashlib
     import json
 
-    plain = [
-        m if isinstance(m, dict) else m.model_dump(mode="json") for m in messages
-    ]
+    plain = [m if isinstance(m, dict) else m.model_dump(mode="json") for m in messages]
     body = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
 

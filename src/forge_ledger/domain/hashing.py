@@ -22,8 +22,9 @@ GENESIS = "0" * 64
 
 def canonical_json(obj: Any) -> str:
     """Sorted keys, no whitespace, UTF-8 kept: equal data always gives equal bytes."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+    return json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
 
 
 def chain_hash(

@@ -294,9 +294,7 @@ class SessionState(_State):
     # ------------------------------------------------------------------ fold
 
     @classmethod
-    def initial(
-        cls, session_id: str, payload: ev.SessionStarted, at: datetime
-    ) -> SessionState:
+    def initial(cls, session_id: str, payload: ev.SessionStarted, at: datetime) -> SessionState:
         return cls(
             id=session_id,
             slug=payload.slug,
@@ -326,9 +324,7 @@ class SessionState(_State):
         state.budget_exhausted = None
         return state
 
-    def apply(
-        self, payload: ev.Payload, *, position: int, at: datetime, hash_: str
-    ) -> None:
+    def apply(self, payload: ev.Payload, *, position: int, at: datetime, hash_: str) -> None:
         """Evolve this state by one recorded event (in place)."""
         handler = _HANDLERS.get(type(payload))
         if handler is not None:

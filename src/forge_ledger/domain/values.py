@@ -27,8 +27,8 @@ __all__ = [
     "Mode",
     "ModelProvider",
     "ModelResponse",
-    "OutputType",
     "Opinion",
+    "OutputType",
     "Participant",
     "ParticipantRole",
     "Persona",
@@ -77,7 +77,12 @@ class SessionStatus(StrEnum):
 
 
 _TERMINAL = frozenset(
-    {SessionStatus.CONVERGED, SessionStatus.COMPLETE, SessionStatus.ABORTED, SessionStatus.TIMED_OUT}
+    {
+        SessionStatus.CONVERGED,
+        SessionStatus.COMPLETE,
+        SessionStatus.ABORTED,
+        SessionStatus.TIMED_OUT,
+    }
 )
 
 
@@ -142,7 +147,8 @@ _ROLE_MODIFIERS: dict[ParticipantRole, str] = {
         "You are a critic. Be thorough in identifying weaknesses and suggesting improvements."
     ),
     ParticipantRole.SYNTHESIZER: (
-        "You are the synthesizer. Your job is to merge different perspectives into a coherent whole."
+        "You are the synthesizer. "
+        "Your job is to merge different perspectives into a coherent whole."
     ),
     ParticipantRole.DOMAIN_EXPERT: (
         "You are a domain expert. Focus on technical accuracy and best practices."

@@ -3,10 +3,11 @@
 Participants label the points they raise (``Opinion.topics``), critics name a section or a
 category, voters list concerns. Labels are free text, so two remarks are about the same topic
 when their *significant words* (three letters or more, minus common stop words) overlap by at
-least half (Jaccard index ≥ 0.5, plain plurals folded): "rate limiting" matches "API rate-limiting" but "API rate
-limiting" does not match "API authentication". A text *mentions* a topic when it contains at
-least half of the topic's significant words. Crude, deterministic and explainable — which is
-what an audit trail needs; no model is asked to judge.
+least half (Jaccard index ≥ 0.5, plain plurals folded): "rate limiting" matches "API
+rate-limiting" but "API rate limiting" does not match "API authentication" (see
+:func:`same_topic` for labels contained in one another). A text *mentions* a topic when it
+contains at least half of the topic's significant words. Crude, deterministic and
+explainable — which is what an audit trail needs; no model is asked to judge.
 """
 
 from __future__ import annotations

@@ -255,7 +255,9 @@ class Ledger:
                     return last
                 if it == iteration:
                     seen = True
-            elif e.type == "SessionForked" and int(e.data["state"].get("iteration", 0)) >= iteration:
+            elif (
+                e.type == "SessionForked" and int(e.data["state"].get("iteration", 0)) >= iteration
+            ):
                 seen = True
             last = e.position
         if not seen:

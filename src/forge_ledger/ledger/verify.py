@@ -67,7 +67,7 @@ def verify_session(ledger: Ledger, session_id: UUID, *, key: bytes | None = None
             return report.fail(position, f"stored event cannot be decoded ({error})")
         if not topic.startswith(_PREFIX):
             return report.fail(position, f"unexpected event topic {topic!r}")
-        type_name = topic[len(_PREFIX):]
+        type_name = topic[len(_PREFIX) :]
         try:
             stored_prev = state["prev_hash"]
             stored_hash = state["hash"]
@@ -93,9 +93,7 @@ def verify_session(ledger: Ledger, session_id: UUID, *, key: bytes | None = None
         except (TypeError, ValueError, AttributeError) as e:
             return report.fail(position, f"stored event is malformed ({e})")
         if recomputed != stored_hash:
-            return report.fail(
-                position, "content does not match its hash (the event was altered)"
-            )
+            return report.fail(position, "content does not match its hash (the event was altered)")
         if type_name == "SessionSealed":
             report.sealed = True
             report.seal_ok = data.get("root_hash") == prev and data.get("events") == position - 1
