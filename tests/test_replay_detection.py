@@ -130,7 +130,7 @@ _AGREEING_VOTE = json.dumps(
 )
 
 
-def _tamper_content(url: str, position: int, content: str, *, rehash: bool) -> None:
+def _tamper_content(url: str, sid: UUID, position: int, content: str, *, rehash: bool) -> None:
     """Edit ``data.response.content`` of the event at ``position`` in the SQLite row.
 
     With ``rehash`` the editor also recomputes every later hash and link (a forger who knows
@@ -140,8 +140,8 @@ def _tamper_content(url: str, position: int, content: str, *, rehash: bool) -> N
     try:
         rows = conn.execute(
             "SELECT rowid, originator_version, topic, state FROM stored_events "
-            "WHERE originator_version >= ? ORDER BY originator_version",
-            (position - 1,),
+            "WHERE originator_id = ? AND originator_version >= ? ORDER BY originator_version",
+            (sid.hex, position - 1),
         ).fetchall()
         prev_hash: str | None = None
         for rowid, version, topic, blob in rows:
@@ -156,7 +156,7 @@ def _tamper_content(url: str, position: int, content: str, *, rehash: bool) -> N
             if rehash:
                 state["prev_hash"] = prev_hash
                 state["hash"] = chain_hash(
-                    session_id=_sid_of(conn),
+                    session_id=str(sid),
                     position=version,
                     type_name=topic.removeprefix("forge_ledger:"),
                     timestamp=datetime.fromisoformat(state["timestamp"]["_data_"]),
@@ -171,11 +171,6 @@ def _tamper_content(url: str, position: int, content: str, *, rehash: bool) -> N
         conn.commit()
     finally:
         conn.close()
-
-
-def _sid_of(conn: sqlite3.Connection) -> str:
-    (raw,) = conn.execute("SELECT originator_id FROM stored_events LIMIT 1").fetchone()
-    return str(UUID(raw if isinstance(raw, str) else raw.hex()))
 
 
 # --------------------------------------------------------------------------- baseline
@@ -197,7 +192,7 @@ def test_tamper_helper_recomputes_the_stored_hashes_exactly(demo_copy: tuple[str
     events = _events(url, sid)
     contribution, _ = _first_dissenting_vote(events)
     _tamper_content(
-        url, contribution.position, contribution.data["response"]["content"], rehash=True
+        url, sid, contribution.position, contribution.data["response"]["content"], rehash=True
     )
     assert [e.hash for e in _events(url, sid)] == [e.hash for e in events]
 
@@ -211,7 +206,7 @@ def test_edited_response_without_rehash_is_reported_at_the_edited_event(
     url, sid = demo_copy
     events = _events(url, sid)
     contribution, _ = _first_dissenting_vote(events)
-    _tamper_content(url, contribution.position, _AGREEING_VOTE, rehash=False)
+    _tamper_content(url, sid, contribution.position, _AGREEING_VOTE, rehash=False)
 
     result = _replay(url, sid)
     d = result.difference
@@ -236,7 +231,7 @@ def test_edited_vote_with_rewritten_chain_is_reported_at_the_parsed_vote(
     url, sid = demo_copy
     events = _events(url, sid)
     contribution, vote = _first_dissenting_vote(events)
-    _tamper_content(url, contribution.position, _AGREEING_VOTE, rehash=True)
+    _tamper_content(url, sid, contribution.position, _AGREEING_VOTE, rehash=True)
 
     result = _replay(url, sid)
     d = result.difference

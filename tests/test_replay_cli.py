@@ -1,0 +1,221 @@
+"""``forge-ledger replay --all`` over a store with live, forked and imported sessions.
+
+Issue "The promises", items 4–5. One SQLite store receives: a deliberation run through the
+real orchestrator and provider against the fake server; a fork of it at iteration 1 that is
+then resumed (only the rounds after the fork point call models: the server's request count
+says so); a session imported from a YAML fixture with ``forge-ledger import``; a second
+deliberation. ``replay --all`` finds them all identical (exit 0). Then the second one is
+forged (an answer edited and the hash chain rewritten): exit 1, the first differing position
+on stderr in one line and in ``--json``.
+
+The fork test is repeated on PostgreSQL: state-at-iteration-k of the fork equals the parent's,
+and the fork's own continuation replays identically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+from click.testing import CliRunner, Result
+
+from forge_ledger.cli import cli
+from forge_ledger.cli.demo import demo_participants, demo_topic
+from forge_ledger.clock import FixedStepClock, SequentialIds
+from forge_ledger.domain.values import SessionConfig
+from forge_ledger.ledger import Ledger
+from forge_ledger.lineage import fork
+from forge_ledger.orchestrator import Orchestrator
+from forge_ledger.providers import get_provider
+from forge_ledger.replay import replay_session
+from forge_ledger.testing import FakeOpenAIServer, bundled_script
+from test_replay_detection import _AGREEING_VOTE, _first_dissenting_vote, _tamper_content
+from test_replay_generated import assert_identical, recorded_calls
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+async def _no_sleep(_: float) -> None:
+    """Back-off is recorded, not waited for."""
+
+
+def _run_demo(ledger: Ledger, server: FakeOpenAIServer, start: datetime, name: str) -> UUID:
+    async def go() -> UUID:
+        provider = get_provider()
+        try:
+            orch = Orchestrator(
+                ledger,
+                provider,
+                clock=FixedStepClock(start, timedelta(seconds=1)),
+                ids=SequentialIds(name),
+                sleep=_no_sleep,
+            )
+            sid = orch.start(
+                demo_topic(), SessionConfig(max_cost_usd=1.0), demo_participants(server.url)
+            )
+            await orch.run(sid)
+            return sid
+        finally:
+            await provider.aclose()
+
+    return asyncio.run(go())
+
+
+def _fork_and_resume(
+    ledger: Ledger, server: FakeOpenAIServer, parent: UUID, k: int, start: datetime
+) -> tuple[UUID, int]:
+    """Fork ``parent`` at the end of iteration ``k`` and run the fork; returns (id, requests)."""
+    clock = FixedStepClock(start, timedelta(seconds=1))
+    child = fork(ledger, parent, clock=clock, ids=SequentialIds(f"fork-{start}"), at_iteration=k)
+    before = len(server.requests)
+
+    async def go() -> None:
+        provider = get_provider()
+        try:
+            orch = Orchestrator(ledger, provider, clock=clock, sleep=_no_sleep)
+            await orch.resume(child)
+        finally:
+            await provider.aclose()
+
+    asyncio.run(go())
+    return child, len(server.requests) - before
+
+
+def _calls_after_iteration(ledger: Ledger, sid: UUID, k: int) -> int:
+    """Model calls the session made in rounds of iterations after ``k``."""
+    iteration_of: dict[int, int] = {}
+    calls = 0
+    for e in ledger.events(sid):
+        if e.type == "RoundStarted":
+            iteration_of[e.data["number"]] = e.data["iteration"]
+        elif (
+            e.type in ("ContributionRecorded", "ProviderCallFailed")
+            and iteration_of.get(e.data["round"], 0) > k
+        ):
+            calls += 1
+    return calls
+
+
+def _invoke(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_replay_all_with_fork_and_import_then_a_forged_session(
+    sqlite_url: str, fake_openai: FakeOpenAIServer
+) -> None:
+    fake_openai.set_script(bundled_script("four-voices"))
+    with Ledger(sqlite_url) as ledger:
+        parent = _run_demo(ledger, fake_openai, datetime(2026, 2, 1, tzinfo=UTC), "parent")
+        parent_calls = len(fake_openai.requests)
+        child, child_requests = _fork_and_resume(
+            ledger, fake_openai, parent, 1, datetime(2026, 2, 2, tzinfo=UTC)
+        )
+        other = _run_demo(ledger, fake_openai, datetime(2026, 2, 3, tzinfo=UTC), "other")
+        # Only the rounds after the fork point called models, and exactly as many as the
+        # parent needed after that point (same script, same prefix).
+        assert 0 < child_requests < parent_calls
+        assert child_requests == _calls_after_iteration(ledger, parent, 1)
+        assert child_requests == recorded_calls(list(ledger.events(child)))[1]
+
+    imported = _invoke("import", str(FIXTURES / "seed_standard.yaml"), "--store", sqlite_url)
+    assert imported.exit_code == 0, imported.output
+
+    requests_before = len(fake_openai.requests)
+    ok = _invoke("replay", "--all", "--store", sqlite_url, "--json")
+    assert ok.exit_code == 0, ok.output
+    docs = json.loads(ok.stdout)
+    assert len(docs) == 4
+    assert all(d["ok"] and d["matched"] == d["events"] for d in docs)
+    assert sum(1 for d in docs if d["imported"]) == 1
+    assert {parent, child, other} <= {UUID(d["session_id"]) for d in docs}
+    plain = _invoke("replay", "--all", "--store", sqlite_url)
+    assert plain.exit_code == 0
+    assert "4 of 4 sessions replayed identically" in plain.stdout
+    assert plain.stderr == ""
+    assert len(fake_openai.requests) == requests_before, "replay called the model server"
+
+    with Ledger(sqlite_url) as ledger:
+        events = list(ledger.events(other))
+    contribution, vote = _first_dissenting_vote(events)
+    _tamper_content(sqlite_url, other, contribution.position, _AGREEING_VOTE, rehash=True)
+
+    bad = _invoke("replay", "--all", "--store", sqlite_url)
+    assert bad.exit_code == 1
+    err_lines = bad.stderr.strip().splitlines()
+    assert len(err_lines) == 1
+    assert err_lines[0].startswith(f"error: replay of {str(other)[:8]} differs at position ")
+    assert f"position {vote.position}:" in err_lines[0]
+    assert "3 of 4 sessions replayed identically" in bad.stdout
+
+    bad_json = _invoke("replay", "--all", "--store", sqlite_url, "--json")
+    assert bad_json.exit_code == 1
+    docs = json.loads(bad_json.stdout)
+    by_id = {UUID(d["session_id"]): d for d in docs}
+    assert by_id[other]["ok"] is False
+    assert by_id[other]["difference"]["position"] == vote.position
+    assert by_id[other]["difference"]["recorded_type"] == "VoteRecorded"
+    assert all(d["ok"] for sid, d in by_id.items() if sid != other)
+
+    single = _invoke("replay", str(other)[:8], "--store", sqlite_url, "--json")
+    assert single.exit_code == 1
+    assert json.loads(single.stdout)["difference"]["position"] == vote.position
+
+
+def test_replay_without_a_session_is_a_one_line_usage_error(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from forge_ledger.cli import main
+
+    Ledger(sqlite_url).close()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["replay", "--store", sqlite_url])
+    captured = capsys.readouterr()
+    assert exit_info.value.code == 2
+    assert captured.out == ""
+    assert len(captured.err.strip().splitlines()) == 1
+    assert "SESSION" in captured.err and "--all" in captured.err
+
+
+# --------------------------------------------------------------------------- fork end to end
+
+
+_STATE_FIELDS = (
+    "topic",
+    "participants",
+    "rounds",
+    "iteration",
+    "divergences",
+    "convergence",
+    "cost_usd",
+    "human_inputs",
+)
+
+
+@pytest.mark.parametrize("k", [1])
+def test_fork_state_at_k_equals_parents_and_its_continuation_replays(
+    store_url: str, fake_openai: FakeOpenAIServer, k: int
+) -> None:
+    fake_openai.set_script(bundled_script("four-voices"))
+    with Ledger(store_url) as ledger:
+        parent = _run_demo(ledger, fake_openai, datetime(2026, 4, 1, tzinfo=UTC), "fork-parent")
+        child, requests = _fork_and_resume(
+            ledger, fake_openai, parent, k, datetime(2026, 4, 2, tzinfo=UTC)
+        )
+        assert requests == _calls_after_iteration(ledger, parent, k)
+        at_parent = ledger.state(parent, at_event=ledger.position_of_iteration(parent, k))
+        at_child = ledger.state(child, at_event=ledger.position_of_iteration(child, k))
+        for name in _STATE_FIELDS:
+            assert getattr(at_child, name) == getattr(at_parent, name), name
+        assert at_child.fork_origin is not None
+        assert at_child.fork_origin.parent_id == str(parent)
+        assert at_child.fork_origin.parent_hash == at_parent.head_hash
+        child_now = ledger.state(child)
+        parent_now = ledger.state(parent)
+        assert child_now.status == parent_now.status
+        assert len(child_now.rounds) == len(parent_now.rounds)
+        for sid in (parent, child):
+            assert_identical(replay_session(ledger, sid), list(ledger.events(sid)))
