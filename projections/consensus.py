@@ -192,25 +192,39 @@ def _preceding(state: SessionState, after: int, before: int) -> PrecedingRound |
     return last
 
 
+def _previous_votes(
+    state: SessionState, number: int, names: set[str]
+) -> dict[str, tuple[RoundState, ConvergenceVote]]:
+    """Each of ``names``' latest vote in a convergence round numbered below ``number``.
+
+    Walks back from the newest round and stops once every name is found, so the usual case
+    (everyone voted in the previous convergence round) does not scan the whole session.
+    """
+    found: dict[str, tuple[RoundState, ConvergenceVote]] = {}
+    for x in reversed(state.rounds):
+        if len(found) == len(names):
+            break
+        if x.kind is not RoundKind.CONVERGENCE or x.number >= number:
+            continue
+        for name, (vote, _) in _votes(x).items():
+            if name in names and name not in found:
+                found[name] = (x, vote)
+    return found
+
+
 def trail_round(state: SessionState, number: int) -> TrailRound | None:
     """The trail entry of convergence round ``number`` (None if it is not one)."""
     r = state.round(number)
     if r is None or r.kind is not RoundKind.CONVERGENCE:
         return None
-    earlier = [x for x in state.rounds if x.kind is RoundKind.CONVERGENCE and x.number < number]
     votes = _votes(r)
+    previous = _previous_votes(state, number, set(votes))
     trail: list[TrailVote] = []
     for name in [*r.expected, *[n for n in votes if n not in r.expected]]:
         if name not in votes:
             continue
         vote, pos = votes[name]
-        prev_round: RoundState | None = None
-        prev_vote: ConvergenceVote | None = None
-        for x in reversed(earlier):
-            pv = _votes(x).get(name)
-            if pv is not None:
-                prev_round, prev_vote = x, pv[0]
-                break
+        prev_round, prev_vote = previous.get(name, (None, None))
         after = prev_round.number if prev_round is not None else 0
         stance = vote.effective_stance
         changed = prev_vote is not None and prev_vote.effective_stance is not stance

@@ -9,7 +9,8 @@ kept in sync by triggers; see :mod:`.migrations`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from forge_ledger.domain import RoundState, SessionState
 from forge_ledger.domain import events as ev
@@ -77,70 +78,95 @@ class ReadModelProjection(Projection):
     )
 
     def apply(self, event: EventLike, payload: Payload, state: SessionState) -> Sequence[Op]:
+        # one dict lookup on the payload's class instead of a chain of isinstance checks
+        # (this runs for every event of a rebuild)
+        kind = type(payload)
+        handler = _HANDLERS.get(kind)
+        if handler is None:
+            handler = _HANDLERS[kind] = _handler_for(kind)
+        return handler(self, event, payload, state)
+
+    def _on_joined(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+        assert isinstance(payload, ev.ParticipantJoined)
+        return [self._participant(event.session_id, state, payload.participant.name,
+                                  event.position)]
+
+    def _on_forked(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+        sid, pos = event.session_id, event.position
+        return [self._participant(sid, state, p.name, pos) for p in state.participants]
+
+    def _on_round(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+        if isinstance(payload, ev.RoundStarted | ev.RoundCompleted):
+            number = payload.number
+        else:
+            assert isinstance(payload, ev.ParseFailed)
+            number = payload.round
+        r = state.round(number)
+        return [_round_row(event.session_id, r)] if r is not None else []
+
+    def _on_rewound(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+        return [_round_row(event.session_id, r) for r in state.rounds]
+
+    def _on_terminal(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+        last = state.last_round
+        return [_round_row(event.session_id, last)] if last is not None else []
+
+    def _on_contribution(
+        self, event: EventLike, payload: Payload, state: SessionState
+    ) -> list[Op]:
+        assert isinstance(payload, ev.ContributionRecorded)
+        return self._contribution(event.session_id, event.position,
+                                  event.timestamp.isoformat(), payload)
+
+    def _on_failure(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+        assert isinstance(payload, ev.ProviderCallFailed)
+        sid, pos = event.session_id, event.position
+        return [Put("costs", {
+            "id": f"{sid}:{pos}",
+            "session_id": sid,
+            "round_id": f"{sid}:{payload.round}",
+            "participant_id": f"{sid}:{payload.participant}",
+            "participant": payload.participant,
+            "kind": "failed_call",
+            "attempt": payload.attempt,
+            "model": payload.model,
+            "tokens_in": payload.tokens.input,
+            "tokens_out": payload.tokens.output,
+            "cost_usd": payload.cost_usd,
+            "price_in": None,
+            "price_out": None,
+            "price_source": None,
+            "position": pos,
+            "at": event.timestamp.isoformat(),
+        })]
+
+    def _on_critique(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+        assert isinstance(payload, ev.CritiqueRecorded)
+        return self._critique(event.session_id, event.position, state, payload)
+
+    def _on_vote(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+        assert isinstance(payload, ev.VoteRecorded)
         sid = event.session_id
-        pos = event.position
-        at = event.timestamp.isoformat()
-        if isinstance(payload, ev.ParticipantJoined):
-            return [self._participant(sid, state, payload.participant.name, pos)]
-        if isinstance(payload, ev.SessionForked):
-            return [self._participant(sid, state, p.name, pos) for p in state.participants]
-        if isinstance(payload, ev.RoundStarted):
-            r = state.round(payload.number)
-            return [_round_row(sid, r)] if r is not None else ()
-        if isinstance(payload, ev.RoundCompleted | ev.ParseFailed):
-            number = payload.number if isinstance(payload, ev.RoundCompleted) else payload.round
-            r = state.round(number)
-            return [_round_row(sid, r)] if r is not None else ()
-        if isinstance(payload, ev.SessionRewound):
-            return [_round_row(sid, r) for r in state.rounds]
-        if isinstance(
-            payload,
-            ev.SessionConverged | ev.SessionCompleted | ev.SessionAborted | ev.SessionTimedOut,
-        ):
-            last = state.last_round
-            return [_round_row(sid, last)] if last is not None else ()
-        if isinstance(payload, ev.ContributionRecorded):
-            return self._contribution(sid, pos, at, payload)
-        if isinstance(payload, ev.ProviderCallFailed):
-            return [Put("costs", {
-                "id": f"{sid}:{pos}",
-                "session_id": sid,
-                "round_id": f"{sid}:{payload.round}",
-                "participant_id": f"{sid}:{payload.participant}",
-                "participant": payload.participant,
-                "kind": "failed_call",
-                "attempt": payload.attempt,
-                "model": payload.model,
-                "tokens_in": payload.tokens.input,
-                "tokens_out": payload.tokens.output,
-                "cost_usd": payload.cost_usd,
-                "price_in": None,
-                "price_out": None,
-                "price_source": None,
-                "position": pos,
-                "at": at,
-            })]
-        if isinstance(payload, ev.CritiqueRecorded):
-            return self._critique(sid, pos, state, payload)
-        if isinstance(payload, ev.VoteRecorded):
-            c = self._contribution_of(state, payload.round, payload.participant)
-            v = payload.vote
-            return [Put("votes", {
-                "id": f"{sid}:{payload.round}:{payload.participant}",
-                "session_id": sid,
-                "round_id": f"{sid}:{payload.round}",
-                "participant_id": f"{sid}:{payload.participant}",
-                "contribution_id": f"{sid}:{c}" if c is not None else None,
-                "participant": payload.participant,
-                "round": payload.round,
-                "agrees": int(v.agrees),
-                "stance": v.effective_stance.value,
-                "score": v.score,
-                "concerns_json": dumps(list(v.concerns)),
-                "reasoning": v.reasoning,
-                "position": pos,
-            })]
-        return ()
+        c = self._contribution_of(state, payload.round, payload.participant)
+        v = payload.vote
+        return [Put("votes", {
+            "id": f"{sid}:{payload.round}:{payload.participant}",
+            "session_id": sid,
+            "round_id": f"{sid}:{payload.round}",
+            "participant_id": f"{sid}:{payload.participant}",
+            "contribution_id": f"{sid}:{c}" if c is not None else None,
+            "participant": payload.participant,
+            "round": payload.round,
+            "agrees": int(v.agrees),
+            "stance": v.effective_stance.value,
+            "score": v.score,
+            "concerns_json": dumps(list(v.concerns)),
+            "reasoning": v.reasoning,
+            "position": event.position,
+        })]
+
+    def _on_other(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+        return []
 
     def flush(self, touched: Sequence[SessionState]) -> Sequence[Op]:
         return [_session_row(s) for s in touched]
@@ -244,3 +270,33 @@ class ReadModelProjection(Projection):
                 "category": s.category.value,
             }))
         return out
+
+
+_Handler = Callable[[ReadModelProjection, EventLike, Payload, SessionState], Sequence[Op]]
+
+_BY_CLASS: tuple[tuple[type[Any], _Handler], ...] = (
+    (ev.ParticipantJoined, ReadModelProjection._on_joined),
+    (ev.SessionForked, ReadModelProjection._on_forked),
+    (ev.RoundStarted, ReadModelProjection._on_round),
+    (ev.RoundCompleted, ReadModelProjection._on_round),
+    (ev.ParseFailed, ReadModelProjection._on_round),
+    (ev.SessionRewound, ReadModelProjection._on_rewound),
+    (ev.SessionConverged, ReadModelProjection._on_terminal),
+    (ev.SessionCompleted, ReadModelProjection._on_terminal),
+    (ev.SessionAborted, ReadModelProjection._on_terminal),
+    (ev.SessionTimedOut, ReadModelProjection._on_terminal),
+    (ev.ContributionRecorded, ReadModelProjection._on_contribution),
+    (ev.ProviderCallFailed, ReadModelProjection._on_failure),
+    (ev.CritiqueRecorded, ReadModelProjection._on_critique),
+    (ev.VoteRecorded, ReadModelProjection._on_vote),
+)
+
+_HANDLERS: dict[type[Any], _Handler] = {}
+
+
+def _handler_for(kind: type[Any]) -> _Handler:
+    """The first matching entry of ``_BY_CLASS`` (subclasses included), as isinstance would."""
+    for cls, handler in _BY_CLASS:
+        if issubclass(kind, cls):
+            return handler
+    return ReadModelProjection._on_other

@@ -307,7 +307,9 @@ class ProjectionRunner:
                     touched[event.session_id] = state
                     for p in projections:
                         if nid > positions[p.name]:
-                            writer.add(p.apply(event, payload, state))
+                            ops = p.apply(event, payload, state)
+                            if ops:
+                                writer.add(ops)
                     last = nid
                 states = list(touched.values())
                 for p in projections:
