@@ -25,6 +25,7 @@ models key their answers on it). Structured answers are requested with the JSON 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 
@@ -82,8 +83,13 @@ def header(round: RoundState) -> str:
     return f"Round {round.number} · {round.kind.value} · iteration {round.iteration}"
 
 
+@functools.cache
 def schema_text(model: type[BaseModel]) -> str:
-    """The model's JSON schema, serialised deterministically."""
+    """The model's JSON schema, serialised deterministically.
+
+    Cached per class: generating a pydantic JSON schema costs milliseconds and every
+    structured prompt embeds one, which made it the main cost of a replay. The text is a
+    pure function of the (immutable) class, so the cache cannot change a prompt."""
     return json.dumps(model.model_json_schema(), sort_keys=True, indent=2, ensure_ascii=False)
 
 
