@@ -52,6 +52,7 @@ def write_participants(path: Path, url: str, names: tuple[str, ...]) -> Path:
                         "name": n,
                         "model": f"openai/{n}",
                         "role": "generalist",
+                        "api_base": url,
                         "price": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6},
                     }
                     for n in names

@@ -49,14 +49,16 @@ def critique_json(author: str, score: int = 75) -> str:
     )
 
 
-def opinion_json(stance: str = "agree", concerns: Sequence[str] = ()) -> str:
+def opinion_json(
+    stance: str = "agree", concerns: Sequence[str] = (), topics: Sequence[str] = ("retries",)
+) -> str:
     return json.dumps(
         {
             "stance": stance,
             "reasoning": "The critique is fair and the change is small.",
             "concerns": list(concerns),
             "strength": 0.6,
-            "topics": ["retries"],
+            "topics": list(topics),
         }
     )
 
