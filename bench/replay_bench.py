@@ -1,0 +1,334 @@
+"""Replay benchmark: replay time by session length, and storage bytes per byte of model text.
+
+Prints one JSON object on stdout (progress on stderr):
+
+* ``replay`` — wall time of ``replay_session`` on sessions of 10, 100 and 1,000 rounds with
+  four participants (best of ``--repeat`` runs). Goal: a 100-round session in ≤ 1 s.
+* ``storage`` — at 50 rounds: bytes stored per byte of model text, where model text is the sum
+  of the UTF-8 sizes of every recorded response. Two numerators, both reported:
+  ``file_ratio`` (the SQLite file, WAL checkpointed: what a user's disk holds, including
+  snapshots and indexes) and ``rows_ratio`` (the ``stored_events`` row payloads only: what the
+  event format itself costs). Goal ≤ 2 on ``file_ratio``, the figure a user sees.
+  ``checkpoint_per_step`` is measured in the same run for comparison: the full session state
+  JSON stored after every event in a scratch SQLite table (as LangGraph's ``SqliteSaver``
+  stores a checkpoint per step), its file size over the same model text.
+
+Sessions are produced by the real :class:`~forge_ledger.orchestrator.Orchestrator` with an
+in-process scripted provider (no HTTP, no latency), so their events are exactly what a live
+run records and the replay re-runs the same code. They never converge: every vote disagrees,
+the session is attended (it pauses after each vote for a human answer) and, past iteration
+16, the human goes ``back 5`` at each pause — the refinement depth is capped
+(``max_recursive_depth`` ≤ 100, i.e. ~305 rounds), rewound rounds are kept in the ledger and
+replayed, and only active rounds count towards the cap — so one session can reach 1,000
+rounds. ``rounds`` in the output counts every recorded round, rewound ones included.
+
+``--quick`` shrinks the sizes so CI can smoke-test the script in seconds; its figures are
+not meaningful.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from forge_ledger.clock import FixedStepClock, SequentialIds
+from forge_ledger.domain.values import (
+    ModelResponse,
+    Participant,
+    ParticipantRole,
+    Price,
+    RoundKind,
+    SessionConfig,
+    SessionStatus,
+    TokenCount,
+    Topic,
+)
+from forge_ledger.ledger import Ledger
+from forge_ledger.orchestrator import Orchestrator
+from forge_ledger.providers import ProviderCall
+from forge_ledger.replay import replay_session
+
+REPLAY_GOAL_SECS = 1.0
+REPLAY_GOAL_ROUNDS = 100
+STORAGE_GOAL_RATIO = 2.0
+_REWIND_FROM = 16
+"""Iteration after which a pause also goes ``back 5`` (long sessions only)."""
+_PRICE = Price(input_cost_per_token=1e-7, output_cost_per_token=2e-7, source="user")
+_PARAGRAPH = (
+    "The ledger keeps every contribution as an immutable event; readers rebuild their views "
+    "from the events, and a replay serves the recorded answers back instead of calling a "
+    "model again. "
+)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+class ScriptedProvider:
+    """Answers instantly from the round kind in the prompt's first line (no network).
+
+    Every answer holds about ``text_bytes`` of prose (drafts and syntheses as Markdown, the
+    structured answers in their free-text field), like the 2 KB texts of the LangGraph
+    measurement in the notes; every vote disagrees so the session goes on.
+    """
+
+    def __init__(self, text_bytes: int = 2000) -> None:
+        self._text_bytes = text_bytes
+
+    async def complete(
+        self, call: ProviderCall, on_delta: Callable[[str], None] | None = None
+    ) -> ModelResponse:
+        user = next(m.content for m in reversed(call.messages) if m.role == "user")
+        kind = RoundKind(user.split("\n", 1)[0].split(" · ")[1])
+        who = call.participant.name
+        content = self._content(kind, who, call.round)
+        tokens = TokenCount(
+            input=sum(len(m.content) for m in call.messages) // 4, output=len(content) // 4
+        )
+        cost = tokens.input * _PRICE.input_cost_per_token + (
+            tokens.output * _PRICE.output_cost_per_token
+        )
+        return ModelResponse(
+            content=content,
+            model=call.participant.model,
+            tokens=tokens,
+            cost_usd=cost,
+            price=_PRICE,
+            duration_ms=0,
+            finish_reason="stop",
+        )
+
+    def _content(self, kind: RoundKind, who: str, round_no: int) -> str:
+        text = (_PARAGRAPH * (self._text_bytes // len(_PARAGRAPH) + 1))[: self._text_bytes]
+        if kind in (RoundKind.DRAFT, RoundKind.SYNTHESIS):
+            return f"# {kind.value} by {who}, round {round_no}\n\n{text}"
+        # Structured answers carry about as much prose as a draft, in their free-text field.
+        if kind is RoundKind.CRITIQUE:
+            return json.dumps(
+                {
+                    "strengths": [f"{who} finds the event model sound"],
+                    "weaknesses": [text],
+                    "suggestions": [
+                        {
+                            "text": "specify retention",
+                            "section": "Storage",
+                            "priority": 2,
+                            "category": "completeness",
+                        }
+                    ],
+                    "score": 60,
+                }
+            )
+        if kind in (RoundKind.RESPONSE, RoundKind.REFINEMENT):
+            return json.dumps(
+                {
+                    "stance": "disagree",
+                    "reasoning": f"round {round_no}: {text}",
+                    "concerns": ["retention policy"],
+                    "strength": 0.6,
+                    "topics": ["retention"],
+                }
+            )
+        return json.dumps(
+            {
+                "agrees": False,
+                "stance": "disagree",
+                "score": 40,
+                "concerns": ["retention policy"],
+                "reasoning": f"round {round_no}: {text}",
+            }
+        )
+
+    def price(self, participant: Participant) -> Price | None:
+        return participant.price or _PRICE
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def _no_sleep(_: float) -> None:
+    return None
+
+
+def _participants() -> list[Participant]:
+    roles = [
+        ParticipantRole.DRAFTER,
+        ParticipantRole.CRITIC,
+        ParticipantRole.SYNTHESIZER,
+        ParticipantRole.DEVILS_ADVOCATE,
+    ]
+    return [
+        Participant(name=f"m{i + 1}", model=f"openai/m{i + 1}", role=role, price=_PRICE)
+        for i, role in enumerate(roles)
+    ]
+
+
+def build_session(ledger: Ledger, rounds: int, *, text_bytes: int = 2000) -> UUID:
+    """Run the real orchestrator until the session holds ``rounds`` rounds (or stops)."""
+    clock = FixedStepClock(datetime(2026, 1, 1, tzinfo=UTC), timedelta(seconds=1))
+    orch = Orchestrator(
+        ledger,
+        ScriptedProvider(text_bytes),
+        clock=clock,
+        ids=SequentialIds(f"replay-bench-{rounds}"),
+        sleep=_no_sleep,
+        enforce_wall_time=False,
+    )
+    config = SessionConfig(
+        max_rounds=min(rounds, 10_000),
+        max_time_secs=10**9,
+        max_cost_usd=1e6,
+        attended=True,
+        max_recursive_depth=100,
+        convergence_threshold=0.99,
+    )
+    topic = Topic(title=f"Replay benchmark {rounds} rounds", description="A long deliberation.")
+
+    async def go() -> UUID:
+        sid = orch.start(topic, config, _participants())
+        state = await orch.run(sid)
+        while state.status is SessionStatus.PAUSED and len(state.rounds) < rounds:
+            agg = ledger.get(sid)
+            agg.human_input(author="bench", text="keep going", at=clock.now())
+            # Pauses only come at iterations not answered yet, so the refinement depth still
+            # grows by one per pause; going back 5 each time makes that ~18 rounds per step.
+            while agg.state.iteration > _REWIND_FROM and agg.state.iteration > 5:
+                agg.rewind(5, at=clock.now())
+            ledger.save(agg)
+            state = await orch.resume(sid)
+        return sid
+
+    return asyncio.run(go())
+
+
+def measure_replay(rounds: int, repeat: int, workdir: Path) -> dict[str, Any]:
+    path = workdir / f"replay-{rounds}.sqlite"
+    with Ledger(str(path)) as ledger:
+        t0 = time.perf_counter()
+        sid = build_session(ledger, rounds)
+        build_secs = time.perf_counter() - t0
+        state = ledger.state(sid)
+        times: list[float] = []
+        result = None
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            result = replay_session(ledger, sid)
+            times.append(time.perf_counter() - t0)
+        assert result is not None
+    return {
+        "rounds": len(state.rounds),
+        "participants": len(state.participants),
+        "events": result.events,
+        "identical": result.ok,
+        "calls_served": result.calls_served,
+        "replay_secs": round(min(times), 4),
+        "events_per_sec": round(result.events / min(times)) if min(times) > 0 else None,
+        "build_secs": round(build_secs, 2),
+    }
+
+
+def _file_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+
+
+def measure_storage(rounds: int, workdir: Path) -> dict[str, Any]:
+    path = workdir / f"storage-{rounds}.sqlite"
+    with Ledger(str(path)) as ledger:
+        sid = build_session(ledger, rounds)
+        events = list(ledger.events(sid))
+        states = [ledger.state(sid, at_event=e.position) for e in events]
+        n_rounds = len(states[-1].rounds)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    rows_bytes = conn.execute("SELECT SUM(LENGTH(state)) FROM stored_events").fetchone()[0]
+    conn.close()
+    text = sum(
+        len(e.data["response"]["content"].encode("utf-8"))
+        for e in events
+        if e.type == "ContributionRecorded"
+    )
+    file_bytes = _file_bytes(path)
+
+    cp_path = workdir / f"checkpoints-{rounds}.sqlite"
+    cp = sqlite3.connect(cp_path)
+    cp.execute("PRAGMA journal_mode=WAL")
+    cp.execute(
+        "CREATE TABLE checkpoints (thread_id TEXT, checkpoint_id INTEGER, checkpoint BLOB, "
+        "PRIMARY KEY (thread_id, checkpoint_id))"
+    )
+    for e, st in zip(events, states, strict=True):
+        cp.execute(
+            "INSERT INTO checkpoints VALUES (?, ?, ?)",
+            (str(sid), e.position, st.model_dump_json().encode("utf-8")),
+        )
+        cp.commit()
+    cp.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    cp.close()
+    cp_bytes = _file_bytes(cp_path)
+    return {
+        "rounds": n_rounds,
+        "events": len(events),
+        "model_text_bytes": text,
+        "file_bytes": file_bytes,
+        "rows_bytes": rows_bytes,
+        "file_ratio": round(file_bytes / text, 3),
+        "rows_ratio": round(rows_bytes / text, 3),
+        "checkpoint_per_step": {
+            "file_bytes": cp_bytes,
+            "ratio": round(cp_bytes / text, 3),
+        },
+        "goal_ratio": STORAGE_GOAL_RATIO,
+        "goal_met": file_bytes / text <= STORAGE_GOAL_RATIO,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes for a CI smoke test")
+    parser.add_argument("--repeat", type=int, default=3, help="replays per size (best kept)")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="*",
+        default=None,
+        help="session lengths in rounds (default 10 100 1000)",
+    )
+    parser.add_argument("--storage-rounds", type=int, default=None)
+    args = parser.parse_args(argv)
+    sizes = args.sizes or ([10, 20] if args.quick else [10, 100, 1000])
+    storage_rounds = args.storage_rounds or (10 if args.quick else 50)
+    repeat = 1 if args.quick else max(1, args.repeat)
+    out: dict[str, Any] = {"quick": args.quick, "replay": {}, "storage": {}}
+    with tempfile.TemporaryDirectory(prefix="replay-bench-") as tmp:
+        work = Path(tmp)
+        for n in sizes:
+            log(f"replay: building and replaying a {n}-round session")
+            out["replay"][str(n)] = measure_replay(n, repeat, work)
+            log(f"  {out['replay'][str(n)]}")
+        log(f"storage: {storage_rounds} rounds, event store vs checkpoint per step")
+        out["storage"] = measure_storage(storage_rounds, work)
+    goal = out["replay"].get(str(REPLAY_GOAL_ROUNDS))
+    out["goals_met"] = {
+        "replay_100_rounds_secs": (
+            goal["replay_secs"] <= REPLAY_GOAL_SECS and goal["identical"] if goal else None
+        ),
+        "storage_ratio": out["storage"]["goal_met"],
+    }
+    json.dump(out, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
