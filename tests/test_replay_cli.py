@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import UUID
@@ -100,6 +102,19 @@ def _calls_after_iteration(ledger: Ledger, sid: UUID, k: int) -> int:
     return calls
 
 
+_PROBE = """
+import sys
+from forge_ledger.cli import main
+try:
+    main(["replay", "--all", "--json", "--store", sys.argv[1]])
+except SystemExit as e:
+    code = e.code
+else:
+    code = 0
+print("exit", code, "litellm", "litellm" in sys.modules)
+"""
+
+
 def _invoke(*args: str) -> Result:
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
@@ -137,6 +152,17 @@ def test_replay_all_with_fork_and_import_then_a_forged_session(
     assert "4 of 4 sessions replayed identically" in plain.stdout
     assert plain.stderr == ""
     assert len(fake_openai.requests) == requests_before, "replay called the model server"
+
+    # replay is a read-only command: it never imports litellm (checked in a fresh process).
+    probe = subprocess.run(
+        [sys.executable, "-c", _PROBE, sqlite_url],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip().splitlines()[-1] == "exit 0 litellm False"
 
     with Ledger(sqlite_url) as ledger:
         events = list(ledger.events(other))
