@@ -7,7 +7,10 @@ Builds ledgers of ~10k and ~100k events (``--quick``: ~2k and ~5k) through the r
 - ``rebuild_eps``: a full rebuild of all projections into a fresh read-model file;
 - ``ratio`` = rebuild / read+decode (goal >= 0.3);
 - ``incremental_ms``: catch-up after one new event, with a warm runner (a follower) and with a
-  fresh runner (a CLI call) — median of several appends (goal <= 5 ms warm).
+  fresh runner (a CLI call) — median of several appends (goal <= 5 ms warm). The two take
+  turns on the same read model, so before each of its catch-ups the warm runner has missed
+  the event the fresh one applied and folds it onto its in-memory state (as a follower does
+  beside CLI calls); the fresh runner loads the session's state from the ledger's snapshot.
 
 Prints one JSON object on stdout; progress goes to stderr.
 """

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
-from forge_ledger.projections import catch_up, consensus_trail, dissent_log, open_views
 
 from forge_ledger.cli import cli
 from forge_ledger.clock import FixedStepClock
@@ -39,6 +38,7 @@ from forge_ledger.domain.values import (
     Topic,
 )
 from forge_ledger.ledger import Ledger
+from forge_ledger.projections import catch_up, consensus_trail, dissent_log, open_views
 from test_projections_support import PARAMS, build_ledger
 
 YAML_PATH = Path(__file__).resolve().parents[1] / "projections" / "datasette.yaml"
@@ -310,14 +310,15 @@ def _free_port() -> int:
 def test_datasette_serves_a_canned_query(tmp_path: Path) -> None:
     path, ledger = _built(tmp_path)
     ledger.close()
-    port = _free_port()
     exe = Path(sys.executable).with_name("datasette")
-    proc = subprocess.Popen(
-        [str(exe), "serve", str(path), "-m", str(YAML_PATH), "--host", "127.0.0.1",
-         "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
-    try:
+    for _attempt in range(3):
+        # another process may take the free port before Datasette binds it: try another one
+        port = _free_port()
+        proc = subprocess.Popen(
+            [str(exe), "serve", str(path), "-m", str(YAML_PATH), "--host", "127.0.0.1",
+             "--port", str(port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
         # Datasette tilde-encodes the dot of the database name in URLs
         url = (f"http://127.0.0.1:{port}/forge-ledger~2Eviews/cost_per_participant.json"
                "?_shape=array")
@@ -332,7 +333,13 @@ def test_datasette_serves_a_canned_query(tmp_path: Path) -> None:
                 if proc.poll() is not None:
                     break
                 time.sleep(0.2)
-        assert body is not None, proc.stderr.read().decode() if proc.poll() is not None else ""
+        if body is not None or proc.poll() is None:
+            break
+        err = proc.stderr.read().decode() if proc.stderr is not None else ""
+        if "address already in use" not in err:
+            pytest.fail(f"datasette stopped: {err}")
+    try:
+        assert body is not None, "datasette did not answer"
         con = sqlite3.connect(path)
         expected = con.execute(_queries()["cost_per_participant"]).fetchall()
         con.close()
