@@ -8,8 +8,10 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from forge_ledger.domain.values import SessionConfig
-from forge_ledger.ledger import Ledger
+from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.testing import FakeOpenAIServer, RecordedRequest
 from test_orchestrator_support import (
     event_view,
@@ -136,3 +138,18 @@ def test_first_contributions_are_committed_while_the_round_is_open(
     assert seen["round_done"] is False
     assert seen["slow_in_flight"] is True
     assert final_types.count("RoundCompleted") == len(state.rounds)
+
+
+@pytest.mark.postgres
+def test_end_to_end_on_postgresql_matches_sqlite(
+    fake_openai: FakeOpenAIServer, pg_url: str, tmp_path: Path
+) -> None:
+    fake_openai.set_script(_script({n: 0.02 for n in NAMES}))
+    views = []
+    for url in (pg_url, str(tmp_path / "same.sqlite")):
+        with Ledger(url, create=True) as ledger:
+            sid, state = run_session(ledger, participants(fake_openai.url, NAMES), SessionConfig())
+            assert state.status.value == "converged"
+            assert verify_session(ledger, sid).ok
+            views.append(event_view(ledger, sid))
+    assert views[0] == views[1]
