@@ -334,6 +334,32 @@ def test_strong_dissent_blocks_until_overruled() -> None:
     assert again.converged and not again.blocking
 
 
+def test_an_overruled_topic_does_not_block_again_when_the_dissent_repeats() -> None:
+    """A human overrule settles the point: the same strong dissent voiced again in the next
+    vote opens a new divergence (the record shows it) but does not block convergence."""
+    cfg = SessionConfig(convergence_threshold=0.6)
+    agg, clock = start(3, cfg)
+    answer = scripted(vote=lambda r, n: "strongly_disagree" if n == "P3" else "agree")
+    for _ in range(5):
+        step = engine.next_step(agg.state, elapsed_secs=0)
+        assert isinstance(step, engine.StartRound)
+        play_round(agg, step, answer, clock)
+    assert agg.state.convergence[-1].blocking
+    overruled = [d for d in agg.state.open_divergences if d.strong]
+    for d in overruled:
+        agg.change_divergence(d.id, DivergenceStatus.OVERRULED, at=clock.now(), by="alice")
+    run = drive(agg, answer, clock)
+    last = agg.state.convergence[-1]
+    assert last.iteration == 2 and last.score == pytest.approx(2 / 3)
+    repeated = [
+        d for d in agg.state.divergences
+        if d.strong and d.opened_round > overruled[0].opened_round
+    ]
+    assert repeated, "the repeated dissent is still recorded as a divergence"
+    assert not last.blocking and last.converged
+    assert isinstance(run.final, engine.Finish) and run.final.status is SessionStatus.CONVERGED
+
+
 def test_after_round_is_idempotent() -> None:
     agg, clock = start(3)
     drive(agg, scripted(vote=lambda r, n: "disagree" if n == "P1" else "agree"), clock)

@@ -24,7 +24,8 @@ Negative overrides count as 0; if every voter weighs 0 the plain mean is used.
 
 **Converged** iff score ≥ ``convergence_threshold`` AND the number of agreeing voters ≥
 ``min_consensus`` capped at the number of voters (so a two-person session can converge) AND no
-open divergence's strongest stance is ``strongly_disagree`` (a human overrule closes it).
+open divergence's strongest stance is ``strongly_disagree`` (a human overrule closes it, and
+a later strong dissent on a topic a human already overruled does not block again).
 The plain majority (agreeing voters > half of the voters) is always reported beside the
 weighted score, since much of the value of a debate is the vote itself.
 
@@ -41,9 +42,15 @@ from dataclasses import dataclass
 
 from ..domain import events as ev
 from ..domain.state import RoundState, SessionState
-from ..domain.values import ParticipantRole, RoundKind, SessionConfig, Stance
+from ..domain.values import (
+    DivergenceStatus,
+    ParticipantRole,
+    RoundKind,
+    SessionConfig,
+    Stance,
+)
 from .divergence import plan_divergences, project_open
-from .topics import mentions, normalize
+from .topics import mentions, normalize, same_topic
 
 __all__ = [
     "DEFAULT_ROLE_WEIGHTS",
@@ -120,8 +127,12 @@ def convergence(state: SessionState, round: RoundState) -> ev.ConvergenceEvaluat
     disagree = sum(1 for _, s in voters if s.disagrees)
     partial = len(voters) - agree - disagree
     open_after = project_open(state, plan_divergences(state, round.number))
+    overruled = [d.topic for d in state.divergences if d.status is DivergenceStatus.OVERRULED]
     blocking = tuple(
-        f"{d.id}: {d.topic}" for d in open_after if d.strongest is Stance.STRONGLY_DISAGREE
+        f"{d.id}: {d.topic}"
+        for d in open_after
+        if d.strongest is Stance.STRONGLY_DISAGREE
+        and not any(same_topic(d.topic, topic) for topic in overruled)
     )
     needed = min(cfg.min_consensus, len(voters))
     converged = (
