@@ -14,34 +14,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from forge_ledger.domain import SessionState
 from forge_ledger.domain.events import Payload
+from forge_ledger.domain.recorded import EventLike
 
 __all__ = ["EventLike", "Op", "Patch", "Projection", "Put", "dumps"]
-
-
-class EventLike(Protocol):
-    """The shape of a recorded event (``forge_ledger.ledger.RecordedEvent``)."""
-
-    @property
-    def session_id(self) -> str: ...
-    @property
-    def position(self) -> int: ...
-    @property
-    def type(self) -> str: ...
-    @property
-    def timestamp(self) -> datetime: ...
-    @property
-    def data(self) -> dict[str, Any]: ...
-    @property
-    def hash(self) -> str: ...
-    @property
-    def notification_id(self) -> int | None: ...
-
-    def payload(self) -> Payload: ...
 
 
 @dataclass(frozen=True)

@@ -17,34 +17,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 import yaml
 
 from ..domain import events as ev
+from ..domain.recorded import EventLike
 from ..domain.state import RoundState, SessionState
 from ..domain.values import Mode, RoundKind, SessionStatus
 from ..engine.ems import ems_score
 from .schema import FORMAT_VERSION, iso
 
 __all__ = ["EventLike", "dump_document", "export_events", "session_document"]
-
-
-class EventLike(Protocol):
-    """What the fold needs of a stored event (``ledger.RecordedEvent`` fits)."""
-
-    @property
-    def session_id(self) -> str: ...
-    @property
-    def position(self) -> int: ...
-    @property
-    def type(self) -> str: ...
-    @property
-    def timestamp(self) -> datetime: ...
-    @property
-    def data(self) -> dict[str, Any]: ...
-    @property
-    def hash(self) -> str: ...
 
 
 _STATUS = {
