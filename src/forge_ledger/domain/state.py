@@ -97,12 +97,15 @@ class RoundState(_State):
     """True once a rewind went back past this round's iteration (kept for audit)."""
 
     def contribution_of(self, participant: str) -> ContributionState | None:
-        """The participant's answer in this round (the repair attempt replaces the answer)."""
-        found = None
-        for c in self.contributions:
+        """The participant's answer in this round (the repair attempt replaces the answer).
+
+        Searched from the end: the latest contribution wins, and it is usually the last one
+        recorded, so appending to a long round stays cheap.
+        """
+        for c in reversed(self.contributions):
             if c.participant == participant:
-                found = c
-        return found
+                return c
+        return None
 
     @property
     def contributors(self) -> list[str]:
