@@ -203,3 +203,30 @@ def test_verify_export_against_the_yaml_projection(sqlite_url: str, tmp_path: Pa
         out.write_text(yaml.safe_dump(doc, sort_keys=False), "utf-8")
         edited = verify_export(ledger, out, KEY)
         assert not edited.ok and edited.content_ok is False and edited.block_ok
+
+
+def test_verify_command_checks_an_export_file(
+    sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``verify --export FILE`` checks a real export; an edited export exits 1 in one line."""
+    from forge_ledger.yaml_format import export_events
+
+    monkeypatch.setenv("FORGE_LEDGER_HMAC_KEY", KEY.decode())
+    out = tmp_path / "real.yaml"
+    with Ledger(sqlite_url) as ledger:
+        ledger.save(build(SID, THREE_ITERATIONS))
+        seal_session(ledger, SID, clock=FixedStepClock(), key=KEY)
+        out.write_text(export_events(list(ledger.events(SID))), encoding="utf-8")
+    code, stdout, err = _run(["verify", "--export", str(out), "--store", sqlite_url, "--json"],
+                             capsys)
+    report = json.loads(stdout)
+    assert code == 0 and report["ok"] and report["hmac_ok"] and report["content_ok"]
+    doc = yaml.safe_load(out.read_text("utf-8"))
+    doc["session"]["ems"] = 100 - doc["session"]["ems"]
+    out.write_text(yaml.safe_dump(doc, sort_keys=False), "utf-8")
+    code, stdout, err = _run(["verify", "--export", str(out), "--store", sqlite_url], capsys)
+    assert code == 1 and err.count("\n") == 1 and err.startswith("error:")
+    code, stdout, err = _run(["verify", str(SID), "--export", str(out), "--store", sqlite_url],
+                             capsys)
+    assert code == 2 and "not both" in err

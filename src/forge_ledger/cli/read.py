@@ -477,14 +477,31 @@ def _event_summary(e: RecordedEvent) -> str:
 @click.argument("session", required=False)
 @click.option("--key-env", default=HMAC_KEY_ENV, show_default=True, metavar="NAME",
               help="Environment variable holding the HMAC key that checks seals.")
+@click.option("--export", "export_file", type=click.Path(dir_okay=False), default=None,
+              metavar="FILE", help="Check a YAML export against the store (as verify-export).")
 @store_option
 @json_option
-def verify(session: str | None, key_env: str, store: str | None, as_json: bool) -> None:
-    """Recompute the hash chain of SESSION, or of every session in the store.
+@click.pass_context
+def verify(
+    ctx: click.Context,
+    session: str | None,
+    key_env: str,
+    export_file: str | None,
+    store: str | None,
+    as_json: bool,
+) -> None:
+    """Recompute the hash chain of SESSION, of every session in the store, or check an export.
 
     Exits 0 when every chain verifies, 1 when one is broken (naming the session, the first bad
     position and what is wrong).
     """
+    if export_file is not None:
+        if session is not None:
+            raise UsageError("give either SESSION or --export FILE, not both")
+        from .promises import verify_export_cmd
+
+        ctx.invoke(verify_export_cmd, file=export_file, store=store, as_json=as_json)
+        return
     key = _hmac_key(key_env)
     with open_ledger(store, create=False) as ledger:
         reports = _run_verify(ledger, session, key)
