@@ -36,7 +36,7 @@ class ForgeLedgerError(Exception):
     def one_line(self) -> str:
         """The single line the CLI prints: what is wrong, then what to do."""
         text = self.message.rstrip(".")
-        return f"{text}. {self.hint}" if self.hint else f"{text}."
+        return f"{text}; {self.hint}" if self.hint else text
 
 
 class UsageError(ForgeLedgerError):
