@@ -151,6 +151,25 @@ def test_snapshots_are_used_and_state_equal(store_url: str) -> None:
         assert snap.state(agg.id).model_dump() == agg.state.model_dump()
 
 
+def test_snapshots_are_kept_on_a_logarithmic_ladder(store_url: str) -> None:
+    """Old snapshots are pruned to the newest plus interval × 2^k, so snapshot storage grows
+    linearly with a session (a snapshot per interval would grow with its square); time travel
+    still answers the same state at every position."""
+    clock = StepClock()
+    with Ledger(store_url, snapshot_interval=3) as snap, Ledger(
+        store_url, snapshot_interval=0
+    ) as plain:
+        agg = _grown_session(snap, clock, iterations=4)
+        assert snap.app.snapshots is not None
+        versions = sorted(s.originator_version for s in snap.app.snapshots.get(agg.id))
+        taken = agg.version // 3
+        ladder = [3 * 2**k for k in range(taken.bit_length()) if 3 * 2**k <= agg.version]
+        assert versions == sorted(set(ladder) | {3 * taken}), versions
+        assert len(versions) < taken  # without pruning there would be one per interval
+        for v in range(1, agg.version + 1):
+            assert snap.state(agg.id, at_event=v) == plain.state(agg.id, at_event=v)
+
+
 def test_snapshot_really_short_circuits_replay(sqlite_url: str) -> None:
     """Loading at head reads the snapshot: corrupting an early event's payload is not seen."""
     clock = StepClock()

@@ -184,6 +184,7 @@ class Ledger:
 
     def save(self, *aggregates: Deliberation) -> None:
         """Append the pending events of ``aggregates`` atomically (one transaction)."""
+        before = {a.id: a.version - len(a.pending_events) for a in aggregates}
         try:
             self.app.save(*aggregates)
         except IntegrityError:
@@ -195,6 +196,50 @@ class Ledger:
             ) from None
         except _PersistenceError as e:
             raise StoreError(f"cannot write to {self.location.display}: {_first_line(e)}") from None
+        if self.snapshot_interval > 0:
+            for a in aggregates:
+                if a.version // self.snapshot_interval > before[a.id] // self.snapshot_interval:
+                    self._prune_snapshots(a.id)
+
+    def _prune_snapshots(self, session_id: UUID) -> None:
+        """Keep a session's snapshots to O(log N): the newest, and those at interval × 2^k.
+
+        A snapshot is the whole session state, which grows with the session, so keeping one
+        every ``interval`` events would make snapshot storage grow with the square of the
+        session's length — the checkpoint-per-step problem, divided by the interval. The ladder
+        keeps the newest (fast loads at the head) and a logarithmic set of older ones (time
+        travel folds at most half the distance back to the previous rung); their total size is
+        at most about twice the newest one.
+        """
+        snapshots = self.app.snapshots
+        if snapshots is None:
+            return
+        recorder: Any = snapshots.recorder
+        table = recorder.events_table_name
+        interval = self.snapshot_interval
+
+        def keep(version: int, newest: int) -> bool:
+            rung = version // interval
+            return version == newest or (version % interval == 0 and rung & (rung - 1) == 0)
+
+        if self.location.kind == "sqlite":
+            key: Any = session_id.hex
+            select = f"SELECT originator_version FROM {table} WHERE originator_id = ?"
+            delete = f"DELETE FROM {table} WHERE originator_id = ? AND originator_version = ?"
+        else:
+            key = session_id
+            name = f'"{self.location.schema}"."{table}"'
+            select = f"SELECT originator_version FROM {name} WHERE originator_id = %s"
+            delete = f"DELETE FROM {name} WHERE originator_id = %s AND originator_version = %s"
+        with recorder.datastore.transaction(commit=True) as cursor:
+            cursor.execute(select, (key,))
+            versions = [int(_first_value(row)) for row in cursor.fetchall()]
+            if not versions:
+                return
+            newest = max(versions)
+            drop = [(key, v) for v in versions if not keep(v, newest)]
+            if drop:
+                cursor.executemany(delete, drop)
 
     # ------------------------------------------------------------------ reading
 
@@ -387,6 +432,11 @@ def _recorded(domain_event: Any, *, notification_id: int | None = None) -> Recor
         prev_hash=domain_event.prev_hash,
         notification_id=notification_id,
     )
+
+
+def _first_value(row: Any) -> Any:
+    """The first column of a row from either driver (sqlite3 tuples, psycopg dict rows)."""
+    return next(iter(row.values())) if isinstance(row, dict) else row[0]
 
 
 def _first_line(e: BaseException) -> str:
