@@ -387,12 +387,13 @@ class Deliberation(Aggregate):
             self._require_member(pos.participant)
         self._record(divergence, at)
 
-    _CHANGES: ClassVar[dict[DivergenceStatus, type[ev._DivergenceChange]]] = {
+    CHANGES: ClassVar[dict[DivergenceStatus, type[ev._DivergenceChange]]] = {
         DivergenceStatus.ADDRESSED: ev.DivergenceAddressed,
         DivergenceStatus.RESOLVED: ev.DivergenceResolved,
         DivergenceStatus.WITHDRAWN: ev.DivergenceWithdrawn,
         DivergenceStatus.OVERRULED: ev.DivergenceOverruled,
     }
+    """Which event records a divergence moving to each status."""
 
     def change_divergence(
         self,
@@ -412,7 +413,7 @@ class Deliberation(Aggregate):
             raise InvariantViolation(f"divergence {divergence_id} is already {d.status.value}")
         if status is DivergenceStatus.OVERRULED and not by:
             raise InvariantViolation("an overrule needs the human author's name")
-        cls = self._CHANGES.get(status)
+        cls = self.CHANGES.get(status)
         if cls is None:
             raise InvariantViolation(f"cannot change a divergence to {status.value}")
         self._record(cls(divergence_id=divergence_id, round=round, note=note, by=by), at)

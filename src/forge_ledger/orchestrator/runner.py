@@ -66,10 +66,7 @@ from .live import (
 __all__ = ["Orchestrator"]
 
 _DIVERGENCE_STATUS: dict[type[ev.Payload], DivergenceStatus] = {
-    ev.DivergenceAddressed: DivergenceStatus.ADDRESSED,
-    ev.DivergenceResolved: DivergenceStatus.RESOLVED,
-    ev.DivergenceWithdrawn: DivergenceStatus.WITHDRAWN,
-    ev.DivergenceOverruled: DivergenceStatus.OVERRULED,
+    event: status for status, event in Deliberation.CHANGES.items()
 }
 
 
