@@ -417,15 +417,54 @@ def record_answer(
     return agg.state
 
 
+def add_participants(ledger: Ledger, session: str, participants: list[Participant]) -> None:
+    """Join participants to an existing session (e.g. one imported from a YAML file)."""
+    from ..clock import SystemClock
+
+    agg = ledger.get(session)
+    clock = SystemClock()
+    for p in participants:
+        agg.join(p, at=clock.now())
+    ledger.save(agg)
+
+
 @cli.command()
 @click.argument("session")
+@click.option("-m", "--model", "models", multiple=True, metavar="MODEL",
+              help="Add a participant with this model before resuming (repeatable).")
+@click.option("--participants", "participants_file", type=click.Path(path_type=Path),
+              help="Add the participants of this YAML file before resuming.")
+@click.option("--api-base", default=None, help="Base URL for the added participants.")
 @store_option
 @json_option
-def resume(session: str, store: str | None, as_json: bool) -> None:
-    """Continue a paused or interrupted session (calls only what is missing)."""
+def resume(
+    session: str,
+    models: tuple[str, ...],
+    participants_file: Path | None,
+    api_base: str | None,
+    store: str | None,
+    as_json: bool,
+) -> None:
+    """Continue a paused or interrupted session (calls only what is missing).
+
+    A session imported from a YAML file has no participants yet: add them with -m or
+    --participants (they join the session as events, then it resumes).
+    """
     ledger = open_ledger(store)
     try:
         sid = ledger.resolve(session)
+        added = (
+            load_participants(participants_file, api_base)
+            if participants_file is not None
+            else participants_from_models(models, api_base) if models else []
+        )
+        if added:
+            add_participants(ledger, str(sid), added)
+        if not ledger.state(sid).participants:
+            raise UsageError(
+                f"session {str(sid)[:8]} has no participants",
+                hint="add them: forge-ledger resume SESSION -m MODEL… or --participants FILE",
+            )
         state = run_session(ledger, session_id=sid, resume=True, quiet=as_json)
         state = _attend(ledger, state, as_json)
         print_outcome(state, as_json=as_json, ledger=ledger)

@@ -131,7 +131,13 @@ def _resolution(state: SessionState) -> int:
 
 
 def ems_score(state: SessionState) -> EmsReport:
-    """The EMS of ``state`` (pure, deterministic; see the module docstring for the axes)."""
+    """The EMS of ``state`` (pure, deterministic; see the module docstring for the axes).
+
+    A session imported from a YAML file has no rounds to measure until it is resumed: its EMS
+    is the one the file recorded (no axes are known for it).
+    """
+    if state.imported is not None and not state.active_rounds:
+        return EmsReport(score=int(state.imported["ems"]), axes={}, weak_axes=())
     axes = {
         "clarity": _clarity(state),
         "coverage": _coverage(state),

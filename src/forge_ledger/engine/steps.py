@@ -231,7 +231,10 @@ def _guarded(state: SessionState, elapsed_secs: float, step: Step) -> Step:
 
 
 def _draft(state: SessionState) -> StartRound:
-    return StartRound(RoundKind.DRAFT, 1, drafters(state))
+    """The first round. A session imported from a YAML file already has iterations (recorded,
+    without rounds): the deliberation continues with the next one."""
+    iteration = state.iteration + 1 if state.imported is not None else 1
+    return StartRound(RoundKind.DRAFT, iteration, drafters(state))
 
 
 def _within_iteration(state: SessionState, last: RoundState) -> Step:
