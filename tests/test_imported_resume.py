@@ -62,3 +62,28 @@ def test_resume_with_participants_continues_after_the_imported_iterations(
         result = replay_session(ledger, uid)
         assert result.ok and result.imported and result.calls_served > 0
         assert result.matched == result.events
+
+
+def test_the_first_draft_after_import_sees_the_files_questions_answers_and_ideas(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path
+) -> None:
+    sid = _import(capsys, sqlite_url)
+    seed = yaml.safe_load(SEED.read_text("utf-8"))["session"]
+    with FakeOpenAIServer(bundled_script("demo")) as server:
+        team = write_participants(tmp_path / "team.yaml", server.url, ("ana", "ben"))
+        code, _, err = run_cli(
+            capsys, "resume", sid, "--participants", str(team), "--store", sqlite_url
+        )
+        assert code == 0, err
+        draft_prompt = next(
+            r.body["messages"][-1]["content"]
+            for r in server.requests
+            if "· draft ·" in r.body["messages"][-1]["content"]
+        )
+    for entry in seed["history"]:
+        for q in entry["questions"]:
+            assert q in draft_prompt
+        for a in entry["responses"]:
+            assert a in draft_prompt
+    for idea in seed["ideas"]:
+        assert idea["content"] in draft_prompt

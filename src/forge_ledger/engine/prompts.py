@@ -241,10 +241,31 @@ def _section(title: str, body: Sequence[str]) -> list[str]:
 def _draft(state: SessionState, round: RoundState, name: str) -> list[str]:
     return [
         _topic(state.topic),
+        *_earlier_history(state, round),
         "",
         f"Write your own complete proposal ({state.topic.output_type.value}) for this topic. "
         "Other participants are drafting independently; you will not see their drafts now. "
         "Be specific and actionable, and state your assumptions.",
+    ]
+
+
+def _earlier_history(state: SessionState, round: RoundState) -> list[str]:
+    """What a session imported from a YAML file had settled before any round: each earlier
+    iteration's questions and the human's answers, and the ideas kept with their scores."""
+    if state.imported is None:
+        return []
+    lines: list[str] = []
+    for iteration, questions in state.asked:
+        if iteration >= round.iteration:
+            continue
+        answers = [h.text for h in state.human_inputs if h.iteration == iteration]
+        lines.append(f"Iteration {iteration}:")
+        lines.extend(f"- Q: {q}" for q in questions)
+        lines.extend(f"- A: {a}" for a in answers)
+    ideas = [f"- {i['content']} (score {i['score']}/10)" for i in state.ideas]
+    return [
+        *_section("Earlier iterations (questions and answers)", lines),
+        *_section("Ideas kept so far", ideas),
     ]
 
 
