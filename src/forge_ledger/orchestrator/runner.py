@@ -267,15 +267,9 @@ class Orchestrator:
             reserved += need
             tasks[name] = asyncio.create_task(
                 self._participant(
-                    rnd,
-                    participant,
+                    _Turn(rnd, participant, max_tokens, schema, limiter, deadline, state.config),
                     plan,
                     messages,
-                    max_tokens,
-                    schema,
-                    limiter,
-                    deadline,
-                    state.config,
                 )
             )
         try:
@@ -328,33 +322,15 @@ class Orchestrator:
         )
 
     async def _participant(
-        self,
-        rnd: RoundState,
-        participant: Participant,
-        plan: _Plan,
-        messages: tuple[ChatMessage, ...],
-        max_tokens: int,
-        schema: type[BaseModel] | None,
-        limiter: asyncio.Semaphore,
-        deadline: float,
-        config: SessionConfig,
+        self, turn: _Turn, plan: _Plan, messages: tuple[ChatMessage, ...]
     ) -> _Outcome:
-        out = _Outcome(participant=participant.name)
+        rnd, schema = turn.rnd, turn.schema
+        out = _Outcome(participant=turn.participant.name)
         attempt = plan.next_attempt
         answer_text = plan.answer_text
         if answer_text is None:
             response, attempt = await self._call_with_retries(
-                rnd,
-                participant,
-                messages,
-                max_tokens,
-                schema,
-                attempt,
-                limiter,
-                deadline,
-                out,
-                config,
-                purpose="answer",
+                turn, messages, attempt, out, purpose="answer"
             )
             if response is None:
                 out.abstained = True
@@ -370,17 +346,7 @@ class Orchestrator:
             original_error = parsed.error or "unparseable"
             repair = engine.repair_messages(messages, answer_text, original_error, rnd.kind)
             response, attempt = await self._call_with_retries(
-                rnd,
-                participant,
-                repair,
-                max_tokens,
-                schema,
-                attempt,
-                limiter,
-                deadline,
-                out,
-                config,
-                purpose="repair",
+                turn, repair, attempt, out, purpose="repair"
             )
             if response is not None:
                 parsed = engine.parse_output(rnd.kind, response.content)
@@ -398,19 +364,15 @@ class Orchestrator:
 
     async def _call_with_retries(
         self,
-        rnd: RoundState,
-        participant: Participant,
+        turn: _Turn,
         messages: tuple[ChatMessage, ...],
-        max_tokens: int,
-        schema: type[BaseModel] | None,
         attempt: int,
-        limiter: asyncio.Semaphore,
-        deadline: float,
         out: _Outcome,
-        config: SessionConfig,
         *,
         purpose: str,
     ) -> tuple[ModelResponse | None, int]:
+        rnd, participant, config = turn.rnd, turn.participant, turn.config
+        max_tokens, schema, limiter = turn.max_tokens, turn.schema, turn.limiter
         config_attempts = config.max_attempts
         first = attempt
         phash = ev.prompt_hash(messages)
@@ -421,7 +383,7 @@ class Orchestrator:
                 max_tokens=max_tokens,
                 temperature=participant.temperature,
                 response_format=schema,
-                timeout_secs=self._timeout(config, deadline),
+                timeout_secs=self._timeout(config, turn.deadline),
                 round=rnd.number,
                 attempt=attempt,
             )
@@ -434,7 +396,7 @@ class Orchestrator:
                 )
             )
             try:
-                if self._enforce_wall_time and self._monotonic() >= deadline:
+                if self._enforce_wall_time and self._monotonic() >= turn.deadline:
                     raise _time_budget_error()
                 async with limiter:
                     response = await self.provider.complete(
@@ -677,6 +639,20 @@ class Orchestrator:
         if force or phase != self._last_phase:
             self._on_checkpoint(state)
         self._last_phase = phase
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """One participant's part in one round: what all of its calls (answer, retries, repair)
+    share."""
+
+    rnd: RoundState
+    participant: Participant
+    max_tokens: int
+    schema: type[BaseModel] | None
+    limiter: asyncio.Semaphore
+    deadline: float
+    config: SessionConfig
 
 
 @dataclass(frozen=True)
