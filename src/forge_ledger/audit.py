@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from .domain.events import ForkOrigin
-from .domain.state import ContributionState, RoundState, SessionState
+from .domain.state import ContributionState, DivergenceChange, RoundState, SessionState
 from .domain.values import DivergenceStatus, RoundKind, Stance
 from .ledger import RecordedEvent
 
@@ -120,14 +120,6 @@ class StanceShift(_Model):
     reasons: tuple[str, ...] = ()
 
 
-class DissentChangeRecord(_Model):
-    status: DivergenceStatus
-    round: int
-    position: int
-    note: str = ""
-    by: str = ""
-
-
 class DissentRecord(_Model):
     id: str
     topic: str
@@ -139,7 +131,7 @@ class DissentRecord(_Model):
     opened_iteration: int | None
     opened_position: int
     closed_position: int | None
-    history: tuple[DissentChangeRecord, ...]
+    history: tuple[DivergenceChange, ...]
 
 
 class HumanIntervention(_Model):
@@ -386,12 +378,7 @@ def _dissent(state: SessionState) -> list[DissentRecord]:
                 opened_iteration=opened.iteration if opened is not None else None,
                 opened_position=d.opened_position,
                 closed_position=closing[-1].position if closing and not d.is_open else None,
-                history=tuple(
-                    DissentChangeRecord(
-                        status=h.status, round=h.round, position=h.position, note=h.note, by=h.by
-                    )
-                    for h in d.history
-                ),
+                history=tuple(h.model_copy() for h in d.history),
             )
         )
     return out
