@@ -9,6 +9,7 @@ litellm (model calls load it lazily, only when a model is actually called).
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -33,6 +34,34 @@ from .errors import (
 )
 from .ledger import ChainReport, Ledger, RecordedEvent, verify_session, verify_store
 
+if TYPE_CHECKING:
+    from .audit import audit_report
+    from .lineage import fork
+    from .orchestrator import Orchestrator
+    from .providers import get_provider
+    from .replay import replay_session
+    from .sealing import seal_session
+
+_LAZY = {
+    "Orchestrator": "orchestrator",
+    "audit_report": "audit",
+    "fork": "lineage",
+    "get_provider": "providers",
+    "replay_session": "replay",
+    "seal_session": "sealing",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The running side (orchestrator, replay, audit…) loads on first use, so read-only
+    tools that import this package stay fast."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'forge_ledger' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{module}", __name__), name)
+
 __all__ = [
     "ChainBrokenError",
     "ChainReport",
@@ -44,6 +73,7 @@ __all__ = [
     "IdSource",
     "InvariantViolation",
     "Ledger",
+    "Orchestrator",
     "Participant",
     "ParticipantRole",
     "RecordedEvent",
@@ -56,6 +86,11 @@ __all__ = [
     "Topic",
     "UuidIds",
     "__version__",
+    "audit_report",
+    "fork",
+    "get_provider",
+    "replay_session",
+    "seal_session",
     "verify_session",
     "verify_store",
 ]
