@@ -200,7 +200,13 @@ class ProjectionRunner:
             for p in self.projections
         ]
 
-    def rebuild(self, names: Iterable[str] | None = None, *, batch_size: int = 1000) -> int:
+    def rebuild(
+        self,
+        names: Iterable[str] | None = None,
+        *,
+        batch_size: int = 1000,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
         """Empty the named projections (all by default) and refold them from event zero."""
         wanted = list(names) if names is not None else [p.name for p in self.projections]
         known = {p.name: p for p in self.projections}
@@ -214,12 +220,21 @@ class ProjectionRunner:
             for n in wanted:
                 self._reset(known[n])
         self._states.clear()
-        return self.catch_up(batch_size=batch_size)
+        return self.catch_up(batch_size=batch_size, on_batch=on_batch)
 
     # ------------------------------------------------------------------ applying
 
-    def catch_up(self, *, batch_size: int = 1000, max_batches: int | None = None) -> int:
-        """Apply every new notification; returns how many were read. Resumable at any point."""
+    def catch_up(
+        self,
+        *,
+        batch_size: int = 1000,
+        max_batches: int | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
+        """Apply every new notification; returns how many were read. Resumable at any point.
+
+        ``on_batch(n)`` is called after each committed batch of ``n`` events (progress).
+        """
         if batch_size < 1:
             raise UsageError("batch size must be at least 1")
         total = 0
@@ -228,6 +243,8 @@ class ProjectionRunner:
             n = self._one_batch(batch_size)
             total += n
             batches += 1
+            if n and on_batch is not None:
+                on_batch(n)
             if n < batch_size:
                 break  # the log had no more: skip one empty round trip
         return total

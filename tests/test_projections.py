@@ -221,6 +221,24 @@ def test_rebuild_one_projection_and_status(tmp_path: Path) -> None:
         db.close()
 
 
+def test_progress_callback_reports_each_committed_batch(tmp_path: Path) -> None:
+    """``on_batch`` hears every committed batch: the counts add up to what was applied, and a
+    rebuild reports the whole log again."""
+    with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
+        build_ledger(ledger, 13, 2)
+        head = ledger.max_notification_id()
+        db = open_views(tmp_path / "p.views.sqlite")
+        runner = ProjectionRunner(ledger, db)
+        seen: list[int] = []
+        assert runner.catch_up(batch_size=7, on_batch=seen.append) == head
+        assert sum(seen) == head and all(0 < k <= 7 for k in seen)
+        seen.clear()
+        assert runner.catch_up(batch_size=7, on_batch=seen.append) == 0 and seen == []
+        assert runner.rebuild(batch_size=50, on_batch=seen.append) == head
+        assert sum(seen) == head
+        db.close()
+
+
 def test_runner_on_both_backends(store_url: str, tmp_path: Path) -> None:
     """The same runner pulls from SQLite and PostgreSQL and gives the same rows."""
     with Ledger(store_url) as ledger:

@@ -7,7 +7,17 @@ read-model database beside the store (the one Datasette serves). None imports li
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 import click
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from ..projections import (
@@ -57,6 +67,23 @@ def projections_status(store: str | None, as_json: bool) -> None:
     out_console.print(table)
 
 
+@contextmanager
+def _progress(runner: ProjectionRunner, *, rebuilding: bool) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr while events are applied (only on a terminal)."""
+    rows = runner.status()
+    head = max((r.head for r in rows), default=0)
+    todo = head if rebuilding else max((r.lag for r in rows), default=0)
+    if not err_console.is_terminal or todo < 2000:
+        yield lambda _: None
+        return
+    with Progress(
+        TextColumn("applying events"), BarColumn(), MofNCompleteColumn(),
+        TimeRemainingColumn(), console=err_console, transient=True,
+    ) as bar:
+        task = bar.add_task("events", total=todo)
+        yield lambda k: bar.advance(task, k)
+
+
 def _run(store: str | None, *, rebuild: str | None, everything: bool, batch_size: int,
          follow: bool = False, interval: float = 1.0) -> int:
     with open_ledger(store) as ledger:
@@ -64,10 +91,13 @@ def _run(store: str | None, *, rebuild: str | None, everything: bool, batch_size
         try:
             runner = ProjectionRunner(ledger, db)
             n: int
-            if everything or rebuild is not None:
-                n = runner.rebuild([rebuild] if rebuild else None, batch_size=batch_size)
-            else:
-                n = runner.catch_up(batch_size=batch_size)
+            with _progress(runner, rebuilding=everything or rebuild is not None) as advance:
+                if everything or rebuild is not None:
+                    n = runner.rebuild(
+                        [rebuild] if rebuild else None, batch_size=batch_size, on_batch=advance
+                    )
+                else:
+                    n = runner.catch_up(batch_size=batch_size, on_batch=advance)
             if follow:
                 err_console.print(f"following {ledger.location.display} (Ctrl-C stops)")
                 runner.follow(
