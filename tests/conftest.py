@@ -13,8 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+# Property tests check results, never speed: a loaded CI machine must not fail them on time.
+settings.register_profile("forge-ledger", deadline=None)
+settings.load_profile("forge-ledger")
 
 pytest_plugins = ["forge_ledger.testing.pytest_plugin"]
 
