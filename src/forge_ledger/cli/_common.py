@@ -8,6 +8,7 @@ non-zero exit, never a traceback. Nothing here imports litellm.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -19,8 +20,10 @@ from ..errors import UsageError
 from ..ledger import Ledger
 
 __all__ = [
+    "HMAC_KEY_ENV",
     "emit_json",
     "err_console",
+    "hmac_key",
     "json_option",
     "open_ledger",
     "out_console",
@@ -31,6 +34,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 out_console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+HMAC_KEY_ENV = "FORGE_LEDGER_HMAC_KEY"
+"""Environment variable holding the key that signs seals (HMAC) and checks them."""
+
+
+def hmac_key(env_name: str = HMAC_KEY_ENV) -> bytes | None:
+    """The seal key from the environment, or None when it is not set."""
+    value = os.environ.get(env_name)
+    return value.encode("utf-8") if value else None
 
 
 def store_option(f: F) -> F:

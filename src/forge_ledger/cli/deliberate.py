@@ -26,21 +26,13 @@ from ..domain.values import (
 )
 from ..errors import ConfigError, ProviderError, UsageError
 from . import cli
-from ._common import emit_json, err_console, json_option, open_ledger, store_option
+from ._common import emit_json, err_console, hmac_key, json_option, open_ledger, store_option
 
 if TYPE_CHECKING:
     from ..domain.state import SessionState
     from ..ledger import Ledger
 
 __all__ = ["load_participants", "run_session"]
-
-HMAC_ENV = "FORGE_LEDGER_HMAC_KEY"
-
-
-def hmac_key() -> bytes | None:
-    value = os.environ.get(HMAC_ENV)
-    return value.encode("utf-8") if value else None
-
 
 # --------------------------------------------------------------------------- participants
 

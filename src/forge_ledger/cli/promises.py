@@ -10,7 +10,6 @@ participant's model, the second the second's, in the session's participant order
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -24,17 +23,18 @@ from ..errors import ChainBrokenError, UsageError
 from ..lineage import IterationPoint, SessionDiff, diff_sessions, fork
 from ..sealing import seal_session, verify_export
 from . import cli
-from ._common import emit_json, err_console, json_option, open_ledger, out_console, store_option
+from ._common import (
+    HMAC_KEY_ENV,
+    emit_json,
+    err_console,
+    hmac_key,
+    json_option,
+    open_ledger,
+    out_console,
+    store_option,
+)
 
 __all__ = ["HMAC_KEY_ENV", "audit", "diff", "fork_cmd", "seal", "verify_export_cmd"]
-
-HMAC_KEY_ENV = "FORGE_LEDGER_HMAC_KEY"
-
-
-def _key() -> bytes | None:
-    value = os.environ.get(HMAC_KEY_ENV)
-    return value.encode("utf-8") if value else None
-
 
 # --------------------------------------------------------------------------- fork
 
@@ -206,7 +206,7 @@ def seal(session: str, store: str | None, as_json: bool) -> None:
     With FORGE_LEDGER_HMAC_KEY set, the seal carries an HMAC of the chain's root hash, so
     nobody without the key can rewrite the history and seal it again.
     """
-    key = _key()
+    key = hmac_key()
     with open_ledger(store, create=False) as ledger:
         report = seal_session(ledger, session, clock=SystemClock(), key=key)
     if as_json:
@@ -236,7 +236,7 @@ def verify_export_cmd(file: str, store: str | None, as_json: bool) -> None:
     Recomputes the session's hash chain, checks the export's 'ledger:' block against the
     stored seal (and its HMAC when FORGE_LEDGER_HMAC_KEY is set). Exits 1 on a mismatch.
     """
-    key = _key()
+    key = hmac_key()
     with open_ledger(store, create=False) as ledger:
         report = verify_export(ledger, file, key)
     if as_json:

@@ -15,7 +15,6 @@ people and may change.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -33,8 +32,10 @@ from ..ledger import verify_session as _verify_session
 from ..ledger import verify_store as _verify_store
 from . import cli
 from ._common import (
+    HMAC_KEY_ENV,
     emit_json,
     err_console,
+    hmac_key,
     json_option,
     open_ledger,
     out_console,
@@ -53,9 +54,6 @@ __all__ = [
     "show",
     "verify",
 ]
-
-HMAC_KEY_ENV = "FORGE_LEDGER_HMAC_KEY"
-"""Default environment variable holding the key that checks seals' HMACs."""
 
 _EMS_MODULE = "forge_ledger.engine.ems"
 _PREVIEW_CHARS = 72
@@ -246,11 +244,6 @@ def _resolve_types(types: Sequence[str]) -> set[str]:
             raise UsageError(f"unknown event type {t!r} for --type", hint=hint)
         chosen.add(name)
     return chosen
-
-
-def _hmac_key(env_name: str) -> bytes | None:
-    value = os.environ.get(env_name)
-    return value.encode("utf-8") if value else None
 
 
 # --------------------------------------------------------------------------- sessions
@@ -502,7 +495,7 @@ def verify(
 
         ctx.invoke(verify_export_cmd, file=export_file, store=store, as_json=as_json)
         return
-    key = _hmac_key(key_env)
+    key = hmac_key(key_env)
     with open_ledger(store, create=False) as ledger:
         reports = _run_verify(ledger, session, key)
         location = ledger.location.display
