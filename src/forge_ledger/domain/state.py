@@ -277,12 +277,32 @@ class SessionState(_State):
         return self.convergence[-1] if self.convergence else None
 
     @property
-    def latest_text(self) -> str | None:
-        """The newest synthesis (or, before any, the first draft): the current document."""
+    def document_source(self) -> tuple[RoundState, ContributionState] | None:
+        """The contribution whose text *is* the forged document, and its round.
+
+        The one rule for "the document": the newest synthesis; before any synthesis, the
+        newest draft or response (an author's revised draft). Rounds undone by a rewind do
+        not count. Within a round the last answer wins (a repair call replaces its first
+        try); an abstention (unparseable answer) never becomes the document. Every consumer
+        (``spec``, the audit's document similarity, the report) asks here.
+        """
+        fallback: tuple[RoundState, ContributionState] | None = None
         for r in reversed(self.active_rounds):
-            if r.kind in (RoundKind.SYNTHESIS, RoundKind.DRAFT) and r.contributions:
-                return r.contributions[-1].response.content
-        return None
+            if r.kind is RoundKind.SYNTHESIS:
+                found = _last_answer(r)
+                if found is not None:
+                    return r, found
+            elif fallback is None and r.kind in (RoundKind.DRAFT, RoundKind.RESPONSE):
+                found = _last_answer(r)
+                if found is not None:
+                    fallback = (r, found)
+        return fallback
+
+    @property
+    def latest_text(self) -> str | None:
+        """The forged document's text as of this state (see :attr:`document_source`)."""
+        source = self.document_source
+        return source[1].response.content if source is not None else None
 
     @property
     def phase(self) -> str:
@@ -640,3 +660,11 @@ _HANDLERS: dict[type[ev.Payload], Any] = {
     ev.IterationRecorded: _iteration_recorded,
     ev.SessionImported: _imported,
 }
+
+
+def _last_answer(rnd: RoundState) -> ContributionState | None:
+    """The round's last contribution that answered (not a failed parse)."""
+    for c in reversed(rnd.contributions):
+        if not c.abstained and c.response.content:
+            return c
+    return None
