@@ -364,10 +364,10 @@ class _Fold:
         self.dropped: list[DroppedSentence] = []
         self.prev_pos = 0
 
-    def index_upto(self, position: int) -> None:
+    def index_before(self, position: int) -> None:
         while self.indexed < len(self.contributions):
             c = self.contributions[self.indexed]
-            if c.ref.position > position:
+            if c.ref.position >= position:
                 return
             for k in c.keys:
                 if k:
@@ -383,7 +383,7 @@ class _Fold:
 
     def step(self, version: DocumentVersion, texts: list[str]) -> None:
         ref = version.source
-        self.index_upto(ref.position)
+        self.index_before(ref.position)
         keys = [_key(t) for t in texts]
         prev_keys = [line.key for line in self.lines]
         matches = _align(prev_keys, keys)
