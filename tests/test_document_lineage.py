@@ -3,6 +3,7 @@ properties over generated ones. Sessions are real aggregates driven through thei
 
 from __future__ import annotations
 
+import itertools
 import uuid
 
 from hypothesis import given
@@ -105,7 +106,8 @@ def scripted() -> Script:
         ),
         at=s.c.now(),
     )
-    s.done(s.round(RoundKind.REFINEMENT, 2, {"bob": "- Sealed sessions are archived to cold storage."}))
+    refinement = {"bob": "- Sealed sessions are archived to cold storage."}
+    s.done(s.round(RoundKind.REFINEMENT, 2, refinement))
     s.done(s.round(RoundKind.SYNTHESIS, 2, {"carol": SYNTHESIS_2}))
     return s
 
@@ -196,7 +198,7 @@ _doc = st.lists(st.sampled_from(_SENTENCES), min_size=0, max_size=12).map("".joi
 def test_segments_cover_any_text_exactly(text: str) -> None:
     segs = segment(text)
     assert "".join(text[s.start : s.end] for s in segs) == text
-    assert all(a.end == b.start for a, b in zip(segs, segs[1:], strict=False))
+    assert all(a.end == b.start for a, b in itertools.pairwise(segs))
     assert all(s.end > s.start for s in segs)
 
 
