@@ -18,8 +18,10 @@ lower case.
 **Alignment rule.** Between two successive versions, sentences with equal keys are first
 matched in order (``difflib.SequenceMatcher`` over the key lists); then every sentence left on
 either side is paired greedily, best first, with the remaining sentence of the other side whose
-``difflib.SequenceMatcher.ratio`` is highest, if that ratio is at least
-:data:`SIMILARITY_THRESHOLD` (0.6, difflib's own cutoff for a "close match"). A pair with equal
+similarity is highest, if it is at least :data:`SIMILARITY_THRESHOLD` (0.6, difflib's own cutoff
+for a "close match"). Similarity is ``2·LCS / (len a + len b)`` over the keys' characters (the
+ratio difflib approximates), computed by rapidfuzz's ``Indel.normalized_similarity``: exact,
+and fast enough to fold a 50-round session in milliseconds. A pair with equal
 keys is the same sentence kept; a pair below equality is a **revision** by the new version (and
 by the contribution in between that **proposed** it, when one holds a sentence closer to the new
 text than the old one was); a new-version sentence left alone is **new**, and an old one left
@@ -53,6 +55,7 @@ from difflib import SequenceMatcher
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
+from rapidfuzz.distance import Indel
 
 from forge_ledger.domain import SessionState
 from forge_ledger.domain.state import ContributionState, RoundState
@@ -283,10 +286,8 @@ def document_at_iteration(state: SessionState, iteration: int) -> str | None:
 
 
 def _ratio(a: str, b: str) -> float:
-    m = SequenceMatcher(None, a, b, autojunk=False)
-    if m.real_quick_ratio() < SIMILARITY_THRESHOLD or m.quick_ratio() < SIMILARITY_THRESHOLD:
-        return 0.0
-    return m.ratio()
+    """2·LCS / (len a + len b), or 0 below the threshold (rapidfuzz's Indel similarity)."""
+    return float(Indel.normalized_similarity(a, b, score_cutoff=SIMILARITY_THRESHOLD))
 
 
 def _align(prev: Sequence[str], new: Sequence[str]) -> dict[int, int]:
