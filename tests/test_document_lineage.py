@@ -17,6 +17,7 @@ from forge_ledger.domain.state import SessionState
 from forge_ledger.domain.values import (
     Critique,
     DivergentPosition,
+    Opinion,
     Participant,
     RoundKind,
     SessionConfig,
@@ -220,3 +221,20 @@ def test_sentences_cover_the_text_and_origins_are_earlier_contributions(
         assert x.origin.position in recorded and x.origin.position <= lin.source.position
         assert all(r.contribution.position <= lin.source.position for r in x.revisions)
     assert fold_lineage(state) == lin  # deterministic
+
+
+def test_a_response_recorded_as_an_opinion_is_not_the_document() -> None:
+    s = Script()
+    s.done(s.round(RoundKind.DRAFT, 1, {"alice": DRAFT}))
+    r = s.round(RoundKind.RESPONSE, 1, {"alice": '{"stance": "agree", "reasoning": "fair"}'})
+    s.agg.record_opinion(
+        round=r, participant="alice", opinion=Opinion(stance=Stance.AGREE, reasoning="fair"),
+        at=s.c.now(),
+    )
+    s.done(r)
+    assert s.state.latest_text == DRAFT
+    assert [v.text for v in document_versions(s.state)] == [DRAFT]
+    revised = Script()
+    revised.done(revised.round(RoundKind.DRAFT, 1, {"alice": DRAFT}))
+    revised.done(revised.round(RoundKind.RESPONSE, 1, {"alice": SYNTHESIS_1}))
+    assert revised.state.latest_text == SYNTHESIS_1  # a revised draft, as text, is the document
