@@ -205,7 +205,10 @@ def render_provenance(state: SessionState, lineage: DocumentLineage) -> str:
             n = legend.answers.setdefault((a.kind, a.position, a.text), len(legend.answers) + 1)
             mark += " ✓" + _sup(n)
         parts.append(f"{body} ⁽{mark}⁾{s.text[len(body):]}")
-    out = ["\n".join(_verdict(state)), "", "".join(parts).rstrip("\n"), "", "Contributions:"]
+    title = (f"{state.topic.title} — session {state.id}, event {state.version}, head hash "
+             f"{state.head_hash[:16]}…")
+    out = [title, "\n".join(_verdict(state)), "", "".join(parts).rstrip("\n"), "",
+           "Contributions:"]
     for pos, n in sorted(legend.refs.items(), key=lambda x: x[1]):
         out.append(f"  {_sup(n)} {_describe(by_pos[pos])}")
     answers: dict[tuple[str, int, str], Answer] = {
