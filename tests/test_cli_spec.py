@@ -17,7 +17,7 @@ from forge_ledger.cli import main
 from forge_ledger.domain.values import RoundKind
 from forge_ledger.ledger import Ledger, resolve_store
 from forge_ledger.ledger.outputs import store_outputs
-from forge_ledger.spec import split_spec
+from forge_ledger.spec import split_spec, write_spec
 from helpers_sessions import BuiltSession, build_session, contribution_text
 
 
@@ -146,6 +146,7 @@ def test_spec_mistakes_are_one_line(built: tuple[str, BuiltSession], tmp_path: P
         ("--at-iteration", "1", "--at-event", "3"),
         ("--diff", "7"),
         ("--diff", "x"),
+        ("--at-event", "1"),  # before any draft: no document yet
     ):
         proc = forge("spec", s.prefix, *args, "--store", store, cwd=tmp_path)
         assert proc.returncode == 2, args
@@ -196,3 +197,22 @@ def test_outputs_of_a_postgres_store_go_under_home(pg_url: str, tmp_path: Path) 
     assert views.returncode == 0, views.stderr
     assert (where / "forge-ledger.views.sqlite").is_file()
     assert list(cwd.iterdir()) == []
+
+
+def test_cleanup_removes_old_finished_exports_and_documents_beside_the_store(
+    built: tuple[str, BuiltSession], tmp_path: Path
+) -> None:
+    store, s = built  # converged, with events dated 2026-01-01
+    with Ledger(store) as ledger:
+        spec = write_spec(ledger, ledger.state(s.id))
+    assert spec == tmp_path / "specs" / "design-a-rate-limiter.md"
+    exported = forge("export", s.prefix, "--store", store, "--json", cwd=tmp_path)
+    export = Path(json.loads(exported.stdout)["path"])
+    assert export == tmp_path / "brainstorm-sessions" / "design-a-rate-limiter.yaml"
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = forge("cleanup", "--days", "30", "--store", store, "--json", cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    removed = {Path(f["path"]) for f in json.loads(proc.stdout)["files"] if f["removed"]}
+    assert removed == {export, spec}
+    assert not export.exists() and not spec.exists()
