@@ -8,6 +8,8 @@ when the server is unreachable they fail, they do not skip.
 from __future__ import annotations
 
 import os
+import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,9 @@ import pytest
 from hypothesis import settings
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# A PostgreSQL store's exports, documents and read model go under FORGE_LEDGER_HOME: the tests
+# use a fresh temporary home, never the user's ~/.local/share/forge-ledger.
+os.environ.setdefault("FORGE_LEDGER_HOME", tempfile.mkdtemp(prefix="forge-ledger-test-home-"))
 
 # Property tests check results, never speed: a loaded CI machine must not fail them on time.
 settings.register_profile("forge-ledger", deadline=None)
@@ -56,3 +61,42 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     schema = f"fl_test_{uuid.uuid4().hex[:12]}"
     yield f"{PG_BASE}?schema={schema}"
     _drop_schema(schema)
+
+
+# --------------------------------------------------------------------------- a clean checkout
+
+_CHECKOUT = Path(__file__).resolve().parent.parent
+_BEFORE = pytest.StashKey[set[str] | None]()
+
+
+def _status() -> set[str] | None:
+    """``git status --porcelain`` lines of the checkout (None outside a git checkout)."""
+    try:
+        proc = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=all"],
+            cwd=_CHECKOUT, capture_output=True, text=True, timeout=60, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return set(proc.stdout.splitlines()) if proc.returncode == 0 else None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.stash[_BEFORE] = _status()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when the tests left files in the checkout (outputs belong beside the
+    store, in the test's temporary directory)."""
+    before = session.stash.get(_BEFORE, None)
+    after = _status()
+    if before is None or after is None:
+        return
+    left = sorted(after - before)
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line("the tests left files in the checkout:", red=True)
+            for line in left:
+                reporter.write_line(f"  {line}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

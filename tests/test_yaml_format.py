@@ -297,13 +297,13 @@ def test_cli_import_export_back_cleanup(tmp_path: Path, monkeypatch: pytest.Monk
     res = runner.invoke(cli, ["export", doc["session_id"][:8], "--store", store, "--json"])
     assert res.exit_code == 0, res.output
     path = Path(json.loads(res.stdout)["path"])
-    assert path == Path(".project-memory/brainstorm-sessions/feature-auth.yaml")
+    assert path == tmp_path / "brainstorm-sessions" / "feature-auth.yaml"  # beside the store
     _assert_subset(yaml.safe_load((FIXTURES / "seed_standard.yaml").read_text()),
                    yaml.safe_load(path.read_text()))
     res = runner.invoke(cli, ["back", doc["session_id"], "2", "--store", store, "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["to_iteration"] == 1
-    res = runner.invoke(cli, ["cleanup", "--dry-run", "--json"])
+    res = runner.invoke(cli, ["cleanup", "--dry-run", "--store", store, "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["files"] == []
     bad = tmp_path / "bad.yaml"
     bad.write_text((FIXTURES / "seed_standard.yaml").read_text().replace("ems: 52", "ems: 152"))

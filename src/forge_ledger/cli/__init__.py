@@ -8,6 +8,7 @@ one line on stderr with a non-zero exit code.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -19,12 +20,24 @@ __all__ = ["cli", "main"]
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="forge-ledger")
-def cli() -> None:
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Where a PostgreSQL store's exports, documents and read model go "
+    "[env FORGE_LEDGER_HOME; default ~/.local/share/forge-ledger]. "
+    "A SQLite store's outputs always sit beside its file.",
+)
+def cli(home: Path | None) -> None:
     """forge-ledger: multi-model deliberations recorded in a hash-chained event ledger.
 
     Every round, contribution, vote and dissent is an immutable event; sessions can be
     replayed without calling a model, audited, and inspected as of any past point.
     """
+    from ..ledger.outputs import set_home_override
+
+    set_home_override(home)
 
 
 def _register() -> None:

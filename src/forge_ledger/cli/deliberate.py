@@ -142,18 +142,24 @@ def run_session(
 
 
 def _autosaver(ledger: Ledger) -> Any:
-    """YAML export on every phase change and at the end (issue: storage rules of the format)."""
+    """The YAML export and the document file, beside the store, on every phase change and at
+    the end of a session."""
     try:
+        from ..spec import write_spec
         from ..yaml_format import autosave
     except ImportError:  # the YAML format package is optional for running
         return None
     from uuid import UUID
 
+    from rich.markup import escape
+
     def save(state: SessionState) -> None:
         try:
             autosave(ledger, UUID(state.id))
+            if state.document_source is not None:
+                write_spec(ledger, state)
         except Exception as e:  # an export problem must never stop a deliberation
-            err_console.print(f"[yellow]warning:[/] YAML autosave failed: {e}")
+            err_console.print(f"[yellow]warning:[/] autosave failed: {escape(str(e))}")
 
     return save
 

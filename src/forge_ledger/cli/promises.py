@@ -11,6 +11,7 @@ participant's model, the second the second's, in the session's participant order
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -231,18 +232,25 @@ def seal(session: str, store: str | None, as_json: bool) -> None:
 @store_option
 @json_option
 def verify_export_cmd(file: str, store: str | None, as_json: bool) -> None:
-    """Check a sealed session's YAML export against the chain in the store.
+    """Check a sealed session's YAML export, or a document file, against the chain in the store.
 
     Recomputes the session's hash chain, checks the export's 'ledger:' block against the
     stored seal (and its HMAC when FORGE_LEDGER_HMAC_KEY is set). Exits 1 on a mismatch.
     """
+    from ..spec import read_front_matter, verify_spec
+
     key = hmac_key()
+    is_document = read_front_matter(Path(file)) is not None
     with open_ledger(store, create=False) as ledger:
-        report = verify_export(ledger, file, key)
+        report = verify_spec(ledger, file, key) if is_document else verify_export(ledger, file, key)
     if as_json:
         emit_json({**report.as_json(), "keyed": key is not None})
         if not report.ok:
             sys.exit(ChainBrokenError.exit_code)
+        return
+    if report.ok and is_document:
+        click.echo(f"{file}: matches the chain of {report.session_id} (the document as of its "
+                   "header's event, head hash checked)")
         return
     if report.ok:
         out_console.print(

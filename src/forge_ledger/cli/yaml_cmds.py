@@ -13,7 +13,6 @@ from ..clock import SystemClock, UuidIds
 from ..errors import UsageError
 from ..yaml_format import cleanup as cleanup_exports
 from ..yaml_format import go_back, import_session, write_export
-from ..yaml_format.storage import DEFAULT_DIR
 from . import cli
 from ._common import emit_json, json_option, open_ledger, out_console, store_option
 
@@ -22,7 +21,7 @@ from ._common import emit_json, json_option, open_ledger, out_console, store_opt
 @click.argument("session")
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-    help=f"File to write [default {DEFAULT_DIR}/<slug>.yaml].",
+    help="File to write [default: brainstorm-sessions/<slug>.yaml beside the store].",
 )
 @store_option
 @json_option
@@ -69,11 +68,26 @@ def import_cmd(file: Path, store: str | None, as_json: bool) -> None:
               help="Remove finished exports not updated for this many days.")
 @click.option("--dry-run", is_flag=True, help="List what would be removed, remove nothing.")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
-              default=DEFAULT_DIR, show_default=True, help="Export directory.")
+              default=None,
+              help="Export directory [default: the store's brainstorm-sessions/ and specs/].")
+@store_option
 @json_option
-def cleanup_cmd(days: int, dry_run: bool, directory: Path, as_json: bool) -> None:
-    """Remove YAML exports of completed/abandoned sessions older than --days (never events)."""
-    items = cleanup_exports(directory, now=SystemClock().now(), days=days, dry_run=dry_run)
+def cleanup_cmd(
+    days: int, dry_run: bool, directory: Path | None, store: str | None, as_json: bool
+) -> None:
+    """Remove YAML exports and documents of completed/abandoned sessions older than --days
+    (never events)."""
+    from ..ledger import resolve_store
+    from ..ledger.outputs import store_outputs
+    from ..spec import cleanup_specs
+
+    now = SystemClock().now()
+    if directory is not None:
+        items = cleanup_exports(directory, now=now, days=days, dry_run=dry_run)
+    else:
+        outputs = store_outputs(resolve_store(store))
+        items = cleanup_exports(outputs.exports, now=now, days=days, dry_run=dry_run)
+        items += cleanup_specs(outputs.specs, now=now, days=days, dry_run=dry_run)
     if as_json:
         emit_json({"dry_run": dry_run, "days": days, "files": [i.as_json() for i in items]})
         return

@@ -281,10 +281,12 @@ class SessionState(_State):
         """The contribution whose text *is* the forged document, and its round.
 
         The one rule for "the document": the newest synthesis; before any synthesis, the
-        newest draft or response (an author's revised draft). Rounds undone by a rewind do
-        not count. Within a round the last answer wins (a repair call replaces its first
-        try); an abstention (unparseable answer) never becomes the document. Every consumer
-        (``spec``, the audit's document similarity, the report) asks here.
+        newest draft or response (an author's revised draft). A response recorded as a
+        structured opinion (its ``OpinionRecorded``: what the response prompt asks for) is an
+        answer to the critiques, not a text, so it never becomes the document. Rounds undone by
+        a rewind do not count. Within a round the last answer wins (a repair call replaces its
+        first try); an abstention (unparseable answer) never becomes the document. Every
+        consumer (``spec``, the audit's document similarity, the report) asks here.
         """
         fallback: tuple[RoundState, ContributionState] | None = None
         for r in reversed(self.active_rounds):
@@ -294,7 +296,7 @@ class SessionState(_State):
                     return r, found
             elif fallback is None and r.kind in (RoundKind.DRAFT, RoundKind.RESPONSE):
                 found = _last_answer(r)
-                if found is not None:
+                if found is not None and found.opinion is None:
                     fallback = (r, found)
         return fallback
 

@@ -57,11 +57,10 @@ class StoreLocation:
 
     @property
     def read_model_path(self) -> Path:
-        """The read-model (Datasette) file beside the event store."""
-        if self.kind == "sqlite" and self.path is not None:
-            return self.path.with_name(self.path.stem + READ_MODEL_SUFFIX)
-        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{self.host}_{self.dbname}_{self.schema}")
-        return DEFAULT_STORE.with_name(f"pg-{safe}{READ_MODEL_SUFFIX}")
+        """The read-model (Datasette) file: the outputs rule (``outputs.store_outputs``)."""
+        from .outputs import store_outputs
+
+        return store_outputs(self).views
 
     def eventsourcing_env(self) -> dict[str, str]:
         if self.kind == "sqlite":

@@ -5,10 +5,16 @@ from .back import JumpSummary, go_back
 from .export import dump_document, export_events, session_document
 from .importer import ImportResult, build_import, import_session, parse_session_file
 from .migrate import migrate, migrate_v1_to_v12
-from .storage import DEFAULT_DIR, CleanupItem, autosave, cleanup, export_path, write_export
+from .storage import (
+    CleanupItem,
+    autosave,
+    cleanup,
+    export_path,
+    session_file_path,
+    write_export,
+)
 
 __all__ = [
-    "DEFAULT_DIR",
     "CleanupItem",
     "ImportResult",
     "JumpSummary",
@@ -24,5 +30,6 @@ __all__ = [
     "migrate_v1_to_v12",
     "parse_session_file",
     "session_document",
+    "session_file_path",
     "write_export",
 ]

@@ -9,6 +9,7 @@ they finished more than ``days`` ago.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,19 +20,19 @@ import yaml
 
 from ..errors import UsageError
 from ..ledger import Ledger
+from ..ledger.outputs import store_outputs
 from .export import export_events
 from .schema import SLUG_RE
 
 __all__ = [
-    "DEFAULT_DIR",
     "CleanupItem",
     "autosave",
     "cleanup",
     "export_path",
+    "session_file_path",
     "write_export",
 ]
 
-DEFAULT_DIR = Path(".project-memory") / "brainstorm-sessions"
 FINISHED = ("completed", "abandoned")
 
 
@@ -53,32 +54,44 @@ def _owner(doc: dict[str, Any] | None) -> tuple[str | None, str | None]:
     return (str(sid) if sid is not None else None, str(lid) if lid is not None else None)
 
 
+def session_file_path(
+    directory: Path, slug: str, suffix: str, ledger_id: str, owns: Callable[[Path], bool]
+) -> Path:
+    """The one naming rule of per-session files (YAML exports, documents):
+    ``{slug}{suffix}``, or ``{slug}-{shortid}{suffix}`` when that file exists and ``owns``
+    says it belongs to another session. Same-slug sessions never share a file."""
+    if not SLUG_RE.match(slug) or len(slug) > 80:
+        raise UsageError(f"session slug {slug!r} is not kebab-case; refusing to use it as a file")
+    plain = directory / f"{slug}{suffix}"
+    if not plain.exists() or owns(plain):
+        return plain
+    short = UUID(ledger_id).hex[:8]
+    return directory / f"{slug}-{short}{suffix}"
+
+
 def export_path(directory: Path, slug: str, yaml_id: str, ledger_id: str) -> Path:
     """``{slug}.yaml``, or ``{slug}-{shortid}.yaml`` when that file belongs to another session
     (its ``session.id`` differs, or its ``ledger.session_id`` names another session)."""
-    if not SLUG_RE.match(slug) or len(slug) > 80:
-        raise UsageError(f"session slug {slug!r} is not kebab-case; refusing to use it as a file")
-    plain = directory / f"{slug}.yaml"
-    if not plain.exists():
-        return plain
-    sid, lid = _owner(_read(plain))
-    if sid == yaml_id and lid in (None, ledger_id):
-        return plain
-    short = UUID(ledger_id).hex[:8]
-    return directory / f"{slug}-{short}.yaml"
+
+    def owns(path: Path) -> bool:
+        sid, lid = _owner(_read(path))
+        return sid == yaml_id and lid in (None, ledger_id)
+
+    return session_file_path(directory, slug, ".yaml", ledger_id, owns)
 
 
 def write_export(
     ledger: Ledger, session_id: str | UUID, *, directory: Path | None = None,
     path: Path | None = None,
 ) -> Path:
-    """Export a session to ``path`` (or its file in ``directory``); atomic replace."""
+    """Export a session to ``path`` (or its file in ``directory``, by default the store's
+    exports directory: ``ledger.outputs.store_outputs``); atomic replace."""
     sid = ledger.resolve(session_id) if isinstance(session_id, str) else session_id
     events = list(ledger.events(sid))
     text = export_events(events)
     if path is None:
         doc = yaml.safe_load(text)
-        target_dir = directory if directory is not None else DEFAULT_DIR
+        target_dir = directory if directory is not None else store_outputs(ledger.location).exports
         path = export_path(target_dir, doc["session"]["slug"], doc["session"]["id"], str(sid))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")

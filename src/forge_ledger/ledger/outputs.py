@@ -1,0 +1,103 @@
+"""Where the files derived from a store go: YAML exports, document (spec) files, the read model.
+
+One rule, used by every writer and reader of those files (exports, ``spec``, ``projections``,
+``cleanup``), so a store's outputs are always found together and never land in whatever
+directory a command happened to be run from:
+
+- **SQLite store**: beside the store file. ``DIR/NAME.sqlite`` has its read model in
+  ``DIR/NAME.views.sqlite``, its YAML exports in ``DIR/brainstorm-sessions/`` and its
+  documents in ``DIR/specs/``.
+- **PostgreSQL store**: under one home, ``--home DIR`` (a global option) or the
+  ``FORGE_LEDGER_HOME`` environment variable, by default ``$XDG_DATA_HOME/forge-ledger``
+  (``~/.local/share/forge-ledger``). Each store gets its own directory there, named after
+  its server, database and schema (``postgres-HOST-PORT-DB-SCHEMA``), holding
+  ``forge-ledger.views.sqlite``, ``brainstorm-sessions/`` and ``specs/``. Two schemas never
+  share a read model (its tracking position belongs to one store).
+
+Nothing here creates a directory: writers create what they write, on demand.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .store import READ_MODEL_SUFFIX, StoreLocation
+
+__all__ = [
+    "EXPORTS_DIR",
+    "HOME_ENV",
+    "SPECS_DIR",
+    "StoreOutputs",
+    "default_home",
+    "set_home_override",
+    "store_outputs",
+]
+
+HOME_ENV = "FORGE_LEDGER_HOME"
+"""Environment variable naming the home of a PostgreSQL store's outputs."""
+EXPORTS_DIR = "brainstorm-sessions"
+SPECS_DIR = "specs"
+_PG_VIEWS = "forge-ledger" + READ_MODEL_SUFFIX
+
+_home_override: Path | None = None
+
+
+@dataclass(frozen=True)
+class StoreOutputs:
+    """The output locations of one store."""
+
+    home: Path
+    """The directory holding them all (a SQLite store's own directory)."""
+    views: Path
+    """The read-model (Datasette) SQLite file."""
+
+    @property
+    def exports(self) -> Path:
+        """YAML v1.2 session files."""
+        return self.home / EXPORTS_DIR
+
+    @property
+    def specs(self) -> Path:
+        """Document (spec) files."""
+        return self.home / SPECS_DIR
+
+
+def set_home_override(home: str | os.PathLike[str] | None) -> None:
+    """Set (or clear, with None) the home given on the command line (``--home``).
+
+    The command line sets it on every invocation, so a value never outlives its command.
+    """
+    global _home_override
+    _home_override = Path(home).expanduser() if home else None
+
+
+def default_home() -> Path:
+    """``$FORGE_LEDGER_HOME``, else ``$XDG_DATA_HOME/forge-ledger``, else
+    ``~/.local/share/forge-ledger``."""
+    env = os.environ.get(HOME_ENV, "").strip()
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME", "").strip()
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
+    return base / "forge-ledger"
+
+
+def store_outputs(
+    location: StoreLocation, *, home: str | os.PathLike[str] | None = None
+) -> StoreOutputs:
+    """Where ``location``'s exports, documents and read model live (see the module docstring).
+
+    ``home`` applies to PostgreSQL stores only (it overrides ``--home`` and the environment);
+    a SQLite store's outputs are always beside its file.
+    """
+    if location.kind == "sqlite" and location.path is not None:
+        path = location.path
+        return StoreOutputs(home=path.parent, views=path.with_name(path.stem + READ_MODEL_SUFFIX))
+    root = Path(home).expanduser() if home else (_home_override or default_home())
+    name = f"postgres-{location.host}-{location.port}-{location.dbname}-{location.schema}"
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+    directory = root / safe
+    return StoreOutputs(home=directory, views=directory / _PG_VIEWS)

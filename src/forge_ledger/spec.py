@@ -1,0 +1,306 @@
+"""The forged document as a file: rendering, provenance, writing it beside the store, checking it.
+
+A document file is Markdown: a YAML front matter (topic, status, iteration, weighted score and
+threshold, plain majority, open dissent count, session id, the event position and the head
+hash there), one block-quoted paragraph saying whether the text was agreed (and, if not, the
+open dissent), a blank line, then the document body exactly as the model wrote it. Everything
+in it is a function of the session's events up to that position, so
+:func:`verify_spec` re-renders it from the store and compares bytes: the head hash ties the
+file to the chain.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .domain.state import SessionState
+from .domain.values import SessionStatus
+from .errors import ImportValidationError, UsageError
+from .ledger import Ledger, verify_session
+from .ledger.outputs import store_outputs
+from .projections.document import Answer, ContributionRef, DocumentLineage
+from .sealing import ExportReport
+from .yaml_format.storage import CleanupItem, session_file_path
+
+__all__ = [
+    "SPEC_FORMAT",
+    "cleanup_specs",
+    "provenance_json",
+    "read_front_matter",
+    "render_provenance",
+    "render_spec",
+    "spec_header",
+    "spec_path",
+    "split_spec",
+    "verify_spec",
+    "write_spec",
+]
+
+SPEC_FORMAT = "forge-ledger-document/1"
+_MAX_HEADER = 64 * 1024
+
+
+def _source(state: SessionState) -> dict[str, Any] | None:
+    found = state.document_source
+    if found is None:
+        return None
+    r, c = found
+    return {"participant": c.participant, "round": r.number, "kind": r.kind.value,
+            "position": c.position}
+
+
+def spec_header(state: SessionState) -> dict[str, Any]:
+    """The header fields (also the top level of ``spec --json``)."""
+    conv = state.latest_convergence
+    majority = None
+    if conv is not None:
+        majority = {"agrees": conv.majority_agrees, "agree": conv.agree,
+                    "partial": conv.partial, "disagree": conv.disagree, "abstain": conv.abstain}
+    return {
+        "format": SPEC_FORMAT,
+        "topic": state.topic.title,
+        "session_id": state.id,
+        "slug": state.slug,
+        "status": state.status.value,
+        "finished": state.status.terminal,
+        "agreed": state.status is SessionStatus.CONVERGED,
+        "iteration": state.iteration,
+        "position": state.version,
+        "head_hash": state.head_hash,
+        "updated": state.updated_at.isoformat(),
+        "score": conv.score if conv is not None else None,
+        "threshold": conv.threshold if conv is not None else state.config.convergence_threshold,
+        "majority": majority,
+        "open_dissent": len(state.open_divergences),
+        "source": _source(state),
+    }
+
+
+def _verdict(state: SessionState) -> list[str]:
+    conv = state.latest_convergence
+    vote = "no vote yet"
+    if conv is not None:
+        vote = (
+            f"weighted score {conv.score:.2f} (threshold {conv.threshold:.2f}); plain majority "
+            f"{'agrees' if conv.majority_agrees else 'does not agree'} ({conv.agree} agree, "
+            f"{conv.partial} partial, {conv.disagree} disagree, {conv.abstain} abstain)"
+        )
+    if state.status is SessionStatus.CONVERGED:
+        return [f"> **Agreed.** The participants converged on this text at iteration "
+                f"{state.iteration}: {vote}."]
+    out = [f"> **Not agreed.** Status {state.status.value} at iteration {state.iteration}: "
+           f"{vote}. Open dissent: {len(state.open_divergences)}."]
+    for d in state.open_divergences:
+        who = ", ".join(f"{p.participant} ({p.stance.value})" for p in d.positions)
+        out.append(f"> - {d.id}: {' '.join(d.topic.split())} — {who}")
+    return out
+
+
+def split_spec(text: str) -> tuple[str, str]:
+    """(header part, body) of a rendered document file."""
+    if not text.startswith("---\n"):
+        raise ImportValidationError("not a forge-ledger document (no front matter)")
+    end = text.find("\n---\n", 4, _MAX_HEADER)
+    if end < 0:
+        raise ImportValidationError("not a forge-ledger document (front matter not closed)")
+    gap = text.find("\n\n", end + 5)
+    if gap < 0:
+        return text, ""
+    return text[: gap + 2], text[gap + 2 :]
+
+
+def render_spec(state: SessionState) -> str:
+    """The document file for ``state``: front matter, verdict, blank line, body verbatim."""
+    front = yaml.safe_dump(spec_header(state), sort_keys=False, allow_unicode=True, width=1000)
+    body = state.latest_text or ""
+    return "---\n" + front + "---\n" + "\n".join(_verdict(state)) + "\n\n" + body
+
+
+def read_front_matter(path: Path) -> dict[str, Any] | None:
+    """The front matter of a document file, or None when it is not one."""
+    try:
+        with path.open(encoding="utf-8") as fh:
+            head = fh.read(_MAX_HEADER)
+        header, _ = split_spec(head)
+        doc = yaml.safe_load(header.split("\n---\n", 1)[0][4:])
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ImportValidationError):
+        return None
+    if not isinstance(doc, dict) or doc.get("format") != SPEC_FORMAT:
+        return None
+    return doc
+
+
+def spec_path(ledger: Ledger, state: SessionState, directory: Path | None = None) -> Path:
+    """``specs/{slug}.md`` beside the store, with the YAML exports' naming rule."""
+    target = directory if directory is not None else store_outputs(ledger.location).specs
+
+    def owns(path: Path) -> bool:
+        doc = read_front_matter(path)
+        return doc is not None and doc.get("session_id") == state.id
+
+    return session_file_path(target, state.slug, ".md", state.id, owns)
+
+
+def write_spec(
+    ledger: Ledger, state: SessionState, *, path: Path | None = None,
+    directory: Path | None = None,
+) -> Path:
+    """Write ``state``'s document file (atomic replace); returns its path."""
+    target = path if path is not None else spec_path(ledger, state, directory)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(render_spec(state), "utf-8")
+    os.replace(tmp, target)
+    return target
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+_SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def _sup(n: int) -> str:
+    return str(n).translate(_SUPERSCRIPT)
+
+
+def _describe(ref: ContributionRef) -> str:
+    return (f"{ref.participant} · {ref.kind.value} · round {ref.round} · iteration "
+            f"{ref.iteration} · event {ref.position}")
+
+
+@dataclass
+class _Legend:
+    refs: dict[int, int]
+    answers: dict[tuple[str, int, str], int]
+
+    def ref(self, r: ContributionRef) -> int:
+        return self.refs.setdefault(r.position, len(self.refs) + 1)
+
+
+def render_provenance(state: SessionState, lineage: DocumentLineage) -> str:
+    """The document with a marker after each sentence (⁽origin→last revision⁾, ✓ for an
+    answer) and a legend of contributions, answers and dropped sentences."""
+    legend = _Legend({}, {})
+    by_pos: dict[int, ContributionRef] = {}
+    parts: list[str] = []
+    for s in lineage.sentences:
+        body = s.text.rstrip()
+        if not body:
+            parts.append(s.text)
+            continue
+        by_pos[s.origin.position] = s.origin
+        mark = _sup(legend.ref(s.origin))
+        if s.revisions:
+            last = s.revisions[-1].contribution
+            by_pos[last.position] = last
+            mark += "→" + _sup(legend.ref(last))
+        for a in s.answers:
+            n = legend.answers.setdefault((a.kind, a.position, a.text), len(legend.answers) + 1)
+            mark += " ✓" + _sup(n)
+        parts.append(f"{body} ⁽{mark}⁾{s.text[len(body):]}")
+    title = (f"{state.topic.title} — session {state.id}, event {state.version}, head hash "
+             f"{state.head_hash[:16]}…")
+    out = [title, "\n".join(_verdict(state)), "", "".join(parts).rstrip("\n"), "",
+           "Contributions:"]
+    for pos, n in sorted(legend.refs.items(), key=lambda x: x[1]):
+        out.append(f"  {_sup(n)} {_describe(by_pos[pos])}")
+    answers: dict[tuple[str, int, str], Answer] = {
+        (a.kind, a.position, a.text): a for s in lineage.sentences for a in s.answers
+    }
+    if answers:
+        out.append("Answers:")
+        for key, n in sorted(legend.answers.items(), key=lambda x: x[1]):
+            a = answers[key]
+            what = f"{a.participant}'s suggestion" if a.kind == "suggestion" else (
+                f"divergence {a.divergence_id} ({a.participant})")
+            out.append(f"  ✓{_sup(n)} {what}, event {a.position}: {' '.join(a.text.split())}")
+    if lineage.dropped:
+        out.append("Dropped:")
+        for d in lineage.dropped:
+            out.append(f"  - {' '.join(d.text.split())[:100]} (from {d.origin.participant} "
+                       f"event {d.origin.position}; dropped by {_describe(d.dropped_by)})")
+    return "\n".join(out) + "\n"
+
+
+def provenance_json(state: SessionState, lineage: DocumentLineage) -> dict[str, Any]:
+    """``spec --provenance --json``: the header, the body, and every sentence's lineage."""
+    doc = {k: v for k, v in spec_header(state).items() if k != "format"}
+    dumped = lineage.model_dump(mode="json")
+    doc["text"] = lineage.text
+    doc["sentences"] = dumped["sentences"]
+    doc["dropped"] = dumped["dropped"]
+    return doc
+
+
+# --------------------------------------------------------------------------- checking
+
+
+def verify_spec(ledger: Ledger, path: str | Path, key: bytes | None = None) -> ExportReport:
+    """Check a document file against the store: the chain verifies, the header's head hash
+    is the chain's hash at the header's position, and the file is byte for byte what that
+    position renders."""
+    p = Path(path)
+    doc = read_front_matter(p)
+    if doc is None or not doc.get("session_id"):
+        raise ImportValidationError(
+            f"{p} is not a forge-ledger document", hint="pass a file written by 'forge-ledger spec'"
+        )
+    report = ExportReport(path=str(p))
+    sid = ledger.resolve(str(doc["session_id"]))
+    report.session_id = str(sid)
+    report.chain = verify_session(ledger, sid, key=key or None)
+    if not report.chain.ok:
+        report.problems.append(
+            f"the stored chain is broken at position {report.chain.position}: "
+            f"{report.chain.problem}"
+        )
+    position = doc.get("position")
+    if not isinstance(position, int) or not 1 <= position <= ledger.head_version(sid):
+        report.problems.append(f"position {position!r} is not an event of the session")
+        return report
+    state = ledger.state(sid, at_event=position)
+    report.block_ok = doc.get("head_hash") == state.head_hash
+    if not report.block_ok:
+        report.problems.append(
+            f"head_hash in the file ({doc.get('head_hash')!r}) differs from the chain's hash "
+            f"at event {position} ({state.head_hash!r})"
+        )
+    report.content_checked = True
+    report.content_ok = p.read_text("utf-8") == render_spec(state)
+    if not report.content_ok:
+        report.problems.append(f"the file's content differs from the document at event {position}")
+    return report
+
+
+def cleanup_specs(
+    directory: Path, *, now: datetime, days: int = 30, dry_run: bool = False
+) -> list[CleanupItem]:
+    """Remove document files of finished sessions not updated for ``days`` days."""
+    if days < 0:
+        raise UsageError("--days must be 0 or more")
+    if not directory.is_dir():
+        return []
+    limit = now - timedelta(days=days)
+    out: list[CleanupItem] = []
+    for path in sorted(directory.glob("*.md")):
+        doc = read_front_matter(path)
+        if doc is None or doc.get("finished") is not True:
+            continue
+        try:
+            updated = datetime.fromisoformat(str(doc.get("updated")))
+        except ValueError:
+            continue
+        if updated.tzinfo is None or updated >= limit:
+            continue
+        if not dry_run:
+            path.unlink()
+        out.append(CleanupItem(path, str(doc.get("status")), updated.isoformat(),
+                               removed=not dry_run))
+    return out
