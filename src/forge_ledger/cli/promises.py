@@ -184,7 +184,7 @@ def audit(session: str, as_markdown: bool, store: str | None, as_json: bool) -> 
         raise UsageError("give at most one of --json and --markdown")
     with open_ledger(store, create=False) as ledger:
         sid = ledger.resolve(session)
-        report = audit_report(list(ledger.events(sid)), ledger.state(sid))
+        report = audit_report(list(ledger.events(sid)))
     if as_json:
         emit_json(report.model_dump(mode="json"))
     elif as_markdown:
