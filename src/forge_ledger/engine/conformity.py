@@ -66,7 +66,9 @@ __all__ = [
 QUOTE_CHARS = 300
 """The longest quote kept (a verbatim prefix of the sentence)."""
 
-_SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+|$)", re.MULTILINE)
+_SENTENCE = re.compile(r"(?:[^.!?\n]|\n(?![ \t]*(?:\n|[#*>|-]|\d+[.)])))+[.!?]*")
+"""A sentence: up to its end mark; a line break continues it unless a blank line, heading,
+list item or table row follows (wrapped prose stays one sentence)."""
 _ANSWERED = (DivergenceStatus.ADDRESSED, DivergenceStatus.RESOLVED, DivergenceStatus.WITHDRAWN)
 
 
@@ -130,7 +132,15 @@ def plain_majority(r: RoundState) -> bool:
 
 
 def _sentences(text: str) -> list[str]:
-    return [m.group(0).strip() for m in _SENTENCE.finditer(text) if m.group(0).strip()]
+    out: list[str] = []
+    for m in _SENTENCE.finditer(text):
+        chunk = m.group(0)
+        while chunk.lstrip().startswith("#") and "\n" in chunk:  # a heading stands alone
+            head, chunk = chunk.split("\n", 1)
+            out.append(head.strip())
+        if chunk.strip():
+            out.append(chunk.strip())
+    return [s for s in out if s]
 
 
 def _quote(text: str, topic: str | None) -> str | None:

@@ -1,0 +1,184 @@
+"""The audit on sessions run through the real orchestrator, provider and store (SQLite and
+PostgreSQL): trail and audit agree on conformity, who moved whom, whether deliberation helped,
+self-preference, and anonymized review (labels in prompts, recorded, replayed identically)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from forge_ledger.audit import audit_report, document_similarity, render_markdown
+from forge_ledger.cli import cli
+from forge_ledger.cli.demo import demo_participants, demo_topic
+from forge_ledger.clock import FixedStepClock, SequentialIds
+from forge_ledger.domain.values import RoundKind, SessionConfig
+from forge_ledger.engine import review_labels
+from forge_ledger.ledger import Ledger
+from forge_ledger.orchestrator import Orchestrator
+from forge_ledger.providers import get_provider
+from forge_ledger.replay import replay_session
+from forge_ledger.testing import FakeOpenAIServer, bundled_script
+from test_replay_generated import assert_identical
+
+START = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
+
+
+async def _no_sleep(_: float) -> None:
+    """Back-off is recorded, not waited for."""
+
+
+def _run(store: str, server: FakeOpenAIServer, *, anonymize: bool) -> uuid.UUID:
+    async def go() -> uuid.UUID:
+        provider = get_provider()
+        try:
+            with Ledger(store) as ledger:
+                orch = Orchestrator(ledger, provider, clock=FixedStepClock(START, timedelta(seconds=1)),
+                                    ids=SequentialIds("audit"), sleep=_no_sleep)
+                sid = orch.start(demo_topic(),
+                                 SessionConfig(max_cost_usd=1.0, anonymize=anonymize),
+                                 demo_participants(server.url))
+                await orch.run(sid)
+                return sid
+        finally:
+            await provider.aclose()
+
+    return asyncio.run(go())
+
+
+def _json(*args: str) -> Any:
+    res = CliRunner().invoke(cli, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+@pytest.mark.parametrize("anonymize", [False, True], ids=["named", "anonymized"])
+def test_trail_and_audit_tell_one_story(
+    store_url: str, fake_openai: FakeOpenAIServer, anonymize: bool
+) -> None:
+    fake_openai.set_script(bundled_script("four-voices"))
+    sid = _run(store_url, fake_openai, anonymize=anonymize)
+    trail = _json("trail", str(sid), "--store", store_url)
+    audit = _json("audit", str(sid), "--store", store_url)
+    assert audit["conformity"] == trail["conformity"]
+    assert audit["influence"] == trail["influence"]
+    # dave's strong dissent on retention, answered by carol's second synthesis: an influence
+    moved = [(i["from"], i["to"], i["topic"]) for i in audit["influence"]]
+    assert ("carol", "dave", "no retention policy") in moved or any(
+        f == "carol" and t == "dave" and "retention" in topic for f, t, topic in moved), moved
+    with Ledger(store_url, create=False) as ledger:
+        events = list(ledger.events(sid))
+        state = ledger.state(sid)
+    texts = {e.position: e.data["response"]["content"] for e in events
+             if e.type == "ContributionRecorded"}
+    for i in audit["influence"]:
+        assert i["quote"] and i["quote"] in texts[i["position"]]
+    shifts = {s["participant"]: s for s in audit["stance_shifts"]}
+    assert shifts["dave"]["toward_majority"] and not shifts["dave"]["conformity"]
+    assert set(audit) >= {"anonymized", "labels", "deliberation_effect", "self_preference"}
+    assert audit["anonymized"] is anonymize
+    labels = [e.data["labels"] for e in events if e.type == "ReviewLabelsAssigned"]
+    assert audit["labels"] == (labels[-1] if anonymize else {})
+    assert len(labels) == (1 if anonymize else 0)
+    if anonymize:
+        assert sorted(audit["labels"].values()) == sorted(state.participant_names)
+        assert sorted(audit["labels"]) == [f"Response {c}" for c in "ABCD"]
+    assert_identical(replay_session(Ledger(store_url, create=False), sid), events)
+
+
+def test_anonymized_prompts_name_no_one(store_url: str, fake_openai: FakeOpenAIServer) -> None:
+    fake_openai.set_script(bundled_script("four-voices"))
+    sid = _run(store_url, fake_openai, anonymize=True)
+    with Ledger(store_url, create=False) as ledger:
+        state = ledger.state(sid)
+        events = list(ledger.events(sid))
+    labels = state.review_labels
+    assert labels == review_labels(state.model_copy(update={"review_labels": {}}))
+    first_label = next(i for i, e in enumerate(events) if e.type == "ReviewLabelsAssigned")
+    first_critique = next(i for i, e in enumerate(events)
+                          if e.type == "RoundStarted" and e.data["kind"] == "critique")
+    assert first_label == first_critique - 1
+    names = state.participant_names
+    seen = 0
+    for r in state.rounds:
+        if r.kind not in (RoundKind.CRITIQUE, RoundKind.CONVERGENCE):
+            continue
+        for c in r.contributions:
+            user = next(m.content for m in c.messages if m.role == "user")
+            others = [n for n in names if n != c.participant]
+            assert not any(n in user for n in others), (r.number, c.participant)
+            assert not any(f"openai/{n}" in user for n in names)
+            if r.kind is RoundKind.CRITIQUE:
+                target = r.targets[c.participant]
+                label = next(k for k, v in labels.items() if v == target)
+                assert f"## {label} to critique" in user and f'"target" to "{label}"' in user
+            else:
+                assert "## Proposed final text (Response " in user
+            seen += 1
+    assert seen >= 8
+
+
+def test_named_prompts_unchanged_without_anonymize(
+    sqlite_url: str, fake_openai: FakeOpenAIServer
+) -> None:
+    fake_openai.set_script(bundled_script("four-voices"))
+    sid = _run(sqlite_url, fake_openai, anonymize=False)
+    with Ledger(sqlite_url, create=False) as ledger:
+        state = ledger.state(sid)
+    critique = next(r for r in state.rounds if r.kind is RoundKind.CRITIQUE)
+    user = next(m.content for m in critique.contributions[0].messages if m.role == "user")
+    assert f"## Draft by {critique.targets[critique.contributions[0].participant]} to critique" \
+        in user
+    assert state.review_labels == {}
+
+
+def test_deliberation_effect_and_self_preference(
+    store_url: str, fake_openai: FakeOpenAIServer
+) -> None:
+    fake_openai.set_script(bundled_script("four-voices"))
+    sid = _run(store_url, fake_openai, anonymize=True)
+    with Ledger(store_url, create=False) as ledger:
+        events = list(ledger.events(sid))
+        report = audit_report(events)
+        at = {k: ledger.state(sid, at_iteration=k) for k in (1, 2)}
+    effect = report.deliberation_effect
+    assert effect.first_vote is not None and effect.final_vote is not None
+    assert (effect.first_vote.round, effect.final_vote.round) == (
+        report.consensus[0].round, report.consensus[-1].round)
+    assert effect.first_vote.majority_agrees and not effect.first_vote.converged
+    assert effect.final_vote.converged and effect.outcome == "converged"
+    # iteration 1: 3 of 4 agree (majority) but the weighted score is below the threshold
+    assert effect.score_majority_disagreed and effect.disagreement_rounds == (
+        report.consensus[0].round,)
+    docs = {d.iteration: d for d in effect.document_change}
+    one, two = at[1].latest_text, at[2].latest_text
+    assert one is not None and two is not None
+    assert docs[1].chars == len(one) and docs[2].chars == len(two) and docs[1].similarity is None
+    assert docs[2].similarity == round(document_similarity(one, two), 4) < 1.0
+    assert docs[2].author == at[2].document_source[1].participant  # type: ignore[index]
+    assert effect.stance_changes == len(report.stance_shifts) >= 1
+    assert effect.conformity_rate == round(effect.conformity_flags / effect.stance_changes, 4)
+    assert effect.dissents.open + effect.dissents.resolved + effect.dissents.overruled \
+        + effect.dissents.withdrawn == len(report.dissent)
+    prefs = {p.participant: p for p in report.self_preference}
+    assert set(prefs) == {"alice", "bob", "carol", "dave"}
+    # carol writes the syntheses and votes on them: her own text; the others judge hers
+    votes = [(e.data["participant"], e.data["vote"]["score"]) for e in events
+             if e.type == "VoteRecorded"]
+    carol_own = [s for p, s in votes if p == "carol"]
+    assert prefs["carol"].own_judgements == len(carol_own)
+    assert prefs["carol"].own_mean_score == round(sum(carol_own) / len(carol_own), 4)
+    bob_votes = [s for p, s in votes if p == "bob"]
+    bob_critiques = [e.data["critique"]["score"] for e in events
+                     if e.type == "CritiqueRecorded" and e.data["participant"] == "bob"]
+    bob_all = bob_votes + bob_critiques
+    assert prefs["bob"].own_judgements == 0 and prefs["bob"].own_mean_score is None
+    assert prefs["bob"].others_mean_score == round(sum(bob_all) / len(bob_all), 4)
+    md = render_markdown(report)
+    assert "## Did deliberation help?" in md and "## Who moved whom" in md
+    assert "Anonymized review" in md and "Response A = " in md
