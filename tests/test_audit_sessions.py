@@ -38,8 +38,9 @@ def _run(store: str, server: FakeOpenAIServer, *, anonymize: bool) -> uuid.UUID:
         provider = get_provider()
         try:
             with Ledger(store) as ledger:
-                orch = Orchestrator(ledger, provider, clock=FixedStepClock(START, timedelta(seconds=1)),
-                                    ids=SequentialIds("audit"), sleep=_no_sleep)
+                clock = FixedStepClock(START, timedelta(seconds=1))
+                orch = Orchestrator(ledger, provider, clock=clock, ids=SequentialIds("audit"),
+                                    sleep=_no_sleep)
                 sid = orch.start(demo_topic(),
                                  SessionConfig(max_cost_usd=1.0, anonymize=anonymize),
                                  demo_participants(server.url))

@@ -104,16 +104,18 @@ def _changes(r: AuditReport) -> list[str]:
         for i in s.influences:
             where = f"round {i.round} ({i.kind})" if i.round is not None else "human input"
             out.append(f"- {where}, {i.from_}, event {i.position}, on “{i.topic}”: "
-                       f"“{excerpt(i.quote)}”")
+                       f"“{' '.join(i.quote.split())}”")
         out += [f"- own argument: {a}" for a in s.own_arguments]
-        out.append("")
+        if s.influences or s.own_arguments:
+            out.append("")
     return out
 
 
 def _influence(r: AuditReport) -> list[str]:
     out = ["## Who moved whom", "",
            "Contributions between two votes that argued toward the new stance, matched by "
-           "topic (quotes are verbatim).", ""]
+           "topic. Quotes are verbatim (the table shortens long ones; the stance changes "
+           "above give them whole).", ""]
     if not r.influence:
         return [*out, "No stance change followed a matching argument.", ""]
     return out + _table(

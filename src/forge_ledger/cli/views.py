@@ -223,7 +223,7 @@ def trail(session: str, store: str | None, as_json: bool) -> None:
                 where = f"{i.kind} r{i.round}" if i.round is not None else "human input"
                 out_console.print(
                     f"  {escape(i.author)} moved {escape(c.participant)} ({where}, on "
-                    f"{escape(i.topic)!r}): “{escape(i.quote)}”"
+                    f"{escape(i.topic)!r}): “{escape(' '.join(i.quote.split()))}”"
                 )
         if r.conformity:
             out_console.print(
