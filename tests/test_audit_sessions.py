@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from forge_ledger.audit import audit_report, document_similarity, render_markdown
@@ -183,3 +188,40 @@ def test_deliberation_effect_and_self_preference(
     md = render_markdown(report)
     assert "## Did deliberation help?" in md and "## Who moved whom" in md
     assert "Anonymized review" in md and "Response A = " in md
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OPENAI_API_KEY": "test-key", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    return subprocess.run([sys.executable, "-m", "forge_ledger", *args], capture_output=True,
+                          text=True, timeout=240, env=env)
+
+
+@pytest.mark.parametrize("how", ["flag", "participants file"])
+def test_run_anonymize_from_the_command_line(
+    store_url: str, fake_openai: FakeOpenAIServer, tmp_path: Path, how: str
+) -> None:
+    """``run --anonymize`` (or ``anonymize: true`` in the participants file) records labels;
+    ``audit --json`` names the authors behind them; ``replay`` finds the session identical."""
+    fake_openai.set_script(bundled_script("four-voices"))
+    names = ("alice", "bob", "carol", "dave")
+    if how == "flag":
+        who = [a for n in names for a in ("-m", f"openai/{n}")]
+        extra = ["--anonymize", "--api-base", fake_openai.url]
+    else:
+        pfile = tmp_path / "team.yaml"
+        roles = ("drafter", "critic", "synthesizer", "devils_advocate")
+        pfile.write_text(yaml.safe_dump({"anonymize": True, "participants": [
+            {"name": n, "model": f"openai/{n}", "role": r, "api_base": fake_openai.url}
+            for n, r in zip(names, roles, strict=True)]}))
+        who, extra = ["--participants", str(pfile)], []
+    res = _cli("run", "Event log design", *who, *extra, "--store", store_url, "--json")
+    assert res.returncode == 0, res.stderr
+    sid = json.loads(res.stdout)["session_id"]
+    audit = _cli("audit", sid, "--store", store_url, "--json")
+    assert audit.returncode == 0, audit.stderr
+    doc = json.loads(audit.stdout)
+    assert doc["anonymized"] is True
+    assert sorted(doc["labels"].values()) == sorted(names)
+    assert [p["participant"] for p in doc["self_preference"]] == list(names)
+    replay = _cli("replay", sid, "--store", store_url)
+    assert replay.returncode == 0 and "identical" in replay.stdout, replay.stdout + replay.stderr
