@@ -18,6 +18,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from forge_ledger import engine
 from forge_ledger.audit import audit_report, document_similarity, render_markdown
 from forge_ledger.cli import cli
 from forge_ledger.cli.demo import demo_participants, demo_topic
@@ -29,6 +30,8 @@ from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.providers import get_provider
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
+from test_projections_views import SID as SCRIPTED_SID
+from test_projections_views import _scripted
 from test_replay_generated import assert_identical
 
 START = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
@@ -225,3 +228,27 @@ def test_run_anonymize_from_the_command_line(
     assert [p["participant"] for p in doc["self_preference"]] == list(names)
     replay = _cli("replay", sid, "--store", store_url)
     assert replay.returncode == 0 and "identical" in replay.stdout, replay.stdout + replay.stderr
+
+
+def test_one_session_yields_the_same_flags_in_trail_and_audit(store_url: str) -> None:
+    """The session that once got three different answers (trail: C; audit: nobody; the
+    engine: B and C) now gets one: C moved to the majority with nothing on its point."""
+    with Ledger(store_url) as ledger:
+        _scripted(ledger)
+    trail = _json("trail", str(SCRIPTED_SID), "--store", store_url)
+    audit = _json("audit", str(SCRIPTED_SID), "--store", store_url)
+    expected = [{"participant": "C", "round": 5, "from": "disagree", "to": "agree",
+                 "reason": "moved toward the previous vote's majority (agreeing) with no new "
+                           "argument between round 2 and round 5"}]
+    assert trail["conformity"] == audit["conformity"] == expected
+    assert trail["influence"] == audit["influence"]
+    assert [(i["from"], i["to"], i["topic"]) for i in audit["influence"]] == [
+        ("A", "B", "eviction")]
+    with Ledger(store_url, create=False) as ledger:
+        flags = engine.conformity_flags(ledger.state(SCRIPTED_SID))
+    assert [(f.participant, f.to_round) for f in flags] == [("C", 5)]
+    res = CliRunner().invoke(cli, ["audit", str(SCRIPTED_SID), "--store", store_url,
+                                   "--markdown"])
+    assert res.exit_code == 0
+    flagged = res.stdout.split("## Conformity flags", 1)[1].split("## ", 1)[0]
+    assert "| C | 5 | disagree | agree |" in flagged
