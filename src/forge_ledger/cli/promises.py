@@ -176,9 +176,10 @@ def diff(a: str, b: str, store: str | None, as_json: bool) -> None:
 @store_option
 @json_option
 def audit(session: str, as_markdown: bool, store: str | None, as_json: bool) -> None:
-    """How consensus formed in SESSION: scores beside majorities, stance changes, dissent.
+    """How consensus formed in SESSION: scores beside majorities, who moved whom, conformity.
 
-    Ends with a minority report of the dissent still unresolved.
+    Also whether deliberation helped, self-preference and anonymized-review labels; ends with
+    a minority report of the dissent still unresolved.
     """
     if as_json and as_markdown:
         raise UsageError("give at most one of --json and --markdown")
