@@ -5,8 +5,10 @@ the stance changed since that participant's previous vote, which critique / synt
 response / refinement round preceded the change, and **who moved whom** (the influences the
 engine's matching rule finds, each with a verbatim quote); the plain majority vote beside the
 weighted score the engine recorded (``ConvergenceEvaluated``); and the **conformity** flag.
-Stance changes, influences and conformity come from one rule, :mod:`forge_ledger.engine.conformity`
-(DESIGN.md), which the audit calls too, so the trail and the audit never disagree.
+Stance changes, influences and conformity come from one rule,
+:mod:`forge_ledger.engine.conformity`, and :func:`influence_json` / :func:`change_json` give
+their JSON shape once: the audit's report model is filled from them, so ``trail --json`` and
+``audit --json`` never disagree.
 
 :func:`consensus_trail` is pure (state or events in, trail out) and the audit is built on it.
 """
@@ -21,7 +23,7 @@ from forge_ledger.domain import RoundKind, RoundState, SessionState
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
 from forge_ledger.domain.values import ConvergenceVote
-from forge_ledger.engine.conformity import StanceChange, round_changes
+from forge_ledger.engine.conformity import Influence, StanceChange, round_changes
 
 from .base import EventLike, Op, Projection, Put, dumps
 from .session_state import fold_events
@@ -33,6 +35,7 @@ __all__ = [
     "TrailVote",
     "change_json",
     "consensus_trail",
+    "influence_json",
     "trail_round",
 ]
 
@@ -179,7 +182,7 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def influence_json(i: Any) -> dict[str, Any]:
+def influence_json(i: Influence) -> dict[str, Any]:
     """An influence edge as the trail and the audit print it: who moved whom, with a quote."""
     return {"from": i.author, "to": i.participant, "round": i.round, "topic": i.topic,
             "quote": i.quote, "position": i.position, "kind": i.kind, "match": i.match}

@@ -23,6 +23,7 @@ from ..domain.values import DivergenceStatus, RoundKind
 from ..engine.conformity import Influence, StanceChange
 from ..engine.prompts import text_under_vote
 from ..projections import TrailRound, apply_event, consensus_trail, dissent_log
+from ..projections.consensus import change_json, influence_json
 from .model import (
     AuditReport,
     ConformityFlag,
@@ -130,8 +131,7 @@ def _trajectories(
 
 
 def _edge(i: Influence) -> InfluenceEdge:
-    return InfluenceEdge(**{"from": i.author}, to=i.participant, round=i.round, topic=i.topic,
-                         quote=i.quote, position=i.position, kind=i.kind, match=i.match)
+    return InfluenceEdge.model_validate(influence_json(i))
 
 
 def _shift(c: StanceChange) -> StanceShift:
@@ -391,7 +391,8 @@ def audit_report(events: Sequence[EventLike]) -> AuditReport:
     state, documents = _fold(events)
     trail = consensus_trail(state)
     trajectories = _trajectories(state, trail, _vote_positions(events))
-    shifts = [_shift(c) for t in trail for c in t.changes]
+    changes = [c for t in trail for c in t.changes]
+    shifts = [_shift(c) for c in changes]
     dissent = _dissent(state)
     consensus = _consensus(state)
     failed = _failed_calls(state, events)
@@ -405,9 +406,7 @@ def audit_report(events: Sequence[EventLike]) -> AuditReport:
         consensus=tuple(consensus), trajectories=tuple(trajectories),
         stance_shifts=tuple(shifts),
         conformity=tuple(
-            ConformityFlag(**{"from": s.before}, participant=s.participant, round=s.to_round,
-                           to=s.after, reason=s.reason)
-            for s in shifts if s.conformity
+            ConformityFlag.model_validate(change_json(c)) for c in changes if c.conformity
         ),
         influence=tuple(i for s in shifts for i in s.influences),
         deliberation_effect=_effect(state, consensus, shifts, dissent, documents),
