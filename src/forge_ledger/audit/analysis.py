@@ -54,11 +54,16 @@ _Document = tuple[int | None, str | None, str]
 
 
 def document_similarity(previous: str, current: str) -> float:
-    """How alike two versions of the document are: ``difflib.SequenceMatcher`` ratio in [0, 1].
+    """How alike two versions of the document are, in [0, 1] (1.0: the same words).
 
-    ``autojunk`` is off so long documents are compared on every character, not on a sample.
+    ``difflib.SequenceMatcher(None, previous.split(), current.split(), autojunk=False)
+    .ratio()``: over whitespace-separated words, so re-wrapping a paragraph changes nothing and
+    the cost stays reasonable for long documents (per character it took 0.2 s per pair of
+    2 KB texts); ``autojunk`` is off so frequent words are compared too, not skipped.
     """
-    return difflib.SequenceMatcher(None, previous, current, autojunk=False).ratio()
+    return difflib.SequenceMatcher(
+        None, previous.split(), current.split(), autojunk=False
+    ).ratio()
 
 
 _ITERATION_MOVES = frozenset({"RoundStarted", "SessionRewound", "IterationRecorded"})

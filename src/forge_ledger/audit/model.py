@@ -235,8 +235,9 @@ class DocumentChange(_Model):
     """The forged document at the end of one iteration, compared with the previous iteration's.
 
     The document is ``SessionState.latest_text`` (the one rule, ``document_source``) as of the
-    iteration's last event; ``similarity`` is ``difflib.SequenceMatcher(None, previous,
-    current, autojunk=False).ratio()`` (1.0 = unchanged), None for the first iteration.
+    iteration's last event; ``similarity`` is the ``difflib.SequenceMatcher`` ratio over its
+    words against the previous iteration's (``forge_ledger.audit.document_similarity``; 1.0 =
+    unchanged), None for the first iteration.
     """
 
     iteration: int
