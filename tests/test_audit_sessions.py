@@ -27,6 +27,7 @@ from forge_ledger.domain.values import RoundKind, SessionConfig
 from forge_ledger.engine import review_labels
 from forge_ledger.ledger import Ledger
 from forge_ledger.orchestrator import Orchestrator
+from forge_ledger.projections import catch_up, open_views
 from forge_ledger.providers import get_provider
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
@@ -230,7 +231,9 @@ def test_run_anonymize_from_the_command_line(
     assert replay.returncode == 0 and "identical" in replay.stdout, replay.stdout + replay.stderr
 
 
-def test_one_session_yields_the_same_flags_in_trail_and_audit(store_url: str) -> None:
+def test_one_session_yields_the_same_flags_in_trail_and_audit(
+    store_url: str, tmp_path: Path
+) -> None:
     """The session that once got three different answers (trail: C; audit: nobody; the
     engine: B and C) now gets one: C moved to the majority with nothing on its point."""
     with Ledger(store_url) as ledger:
@@ -246,7 +249,13 @@ def test_one_session_yields_the_same_flags_in_trail_and_audit(store_url: str) ->
         ("A", "B", "eviction")]
     with Ledger(store_url, create=False) as ledger:
         flags = engine.conformity_flags(ledger.state(SCRIPTED_SID))
+        db = open_views(tmp_path / "views.sqlite")
+        catch_up(ledger, db)
+    rows = db.execute("select participant, round, conformity, new_arguments from "
+                      "consensus_trail where changed = 1 order by participant").fetchall()
+    db.close()
     assert [(f.participant, f.to_round) for f in flags] == [("C", 5)]
+    assert rows == [("B", 5, 0, 1), ("C", 5, 1, 0)]  # the read model says the same
     res = CliRunner().invoke(cli, ["audit", str(SCRIPTED_SID), "--store", store_url,
                                    "--markdown"])
     assert res.exit_code == 0
