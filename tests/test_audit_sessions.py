@@ -261,3 +261,18 @@ def test_one_session_yields_the_same_flags_in_trail_and_audit(
     assert res.exit_code == 0
     flagged = res.stdout.split("## Conformity flags", 1)[1].split("## ", 1)[0]
     assert "| C | 5 | disagree | agree |" in flagged
+
+
+def test_audit_of_an_imported_session_compares_no_missing_texts(store_url: str) -> None:
+    """An imported YAML session has iterations but no texts: nothing to compare, no flags."""
+    fixture = Path(__file__).parent / "fixtures" / "seed_standard.yaml"
+    res = CliRunner().invoke(cli, ["import", str(fixture), "--store", store_url, "--json"])
+    assert res.exit_code == 0, res.output
+    sid = json.loads(res.stdout)["session_id"]
+    with Ledger(store_url, create=False) as ledger:
+        state = ledger.state(sid)
+    audit = _json("audit", str(sid), "--store", store_url)
+    changes = audit["deliberation_effect"]["document_change"]
+    assert [c["iteration"] for c in changes] == list(range(1, state.iteration + 1))
+    assert all(c["similarity"] is None and c["chars"] == 0 for c in changes)
+    assert audit["conformity"] == audit["influence"] == [] and audit["anonymized"] is False

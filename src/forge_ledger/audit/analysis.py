@@ -299,7 +299,10 @@ def _document_changes(documents: dict[int, _Document]) -> list[DocumentChange]:
     previous: str | None = None
     for iteration in sorted(documents):
         rnd, author, text = documents[iteration]
-        similarity = None if previous is None else round(document_similarity(previous, text), 4)
+        similarity = (
+            None if previous is None or not (previous or text)  # nothing to compare yet
+            else round(document_similarity(previous, text), 4)
+        )
         out.append(DocumentChange(iteration=iteration, round=rnd, author=author, chars=len(text),
                                   similarity=similarity))
         previous = text

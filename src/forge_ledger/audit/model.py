@@ -237,7 +237,8 @@ class DocumentChange(_Model):
     The document is ``SessionState.latest_text`` (the one rule, ``document_source``) as of the
     iteration's last event; ``similarity`` is the ``difflib.SequenceMatcher`` ratio over its
     words against the previous iteration's (``forge_ledger.audit.document_similarity``; 1.0 =
-    unchanged), None for the first iteration.
+    unchanged), None for the first iteration and while there is no document at all (e.g. the
+    iterations of an imported session, which carry no texts).
     """
 
     iteration: int
