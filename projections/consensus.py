@@ -23,7 +23,12 @@ from forge_ledger.domain import RoundKind, RoundState, SessionState
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
 from forge_ledger.domain.values import ConvergenceVote
-from forge_ledger.engine.conformity import Influence, StanceChange, round_changes
+from forge_ledger.engine.conformity import (
+    Influence,
+    StanceChange,
+    plain_majority,
+    round_changes,
+)
 
 from .base import EventLike, Op, Projection, Put, dumps
 from .session_state import fold_events
@@ -271,7 +276,7 @@ def trail_round(state: SessionState, number: int) -> TrailRound | None:
         superseded=r.superseded,
         votes=tuple(trail),
         abstained=tuple(n for n in r.expected if n not in votes),
-        majority_agrees=agree * 2 > len(trail),
+        majority_agrees=plain_majority(r),
         agree=agree,
         disagree=len(trail) - agree - partial,
         partial=partial,

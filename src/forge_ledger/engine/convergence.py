@@ -41,6 +41,7 @@ from ..domain.values import (
     SessionConfig,
     Stance,
 )
+from .conformity import plain_majority
 from .divergence import plan_divergences, project_open
 from .topics import mentions, same_topic
 
@@ -150,7 +151,7 @@ def convergence(state: SessionState, round: RoundState) -> ev.ConvergenceEvaluat
         iteration=round.iteration,
         score=score,
         converged=converged,
-        majority_agrees=2 * agree > len(voters),
+        majority_agrees=plain_majority(round),
         agree=agree,
         disagree=disagree,
         partial=partial,
