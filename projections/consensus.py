@@ -1,15 +1,16 @@
 """The consensus trail: how each convergence vote came about.
 
 For every convergence round it lists each participant's stance, score and concerns; whether
-the stance changed since that participant's previous vote, and which critique / synthesis /
-response / refinement round preceded the change; the plain majority vote beside the weighted
-score the engine recorded (``ConvergenceEvaluated``); and a **conformity** flag when a stance
-changed with no new argument — no critique or suggestion addressed to that participant, no
-new concern raised by others or by the participant, and no change in its stated reasoning.
-Debate research finds agents often drift to the majority without reasons; this makes such
-drift visible in the audit.
+the stance changed since that participant's previous vote, which critique / synthesis /
+response / refinement round preceded the change, and **who moved whom** (the influences the
+engine's matching rule finds, each with a verbatim quote); the plain majority vote beside the
+weighted score the engine recorded (``ConvergenceEvaluated``); and the **conformity** flag.
+Stance changes, influences and conformity come from one rule,
+:mod:`forge_ledger.engine.conformity`, and :func:`influence_json` / :func:`change_json` give
+their JSON shape once: the audit's report model is filled from them, so ``trail --json`` and
+``audit --json`` never disagree.
 
-:func:`consensus_trail` is pure (state or events in, trail out) and reused by the audit.
+:func:`consensus_trail` is pure (state or events in, trail out) and the audit is built on it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ from forge_ledger.domain import RoundKind, RoundState, SessionState
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
 from forge_ledger.domain.values import ConvergenceVote
+from forge_ledger.engine.conformity import (
+    Influence,
+    StanceChange,
+    plain_majority,
+    round_changes,
+)
 
 from .base import EventLike, Op, Projection, Put, dumps
 from .session_state import fold_events
@@ -31,7 +38,9 @@ __all__ = [
     "PrecedingRound",
     "TrailRound",
     "TrailVote",
+    "change_json",
     "consensus_trail",
+    "influence_json",
     "trail_round",
 ]
 
@@ -66,10 +75,26 @@ class TrailVote:
     previous_stance: str | None
     changed: bool
     preceded_by: PrecedingRound | None
-    new_arguments: tuple[str, ...]
-    """What was new since the previous vote (critiques, suggestions, concerns), described."""
+    change: StanceChange | None
+    """The engine's account of the change (influences, own arguments, conformity)."""
     reasoning_changed: bool
-    conformity: bool
+    """The vote's reasoning text differs from the previous vote's (informative only)."""
+
+    @property
+    def new_arguments(self) -> tuple[str, ...]:
+        """What was new since the previous vote: influences and the participant's own points."""
+        if self.change is None:
+            return ()
+        return (
+            *(f"{i.kind} by {i.author} in round {i.round} on {i.topic}: \u201c{i.quote}\u201d"
+              if i.round is not None else f"human input by {i.author} on {i.topic}"
+              for i in self.change.influences),
+            *self.change.own_arguments,
+        )
+
+    @property
+    def conformity(self) -> bool:
+        return self.change is not None and self.change.conformity
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -86,6 +111,10 @@ class TrailVote:
             "preceded_by": self.preceded_by.as_json() if self.preceded_by else None,
             "new_arguments": list(self.new_arguments),
             "reasoning_changed": self.reasoning_changed,
+            "toward_majority": self.change.toward_majority if self.change else False,
+            "influences": [
+                influence_json(i) for i in (self.change.influences if self.change else ())
+            ],
             "conformity": self.conformity,
         }
 
@@ -112,6 +141,10 @@ class TrailRound:
     def conformity(self) -> list[str]:
         return [v.participant for v in self.votes if v.conformity]
 
+    @property
+    def changes(self) -> list[StanceChange]:
+        return [v.change for v in self.votes if v.change is not None]
+
     def as_json(self) -> dict[str, Any]:
         return {
             "round": self.round,
@@ -129,7 +162,7 @@ class TrailRound:
             "converged": self.converged,
             "evaluated_position": self.evaluated_position,
             "abstained": list(self.abstained),
-            "conformity": self.conformity,
+            "conformity": [change_json(c) for c in self.changes if c.conformity],
             "votes": [v.as_json() for v in self.votes],
         }
 
@@ -154,33 +187,16 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def _new_arguments(
-    state: SessionState, participant: str, after: int, before: int,
-    previous: ConvergenceVote | None, current: ConvergenceVote,
-) -> tuple[str, ...]:
-    """Arguments addressed to ``participant`` in rounds strictly between ``after``/``before``."""
-    found: list[str] = []
-    for r in _between(state, after, before):
-        for c in r.contributions:
-            if c.participant == participant:
-                continue
-            cr = c.critique
-            if cr is not None and cr.target in (participant, None):
-                if cr.weaknesses:
-                    found.append(f"critique by {c.participant} in round {r.number}")
-                found.extend(
-                    f"suggestion by {c.participant} in round {r.number}: {s.text}"
-                    for s in cr.suggestions
-                )
-            if c.opinion is not None and c.opinion.concerns:
-                found.extend(
-                    f"concern of {c.participant} in round {r.number}: {x}"
-                    for x in c.opinion.concerns
-                )
-    if previous is not None:
-        old = {_norm(x) for x in previous.concerns}
-        found.extend(f"new concern: {x}" for x in current.concerns if _norm(x) not in old)
-    return tuple(found)
+def influence_json(i: Influence) -> dict[str, Any]:
+    """An influence edge as the trail and the audit print it: who moved whom, with a quote."""
+    return {"from": i.author, "to": i.participant, "round": i.round, "topic": i.topic,
+            "quote": i.quote, "position": i.position, "kind": i.kind, "match": i.match}
+
+
+def change_json(c: StanceChange) -> dict[str, Any]:
+    """A conformity flag as the trail and the audit print it."""
+    return {"participant": c.participant, "round": c.to_round, "from": c.from_stance.value,
+            "to": c.to_stance.value, "reason": c.reason}
 
 
 def _preceding(state: SessionState, after: int, before: int) -> PrecedingRound | None:
@@ -193,7 +209,7 @@ def _preceding(state: SessionState, after: int, before: int) -> PrecedingRound |
 
 
 def _previous_votes(
-    state: SessionState, number: int, names: set[str]
+    state: SessionState, number: int, names: set[str], superseded: bool = False
 ) -> dict[str, tuple[RoundState, ConvergenceVote]]:
     """Each of ``names``' latest vote in a convergence round numbered below ``number``.
 
@@ -205,6 +221,8 @@ def _previous_votes(
         if len(found) == len(names):
             break
         if x.kind is not RoundKind.CONVERGENCE or x.number >= number:
+            continue
+        if x.superseded and not superseded:  # a rewind undid it: the engine's view too
             continue
         for name, (vote, _) in _votes(x).items():
             if name in names and name not in found:
@@ -218,7 +236,8 @@ def trail_round(state: SessionState, number: int) -> TrailRound | None:
     if r is None or r.kind is not RoundKind.CONVERGENCE:
         return None
     votes = _votes(r)
-    previous = _previous_votes(state, number, set(votes))
+    previous = _previous_votes(state, number, set(votes), r.superseded)
+    changes = {c.participant: c for c in round_changes(state, number)}
     trail: list[TrailVote] = []
     for name in [*r.expected, *[n for n in votes if n not in r.expected]]:
         if name not in votes:
@@ -228,7 +247,6 @@ def trail_round(state: SessionState, number: int) -> TrailRound | None:
         after = prev_round.number if prev_round is not None else 0
         stance = vote.effective_stance
         changed = prev_vote is not None and prev_vote.effective_stance is not stance
-        args = _new_arguments(state, name, after, number, prev_vote, vote)
         reasoning_changed = prev_vote is not None and _norm(prev_vote.reasoning) != _norm(
             vote.reasoning
         )
@@ -245,9 +263,8 @@ def trail_round(state: SessionState, number: int) -> TrailRound | None:
                 previous_stance=prev_vote.effective_stance.value if prev_vote else None,
                 changed=changed,
                 preceded_by=_preceding(state, after, number) if changed else None,
-                new_arguments=args,
+                change=changes.get(name),
                 reasoning_changed=reasoning_changed,
-                conformity=changed and not args and not reasoning_changed,
             )
         )
     ev_ = next((c for c in state.convergence if c.round == number), None)
@@ -259,7 +276,7 @@ def trail_round(state: SessionState, number: int) -> TrailRound | None:
         superseded=r.superseded,
         votes=tuple(trail),
         abstained=tuple(n for n in r.expected if n not in votes),
-        majority_agrees=agree * 2 > len(trail),
+        majority_agrees=plain_majority(r),
         agree=agree,
         disagree=len(trail) - agree - partial,
         partial=partial,
@@ -285,7 +302,7 @@ class ConsensusProjection(Projection):
     """Table ``consensus_trail``: one row per vote, rewritten when its round changes."""
 
     name = "consensus"
-    version = 1
+    version = 2
     tables = ("consensus_trail",)
 
     def apply(self, event: EventLike, payload: Payload, state: SessionState) -> Sequence[Op]:

@@ -395,6 +395,11 @@ PAYLOAD_STRATEGIES: dict[type[ev.Payload], st.SearchStrategy[Any]] = {
         party_history=small_tuple(st.dictionaries(short_text, text, max_size=2)),
         last_question=st.none() | text,
     ),
+    ev.ReviewLabelsAssigned: st.builds(
+        ev.ReviewLabelsAssigned,
+        labels=st.dictionaries(st.from_regex(r"Response [A-Z]{1,2}", fullmatch=True), names,
+                               max_size=4),
+    ),
 }
 
 any_payload = st.sampled_from(sorted(PAYLOAD_STRATEGIES, key=lambda c: c.TYPE)).flatmap(

@@ -411,7 +411,8 @@ def test_conformity_flag_on_flip_with_identical_reasoning() -> None:
     assert [(f.participant, f.from_stance, f.to_stance) for f in flags] == [
         ("P3", Stance.DISAGREE, Stance.AGREE)
     ]
-    assert flags[0].joined_majority and "identical reasoning" in flags[0].reason
+    assert flags[0].toward_majority and "no new argument" in flags[0].reason
+    assert flags[0].influences == () and flags[0].own_arguments == ()
 
 
 def test_no_conformity_flag_when_concern_was_taken_up() -> None:

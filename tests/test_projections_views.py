@@ -43,23 +43,26 @@ from test_projections_support import PARAMS, build_ledger
 
 YAML_PATH = Path(__file__).resolve().parents[1] / "projections" / "datasette.yaml"
 SID = uuid.UUID("00000000-0000-4000-8000-00000000abcd")
+SYNTHESIS_TEXT = "One cache per node.\nThe cache uses LRU eviction. Entries expire after a day."
 
 
 def _scripted(ledger: Ledger) -> Deliberation:
-    """A, B, C vote twice; B is critiqued between the votes, C is not; two divergences."""
+    """A, B, C, D, E vote twice; the first vote's majority agrees (A, D, E). Between the votes
+    A critiques B's draft, then A's synthesis answers B's divergence (eviction, "addressed")
+    but not C's (ttl). B and C both move to agree: B was answered, C was not (conformity)."""
     clock = FixedStepClock()
     agg = Deliberation.start(
         session_id=SID, topic=Topic(title="Cache design"), config=SessionConfig(),
-        participants=[Participant(name=n, model=f"openai/{n}") for n in "ABC"], at=clock.now(),
+        participants=[Participant(name=n, model=f"openai/{n}") for n in "ABCDE"], at=clock.now(),
     )
 
-    def contribute(number: int, names: str) -> None:
+    def contribute(number: int, names: str, text: str = "") -> None:
         for n in names:
             msgs = [ChatMessage(role="user", content="go")]
             agg.record_contribution(
                 round=number, participant=n, model=f"openai/{n}", messages=msgs, params=PARAMS,
                 prompt_hash=ev.prompt_hash(msgs), at=clock.now(),
-                response=ModelResponse(content=f"text of {n}", model=f"openai/{n}",
+                response=ModelResponse(content=text or f"text of {n}", model=f"openai/{n}",
                                        tokens=TokenCount(input=10, output=5), cost_usd=0.01),
             )
 
@@ -71,13 +74,14 @@ def _scripted(ledger: Ledger) -> Deliberation:
     r1 = agg.start_round(kind=RoundKind.DRAFT, iteration=1, participants="ABC", at=clock.now())
     contribute(r1, "ABC")
     agg.complete_round(round=r1, at=clock.now())
-    r2 = agg.start_round(kind=RoundKind.CONVERGENCE, iteration=1, participants="ABC",
+    r2 = agg.start_round(kind=RoundKind.CONVERGENCE, iteration=1, participants="ABCDE",
                          at=clock.now())
-    contribute(r2, "ABC")
-    vote(r2, {"A": Stance.AGREE, "B": Stance.DISAGREE, "C": Stance.DISAGREE})
+    contribute(r2, "ABCDE")
+    vote(r2, {"A": Stance.AGREE, "B": Stance.DISAGREE, "C": Stance.DISAGREE, "D": Stance.AGREE,
+              "E": Stance.AGREE})
     agg.complete_round(round=r2, at=clock.now())
     agg.evaluate_convergence(ev.ConvergenceEvaluated(
-        round=r2, iteration=1, score=0.4, converged=False, majority_agrees=False, agree=1,
+        round=r2, iteration=1, score=0.6, converged=False, majority_agrees=True, agree=3,
         disagree=2, partial=0, threshold=0.85), at=clock.now())
     r3 = agg.start_round(kind=RoundKind.CRITIQUE, iteration=2, participants="A",
                          targets={"A": "B"}, at=clock.now())
@@ -98,17 +102,17 @@ def _scripted(ledger: Ledger) -> Deliberation:
                    DivergentPosition(participant="A", position="1d", stance=Stance.AGREE))),
         at=clock.now())
     r4 = agg.start_round(kind=RoundKind.SYNTHESIS, iteration=2, participants="A", at=clock.now())
-    contribute(r4, "A")
+    contribute(r4, "A", SYNTHESIS_TEXT)
     agg.complete_round(round=r4, at=clock.now())
     agg.change_divergence("d1", DivergenceStatus.ADDRESSED, at=clock.now(), round=r4,
                           note="synthesis adds LRU")
-    r5 = agg.start_round(kind=RoundKind.CONVERGENCE, iteration=2, participants="ABC",
+    r5 = agg.start_round(kind=RoundKind.CONVERGENCE, iteration=2, participants="ABCDE",
                          at=clock.now())
-    contribute(r5, "ABC")
-    vote(r5, {"A": Stance.AGREE, "B": Stance.AGREE, "C": Stance.AGREE})
+    contribute(r5, "ABCDE")
+    vote(r5, dict.fromkeys("ABCDE", Stance.AGREE))
     agg.complete_round(round=r5, at=clock.now())
     agg.evaluate_convergence(ev.ConvergenceEvaluated(
-        round=r5, iteration=2, score=0.9, converged=True, majority_agrees=True, agree=3,
+        round=r5, iteration=2, score=0.9, converged=True, majority_agrees=True, agree=5,
         disagree=0, partial=0, threshold=0.85), at=clock.now())
     agg.change_divergence("d1", DivergenceStatus.RESOLVED, at=clock.now(), round=r5, by="B")
     ledger.save(agg)
@@ -133,14 +137,18 @@ def test_consensus_trail_flags_a_flip_without_new_argument(
     trail = consensus_trail(events)
     assert [t.as_json() for t in trail] == [t.as_json() for t in from_state]
     first, second = trail
-    assert (first.round, first.majority_agrees, first.weighted_score) == (2, False, 0.4)
+    assert (first.round, first.majority_agrees, first.weighted_score) == (2, True, 0.6)
     assert (second.round, second.majority_agrees, second.weighted_score) == (5, True, 0.9)
     votes = {v.participant: v for v in second.votes}
     assert not votes["A"].changed and not votes["A"].conformity
-    # B was critiqued (weakness + suggestion) before changing: an argument, no conformity
+    # B's divergence (eviction) was answered by A's synthesis: an influence, no conformity
     assert votes["B"].changed and votes["B"].previous_stance == "disagree"
-    assert votes["B"].new_arguments and not votes["B"].conformity
-    # C changed with the same reasoning and nothing addressed to it: conformity
+    b = votes["B"].change
+    assert b is not None and not b.conformity and b.toward_majority
+    assert [(i.author, i.round, i.topic, i.quote) for i in b.influences] == [
+        ("A", 4, "eviction", "The cache uses LRU eviction.")]
+    assert b.influences[0].quote in SYNTHESIS_TEXT
+    # C moved to the majority with nothing on its point (ttl) in between: conformity
     assert votes["C"].changed and votes["C"].new_arguments == ()
     assert votes["C"].conformity and second.conformity == ["C"]
     synthesis = agg.state.round(4)
@@ -184,7 +192,11 @@ def test_cli_dissent_and_trail(scripted: tuple[str, Deliberation]) -> None:
     res = runner.invoke(cli, ["trail", str(SID), "--store", store, "--json"])
     assert res.exit_code == 0, res.output
     rounds = json.loads(res.stdout)["rounds"]
-    assert [r["conformity"] for r in rounds] == [[], ["C"]]
+    assert [[f["participant"] for f in r["conformity"]] for r in rounds] == [[], ["C"]]
+    assert json.loads(res.stdout)["conformity"] == [
+        {"participant": "C", "round": 5, "from": "disagree", "to": "agree",
+         "reason": "moved toward the previous vote's majority (agreeing) with no new argument "
+                   "between round 2 and round 5"}]
     res = runner.invoke(cli, ["trail", str(SID), "--store", store])
     assert res.exit_code == 0 and "conformity" in res.stdout and "0.90" in res.stdout
 

@@ -68,6 +68,14 @@ def load_participants(path: Path, api_base: str | None = None) -> list[Participa
     return out
 
 
+def file_anonymize(path: Path) -> bool:
+    """``anonymize: true`` at the top of a participants file turns on anonymized review."""
+    import yaml
+
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return isinstance(doc, dict) and doc.get("anonymize") is True
+
+
 def participants_from_models(models: tuple[str, ...], api_base: str | None) -> list[Participant]:
     """``-m`` models become participants named after the model; roles rotate sensibly."""
     roles = [
@@ -232,6 +240,8 @@ def print_outcome(state: SessionState, *, as_json: bool, ledger: Ledger) -> None
 @click.option("--threshold", type=float, default=None, help="Convergence threshold 0..1.")
 @click.option("--min-consensus", type=int, default=None)
 @click.option("--attended", is_flag=True, help="Pause after each iteration for your answers.")
+@click.option("--anonymize", is_flag=True,
+              help='Show others\' work as "Response A", "Response B"… in reviews and votes.')
 @click.option("--mode", type=click.Choice([m.value for m in Mode]), default=None)
 @click.option("--persona", type=click.Choice([p.value for p in Persona]), default=None)
 @click.option(
@@ -260,6 +270,7 @@ def run(
     threshold: float | None,
     min_consensus: int | None,
     attended: bool,
+    anonymize: bool,
     mode: str | None,
     persona: str | None,
     output_type: str | None,
@@ -294,6 +305,8 @@ def run(
     }
     if attended:
         overrides["attended"] = True
+    if anonymize or (participants_file is not None and file_anonymize(participants_file)):
+        overrides["anonymize"] = True
     try:
         config = SessionConfig(**overrides)
         topic_value = Topic(title=topic, description=description, constraints=constraints)

@@ -177,15 +177,16 @@ def diff(a: str, b: str, store: str | None, as_json: bool) -> None:
 @store_option
 @json_option
 def audit(session: str, as_markdown: bool, store: str | None, as_json: bool) -> None:
-    """How consensus formed in SESSION: scores beside majorities, stance changes, dissent.
+    """How consensus formed in SESSION: scores beside majorities, who moved whom, conformity.
 
-    Ends with a minority report of the dissent still unresolved.
+    Also whether deliberation helped, self-preference and anonymized-review labels; ends with
+    a minority report of the dissent still unresolved.
     """
     if as_json and as_markdown:
         raise UsageError("give at most one of --json and --markdown")
     with open_ledger(store, create=False) as ledger:
         sid = ledger.resolve(session)
-        report = audit_report(list(ledger.events(sid)), ledger.state(sid))
+        report = audit_report(list(ledger.events(sid)))
     if as_json:
         emit_json(report.model_dump(mode="json"))
     elif as_markdown:

@@ -180,12 +180,22 @@ def dissent(session: str, include_closed: bool, store: str | None, as_json: bool
 @store_option
 @json_option
 def trail(session: str, store: str | None, as_json: bool) -> None:
-    """The consensus trail of SESSION: each vote, stance changes and conformity flags."""
+    """The consensus trail of SESSION: each vote, stance changes, who moved whom, conformity."""
+    from rich.markup import escape
+
+    from ..projections.consensus import change_json, influence_json
+
     with open_ledger(store) as ledger:
         state = ledger.state(session)
     rounds = consensus_trail(state)
+    changes = [c for r in rounds for c in r.changes]
     if as_json:
-        emit_json({"session_id": state.id, "rounds": [r.as_json() for r in rounds]})
+        emit_json({
+            "session_id": state.id,
+            "rounds": [r.as_json() for r in rounds],
+            "conformity": [change_json(c) for c in changes if c.conformity],
+            "influence": [influence_json(i) for c in changes for i in c.influences],
+        })
         return
     if not rounds:
         out_console.print(f"no convergence vote yet in session {state.id}")
@@ -204,10 +214,19 @@ def trail(session: str, store: str | None, as_json: bool) -> None:
         for v in r.votes:
             change = f"{v.previous_stance} → {v.stance}" if v.changed else ""
             pre = f"{v.preceded_by.kind} r{v.preceded_by.number}" if v.preceded_by else ""
-            table.add_row(v.participant, v.stance, str(v.score), "; ".join(v.concerns),
-                          change, pre, "conformity" if v.conformity else "")
+            table.add_row(escape(v.participant), v.stance, str(v.score),
+                          escape("; ".join(v.concerns)), change, pre,
+                          "conformity" if v.conformity else "")
         out_console.print(table)
+        for c in r.changes:
+            for i in c.influences:
+                where = f"{i.kind} r{i.round}" if i.round is not None else "human input"
+                out_console.print(
+                    f"  {escape(i.author)} moved {escape(c.participant)} ({where}, on "
+                    f"{escape(i.topic)!r}): “{escape(' '.join(i.quote.split()))}”"
+                )
         if r.conformity:
             out_console.print(
-                f"conformity (stance changed with no new argument): {', '.join(r.conformity)}"
+                "conformity (moved toward the previous majority with no new argument): "
+                + escape(", ".join(r.conformity))
             )

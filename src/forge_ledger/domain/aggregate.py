@@ -430,6 +430,15 @@ class Deliberation(Aggregate):
             raise InvariantViolation(f"the session is {self.state.status.value}, not paused")
         self._record(ev.SessionResumed(reason=reason), at)
 
+    def assign_review_labels(self, labels: dict[str, str], *, at: datetime) -> None:
+        """Record which label stands for which participant (anonymized review)."""
+        self._require_live("assign review labels")
+        for name in labels.values():
+            self._require_member(name)
+        if len(set(labels.values())) != len(labels):
+            raise InvariantViolation("each participant gets one review label")
+        self._record(ev.ReviewLabelsAssigned(labels=dict(labels)), at)
+
     def ask(self, questions: Sequence[str], *, at: datetime) -> None:
         self._require_live("ask questions")
         self._record(

@@ -54,6 +54,7 @@ __all__ = [
     "Payload",
     "ProviderCallFailed",
     "QuestionsAsked",
+    "ReviewLabelsAssigned",
     "RoundCompleted",
     "RoundStarted",
     "SessionAborted",
@@ -413,6 +414,16 @@ class SessionImported(Payload):
     updated: str | None = None
 
 
+class ReviewLabelsAssigned(Payload):
+    """Anonymized review: the label ("Response A", …) that stands for each participant's work
+    in critique and convergence prompts. Recorded so replay rebuilds the same prompts and the
+    audit can name the authors behind the labels."""
+
+    TYPE: ClassVar[str] = "ReviewLabelsAssigned"
+    labels: dict[str, str]
+    """label → participant name."""
+
+
 # --------------------------------------------------------------------------- registry
 
 _ALL: tuple[type[Payload], ...] = (
@@ -448,6 +459,7 @@ _ALL: tuple[type[Payload], ...] = (
     IdeaRecorded,
     IterationRecorded,
     SessionImported,
+    ReviewLabelsAssigned,
 )
 
 EVENT_TYPES: dict[str, type[Payload]] = {cls.TYPE: cls for cls in _ALL}

@@ -216,6 +216,8 @@ class SessionState(_State):
     fork_origin: ev.ForkOrigin | None = None
     seal: dict[str, Any] | None = None
     ideas: list[dict[str, Any]] = Field(default_factory=list)
+    review_labels: dict[str, str] = Field(default_factory=dict)
+    """Anonymized review: label ("Response A") → participant, as recorded."""
     """Ideas kept with a 0-10 score (``IdeaRecorded``): ``{id, content, score}``."""
     imported: dict[str, Any] | None = None
     """The ``SessionImported`` payload when the session came from a YAML file."""
@@ -630,6 +632,10 @@ def _imported(s: SessionState, p: ev.SessionImported, pos: int, at: datetime) ->
     s.status_reason = "imported"
 
 
+def _labels(s: SessionState, p: ev.ReviewLabelsAssigned, pos: int, at: datetime) -> None:
+    s.review_labels = dict(p.labels)
+
+
 _HANDLERS: dict[type[ev.Payload], Any] = {
     ev.ParticipantJoined: _joined,
     ev.RoundStarted: _round_started,
@@ -661,6 +667,7 @@ _HANDLERS: dict[type[ev.Payload], Any] = {
     ev.IdeaRecorded: _idea,
     ev.IterationRecorded: _iteration_recorded,
     ev.SessionImported: _imported,
+    ev.ReviewLabelsAssigned: _labels,
 }
 
 

@@ -315,6 +315,9 @@ class SessionConfig(Value):
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
     role_weights: dict[str, float] = Field(default_factory=dict)
     """Overrides of the engine's default convergence weight per role (role value → weight)."""
+    anonymize: bool = False
+    """Anonymized review: critique and convergence prompts label others' work "Response A",
+    "Response B"… instead of naming participants or models."""
 
 
 class TokenCount(Value):

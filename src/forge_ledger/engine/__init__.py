@@ -9,12 +9,19 @@ what :func:`after_round` plans.
 
 from __future__ import annotations
 
+from .anonymity import label_for, labels_before, review_labels
 from .budget import budget_allows, estimate_prompt_tokens, estimate_tokens, worst_case_cost
+from .conformity import (
+    Influence,
+    StanceChange,
+    conformity_flags,
+    plain_majority,
+    round_changes,
+    stance_changes,
+)
 from .convergence import (
     DEFAULT_ROLE_WEIGHTS,
     STANCE_VALUES,
-    ConformityFlag,
-    conformity_flags,
     convergence,
     role_weight,
     weighted_score,
@@ -40,9 +47,10 @@ __all__ = [
     "STANCE_VALUES",
     "AskHuman",
     "BudgetStop",
-    "ConformityFlag",
     "Finish",
+    "Influence",
     "ParsedOutput",
+    "StanceChange",
     "StartRound",
     "Step",
     "after_round",
@@ -55,12 +63,18 @@ __all__ = [
     "estimate_prompt_tokens",
     "estimate_tokens",
     "header",
+    "label_for",
+    "labels_before",
     "next_step",
     "output_schema",
     "parse_output",
+    "plain_majority",
     "plan_divergences",
     "repair_messages",
+    "review_labels",
     "role_weight",
+    "round_changes",
+    "stance_changes",
     "synthesizer",
     "weighted_score",
     "worst_case_cost",

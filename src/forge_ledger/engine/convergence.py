@@ -1,4 +1,4 @@
-"""Convergence scoring (DESIGN.md §1) and conformity flags.
+"""Convergence scoring (DESIGN.md §1).
 
 **Score.** Each vote's stance has a value — ``strongly_agree`` 1, ``agree`` 1, ``partial`` 0.5,
 ``disagree`` 0, ``strongly_disagree`` 0 — and the score is the role-weighted mean of those
@@ -28,35 +28,26 @@ open divergence's strongest stance is ``strongly_disagree`` (a human overrule cl
 a later strong dissent on a topic a human already overruled does not block again).
 The plain majority (agreeing voters > half of the voters) is always reported beside the
 weighted score, since much of the value of a debate is the vote itself.
-
-**Conformity flags.** Agents often drift to the majority without a new argument. A participant
-whose stance changes side (agree / partial / disagree) between two consecutive convergence
-votes is flagged when its reasoning is unchanged, or when nothing between the votes — a
-critique, a refinement or a new synthesis by someone else — mentions the concerns at stake.
+(The conformity rule lives in :mod:`.conformity`.)
 """
 
 from __future__ import annotations
-
-import itertools
-from dataclasses import dataclass
 
 from ..domain import events as ev
 from ..domain.state import RoundState, SessionState
 from ..domain.values import (
     DivergenceStatus,
     ParticipantRole,
-    RoundKind,
     SessionConfig,
     Stance,
 )
+from .conformity import plain_majority
 from .divergence import plan_divergences, project_open
-from .topics import mentions, normalize, same_topic
+from .topics import mentions, same_topic
 
 __all__ = [
     "DEFAULT_ROLE_WEIGHTS",
     "STANCE_VALUES",
-    "ConformityFlag",
-    "conformity_flags",
     "convergence",
     "role_weight",
     "weighted_score",
@@ -160,7 +151,7 @@ def convergence(state: SessionState, round: RoundState) -> ev.ConvergenceEvaluat
         iteration=round.iteration,
         score=score,
         converged=converged,
-        majority_agrees=2 * agree > len(voters),
+        majority_agrees=plain_majority(round),
         agree=agree,
         disagree=disagree,
         partial=partial,
@@ -170,98 +161,3 @@ def convergence(state: SessionState, round: RoundState) -> ev.ConvergenceEvaluat
         remaining_issues=tuple(remaining),
         weights=weights,
     )
-
-
-# --------------------------------------------------------------------------- conformity
-
-
-@dataclass(frozen=True)
-class ConformityFlag:
-    """A stance flip between two consecutive votes that came with no new argument."""
-
-    participant: str
-    from_round: int
-    to_round: int
-    from_stance: Stance
-    to_stance: Stance
-    reason: str
-    joined_majority: bool
-    """True when the new stance sides with the previous vote's majority."""
-
-
-def _side(s: Stance) -> int:
-    return 1 if s.agrees else (-1 if s.disagrees else 0)
-
-
-def conformity_flags(state: SessionState) -> list[ConformityFlag]:
-    """Stance flips without a new argument, in round order (see module docstring)."""
-    rounds = state.active_rounds
-    votes = [r for r in rounds if r.kind is RoundKind.CONVERGENCE]
-    flags: list[ConformityFlag] = []
-    for prev, nxt in itertools.pairwise(votes):
-        between = [r for r in rounds if prev.number < r.number < nxt.number]
-        prev_votes = dict(_votes(state, prev)[0])
-        majority_side = _majority_side(list(prev_votes.values()))
-        for name in nxt.expected:
-            a = prev.contribution_of(name)
-            b = nxt.contribution_of(name)
-            if a is None or b is None or a.vote is None or b.vote is None:
-                continue
-            sa, sb = a.vote.effective_stance, b.vote.effective_stance
-            if _side(sa) == _side(sb):
-                continue
-            reason = _no_new_argument(name, a.vote.reasoning, b.vote.reasoning,
-                                      (*a.vote.concerns, *b.vote.concerns), between)
-            if reason is None:
-                continue
-            flags.append(
-                ConformityFlag(
-                    participant=name,
-                    from_round=prev.number,
-                    to_round=nxt.number,
-                    from_stance=sa,
-                    to_stance=sb,
-                    reason=reason,
-                    joined_majority=majority_side is not None and _side(sb) == majority_side,
-                )
-            )
-    return flags
-
-
-def _majority_side(stances: list[Stance]) -> int | None:
-    if not stances:
-        return None
-    counts = {side: sum(1 for s in stances if _side(s) == side) for side in (1, 0, -1)}
-    best = max(counts.values())
-    leaders = [side for side, n in counts.items() if n == best]
-    return leaders[0] if len(leaders) == 1 else None
-
-
-def _no_new_argument(
-    name: str,
-    before: str,
-    after: str,
-    concerns: tuple[str, ...],
-    between: list[RoundState],
-) -> str | None:
-    """Why the flip counts as unargued, or ``None`` when a new argument came in between."""
-    if normalize(before) and normalize(before) == normalize(after):
-        return "stance changed with identical reasoning"
-    texts: list[str] = []
-    for r in between:
-        for c in r.contributions:
-            if c.participant == name:
-                continue
-            texts.append(c.response.content)
-            if c.critique is not None:
-                texts.extend(c.critique.weaknesses)
-                texts.extend(s.text for s in c.critique.suggestions)
-            if c.opinion is not None:
-                texts.extend((c.opinion.reasoning, *c.opinion.concerns))
-    if not texts:
-        return "stance changed with no round in between"
-    if not concerns:
-        return None
-    if any(mentions(t, concern) for t in texts for concern in concerns):
-        return None
-    return "stance changed though nothing in between took up its concerns"

@@ -19,6 +19,9 @@ own work):
 * refinement — the latest synthesis and that participant's own open concerns;
 * convergence — the latest synthesis and a request for a vote.
 
+With ``SessionConfig.anonymize`` on, critique and convergence prompts name other participants'
+work only by its recorded label ("Response A", …; :mod:`.anonymity`), never by name or model.
+
 The first line of every user prompt is ``Round {n} · {kind} · iteration {k}`` (scripted test
 models key their answers on it). Structured answers are requested with the JSON schema inline.
 """
@@ -43,10 +46,11 @@ from ..domain.values import (
     RoundKind,
     Topic,
 )
+from .anonymity import label_for
 from .parsing import output_schema
 from .techniques import get_technique
 
-__all__ = ["build_messages", "header", "repair_messages", "schema_text"]
+__all__ = ["build_messages", "header", "repair_messages", "schema_text", "text_under_vote"]
 
 _MODE_TEXT: dict[Mode, str] = {
     Mode.STANDARD: (
@@ -179,8 +183,11 @@ def _opinion_text(c: ContributionState) -> str:
     return "\n".join(lines)
 
 
-def _open_at(state: SessionState, position: int) -> list[tuple[DivergenceState, str]]:
-    """Divergences open as of ``position``, with their status then (not now)."""
+def _open_at(
+    state: SessionState, position: int, anonymous: bool = False
+) -> list[tuple[DivergenceState, str]]:
+    """Divergences open as of ``position``, with their status then (not now); with
+    ``anonymous``, each side is named by its review label."""
     out: list[tuple[DivergenceState, str]] = []
     for d in state.divergences:
         if d.opened_position >= position:
@@ -191,13 +198,20 @@ def _open_at(state: SessionState, position: int) -> list[tuple[DivergenceState, 
                 status = h.status
         if status.closed:
             continue
-        sides = "; ".join(f"{p.participant} ({p.stance.value}): {p.position}" for p in d.positions)
+        sides = "; ".join(
+            f"{_who(state, p.participant, anonymous)} ({p.stance.value}): {p.position}"
+            for p in d.positions
+        )
         out.append((d, f"- [{d.id}] {d.topic} ({status.value}) — {sides}"))
     return out
 
 
-def _open_dissent(state: SessionState, position: int) -> list[str]:
-    return [line for _, line in _open_at(state, position)]
+def _who(state: SessionState, name: str, anonymous: bool) -> str:
+    return (label_for(state, name) or "another participant") if anonymous else name
+
+
+def _open_dissent(state: SessionState, position: int, anonymous: bool = False) -> list[str]:
+    return [line for _, line in _open_at(state, position, anonymous)]
 
 
 def _human(state: SessionState, position: int) -> list[str]:
@@ -274,9 +288,12 @@ def _critique(state: SessionState, round: RoundState, name: str) -> list[str]:
     draft_round = _latest(_before(state, round), RoundKind.DRAFT)
     c = _answer(draft_round, target) if draft_round is not None and target else None
     draft = c.response.content if c is not None else "(the draft is missing)"
+    label = label_for(state, target) if target else None
+    if label is not None:
+        target = label
     return [
         _topic(state.topic),
-        *_section(f"Draft by {target} to critique", [draft]),
+        *_section(f"{label} to critique" if label else f"Draft by {target} to critique", [draft]),
         *_json_request(
             RoundKind.CRITIQUE,
             f"Review this draft critically: strengths, weaknesses, and concrete suggestions "
@@ -393,13 +410,21 @@ def _refinement(state: SessionState, round: RoundState, name: str) -> list[str]:
     ]
 
 
-def _convergence(state: SessionState, round: RoundState, name: str) -> list[str]:
+def text_under_vote(state: SessionState, round: RoundState) -> ContributionState | None:
+    """The synthesis a convergence round votes on: the latest one before the round."""
     synth = _latest(_before(state, round), RoundKind.SYNTHESIS)
-    c = _answer(synth, synth.expected[0]) if synth is not None else None
+    return _answer(synth, synth.expected[0]) if synth is not None else None
+
+
+def _convergence(state: SessionState, round: RoundState, name: str) -> list[str]:
+    c = text_under_vote(state, round)
+    anonymous = state.config.anonymize
+    label = label_for(state, c.participant) if c is not None else None
+    title = f"Proposed final text ({label})" if label else "Proposed final text"
     return [
         _topic(state.topic),
-        *_section("Proposed final text", [c.response.content if c else "(missing)"]),
-        *_section("Open dissent", _open_dissent(state, round.started_position)),
+        *_section(title, [c.response.content if c else "(missing)"]),
+        *_section("Open dissent", _open_dissent(state, round.started_position, anonymous)),
         *_json_request(
             RoundKind.CONVERGENCE,
             "Vote: does this text adequately address the topic? Set \"agrees\", a \"stance\" "

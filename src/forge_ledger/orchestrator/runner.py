@@ -186,6 +186,9 @@ class Orchestrator:
 
     def _take_step(self, agg: Deliberation, step: engine.Step) -> None:
         if isinstance(step, engine.StartRound):
+            labels = engine.labels_before(agg.state, step.kind)
+            if labels is not None:
+                agg.assign_review_labels(labels, at=self.clock.now())
             number = agg.start_round(
                 kind=step.kind,
                 iteration=step.iteration,

@@ -1,0 +1,73 @@
+"""How consensus formed: the audit of one session.
+
+Research on multi-agent debate (notes/anchors.md) says much of the gain is the vote itself and
+that agents often conform to the majority. An auditor therefore needs, beside the weighted
+convergence score, the plain majority; each participant's stance across votes; for every stance
+change, who moved it (influence edges with verbatim quotes) or a conformity flag when nothing
+did; whether deliberation changed the outcome and the document; self-preference; and, last, a
+minority report of the dissent never resolved.
+
+- :mod:`.model` — the report (pydantic); ``model_dump(mode="json")`` is ``audit --json``;
+- :mod:`.analysis` — :func:`audit_report`, a pure function of the session's events, built on
+  the projections (session state, consensus trail, dissent log) and the engine's one
+  conformity rule;
+- :mod:`.render` — the Markdown rendering (the terminal shows it through Rich).
+
+Forks: a fork's state carries its parent's rounds up to the fork point; the fork's own events
+begin at ``SessionForked``. Items from those inherited rounds (``round <= inherited_rounds``)
+carry positions in the *parent's* ledger.
+"""
+
+from __future__ import annotations
+
+from .analysis import audit_report, document_similarity
+from .model import (
+    AuditReport,
+    ConformityFlag,
+    ConsensusPoint,
+    DeliberationEffect,
+    DissentRecord,
+    DissentTally,
+    DocumentChange,
+    FailedCall,
+    HumanIntervention,
+    InfluenceEdge,
+    LifecycleStep,
+    MinorityEntry,
+    ParticipantUsage,
+    RoundUsage,
+    SelfPreference,
+    StancePoint,
+    StanceShift,
+    Trajectory,
+    Usage,
+    VoteSummary,
+)
+from .render import excerpt, render_markdown
+
+__all__ = [
+    "AuditReport",
+    "ConformityFlag",
+    "ConsensusPoint",
+    "DeliberationEffect",
+    "DissentRecord",
+    "DissentTally",
+    "DocumentChange",
+    "FailedCall",
+    "HumanIntervention",
+    "InfluenceEdge",
+    "LifecycleStep",
+    "MinorityEntry",
+    "ParticipantUsage",
+    "RoundUsage",
+    "SelfPreference",
+    "StancePoint",
+    "StanceShift",
+    "Trajectory",
+    "Usage",
+    "VoteSummary",
+    "audit_report",
+    "document_similarity",
+    "excerpt",
+    "render_markdown",
+]
