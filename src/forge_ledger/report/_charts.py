@@ -75,6 +75,11 @@ def _empty(text: str, height: int = 60) -> alt.Chart:
     return chart
 
 
+def _ordinal_axis(count: int) -> alt.Axis:
+    """Level labels while they fit; slanted when there are many."""
+    return alt.Axis(labelAngle=0 if count <= 6 else -45, labelOverlap=False)
+
+
 def _short(text: str, limit: int = _LABEL_CHARS) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
@@ -101,7 +106,7 @@ def _consensus(m: ReportModel) -> Chart:
     if values:
         base = _chart(values).encode(
             x=alt.X("x:O", sort=alt.SortField("round"), title="convergence vote",
-                    axis=alt.Axis(labelAngle=0)),
+                    axis=_ordinal_axis(len(m.consensus))),
             y=alt.Y("value:Q", scale=alt.Scale(domain=[0, 1]), title="score / share"),
             color=alt.Color("series:N", scale=alt.Scale(domain=list(_SERIES),
                             range=["#4c78a8", "#f58518", "#888888"]), title=None,
@@ -145,7 +150,7 @@ def _stances(m: ReportModel) -> Chart:
     if values:
         base = _chart(values).encode(
             x=alt.X("x:O", sort=alt.SortField("round"), title="convergence round",
-                    axis=alt.Axis(labelAngle=0)),
+                    axis=_ordinal_axis(len({s.round for s in m.stances}))),
             y=alt.Y("participant:N", sort=order, title=None),
         )
         cells = base.mark_rect(stroke="white", strokeWidth=2).encode(
@@ -333,8 +338,7 @@ def _influence(m: ReportModel, colors: dict[str, str]) -> Chart:
         key="influence",
         title="Influence: who moved whom",
         summary="An arrow from A to B means a contribution of A argued toward the stance B then "
-        "took; labels name the topics."
-        + ("" if m.influence_available else " Influence is not recorded for this session."),
+        "took; labels name the topics.",
         svg=_svg(chart),
         headers=("From", "To", "Round", "Topic", "Quote"),
         rows=tuple(
