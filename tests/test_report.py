@@ -142,7 +142,7 @@ def test_as_of_an_iteration(audited_store: Path) -> None:
     assert m.document is not None and m.document.text == "Synthesis 1: merge critiques"
 
 
-@given(st.text(alphabet=st.sampled_from("ab .!?\n\t…é"), max_size=80))
+@given(st.text(alphabet=st.sampled_from("ab .!?:\n\r\t#-|1)…é\u2028"), max_size=80))
 def test_sentences_cover_the_text_exactly(text: str) -> None:
     pieces = _segments(text)
     assert "".join(pieces) == text

@@ -39,8 +39,10 @@ from ._model import (
 
 __all__ = ["gather"]
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])[ \t]+|\n+")
-"""Where a piece of the document ends: after . ! ? and the spaces that follow, or a line end."""
+_SENTENCE_END = re.compile(r"(?<=[.!?])[ \t]+(?=\S)")
+"""Inside a line, a sentence ends after . ! or ? and the spaces that follow."""
+_BLOCK_START = re.compile(r"[ \t]*(?:#|[-*+>|][ \t]|\d+[.)][ \t]|\r?\n|$)")
+"""A line that starts a Markdown block (heading, list item, quote, table row) or is blank."""
 
 
 def gather(
@@ -125,16 +127,43 @@ def _document(state: SessionState) -> Document | None:
 
 
 def _segments(text: str) -> list[str]:
-    """The text cut into sentences and lines that concatenate back to it exactly."""
+    """The text cut into sentences, headings, list items and table rows, concatenating back to
+    it exactly. A line wrapped inside a paragraph or list item does not end a piece; blank
+    lines stay with the piece before them."""
     out: list[str] = []
-    start = 0
-    for m in _SENTENCE_END.finditer(text):
-        if m.end() > start:
-            out.append(text[start : m.end()])
-            start = m.end()
-    if start < len(text):
-        out.append(text[start:])
+    current = ""
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        *ended, rest = _sentences(line)
+        for piece in ended:
+            out.append(current + piece)
+            current = ""
+        current += rest
+        following = lines[i + 1] if i + 1 < len(lines) else None
+        if following is not None and _continues(line, following):
+            continue
+        if not current.strip() and out:
+            out[-1] += current
+        elif current:
+            out.append(current)
+        current = ""
     return out
+
+
+def _sentences(line: str) -> list[str]:
+    cuts = [m.end() for m in _SENTENCE_END.finditer(line)]
+    return [line[a:b] for a, b in zip([0, *cuts], [*cuts, len(line)], strict=True)]
+
+
+def _continues(line: str, following: str) -> bool:
+    """Whether ``following`` carries on the sentence of ``line`` (a soft line wrap)."""
+    body = line.strip()
+    return (
+        bool(body)
+        and not body.endswith((".", "!", "?", ":"))
+        and not body.startswith(("#", "|"))
+        and _BLOCK_START.match(following) is None
+    )
 
 
 class _AuditPart(TypedDict):
