@@ -53,10 +53,11 @@ def main(out: Path) -> None:
             context.route("**/*", _block)
             page = context.new_page()
             page.goto(page_file.as_uri(), wait_until="load")
-            page.locator("#doc-text .s").nth(4).hover()
-            bottom = page.locator("#chart-stances").bounding_box()
-            assert bottom is not None
-            height = bottom["y"] + bottom["height"] + 16
+            page.locator("#doc-text .s").nth(2).hover()
+            height = page.evaluate(
+                "(() => { const r = document.querySelector('#chart-stances')"
+                ".getBoundingClientRect(); return r.bottom + window.scrollY + 16; })()"
+            )
             page.screenshot(
                 path=str(out), full_page=True,
                 clip={"x": 0, "y": 0, "width": 1100, "height": height},
