@@ -24,6 +24,7 @@ from forge_ledger.ledger import Ledger
 from forge_ledger.report import ReportModel, gather, render_html
 from forge_ledger.report._gather import _segments
 from helpers_sessions import build_session, seal_session
+from promises_builder import SessionBuilder
 from report_sessions import HOSTILE_DOC, IMG, SCRIPT, audited, hostile
 
 SID = uuid.UUID(int=11)
@@ -328,3 +329,16 @@ def test_report_on_both_stores(store_url: str, tmp_path: Path) -> None:
         head = ledger.state(SID).head_hash
     assert json.loads(proc.stdout)["head_hash"] == head
     assert f'id="head-hash">{head}<' in out.read_text("utf-8")
+
+
+def test_a_session_with_no_round_yet_still_renders(tmp_path: Path) -> None:
+    sid = uuid.UUID(int=13)
+    with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
+        ledger.save(SessionBuilder(sid, clock=FixedStepClock()).agg)
+        m = gather(ledger, sid)
+    assert m.rounds == 0 and m.document is None and not m.consensus
+    html = render_html(m)
+    assert len(re.findall(r'<figure class="chart"', html)) == 5 and html.count("<svg") >= 5
+    for message in ("No document yet", "no convergence vote yet", "no vote recorded yet",
+                    "no dissent recorded", "no model call yet", "no influence recorded"):
+        assert message in html, message
