@@ -168,6 +168,13 @@ def test_the_page_is_self_contained(page: str, model: ReportModel) -> None:
     assert figures == ["consensus", "stances", "dissent", "influence", "usage"]
     assert page.count("<svg") >= 5
     assert model.session_id in page and model.head_hash in page
+    sections = dict(re.findall(r'<section id="(\w+)".*?>(.*?)</section>', page, re.S))
+    assert "429 too many requests" in sections["failures"]
+    assert "Focus on distributed deployments." in sections["human"]
+    assert "<td>bob</td>" in sections["conformity"]
+    assert "dissent d1" in sections["minority"]
+    for part in ("effect", "influence"):
+        assert "not available" in sections[part]
 
 
 def test_model_text_never_becomes_markup(tmp_path: Path) -> None:
@@ -342,3 +349,9 @@ def test_a_session_with_no_round_yet_still_renders(tmp_path: Path) -> None:
     for message in ("No document yet", "no convergence vote yet", "no vote recorded yet",
                     "no dissent recorded", "no model call yet", "no influence recorded"):
         assert message in html, message
+
+
+def test_the_share_agreeing_is_the_engines_plain_majority(model: ReportModel) -> None:
+    assert model.consensus
+    for c in model.consensus:
+        assert (c.agree_share > 0.5) == c.majority_agrees

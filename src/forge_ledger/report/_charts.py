@@ -30,7 +30,7 @@ PALETTE = (
 _STANCE_COLORS = ("#1a9850", "#91cf60", "#fee08b", "#fc8d59", "#d73027")
 _STATUSES = ("open", "addressed", "resolved", "withdrawn", "overruled")
 _STATUS_COLORS = ("#d73027", "#f58518", "#54a24b", "#9d9d9d", "#b279a2")
-_SERIES = ("weighted score", "share of votes agreeing", "threshold")
+_SERIES = ("weighted score", "share of voters agreeing", "threshold")
 _WIDTH = 640
 _LABEL_CHARS = 48
 
@@ -132,7 +132,8 @@ def _consensus(m: ReportModel) -> Chart:
         key="consensus",
         title="Weighted score against the threshold and the plain majority",
         summary="Per convergence vote: the role-weighted score, the threshold it must reach, and "
-        "the share of votes that agree (the plain majority agrees above the dotted 0.5 line).",
+        "the share of voters that agree (abstentions aside; the plain majority agrees above the "
+        "dotted 0.5 line).",
         svg=_svg(chart),
         headers=("Iteration", "Round", "Weighted score", "Threshold", "Share agreeing",
                  "Plain majority", "Agree / disagree / partial / abstain", "Converged"),

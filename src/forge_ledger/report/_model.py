@@ -87,11 +87,12 @@ class ConsensusPoint(_View):
 
     @property
     def voters(self) -> int:
-        return self.agree + self.disagree + self.partial + self.abstain
+        """Participants whose vote counted (abstentions do not, as in the engine's majority)."""
+        return self.agree + self.disagree + self.partial
 
     @property
     def agree_share(self) -> float:
-        """Share of the votes that agree (the plain majority agrees when it exceeds 1/2)."""
+        """Share of the voters that agree: the plain majority agrees when it exceeds 1/2."""
         return self.agree / self.voters if self.voters else 0.0
 
 
