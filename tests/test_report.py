@@ -23,6 +23,7 @@ from forge_ledger.clock import FixedStepClock
 from forge_ledger.ledger import Ledger
 from forge_ledger.report import ReportModel, gather, render_html
 from forge_ledger.report._gather import _segments
+from forge_ledger.report._model import ContributionRef, Sentence
 from helpers_sessions import build_session, seal_session
 from promises_builder import SessionBuilder
 from report_sessions import HOSTILE_DOC, IMG, SCRIPT, audited, hostile
@@ -355,3 +356,47 @@ def test_the_share_agreeing_is_the_engines_plain_majority(model: ReportModel) ->
     assert model.consensus
     for c in model.consensus:
         assert (c.agree_share > 0.5) == c.majority_agrees
+
+
+def test_parts_no_analysis_provides_yet_render_when_provided(model: ReportModel) -> None:
+    """Influence, lineage, self-preference and the effect of deliberation, once filled in."""
+    assert model.document is not None
+    src = model.document.source
+    alice = ContributionRef(participant="alice", round=1, kind="draft", iteration=1, position=4)
+    first, *rest = model.document.sentences
+    lineage = model.document.model_copy(update={
+        "lineage_available": True,
+        "sentences": (
+            first.model_copy(update={"origin": alice, "revisions": (src,),
+                                     "answers": ("bob: bursts unbounded",)}),
+            *rest,
+        ),
+        "dropped": (Sentence(text="Limits are per IP.", origin=alice, revisions=(src,)),),
+    })
+    filled = ReportModel.model_validate({
+        **model.model_dump(by_alias=True),
+        "document": lineage.model_dump(by_alias=True),
+        "influence": [{"from": "bob", "to": "carol", "round": 3, "topic": "burst limits",
+                       "quote": "bursts unbounded", "position": 9}],
+        "influence_available": True,
+        "self_preference": [{"participant": "alice", "own_mean": 80.0, "others_mean": 55.5}],
+        "deliberation_effect": {
+            "first_majority_agrees": False, "final_outcome": "converged",
+            "score_and_majority_disagreed": True, "document_similarity": [[2, 0.42]],
+            "conformity_rate": 0.5, "dissent_resolved": 1, "dissent_open": 1,
+        },
+        "anonymized": True, "labels": {"Response A": "alice"},
+    })
+    html = render_html(filled)
+    sections = dict(re.findall(r'<section id="(\w+)".*?>(.*?)</section>', html, re.S))
+    influence = sections["influence"]
+    assert "not available" not in influence and "no influence recorded" not in influence
+    assert "burst limits" in influence.split("<table", 1)[0]  # the edge's label, in the SVG
+    assert "<td>bursts unbounded</td>" in influence
+    doc = sections["document"]
+    assert "Introduced by:</b> draft by alice, round 1, iteration 1, event 4" in doc
+    assert "bob: bursts unbounded" in doc and "Limits are per IP." in doc
+    effect = sections["effect"]
+    assert "not available" not in effect
+    assert "does not agree" in effect and "50%" in effect and "0.42" in effect
+    assert "80.0" in effect and "55.5" in effect and "Response A = alice" in effect

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from playwright.sync_api import expect, sync_playwright
 
 from forge_ledger.ledger import Ledger
 from report_sessions import HOSTILE_DOC, SCRIPT, audited, hostile
@@ -39,8 +40,6 @@ SID = uuid.UUID(int=21)
 def browser() -> Iterator[Browser]:
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
-    from playwright.sync_api import sync_playwright
-
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         yield b
@@ -126,23 +125,25 @@ def test_the_report_in_a_real_browser(browser: Browser, tmp_path: Path) -> None:
     tip = sentence.locator(".prov")
     where = (f"{rnd.kind.value} by {source.participant}, round {rnd.number}, "
              f"iteration {rnd.iteration}, event {source.position}")
-    assert tip.is_hidden()
+    expect(tip).to_be_hidden()
     sentence.hover()
-    assert tip.is_visible() and where in tip.inner_text()
+    expect(tip).to_be_visible()
+    assert where in tip.inner_text()
     page.mouse.move(1190, 5)
-    assert tip.is_hidden()
+    expect(tip).to_be_hidden()
     page.locator("nav.toc a").last.focus()
     page.keyboard.press("Tab")
-    assert page.evaluate("document.activeElement.classList.contains('s')")
-    assert tip.is_visible()
+    expect(sentence).to_be_focused()
+    expect(tip).to_be_visible()
 
     shot = tmp_path / "report.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
 
     page.emulate_media(media="print")
-    assert tip.is_hidden() and page.locator("nav.toc").is_hidden()
-    assert charts.nth(4).is_visible()
+    expect(tip).to_be_hidden()
+    expect(page.locator("nav.toc")).to_be_hidden()
+    expect(charts.nth(4)).to_be_visible()
     pdf = tmp_path / "report.pdf"
     page.pdf(path=str(pdf), print_background=True)
     assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 20_000

@@ -33,6 +33,8 @@ _STATUS_COLORS = ("#d73027", "#f58518", "#54a24b", "#9d9d9d", "#b279a2")
 _SERIES = ("weighted score", "share of voters agreeing", "threshold")
 _WIDTH = 640
 _LABEL_CHARS = 48
+_EDGE_GAP = 0.06
+"""How far (in the graph's units, the circle's radius is 1) an edge sits right of its axis."""
 
 
 @dataclass(frozen=True)
@@ -293,12 +295,16 @@ def _edges(m: ReportModel, at: dict[str, tuple[float, float]]) -> list[dict[str,
             topics.setdefault((e.from_, e.to), []).append(e.topic)
     out = []
     for (a, b), ts in topics.items():
-        (x, y), (x2, y2) = at[a], at[b]
-        dx, dy = x2 - x, y2 - y
+        (xa, ya), (xb, yb) = at[a], at[b]
+        dx, dy = xb - xa, yb - ya
+        length = math.hypot(dx, dy) or 1.0
+        # A→B and B→A run side by side: each is shifted to its own right.
+        nx, ny = dy / length, -dx / length
+        x, y = xa + nx * _EDGE_GAP, ya + ny * _EDGE_GAP
         out.append({
-            "x": x, "y": y, "x2": x2, "y2": y2,
-            "mx": x + dx * 0.5, "my": y + dy * 0.5,
-            "ax": x + dx * 0.82, "ay": y + dy * 0.82,
+            "x": x, "y": y, "x2": xb + nx * _EDGE_GAP, "y2": yb + ny * _EDGE_GAP,
+            "mx": x + dx * 0.5 + nx * _EDGE_GAP * 2, "my": y + dy * 0.5 + ny * _EDGE_GAP * 2,
+            "ax": x + dx * 0.8, "ay": y + dy * 0.8,
             "angle": round(math.degrees(math.atan2(dx, dy)), 2),
             "label": _short(", ".join(dict.fromkeys(ts)), 36),
         })
