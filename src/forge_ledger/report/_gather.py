@@ -129,7 +129,11 @@ def _document(state: SessionState) -> Document | None:
 def _segments(text: str) -> list[str]:
     """The text cut into sentences, headings, list items and table rows, concatenating back to
     it exactly. A line wrapped inside a paragraph or list item does not end a piece; blank
-    lines stay with the piece before them."""
+    lines stay with the piece before them.
+
+    Only needed while no lineage of the document is recorded: a lineage gives its own
+    sentences (with their origins), and those replace these pieces.
+    """
     out: list[str] = []
     current = ""
     lines = text.splitlines(keepends=True)
