@@ -1,0 +1,113 @@
+"""``forge-ledger report``: the audit as one self-contained HTML page.
+
+The page (charts, the document with its provenance, the audit's findings) is written to a
+file beside the store by default, or to ``-o FILE`` (``-o -`` for stdout). The charting and
+template libraries are imported only here, when the command runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from ..clock import SystemClock
+from ..errors import ChainBrokenError, ConfigError, UsageError
+from ..ledger import Ledger
+from ..ledger.store import DEFAULT_STORE
+from . import cli
+from ._common import emit_json, err_console, hmac_key, json_option, open_ledger, store_option
+
+__all__ = ["report"]
+
+REPORTS_DIR = "reports"
+"""Folder beside the store where reports go when no ``-o`` is given."""
+
+
+@cli.command()
+@click.argument("session")
+@click.option("-o", "--output", default=None, metavar="FILE.html",
+              help="Where to write the page ('-' for stdout) "
+              "[default: reports/<slug>-<id>.html beside the store].")
+@click.option("--at-iteration", type=click.IntRange(min=1), default=None, metavar="K",
+              help="The session as it was at the end of iteration K.")
+@store_option
+@json_option
+def report(
+    session: str, output: str | None, at_iteration: int | None, store: str | None,
+    as_json: bool,
+) -> None:
+    """Write SESSION as one HTML page: charts, the document with provenance, the audit.
+
+    The file is self-contained (no script, nothing fetched): open it from disk, mail it,
+    attach it to a review. It records whether the hash chain verified and the seal checked
+    (with FORGE_LEDGER_HMAC_KEY set, the seal's HMAC too). Exits 1 after writing the page
+    when the chain does not verify.
+    """
+    if as_json and output == "-":
+        raise UsageError("--json and '-o -' both write to stdout", hint="give a file with -o")
+    try:
+        from ..report import gather, render_html
+    except ModuleNotFoundError as e:
+        raise ConfigError(
+            f"the report needs the 'report' extra ({e.name} is not installed)",
+            hint="pip install 'forge-ledger[report]'",
+        ) from None
+    with open_ledger(store, create=False) as ledger, err_console.status("rendering the report…"):
+        model = gather(ledger, session, at_iteration, key=hmac_key(),
+                       checked_at=SystemClock().now())
+        html = render_html(model)
+        target = None if output == "-" else _target(ledger, output, model.slug,
+                                                    model.session_id, at_iteration)
+    if target is None:
+        sys.stdout.write(html)
+    else:
+        _write(target, html)
+    size = len(html.encode("utf-8"))
+    if as_json:
+        emit_json({
+            "session_id": model.session_id, "path": str(target), "bytes": size,
+            "position": model.position, "head_hash": model.head_hash,
+            "chain_ok": model.integrity.chain_ok, "sealed": model.integrity.sealed,
+        })
+    elif target is not None:
+        click.echo(str(target))
+        err_console.print(f"report of {model.session_id[:8]} as of event {model.position}: "
+                          f"{size / 1024:.0f} KB", markup=False, highlight=False)
+    if not model.integrity.chain_ok:
+        raise ChainBrokenError(
+            f"the chain of {model.session_id} is broken at event "
+            f"{model.integrity.first_bad_position}: {model.integrity.problem}",
+            hint="the report says so; restore the store from a backup",
+        )
+
+
+def _target(
+    ledger: Ledger, output: str | None, slug: str, session_id: str, at_iteration: int | None
+) -> Path:
+    if output is not None:
+        return Path(output)
+    loc = ledger.location
+    home = loc.path.parent if loc.kind == "sqlite" and loc.path is not None else (
+        DEFAULT_STORE.parent
+    )
+    safe = re.sub(r"[^a-z0-9-]+", "-", slug.lower()).strip("-")[:60] or "session"
+    suffix = f"-it{at_iteration}" if at_iteration is not None else ""
+    return home / REPORTS_DIR / f"{safe}-{session_id[:8]}{suffix}.html"
+
+
+def _write(target: Path, html: str) -> None:
+    """Write atomically: a reader never sees half a page."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=target.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(html)
+        os.replace(tmp, target)
+    except OSError as e:
+        raise UsageError(f"cannot write {target}: {e.strerror or e}",
+                         hint="choose another file with -o") from None

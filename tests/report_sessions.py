@@ -1,0 +1,41 @@
+"""Sessions for the report's tests, built through the aggregate and saved to a real ledger.
+
+``audited`` is the audit's three-iteration session (dissent left open, a failed call, a human
+steer, a conformity flip). ``hostile`` puts markup in everything a model or a person can
+write: the topic, a dissent topic and the document itself.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from forge_ledger.clock import FixedStepClock
+from forge_ledger.domain.values import RoundKind, SessionStatus, Stance
+from forge_ledger.ledger import Ledger
+from promises_builder import THREE_ITERATIONS, Iteration, SessionBuilder, build
+
+SCRIPT = "<script>document.title='pwned'</script>"
+IMG = '<img src=x onerror="document.title=\'pwned\'">'
+HOSTILE_DOC = (
+    f"# Limits {SCRIPT}\n\nEvery key gets a bucket. {IMG} Bursts are capped at 2x.\n"
+    "Headers say what is left."
+)
+
+
+def audited(ledger: Ledger, sid: uuid.UUID) -> None:
+    ledger.save(build(sid, THREE_ITERATIONS))
+
+
+def hostile(ledger: Ledger, sid: uuid.UUID) -> None:
+    b = SessionBuilder(sid, clock=FixedStepClock(), title=f"Rate limits {SCRIPT}")
+    b.iterate(
+        Iteration(
+            votes={"alice": Stance.AGREE, "bob": Stance.DISAGREE, "carol": Stance.AGREE},
+            open_dissent=[("d1", f"bursts {IMG}", "bob")],
+            synthesis=False,
+        )
+    )
+    b.iteration += 1
+    b.simple_round(RoundKind.SYNTHESIS, {"carol": HOSTILE_DOC})
+    b.finish(SessionStatus.COMPLETE)
+    ledger.save(b.agg)

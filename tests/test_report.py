@@ -1,0 +1,402 @@
+"""``report``: the page's content against the ledger, the page's self-containment and safety,
+its size on a 50-round session, and the command (real subprocesses, real stores)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sqlite3
+import subprocess
+import sys
+import uuid
+from html.parser import HTMLParser
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from forge_ledger.audit import audit_report
+from forge_ledger.clock import FixedStepClock
+from forge_ledger.ledger import Ledger
+from forge_ledger.report import ReportModel, gather, render_html
+from forge_ledger.report._gather import _segments
+from forge_ledger.report._model import ContributionRef, Sentence
+from helpers_sessions import build_session, seal_session
+from promises_builder import SessionBuilder
+from report_sessions import HOSTILE_DOC, IMG, SCRIPT, audited, hostile
+
+SID = uuid.UUID(int=11)
+CONSOLE_SCRIPT = str(Path(sys.executable).parent / "forge-ledger")
+KEY = "report-test-key"
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [CONSOLE_SCRIPT, *args], capture_output=True, text=True, timeout=240, env=env,
+        check=False,
+    )
+
+
+def _one_error_line(stderr: str) -> str:
+    lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    return lines[0]
+
+
+class _Tags(HTMLParser):
+    """Every element and attribute of a page, as a browser's tokenizer would see them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, attrs))
+
+
+def _tags(html: str) -> list[tuple[str, list[tuple[str, str | None]]]]:
+    p = _Tags()
+    p.feed(html)
+    return p.tags
+
+
+@pytest.fixture(scope="module")
+def audited_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("report") / "ledger.sqlite"
+    with Ledger(str(path)) as ledger:
+        audited(ledger, SID)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model(audited_store: Path) -> ReportModel:
+    with Ledger(str(audited_store), create=False) as ledger:
+        return gather(ledger, SID)
+
+
+@pytest.fixture(scope="module")
+def page(model: ReportModel) -> str:
+    return render_html(model)
+
+
+# --------------------------------------------------------------------------- content
+
+
+def test_the_model_says_what_the_ledger_says(audited_store: Path, model: ReportModel) -> None:
+    with Ledger(str(audited_store), create=False) as ledger:
+        state = ledger.state(SID)
+        events = list(ledger.events(SID))
+    assert (model.session_id, model.head_hash, model.position) == (
+        str(SID), state.head_hash, state.version
+    )
+    assert [(c.round, c.weighted_score, c.majority_agrees) for c in model.consensus] == [
+        (c.round, c.score, c.majority_agrees) for c in state.convergence
+    ]
+    votes = {e.position: e.data for e in events if e.type == "VoteRecorded"}
+    assert {s.position for s in model.stances} == set(votes)
+    for s in model.stances:
+        assert votes[s.position]["participant"] == s.participant
+    assert [(d.id, d.status) for d in model.dissent] == [
+        (d.id, d.status.value) for d in state.divergences
+    ]
+    assert sum(u.input_tokens for u in model.usage_by_round) == state.tokens.input
+    assert sum(u.cost_usd for u in model.usage_by_participant) == pytest.approx(state.cost_usd)
+    audit = audit_report(events, state)
+    assert [(f.participant, f.round) for f in model.conformity] == [
+        (s.participant, s.to_round) for s in audit.conformity_flags
+    ] and model.conformity  # bob's flip with nothing said in between
+    assert [f.position for f in model.failed_calls] == [f.position for f in state.failures]
+    assert [h.text for h in model.human_interventions] == ["Focus on distributed deployments."]
+    assert {m.divergence_id for m in model.minority_report if m.source == "dissent"} == {"d1"}
+    assert model.integrity.chain_ok and model.integrity.events_checked == state.version
+    # what no analysis provides yet stays empty, never invented
+    assert not model.influence and not model.influence_available
+    assert model.self_preference is None and model.deliberation_effect is None
+
+
+def test_the_document_is_the_document_source_cut_into_sentences(
+    audited_store: Path, model: ReportModel
+) -> None:
+    with Ledger(str(audited_store), create=False) as ledger:
+        state = ledger.state(SID)
+    found = state.document_source
+    assert found is not None and model.document is not None
+    rnd, c = found
+    doc = model.document
+    assert doc.text == c.response.content == state.latest_text
+    assert (doc.source.participant, doc.source.round, doc.source.position) == (
+        c.participant, rnd.number, c.position
+    )
+    assert "".join(s.text for s in doc.sentences) == doc.text
+    assert all(s.origin is None for s in doc.sentences) and not doc.lineage_available
+
+
+def test_as_of_an_iteration(audited_store: Path) -> None:
+    with Ledger(str(audited_store), create=False) as ledger:
+        m = gather(ledger, str(SID)[:8], at_iteration=1)
+        end = ledger.position_of_iteration(SID, 1)
+        head = ledger.head_version(SID)
+    assert (m.position, m.total_events, m.at_iteration) == (end, head, 1)
+    assert [c.iteration for c in m.consensus] == [1]
+    assert m.document is not None and m.document.text == "Synthesis 1: merge critiques"
+
+
+@given(st.text(alphabet=st.sampled_from("ab .!?:\n\r\t#-|1)…é\u2028"), max_size=80))
+def test_sentences_cover_the_text_exactly(text: str) -> None:
+    pieces = _segments(text)
+    assert "".join(pieces) == text
+    assert all(pieces)
+
+
+# --------------------------------------------------------------------------- the page
+
+
+def test_the_page_is_self_contained(page: str, model: ReportModel) -> None:
+    tags = _tags(page)
+    csp = [dict(a).get("content") for t, a in tags if t == "meta"
+           and dict(a).get("http-equiv") == "Content-Security-Policy"]
+    assert csp and "default-src 'none'" in (csp[0] or "") and "script-src" not in (csp[0] or "")
+    assert not [t for t, _ in tags if t in ("script", "link", "iframe", "object", "embed")]
+    for t, attrs in tags:
+        for name, value in attrs:
+            if name in ("src", "href", "xlink:href", "action"):
+                assert value is not None and value.startswith("#"), (t, name, value)
+    assert "url(" not in page and "@import" not in page
+    figures = re.findall(r'<figure class="chart" id="chart-(\w+)".*?</figure>', page, re.S)
+    assert figures == ["consensus", "stances", "dissent", "influence", "usage"]
+    assert page.count("<svg") >= 5
+    assert model.session_id in page and model.head_hash in page
+    sections = dict(re.findall(r'<section id="(\w+)".*?>(.*?)</section>', page, re.S))
+    assert "429 too many requests" in sections["failures"]
+    assert "Focus on distributed deployments." in sections["human"]
+    assert "<td>bob</td>" in sections["conformity"]
+    assert "dissent d1" in sections["minority"]
+    for part in ("effect", "influence"):
+        assert "not available" in sections[part]
+
+
+def test_model_text_never_becomes_markup(tmp_path: Path) -> None:
+    sid = uuid.UUID(int=12)
+    with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
+        hostile(ledger, sid)
+        m = gather(ledger, sid)
+    assert m.document is not None and m.document.text == HOSTILE_DOC
+    html = render_html(m)
+    tags = _tags(html)
+    assert not [t for t, _ in tags if t in ("script", "img")]
+    assert not [(t, n) for t, a in tags for n, _ in a if n.startswith("on")]
+    assert "&lt;script&gt;" in html and "onerror=" in html  # shown as text, escaped
+    assert SCRIPT not in html and IMG not in html
+
+
+def _replay_bench() -> ModuleType:
+    """The replay benchmark's session generator: the real orchestrator, ~2 KB answers."""
+    path = Path(__file__).resolve().parents[1] / "bench" / "replay_bench.py"
+    spec = importlib.util.spec_from_file_location("report_replay_bench", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_fifty_round_session_stays_under_5_mb(tmp_path: Path) -> None:
+    with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
+        sid = _replay_bench().build_session(ledger, 50)
+        m = gather(ledger, sid)
+    assert m.rounds == 50 and len(m.consensus) >= 10
+    html = render_html(m)
+    size = len(html.encode("utf-8"))
+    assert size < 5_000_000, size
+    assert len(m.usage_by_round) == m.rounds
+    for r in m.usage_by_round:
+        assert f"<td>round {r.round} (it {r.iteration})</td>" in html
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def test_report_writes_beside_the_store(audited_store: Path, tmp_path: Path) -> None:
+    store = tmp_path / "ledger.sqlite"
+    store.write_bytes(audited_store.read_bytes())
+    proc = _run("report", str(SID)[:8], "--store", str(store), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    path = Path(doc["path"])
+    assert path.parent == tmp_path / "reports" and path.name.endswith(f"-{str(SID)[:8]}.html")
+    assert path.stat().st_size == doc["bytes"]
+    assert doc["chain_ok"] is True and doc["session_id"] == str(SID)
+    assert path.read_text("utf-8").startswith("<!DOCTYPE html>")
+
+    out = _run("report", str(SID), "--store", str(store), "-o", "-", "--at-iteration", "2")
+    assert out.returncode == 0, out.stderr
+    with Ledger(str(store), create=False) as ledger:
+        head_2 = ledger.state(SID, at_iteration=2).head_hash
+    assert f'id="head-hash">{head_2}<' in out.stdout
+
+
+def test_report_user_errors_are_one_line(audited_store: Path, tmp_path: Path) -> None:
+    store = str(audited_store)
+    bad_iteration = _run("report", str(SID), "--store", store, "--at-iteration", "9")
+    assert bad_iteration.returncode == 2
+    assert "no iteration 9" in _one_error_line(bad_iteration.stderr)
+    unknown = _run("report", "ffffffff", "--store", store)
+    assert unknown.returncode == 2 and "no session" in _one_error_line(unknown.stderr)
+    both = _run("report", str(SID), "--store", store, "--json", "-o", "-")
+    assert both.returncode == 2 and "--json" in _one_error_line(both.stderr)
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    unwritable = _run("report", str(SID), "--store", store, "-o", str(blocked / "r.html"))
+    assert unwritable.returncode == 2 and "cannot write" in _one_error_line(unwritable.stderr)
+
+
+def test_a_broken_chain_is_reported_in_the_page_and_the_exit_code(
+    audited_store: Path, tmp_path: Path
+) -> None:
+    store = tmp_path / "ledger.sqlite"
+    store.write_bytes(audited_store.read_bytes())
+    with Ledger(str(store), create=False) as ledger:
+        pos = next(e.position for e in ledger.events(SID) if e.type == "ContributionRecorded")
+    con = sqlite3.connect(store, isolation_level=None)
+    con.execute(
+        "UPDATE stored_events SET state = CAST(json_set(CAST(state AS TEXT), "
+        "'$.data.response.content', 'quietly changed') AS BLOB) "
+        "WHERE originator_id = ? AND originator_version = ?",
+        (SID.hex, pos),
+    )
+    con.close()
+    out = tmp_path / "r.html"
+    proc = _run("report", str(SID), "--store", str(store), "-o", str(out))
+    assert proc.returncode == 1
+    assert f"broken at event {pos}" in _one_error_line(proc.stderr.split("\n", 1)[-1])
+    page = out.read_text("utf-8")
+    assert 'id="chain">chain broken<' in page and f"broken at event {pos}" in page
+
+
+def test_the_seal_and_its_hmac_are_checked_with_the_key(tmp_path: Path) -> None:
+    store = tmp_path / "ledger.sqlite"
+    with Ledger(str(store)) as ledger:
+        built = build_session(ledger, iterations=1, participants=2, converge=True)
+        seal_session(ledger, built.id, clock=FixedStepClock(), key=KEY.encode())
+    env = {k: v for k, v in __import__("os").environ.items() if k != "FORGE_LEDGER_HMAC_KEY"}
+    out = tmp_path / "r.html"
+    keyed = _run("report", str(built.id), "--store", str(store), "-o", str(out),
+                 env={**env, "FORGE_LEDGER_HMAC_KEY": KEY})
+    assert keyed.returncode == 0, keyed.stderr
+    assert "its HMAC matches the key" in out.read_text("utf-8")
+    unkeyed = _run("report", str(built.id), "--store", str(store), "-o", str(out), env=env)
+    assert unkeyed.returncode == 0, unkeyed.stderr
+    assert "HMAC not checked (no key given)" in out.read_text("utf-8")
+    wrong = _run("report", str(built.id), "--store", str(store), "-o", str(out),
+                 env={**env, "FORGE_LEDGER_HMAC_KEY": "another key"})
+    assert wrong.returncode == 1 and "HMAC" in wrong.stderr
+
+
+_DRIVER = """
+import sys
+from forge_ledger.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as e:
+    code = e.code
+else:
+    code = 0
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("altair", "vl_convert", "jinja2"))
+lite = sorted(m for m in sys.modules if m.split(".")[0] == "litellm")
+sys.stderr.write(f"\\nEXIT={code} HEAVY={len(heavy)} LITELLM={len(lite)}\\n")
+"""
+
+
+@pytest.mark.parametrize(
+    ("command", "heavy"),
+    [(["sessions", "--json"], 0), (["verify", "{sid}"], 0), (["audit", "{sid}", "--json"], 0),
+     (["report", "{sid}", "-o", "{out}"], 1)],
+)
+def test_only_report_imports_the_chart_libraries(
+    command: list[str], heavy: int, audited_store: Path, tmp_path: Path
+) -> None:
+    args = [c.format(sid=SID, out=tmp_path / "r.html") for c in command]
+    proc = subprocess.run(
+        [sys.executable, "-c", _DRIVER, *args, "--store", str(audited_store)],
+        capture_output=True, text=True, timeout=240, check=False,
+    )
+    assert "EXIT=0 " in proc.stderr, proc.stderr
+    assert ("HEAVY=0" in proc.stderr) == (heavy == 0), proc.stderr
+    assert "LITELLM=0" in proc.stderr, proc.stderr
+
+
+def test_report_on_both_stores(store_url: str, tmp_path: Path) -> None:
+    with Ledger(store_url) as ledger:
+        audited(ledger, SID)
+    out = tmp_path / "r.html"
+    proc = _run("report", str(SID), "--store", store_url, "-o", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    with Ledger(store_url, create=False) as ledger:
+        head = ledger.state(SID).head_hash
+    assert json.loads(proc.stdout)["head_hash"] == head
+    assert f'id="head-hash">{head}<' in out.read_text("utf-8")
+
+
+def test_a_session_with_no_round_yet_still_renders(tmp_path: Path) -> None:
+    sid = uuid.UUID(int=13)
+    with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
+        ledger.save(SessionBuilder(sid, clock=FixedStepClock()).agg)
+        m = gather(ledger, sid)
+    assert m.rounds == 0 and m.document is None and not m.consensus
+    html = render_html(m)
+    assert len(re.findall(r'<figure class="chart"', html)) == 5 and html.count("<svg") >= 5
+    for message in ("No document yet", "no convergence vote yet", "no vote recorded yet",
+                    "no dissent recorded", "no model call yet", "no influence recorded"):
+        assert message in html, message
+
+
+def test_the_share_agreeing_is_the_engines_plain_majority(model: ReportModel) -> None:
+    assert model.consensus
+    for c in model.consensus:
+        assert (c.agree_share > 0.5) == c.majority_agrees
+
+
+def test_parts_no_analysis_provides_yet_render_when_provided(model: ReportModel) -> None:
+    """Influence, lineage, self-preference and the effect of deliberation, once filled in."""
+    assert model.document is not None
+    src = model.document.source
+    alice = ContributionRef(participant="alice", round=1, kind="draft", iteration=1, position=4)
+    first, *rest = model.document.sentences
+    lineage = model.document.model_copy(update={
+        "lineage_available": True,
+        "sentences": (
+            first.model_copy(update={"origin": alice, "revisions": (src,),
+                                     "answers": ("bob: bursts unbounded",)}),
+            *rest,
+        ),
+        "dropped": (Sentence(text="Limits are per IP.", origin=alice, revisions=(src,)),),
+    })
+    filled = ReportModel.model_validate({
+        **model.model_dump(by_alias=True),
+        "document": lineage.model_dump(by_alias=True),
+        "influence": [{"from": "bob", "to": "carol", "round": 3, "topic": "burst limits",
+                       "quote": "bursts unbounded", "position": 9}],
+        "influence_available": True,
+        "self_preference": [{"participant": "alice", "own_mean": 80.0, "others_mean": 55.5}],
+        "deliberation_effect": {
+            "first_majority_agrees": False, "final_outcome": "converged",
+            "score_and_majority_disagreed": True, "document_similarity": [[2, 0.42]],
+            "conformity_rate": 0.5, "dissent_resolved": 1, "dissent_open": 1,
+        },
+        "anonymized": True, "labels": {"Response A": "alice"},
+    })
+    html = render_html(filled)
+    sections = dict(re.findall(r'<section id="(\w+)".*?>(.*?)</section>', html, re.S))
+    influence = sections["influence"]
+    assert "not available" not in influence and "no influence recorded" not in influence
+    assert "burst limits" in influence.split("<table", 1)[0]  # the edge's label, in the SVG
+    assert "<td>bursts unbounded</td>" in influence
+    doc = sections["document"]
+    assert "Introduced by:</b> draft by alice, round 1, iteration 1, event 4" in doc
+    assert "bob: bursts unbounded" in doc and "Limits are per IP." in doc
+    effect = sections["effect"]
+    assert "not available" not in effect
+    assert "does not agree" in effect and "50%" in effect and "0.42" in effect
+    assert "80.0" in effect and "55.5" in effect and "Response A = alice" in effect
