@@ -14,7 +14,6 @@ import sys
 from typing import Any
 
 import click
-from rich.markdown import Markdown
 from rich.table import Table
 
 from ..audit import audit_report, render_markdown
@@ -31,6 +30,8 @@ from ._common import (
     json_option,
     open_ledger,
     out_console,
+    print_markdown,
+    print_table,
     store_option,
 )
 
@@ -145,7 +146,7 @@ def _print_diff(d: SessionDiff) -> None:
         table.add_row(str(k), "A=B" if same else "A", *_point_cells(a), end_section=same)
         if not same:
             table.add_row("", "B", *_point_cells(b), end_section=True)
-    out_console.print(table)
+    print_table(table)
     if d.common_ancestor:
         out_console.print(f"shared history up to {d.common_ancestor}")
     if not d.ems_available:
@@ -190,7 +191,7 @@ def audit(session: str, as_markdown: bool, store: str | None, as_json: bool) -> 
     elif as_markdown:
         sys.stdout.write(render_markdown(report))
     else:
-        out_console.print(Markdown(render_markdown(report)))
+        print_markdown(render_markdown(report))
 
 
 # --------------------------------------------------------------------------- seal

@@ -27,7 +27,15 @@ from ..projections import (
     open_views,
 )
 from . import cli
-from ._common import emit_json, err_console, json_option, open_ledger, out_console, store_option
+from ._common import (
+    emit_json,
+    err_console,
+    json_option,
+    open_ledger,
+    out_console,
+    print_table,
+    store_option,
+)
 
 __all__ = ["dissent", "projections", "trail"]
 
@@ -64,7 +72,7 @@ def projections_status(store: str | None, as_json: bool) -> None:
             else "current"
         )
         table.add_row(r.name, str(r.version), str(j["position"]), str(r.head), str(r.lag), state)
-    out_console.print(table)
+    print_table(table)
 
 
 @contextmanager
@@ -172,7 +180,7 @@ def dissent(session: str, include_closed: bool, store: str | None, as_json: bool
             "; ".join(f"{p}: {s}" for p, s, _ in e.positions),
             " → ".join(f"{s.status}@{s.position}" for s in e.lifecycle),
         )
-    out_console.print(table)
+    print_table(table)
 
 
 @cli.command()
@@ -206,7 +214,7 @@ def trail(session: str, store: str | None, as_json: bool) -> None:
             pre = f"{v.preceded_by.kind} r{v.preceded_by.number}" if v.preceded_by else ""
             table.add_row(v.participant, v.stance, str(v.score), "; ".join(v.concerns),
                           change, pre, "conformity" if v.conformity else "")
-        out_console.print(table)
+        print_table(table)
         if r.conformity:
             out_console.print(
                 f"conformity (stance changed with no new argument): {', '.join(r.conformity)}"
