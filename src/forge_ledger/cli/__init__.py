@@ -17,14 +17,20 @@ from ..errors import ForgeLedgerError
 __all__ = ["cli", "main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    invoke_without_command=True,
+)
 @click.version_option(__version__, prog_name="forge-ledger")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """forge-ledger: multi-model deliberations recorded in a hash-chained event ledger.
 
     Every round, contribution, vote and dissent is an immutable event; sessions can be
     replayed without calling a model, audited, and inspected as of any past point.
     """
+    if ctx.invoked_subcommand is None:  # bare `forge-ledger`: the help, as a success
+        click.echo(ctx.get_help())
 
 
 def _register() -> None:
@@ -47,7 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="forge-ledger", standalone_mode=False)
     except ForgeLedgerError as e:
-        click.echo(f"error: {e.one_line()}", err=True)
+        for line in e.lines():
+            click.echo(f"error: {line}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)

@@ -25,6 +25,7 @@ from ..orchestrator.live import (
     RoundStartedLive,
     SessionFinished,
 )
+from ._common import money
 
 __all__ = ["LiveView"]
 
@@ -39,8 +40,12 @@ class _Row:
 
 
 class LiveView:
-    def __init__(self, console: Console, *, enabled: bool = True) -> None:
+    def __init__(
+        self, console: Console, *, enabled: bool = True, unpriced: frozenset[str] = frozenset()
+    ) -> None:
         self.console = console
+        self.unpriced = unpriced
+        """Participants whose model has no known price: their cost shows as ``unpriced``."""
         self.enabled = enabled
         self.interactive = enabled and console.is_terminal
         self._live: Live | None = None
@@ -89,9 +94,10 @@ class LiveView:
             row.cost += event.cost_usd
             if not self.interactive:
                 detail = f" ({event.detail})" if event.detail else ""
+                cost = money(event.cost_usd, unpriced=event.participant in self.unpriced)
                 self.console.print(
                     f"  {event.participant}: {row.status}, {event.tokens.total} tokens, "
-                    f"${event.cost_usd:.4f}{detail}"
+                    f"{cost}{detail}"
                 )
         elif isinstance(event, ErrorRaised):
             row = self._rows.setdefault(event.participant, _Row())
@@ -105,7 +111,10 @@ class LiveView:
             if event.score is not None:
                 majority = "yes" if event.majority_agrees else "no"
                 extra = f" · weighted score {event.score:.2f} · majority agrees: {majority}"
-            line = f"{self._round} done · session cost ${event.session_cost_usd:.4f}{extra}"
+            if not self._round:  # resumed inside a round: no RoundStartedLive was seen
+                self._round = f"round {event.round} · {event.kind.value}"
+            cost = money(event.session_cost_usd, unpriced=bool(self.unpriced))
+            line = f"{self._round} done · session cost {cost}{extra}"
             if self._live is not None:
                 self._live.console.print(line)
             else:
@@ -124,5 +133,6 @@ class LiveView:
         for name, row in self._rows.items():
             tail = " ".join(row.tail.split())[-80:]
             table.add_row(name, row.status, str(row.chars), tail)
-        header = Text(f"{self._round or 'starting'} · cost ${self._cost:.4f}", style="bold")
+        cost = money(self._cost, unpriced=bool(self.unpriced))
+        header = Text(f"{self._round or 'starting'} · cost {cost}", style="bold")
         return Group(header, table)
