@@ -188,14 +188,18 @@ def check_participants(
     the participants); ``given`` names the :class:`SessionConfig` fields the user set. With
     ``max_cost_usd`` among them every model needs a price, unless ``allow_unpriced``.
     """
-    budget_set = "max_cost_usd" in given
+    needs_price = (
+        "max_cost_usd" in given
+        and not allow_unpriced
+        and (config is None or config.max_cost_usd > 0)  # a zero budget is reported as such
+    )
     problems = [] if config is None else check_session(config, participants, given)
     problems += _url_problems(participants)
     for p in participants:
         if p.api_base and bad_api_base(p.api_base):
             continue
         problem = _key_problem(p)
-        if problem is None and budget_set and not allow_unpriced:
+        if problem is None and needs_price:
             problem = _price_problem(p)
         if problem is not None:
             problems.append(problem)
