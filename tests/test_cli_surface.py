@@ -373,3 +373,80 @@ def test_browse_serves_canned_queries_for_any_store_name(recorded: Recorded) -> 
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+# --------------------------------------------------------------------------- 14.6
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _json(*args: str) -> Any:
+    proc = cli(*args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_after_back_show_and_the_jump_summary_agree(tmp_path: Path) -> None:
+    """Paused in iteration 2, back 1: the summary's EMS is the session's EMS now and at the
+    end of iteration 1 (a divergence addressed in the undone iteration no longer counts)."""
+    script = {n: voice(n) for n in NAMES[:-1]}
+    script["dov"] = voice("dov", vote=vote_json(False, "disagree", 40, ["retention"]), before=[
+        {"match": "· convergence · iteration 1",
+         "content": vote_json(False, "strongly_disagree", 30, ["retention"])},
+        {"match": "· refinement ·",
+         "content": opinion_json("disagree", ["retention"], ["retention"])},
+    ])
+    store = str(tmp_path / "back.sqlite")
+    with FakeOpenAIServer(script) as server:
+        pfile = write_participants(tmp_path / "p.yaml", server.url, NAMES)
+        sid = _json("run", "Go back", "--participants", str(pfile), "--attended",
+                    "--max-rounds", "20", "--store", store)["session_id"]
+        assert cli("answer", sid, "keep going", "--store", store).returncode == 0
+        assert _json("resume", sid, "--store", store)["iterations"] == 2
+    before = _json("show", sid, "--store", store)
+    at_1 = _json("show", sid, "--at-iteration", "1", "--store", store)
+    jump = _json("back", sid, "1", "--store", store)
+    now = _json("show", sid, "--store", store)
+    assert jump["ems_before"] == before["ems"]
+    assert jump["ems_after"] == at_1["ems"] == now["ems"]
+    assert jump["phase_after"] == at_1["phase"] == now["phase"]
+    assert now["iteration"] == 1 and now["status"] == "paused"
+
+
+def test_back_on_an_ended_session_says_to_fork(
+    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_openai.set_script({"ana": voice("ana"), "ben": voice("ben")})
+    store = str(tmp_path / "ended.sqlite")
+    code, out, _ = run_cli(capsys, "run", "Ended", "-m", "openai/ana", "-m", "openai/ben",
+                           "--api-base", fake_openai.url, "--store", store, "--json")
+    assert code == 0
+    sid = one_json(out)["session_id"]
+    proc = cli("back", sid, "--store", store)
+    assert proc.returncode == 2
+    line = assert_one_error_line(proc.stderr)
+    assert "converged" in line and f"forge-ledger fork {sid[:8]} --at-iteration 1" in line
+
+
+def test_imported_phase_is_the_one_shown_and_re_exported(tmp_path: Path) -> None:
+    import yaml
+
+    source = FIXTURES / "seed_panel.yaml"
+    phase = yaml.safe_load(source.read_text("utf-8"))["session"]["phase"]
+    store = str(tmp_path / "imp.sqlite")
+    sid = _json("import", str(source), "--store", store)["session_id"]
+    out = tmp_path / "again.yaml"
+    assert cli("export", sid, "-o", str(out), "--store", store).returncode == 0
+    shown = _json("show", sid, "--store", store)["phase"]
+    exported = yaml.safe_load(out.read_text("utf-8"))["session"]["phase"]
+    assert shown == exported == phase
+
+
+def test_importing_an_export_keeps_the_title(recorded: Recorded, tmp_path: Path) -> None:
+    out = tmp_path / "run.yaml"
+    assert cli("export", recorded.session_id, "-o", str(out), "--store", recorded.store
+               ).returncode == 0
+    title = _json("show", recorded.session_id, "--store", recorded.store)["title"]
+    store = str(tmp_path / "other.sqlite")
+    sid = _json("import", str(out), "--store", store)["session_id"]
+    assert _json("show", sid, "--store", store)["title"] == title == f"Retries {HOSTILE}"
