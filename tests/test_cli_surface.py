@@ -452,3 +452,31 @@ def test_importing_an_export_keeps_the_title(recorded: Recorded, tmp_path: Path)
     store = str(tmp_path / "other.sqlite")
     sid = _json("import", str(out), "--store", store)["session_id"]
     assert _json("show", sid, "--store", store)["title"] == title == f"Retries {HOSTILE}"
+
+
+def test_resume_checks_added_participants_before_they_join(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    store = str(tmp_path / "imp.sqlite")
+    sid = _json("import", str(FIXTURES / "seed_standard.yaml"), "--store", store)["session_id"]
+    events = len(_json("log", sid, "--store", store))
+    proc = subprocess.run(
+        [CONSOLE_SCRIPT, "resume", sid, "-m", "gpt-4o-mini", "-m", "openai/local",
+         "--api-base", "localhost:8000", "--store", store],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    assert lines == [
+        "error: api_base 'localhost:8000' (of gpt-4o-mini, local) is not a URL; give "
+        "http(s)://host[:port]/…, e.g. --api-base http://127.0.0.1:8000/v1",
+    ]
+    assert len(_json("log", sid, "--store", store)) == events  # nobody joined
+
+
+def test_diff_prints_dissent_topics_whole_when_piped(recorded: Recorded) -> None:
+    proc = cli("diff", recorded.session_id, recorded.session_id, "--store", recorded.store)
+    assert proc.returncode == 0, proc.stderr
+    with Ledger(recorded.store, create=False) as ledger:
+        topics = [d.topic for d in ledger.state(recorded.session_id).open_divergences]
+    assert topics and all(t in proc.stdout for t in topics)
+    assert "\x1b[" not in proc.stdout and "…" not in proc.stdout

@@ -182,6 +182,7 @@ def summary(ledger: Ledger, state: SessionState) -> dict[str, Any]:
         "rounds": len(state.rounds),
         "events": state.version,
         "cost_usd": round(state.cost_usd, 6),
+        "unpriced_calls": has_unpriced_calls(state),
         "converged": state.status is SessionStatus.CONVERGED,
         "pending_questions": list(state.pending_questions),
     }
