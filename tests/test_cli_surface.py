@@ -54,10 +54,17 @@ def _script() -> dict[str, Any]:
     return script
 
 
-def cli(*args: str, env: dict[str, str] | None = None,
-        timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
+        cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([CONSOLE_SCRIPT, *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+                          timeout=timeout, env={**os.environ, **(env or {})}, cwd=cwd)
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions run here write their YAML exports under the current directory: keep them out
+    of the checkout."""
+    monkeypatch.chdir(tmp_path)
 
 
 class Recorded:
@@ -73,7 +80,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         pfile = write_participants(tmp / "p.yaml", server.url, NAMES)
         store = str(tmp / "team.sqlite")
         proc = cli("run", f"Retries {HOSTILE}", "--participants", str(pfile), "--attended",
-                   "--store", store, "--json")
+                   "--store", store, "--json", cwd=tmp)
         assert proc.returncode == 0, proc.stderr
         doc = json.loads(proc.stdout)
         assert doc["status"] == "paused"
