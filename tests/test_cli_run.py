@@ -166,10 +166,11 @@ def test_missing_api_key_is_one_clear_line(
         store,
         "--json",
     )
-    assert code != 0
+    assert code == 2
     line = assert_one_error_line(err)
-    assert "aborted" in line and "ANTHROPIC_API_KEY" in line
-    assert one_json(out)["status"] == "aborted"  # the session is recorded, and summarised
+    assert "ANTHROPIC_API_KEY is not set" in line and "anthropic/claude-3-5-haiku" in line
+    assert out == ""
+    assert not Path(store).exists()  # found before anything was recorded
 
 
 def test_unreachable_provider_is_one_clear_line(

@@ -157,7 +157,7 @@ def test_run_session_export_is_deterministic_and_complete(tmp_path: Path) -> Non
     assert len(contents) == len(set(contents)) and "Clarify the token storage" in contents
     assert [i["id"] for i in s["ideas"]] == list(range(1, len(contents) + 1))
     assert all(0 <= i["score"] <= 10 for i in s["ideas"])
-    assert doc.pop("ledger") == {"session_id": str(agg.id)}
+    assert doc.pop("ledger") == {"session_id": str(agg.id), "title": agg.state.topic.title}
     # the exported run session imports and exports again identically
     with Ledger(str(tmp_path / "again.sqlite")) as ledger:
         again = _export(ledger, _import(ledger, texts[0]))
@@ -195,7 +195,7 @@ def test_ledger_block_names_run_sessions_and_carries_the_seal(sqlite_url: str) -
     with Ledger(sqlite_url) as ledger:
         ledger.save(agg)
         unsealed = yaml.safe_load(_export(ledger, str(agg.id)))
-    assert unsealed["ledger"] == {"session_id": str(agg.id)}
+    assert unsealed["ledger"] == {"session_id": str(agg.id), "title": agg.state.topic.title}
     agg.finish(SessionStatus.CONVERGED, at=c.now() + timedelta(hours=1))
     agg.seal(at=c.now() + timedelta(hours=2))
     with Ledger(sqlite_url) as ledger:

@@ -38,6 +38,10 @@ class ForgeLedgerError(Exception):
         text = self.message.rstrip(".")
         return f"{text}; {self.hint}" if self.hint else text
 
+    def lines(self) -> list[str]:
+        """What the CLI prints, one ``error:`` line each (several only for lists of problems)."""
+        return [self.one_line()]
+
 
 class UsageError(ForgeLedgerError):
     """A command was given arguments that cannot work."""

@@ -18,7 +18,10 @@ from ..errors import ForgeLedgerError
 __all__ = ["cli", "main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    invoke_without_command=True,
+)
 @click.version_option(__version__, prog_name="forge-ledger")
 @click.option(
     "--home",
@@ -29,7 +32,8 @@ __all__ = ["cli", "main"]
     "[env FORGE_LEDGER_HOME; default ~/.local/share/forge-ledger]. "
     "A SQLite store's outputs always sit beside its file.",
 )
-def cli(home: Path | None) -> None:
+@click.pass_context
+def cli(ctx: click.Context, home: Path | None) -> None:
     """forge-ledger: multi-model deliberations recorded in a hash-chained event ledger.
 
     Every round, contribution, vote and dissent is an immutable event; sessions can be
@@ -38,6 +42,8 @@ def cli(home: Path | None) -> None:
     from ..ledger.outputs import set_home_override
 
     set_home_override(home)
+    if ctx.invoked_subcommand is None:  # bare `forge-ledger`: the help, as a success
+        click.echo(ctx.get_help())
 
 
 def _register() -> None:
@@ -60,7 +66,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="forge-ledger", standalone_mode=False)
     except ForgeLedgerError as e:
-        click.echo(f"error: {e.one_line()}", err=True)
+        for line in e.lines():
+            click.echo(f"error: {line}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)

@@ -11,29 +11,100 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.markdown import Markdown
+from rich.table import Table
+from rich.text import Text
 
 from ..errors import UsageError
 from ..ledger import Ledger
+
+if TYPE_CHECKING:
+    from ..domain.state import SessionState
 
 __all__ = [
     "HMAC_KEY_ENV",
     "emit_json",
     "err_console",
+    "has_unpriced_calls",
     "hmac_key",
     "json_option",
+    "money",
     "open_ledger",
     "out_console",
+    "print_markdown",
+    "print_table",
     "store_option",
+    "to_terminal",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-out_console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+out_console = Console(highlight=False, soft_wrap=True, markup=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+"""Both consoles have Rich markup off: everything printed is store, model or user text until
+proven otherwise, so ``[red]`` or ``[link=…]`` in a contribution prints as typed. Styling is
+done with :class:`~rich.text.Text` objects (or ``markup=True`` on a literal written here)."""
+
+
+# --------------------------------------------------------------------------- terminal or not
+
+
+def to_terminal(console: Console | None = None) -> bool:
+    """The one rule for how output is rendered: Rich tables and Markdown on a terminal; plain,
+    untruncated text when stdout is a pipe or a file (as ``llm`` and ``sqlite-utils`` do), so
+    ``grep``, ``cut`` and ``less`` see every character."""
+    return (console or out_console).is_terminal
+
+
+def _plain(cell: RenderableType) -> str:
+    text = cell.plain if isinstance(cell, Text) else str(cell)
+    return " ".join(text.replace("\t", " ").splitlines())
+
+
+def print_table(table: Table, console: Console | None = None) -> None:
+    """Print ``table``: boxed on a terminal; elsewhere its title, then one tab-separated line
+    for the header and for each row, with every cell whole (one line per row)."""
+    con = console or out_console
+    if to_terminal(con):
+        con.print(table)
+        return
+    lines: list[str] = []
+    if table.title:
+        lines.append(_plain(table.title))
+    if table.show_header:
+        lines.append("\t".join(_plain(c.header) for c in table.columns))
+    columns = [list(c.cells) for c in table.columns]
+    for i in range(table.row_count):
+        lines.append("\t".join(_plain(col[i]) if i < len(col) else "" for col in columns))
+    con.file.write("\n".join(lines) + "\n")
+    con.file.flush()
+
+
+def print_markdown(text: str, console: Console | None = None) -> None:
+    """Markdown rendered on a terminal, the Markdown source itself elsewhere (nothing cut)."""
+    con = console or out_console
+    if to_terminal(con):
+        con.print(Markdown(text))
+        return
+    con.file.write(text if text.endswith("\n") else text + "\n")
+    con.file.flush()
+
+
+def money(usd: float, *, unpriced: bool = False) -> str:
+    """A cost as shown everywhere: calls made at no known price (``--allow-unpriced``) are
+    ``unpriced``, never a misleading ``$0.0000``."""
+    if not unpriced:
+        return f"${usd:.4f}"
+    return "unpriced" if usd == 0 else f"${usd:.4f} + unpriced calls"
+
+
+def has_unpriced_calls(state: SessionState) -> bool:
+    """Whether any contribution of ``state`` was charged at no known price."""
+    return any(c.response.price is None for r in state.rounds for c in r.contributions)
 
 
 HMAC_KEY_ENV = "FORGE_LEDGER_HMAC_KEY"

@@ -25,6 +25,7 @@ from ..orchestrator.live import (
     RoundStartedLive,
     SessionFinished,
 )
+from ._common import money
 
 __all__ = ["LiveView"]
 
@@ -39,8 +40,12 @@ class _Row:
 
 
 class LiveView:
-    def __init__(self, console: Console, *, enabled: bool = True) -> None:
+    def __init__(
+        self, console: Console, *, enabled: bool = True, unpriced: frozenset[str] = frozenset()
+    ) -> None:
         self.console = console
+        self.unpriced = unpriced
+        """Participants whose model has no known price: their cost shows as ``unpriced``."""
         self.enabled = enabled
         self.interactive = enabled and console.is_terminal
         self._live: Live | None = None
@@ -69,6 +74,7 @@ class LiveView:
     def handle(self, event: LiveEvent) -> None:
         if not self.enabled:
             return
+        self._name_resumed_round(event)
         if isinstance(event, RoundStartedLive):
             self._round = f"round {event.round} · {event.kind.value} · iteration {event.iteration}"
             self._rows = {name: _Row() for name in event.participants}
@@ -83,16 +89,7 @@ class LiveView:
             row.chars += len(event.delta)
             row.tail = (row.tail + event.delta)[-200:]
         elif isinstance(event, ParticipantComplete):
-            row = self._rows.setdefault(event.participant, _Row())
-            row.status = "done" if event.ok else "failed"
-            row.tokens += event.tokens.total
-            row.cost += event.cost_usd
-            if not self.interactive:
-                detail = f" ({event.detail})" if event.detail else ""
-                self.console.print(
-                    f"  {event.participant}: {row.status}, {event.tokens.total} tokens, "
-                    f"${event.cost_usd:.4f}{detail}"
-                )
+            self._participant_complete(event)
         elif isinstance(event, ErrorRaised):
             row = self._rows.setdefault(event.participant, _Row())
             row.status = "retrying" if event.will_retry else "failed"
@@ -100,20 +97,48 @@ class LiveView:
                 again = " (will retry)" if event.will_retry else ""
                 self.console.print(f"  {event.participant}: {event.message}{again}")
         elif isinstance(event, RoundComplete):
-            self._cost = event.session_cost_usd
-            extra = ""
-            if event.score is not None:
-                majority = "yes" if event.majority_agrees else "no"
-                extra = f" · weighted score {event.score:.2f} · majority agrees: {majority}"
-            line = f"{self._round} done · session cost ${event.session_cost_usd:.4f}{extra}"
-            if self._live is not None:
-                self._live.console.print(line)
-            else:
-                self.console.print(line)
+            self._round_complete(event)
         elif isinstance(event, SessionFinished) and self._live is not None:
             self._live.console.print(f"finished: {event.status} {event.reason}".rstrip())
         if self._live is not None:
             self._live.update(self._render())
+
+    def _name_resumed_round(self, event: LiveEvent) -> None:
+        """A session resumed inside an open round sends no RoundStartedLive for it: name the
+        round from the first event that carries its number, so no line is left headless."""
+        number = getattr(event, "round", None)
+        if self._round or number is None or isinstance(event, RoundStartedLive):
+            return
+        kind = getattr(event, "kind", None)
+        self._round = f"round {number}" + (f" · {kind.value}" if kind is not None else "")
+        if not self.interactive:
+            self.console.print(f"{self._round} (resumed)")
+
+    def _participant_complete(self, event: ParticipantComplete) -> None:
+        row = self._rows.setdefault(event.participant, _Row())
+        row.status = "done" if event.ok else "failed"
+        row.tokens += event.tokens.total
+        row.cost += event.cost_usd
+        if not self.interactive:
+            detail = f" ({event.detail})" if event.detail else ""
+            cost = money(event.cost_usd, unpriced=event.participant in self.unpriced)
+            self.console.print(
+                f"  {event.participant}: {row.status}, {event.tokens.total} tokens, "
+                f"{cost}{detail}"
+            )
+
+    def _round_complete(self, event: RoundComplete) -> None:
+        self._cost = event.session_cost_usd
+        extra = ""
+        if event.score is not None:
+            majority = "yes" if event.majority_agrees else "no"
+            extra = f" · weighted score {event.score:.2f} · majority agrees: {majority}"
+        cost = money(event.session_cost_usd, unpriced=bool(self.unpriced))
+        line = f"{self._round} done · session cost {cost}{extra}"
+        if self._live is not None:
+            self._live.console.print(line)
+        else:
+            self.console.print(line)
 
     def _render(self) -> Group:
         table = Table(box=None, show_header=True, header_style="bold", expand=True)
@@ -124,5 +149,6 @@ class LiveView:
         for name, row in self._rows.items():
             tail = " ".join(row.tail.split())[-80:]
             table.add_row(name, row.status, str(row.chars), tail)
-        header = Text(f"{self._round or 'starting'} · cost ${self._cost:.4f}", style="bold")
+        cost = money(self._cost, unpriced=bool(self.unpriced))
+        header = Text(f"{self._round or 'starting'} · cost {cost}", style="bold")
         return Group(header, table)

@@ -9,10 +9,13 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
+from rich.text import Text
 
 from ..domain.values import (
     Mode,
@@ -26,7 +29,16 @@ from ..domain.values import (
 )
 from ..errors import ConfigError, ProviderError, UsageError
 from . import cli
-from ._common import emit_json, err_console, hmac_key, json_option, open_ledger, store_option
+from ._common import (
+    emit_json,
+    err_console,
+    has_unpriced_calls,
+    hmac_key,
+    json_option,
+    money,
+    open_ledger,
+    store_option,
+)
 
 if TYPE_CHECKING:
     from ..domain.state import SessionState
@@ -120,7 +132,9 @@ def run_session(
 
     prov = provider or get_provider()
     checkpoint = _autosaver(ledger) if autosave else None
-    view = LiveView(err_console, enabled=not quiet)
+    people = start[2] if start is not None else ledger.state(session_id).participants
+    unpriced = frozenset(p.name for p in people if prov.price(p) is None)
+    view = LiveView(err_console, enabled=not quiet, unpriced=unpriced)
     orch = Orchestrator(
         ledger,
         prov,
@@ -159,15 +173,14 @@ def _autosaver(ledger: Ledger) -> Any:
         return None
     from uuid import UUID
 
-    from rich.markup import escape
-
     def save(state: SessionState) -> None:
         try:
             autosave(ledger, UUID(state.id))
             if state.document_source is not None:
                 write_spec(ledger, state)
         except Exception as e:  # an export problem must never stop a deliberation
-            err_console.print(f"[yellow]warning:[/] autosave failed: {escape(str(e))}")
+            warning = Text("warning: ", style="yellow")
+            err_console.print(warning + Text(f"autosave failed: {e}"))
 
     return save
 
@@ -181,6 +194,7 @@ def summary(ledger: Ledger, state: SessionState) -> dict[str, Any]:
         "rounds": len(state.rounds),
         "events": state.version,
         "cost_usd": round(state.cost_usd, 6),
+        "unpriced_calls": has_unpriced_calls(state),
         "converged": state.status is SessionStatus.CONVERGED,
         "pending_questions": list(state.pending_questions),
     }
@@ -198,7 +212,7 @@ def print_outcome(state: SessionState, *, as_json: bool, ledger: Ledger) -> None
         f"status: {state.status.value}"
         + (f" ({state.status_reason})" if state.status_reason else "")
         + f" · iterations {state.iteration} · rounds {len(state.rounds)} · events {state.version}"
-        + f" · cost ${state.cost_usd:.4f}"
+        + f" · cost {money(state.cost_usd, unpriced=has_unpriced_calls(state))}"
     )
     if conv is not None:
         click.echo(
@@ -211,6 +225,93 @@ def print_outcome(state: SessionState, *, as_json: bool, ledger: Ledger) -> None
         for q in state.pending_questions:
             click.echo(f"  - {q}")
         click.echo(f'answer with: forge-ledger answer {short} "..." && forge-ledger resume {short}')
+
+
+# --------------------------------------------------------------------------- run options
+
+_OPTION_OF_FIELD = {
+    "max_rounds": "--max-rounds",
+    "max_cost_usd": "--max-cost",
+    "max_time_secs": "--max-time",
+    "convergence_threshold": "--threshold",
+    "min_consensus": "--min-consensus",
+    "max_concurrency": "--max-concurrency",
+    "max_tokens": "--max-tokens",
+    "max_attempts": "--max-attempts",
+    "call_timeout_secs": "--call-timeout",
+    "mode": "--mode",
+    "persona": "--persona",
+}
+"""Each ``run`` option that sets a :class:`SessionConfig` field (errors name the option)."""
+
+
+def _default(field: str) -> Any:
+    """The option's default, read from :class:`SessionConfig` (one source, shown in --help)."""
+    value = SessionConfig.model_fields[field].default
+    return getattr(value, "value", value)
+
+
+def _config_option(
+    field: str, metavar: str, kind: Any, text: str
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option(
+        _OPTION_OF_FIELD[field],
+        field,
+        type=kind,
+        default=_default(field),
+        metavar=metavar,
+        show_default=True,
+        help=text,
+    )
+
+
+def _session_config(settings: dict[str, Any], attended: bool, anonymize: bool) -> SessionConfig:
+    from pydantic import ValidationError
+
+    overrides = dict(settings)
+    if attended:
+        overrides["attended"] = True
+    if anonymize:
+        overrides["anonymize"] = True
+    try:
+        return SessionConfig(**overrides)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = str(err["loc"][0])
+        raise UsageError(
+            f"invalid {_OPTION_OF_FIELD.get(field, field)} {overrides.get(field)!r}: {err['msg']}"
+        ) from None
+
+
+def _topic(title: str, description: str, constraints: tuple[str, ...],
+           output_type: str | None) -> Topic:
+    from pydantic import ValidationError
+
+    try:
+        topic_value = Topic(title=title, description=description, constraints=constraints)
+        if output_type:
+            topic_value = topic_value.model_copy(update={"output_type": output_type})
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise UsageError(f"invalid {err['loc'][0]}: {err['msg']}") from None
+    return topic_value
+
+
+def _participants(
+    models: tuple[str, ...], participants_file: Path | None, api_base: str | None,
+    prices: tuple[str, ...],
+) -> list[Participant]:
+    from ..preflight import apply_prices, parse_price
+
+    if participants_file is not None:
+        participants = load_participants(participants_file, api_base)
+    elif models:
+        participants = participants_from_models(models, api_base)
+    else:
+        raise UsageError(
+            "no participants", hint="give -m MODEL (repeatable) or --participants FILE"
+        )
+    return apply_prices(participants, [parse_price(p) for p in prices])
 
 
 # --------------------------------------------------------------------------- commands
@@ -233,21 +334,39 @@ def print_outcome(state: SessionState, *, as_json: bool, ledger: Ledger) -> None
     type=click.Path(path_type=Path),
     help="YAML file with participants (name, model, role, temperature, price…).",
 )
-@click.option("--api-base", default=None, help="Base URL for OpenAI-compatible endpoints.")
-@click.option("--max-rounds", type=int, default=None)
-@click.option("--max-cost", "max_cost", type=float, default=None, help="Budget in USD.")
-@click.option("--max-time", "max_time", type=int, default=None, help="Budget in seconds.")
-@click.option("--threshold", type=float, default=None, help="Convergence threshold 0..1.")
-@click.option("--min-consensus", type=int, default=None)
+@click.option("--api-base", default=None, metavar="URL",
+              help="Base URL of an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.")
+@_config_option("max_rounds", "N", int, "Stop after this many rounds.")
+@_config_option("max_cost_usd", "USD", float,
+                "Budget in USD; when given, every model needs a known price (see --price).")
+@_config_option("max_time_secs", "SECS", int, "Budget in seconds of wall-clock time.")
+@_config_option("convergence_threshold", "F", float,
+                "Weighted agreement (0..1) needed to converge.")
+@_config_option("min_consensus", "N", int,
+                "Participants who must agree to converge (at most the participant count).")
+@_config_option("max_concurrency", "N", int, "Model calls running at once within a round.")
+@_config_option("max_tokens", "N", int, "Output tokens per call (a participant's own wins).")
+@_config_option("max_attempts", "N", int, "Attempts per call before the call has failed.")
+@_config_option("call_timeout_secs", "SECS", float, "Time-out of one call, whole stream.")
+@click.option(
+    "--price", "prices", multiple=True, metavar="MODEL=IN:OUT",
+    help="Price of MODEL in USD per million input:output tokens (repeatable), for models "
+    "litellm has no price for.",
+)
+@click.option("--allow-unpriced", is_flag=True,
+              help="Run with --max-cost even if a model has no known price (shown 'unpriced').")
 @click.option("--attended", is_flag=True, help="Pause after each iteration for your answers.")
 @click.option("--anonymize", is_flag=True,
               help='Show others\' work as "Response A", "Response B"… in reviews and votes.')
-@click.option("--mode", type=click.Choice([m.value for m in Mode]), default=None)
-@click.option("--persona", type=click.Choice([p.value for p in Persona]), default=None)
+@_config_option("mode", "MODE", click.Choice([m.value for m in Mode]),
+                "How participants take part: standard, party or panel.")
+@_config_option("persona", "PERSONA", click.Choice([p.value for p in Persona]),
+                "The facilitator persona shaping the synthesis.")
 @click.option(
     "--output-type",
     default=None,
     type=click.Choice(["specification", "code", "documentation", "design", "freeform"]),
+    help="What kind of document is forged [default: specification].",
 )
 @click.option("--constraint", "constraints", multiple=True, help="A constraint (repeatable).")
 @click.option(
@@ -258,63 +377,46 @@ def print_outcome(state: SessionState, *, as_json: bool, ledger: Ledger) -> None
 )
 @store_option
 @json_option
+@click.pass_context
 def run(
+    ctx: click.Context,
+    /,
     topic: str,
     description: str,
     models: tuple[str, ...],
     participants_file: Path | None,
     api_base: str | None,
-    max_rounds: int | None,
-    max_cost: float | None,
-    max_time: int | None,
-    threshold: float | None,
-    min_consensus: int | None,
+    prices: tuple[str, ...],
+    allow_unpriced: bool,
     attended: bool,
     anonymize: bool,
-    mode: str | None,
-    persona: str | None,
     output_type: str | None,
     constraints: tuple[str, ...],
     resume_choice: bool | None,
     store: str | None,
     as_json: bool,
+    **settings: Any,
 ) -> None:
-    """Run a deliberation on TOPIC with the given participants."""
-    from pydantic import ValidationError
+    """Run a deliberation on TOPIC with the given participants.
 
-    if participants_file is not None:
-        participants = load_participants(participants_file, api_base)
-    elif models:
-        participants = participants_from_models(models, api_base)
-    else:
-        raise UsageError(
-            "no participants", hint="give -m MODEL (repeatable) or --participants FILE"
-        )
-    overrides: dict[str, Any] = {
-        k: v
-        for k, v in {
-            "max_rounds": max_rounds,
-            "max_cost_usd": max_cost,
-            "max_time_secs": max_time,
-            "convergence_threshold": threshold,
-            "min_consensus": min_consensus,
-            "mode": mode,
-            "persona": persona,
-        }.items()
-        if v is not None
-    }
-    if attended:
-        overrides["attended"] = True
-    if anonymize or (participants_file is not None and file_anonymize(participants_file)):
-        overrides["anonymize"] = True
-    try:
-        config = SessionConfig(**overrides)
-        topic_value = Topic(title=topic, description=description, constraints=constraints)
-        if output_type:
-            topic_value = topic_value.model_copy(update={"output_type": output_type})
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise UsageError(f"invalid {err['loc'][0]}: {err['msg']}") from None
+    Keys, URLs, prices and settings are checked before anything is recorded.
+    """
+    from ..preflight import check_participants
+
+    participants = _participants(models, participants_file, api_base, prices)
+    anonymize = anonymize or (
+        participants_file is not None and file_anonymize(participants_file)
+    )
+    config = _session_config(settings, attended, anonymize)
+    topic_value = _topic(topic, description, constraints, output_type)
+    check_participants(
+        participants,
+        config,
+        given=frozenset(
+            f for f in settings if ctx.get_parameter_source(f) is not ParameterSource.DEFAULT
+        ),
+        allow_unpriced=allow_unpriced,
+    )
     ledger = open_ledger(store, create=True)
     try:
         existing = _in_progress_with_slug(ledger, topic_value.slug)
@@ -374,7 +476,7 @@ def _attend(ledger: Ledger, state: SessionState, as_json: bool) -> SessionState:
         and sys.stdin.isatty()
         and not as_json
     ):
-        err_console.print(f"\n[bold]Iteration {state.iteration}: questions for you[/]")
+        err_console.print(Text(f"\nIteration {state.iteration}: questions for you", style="bold"))
         for q in state.pending_questions:
             err_console.print(f"  - {q}")
         text = click.prompt(
@@ -470,6 +572,9 @@ def resume(
             else participants_from_models(models, api_base) if models else []
         )
         if added:
+            from ..preflight import check_participants
+
+            check_participants(added)
             add_participants(ledger, str(sid), added)
         if not ledger.state(sid).participants:
             raise UsageError(

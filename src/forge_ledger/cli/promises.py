@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.markdown import Markdown
 from rich.table import Table
 
 from ..audit import audit_report, render_markdown
@@ -32,6 +31,8 @@ from ._common import (
     json_option,
     open_ledger,
     out_console,
+    print_markdown,
+    print_table,
     store_option,
 )
 
@@ -146,7 +147,7 @@ def _print_diff(d: SessionDiff) -> None:
         table.add_row(str(k), "A=B" if same else "A", *_point_cells(a), end_section=same)
         if not same:
             table.add_row("", "B", *_point_cells(b), end_section=True)
-    out_console.print(table)
+    print_table(table)
     if d.common_ancestor:
         out_console.print(f"shared history up to {d.common_ancestor}")
     if not d.ems_available:
@@ -192,7 +193,7 @@ def audit(session: str, as_markdown: bool, store: str | None, as_json: bool) -> 
     elif as_markdown:
         sys.stdout.write(render_markdown(report))
     else:
-        out_console.print(Markdown(render_markdown(report)))
+        print_markdown(render_markdown(report))
 
 
 # --------------------------------------------------------------------------- seal

@@ -35,11 +35,14 @@ from ._common import (
     HMAC_KEY_ENV,
     emit_json,
     err_console,
+    has_unpriced_calls,
     hmac_key,
     json_option,
+    money,
     open_ledger,
     out_console,
     parse_iso,
+    print_table,
     store_option,
 )
 
@@ -224,10 +227,6 @@ def _when(t: datetime) -> str:
     return t.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _money(usd: float) -> str:
-    return f"${usd:.4f}"
-
-
 def _resolve_types(types: Sequence[str]) -> set[str]:
     """``--type`` values → exact event type names (case-insensitive); unknown names refused."""
     by_lower = {name.lower(): name for name in ev.EVENT_TYPES}
@@ -277,7 +276,7 @@ def sessions(store: str | None, as_json: bool) -> None:
         if forks:
             cells.append((s.parent_id or "")[:8])
         _row(table, *cells, s.title)
-    out_console.print(table)
+    print_table(table)
 
 
 # --------------------------------------------------------------------------- show
@@ -342,19 +341,20 @@ def _print_session(state: SessionState, ems: int | None, *, as_of: str | None) -
     _row(header, "EMS", "n/a" if ems is None else f"{ems}/100")
     _row(header,
         "Usage",
-        f"{state.tokens.input} in / {state.tokens.output} out tokens, {_money(state.cost_usd)}",
+        f"{state.tokens.input} in / {state.tokens.output} out tokens, "
+        f"{money(state.cost_usd, unpriced=has_unpriced_calls(state))}",
     )
     if state.fork_origin is not None:
         o = state.fork_origin
         _row(header, "Forked from", f"{o.parent_id} at event {o.parent_position}")
-    out_console.print(header)
+    print_table(header)
 
     people = Table(title="Participants", title_justify="left")
     for col in ("name", "model", "role"):
         people.add_column(col)
     for p in state.participants:
         _row(people, p.name, p.model, p.role.value)
-    out_console.print(people)
+    print_table(people)
 
     out_console.print(Text("Rounds", style="bold"))
     if not state.rounds:
@@ -395,7 +395,7 @@ def _print_session(state: SessionState, ems: int | None, *, as_of: str | None) -
             f"{p.participant}: {p.position} ({p.stance.value})" for p in d.positions
         )
         _row(table, d.id, d.topic, d.status.value, positions)
-    out_console.print(table)
+    print_table(table)
 
 
 def _contribution_preview(c: ContributionState) -> Text:
@@ -437,7 +437,7 @@ def log(session: str, types: tuple[str, ...], store: str | None, as_json: bool) 
         _row(table,
             str(e.position), _when(e.timestamp), e.type, _event_summary(e), e.hash[:12]
         )
-    out_console.print(table)
+    print_table(table)
 
 
 def _event_summary(e: RecordedEvent) -> str:
@@ -543,7 +543,7 @@ def _print_reports(reports: list[ChainReport], location: str, *, keyed: bool) ->
         if r.sealed:
             sealed = "yes" + (" (hmac ok)" if r.hmac_ok else "" if not keyed else " (hmac bad)")
         _row(table, r.session_id, str(r.events), result, sealed, r.head_hash[:12])
-    out_console.print(table)
+    print_table(table)
     good = sum(r.ok for r in reports)
     total_events = sum(r.events for r in reports)
     out_console.print(

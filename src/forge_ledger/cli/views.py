@@ -27,7 +27,15 @@ from ..projections import (
     open_views,
 )
 from . import cli
-from ._common import emit_json, err_console, json_option, open_ledger, out_console, store_option
+from ._common import (
+    emit_json,
+    err_console,
+    json_option,
+    open_ledger,
+    out_console,
+    print_table,
+    store_option,
+)
 
 __all__ = ["dissent", "projections", "trail"]
 
@@ -64,7 +72,7 @@ def projections_status(store: str | None, as_json: bool) -> None:
             else "current"
         )
         table.add_row(r.name, str(r.version), str(j["position"]), str(r.head), str(r.lag), state)
-    out_console.print(table)
+    print_table(table)
 
 
 @contextmanager
@@ -172,7 +180,7 @@ def dissent(session: str, include_closed: bool, store: str | None, as_json: bool
             "; ".join(f"{p}: {s}" for p, s, _ in e.positions),
             " → ".join(f"{s.status}@{s.position}" for s in e.lifecycle),
         )
-    out_console.print(table)
+    print_table(table)
 
 
 @cli.command()
@@ -181,8 +189,6 @@ def dissent(session: str, include_closed: bool, store: str | None, as_json: bool
 @json_option
 def trail(session: str, store: str | None, as_json: bool) -> None:
     """The consensus trail of SESSION: each vote, stance changes, who moved whom, conformity."""
-    from rich.markup import escape
-
     from ..projections.consensus import change_json, influence_json
 
     with open_ledger(store) as ledger:
@@ -214,19 +220,18 @@ def trail(session: str, store: str | None, as_json: bool) -> None:
         for v in r.votes:
             change = f"{v.previous_stance} → {v.stance}" if v.changed else ""
             pre = f"{v.preceded_by.kind} r{v.preceded_by.number}" if v.preceded_by else ""
-            table.add_row(escape(v.participant), v.stance, str(v.score),
-                          escape("; ".join(v.concerns)), change, pre,
-                          "conformity" if v.conformity else "")
-        out_console.print(table)
+            table.add_row(v.participant, v.stance, str(v.score), "; ".join(v.concerns),
+                          change, pre, "conformity" if v.conformity else "")
+        print_table(table)
         for c in r.changes:
             for i in c.influences:
                 where = f"{i.kind} r{i.round}" if i.round is not None else "human input"
                 out_console.print(
-                    f"  {escape(i.author)} moved {escape(c.participant)} ({where}, on "
-                    f"{escape(i.topic)!r}): “{escape(' '.join(i.quote.split()))}”"
+                    f"  {i.author} moved {c.participant} ({where}, on "
+                    f"{i.topic!r}): “{' '.join(i.quote.split())}”"
                 )
         if r.conformity:
             out_console.print(
                 "conformity (moved toward the previous majority with no new argument): "
-                + escape(", ".join(r.conformity))
+                + ", ".join(r.conformity)
             )

@@ -26,7 +26,11 @@ from ._common import emit_json, json_option, open_ledger, out_console, store_opt
 @store_option
 @json_option
 def export_cmd(session: str, output: Path | None, store: str | None, as_json: bool) -> None:
-    """Write SESSION as a YAML v1.2 session file (same events, same bytes)."""
+    """Write SESSION as a YAML v1.2 session file.
+
+    The file is rebuilt from the events alone, so exporting the same session twice gives the
+    same bytes; 'forge-ledger import' turns it back into a session.
+    """
     with open_ledger(store) as ledger:
         sid = ledger.resolve(session)
         path = write_export(ledger, sid, path=output)
@@ -103,10 +107,22 @@ def cleanup_cmd(
 @store_option
 @json_option
 def back_cmd(session: str, steps: int, store: str | None, as_json: bool) -> None:
-    """Go back STEPS iterations (1-5, default 1); history is kept and the questions of the
-    target iteration are pending again."""
+    """Go back STEPS iterations (1-5, default 1) in a session still in progress or paused;
+    history is kept and the questions of the target iteration are pending again.
+
+    A finished session cannot go back: fork it from an earlier iteration instead.
+    """
     with open_ledger(store) as ledger:
-        summary = go_back(ledger, session, steps, clock=SystemClock())
+        state = ledger.state(session)
+        if state.status.terminal:
+            short = state.id[:8]
+            raise UsageError(
+                f"session {short} is {state.status.value}; back rewinds only a session that "
+                "is in progress or paused",
+                hint=f"fork it from an earlier iteration instead: forge-ledger fork {short} "
+                f"--at-iteration {max(state.iteration - steps, 1)}",
+            )
+        summary = go_back(ledger, state.id, steps, clock=SystemClock())
     if as_json:
         emit_json(summary.as_json())
     else:

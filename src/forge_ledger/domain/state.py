@@ -310,8 +310,11 @@ class SessionState(_State):
 
     @property
     def phase(self) -> str:
-        """divergent | transition | convergent, from the kind of the latest round."""
+        """divergent | transition | convergent, from the kind of the latest round (for an
+        imported session not resumed yet: the phase its file gave)."""
         last = self.active_rounds[-1] if self.active_rounds else None
+        if last is None and self.imported is not None:  # as the imported file said
+            return str(self.imported.get("phase", "divergent"))
         if last is None or last.kind in (RoundKind.DRAFT, RoundKind.CRITIQUE, RoundKind.RESPONSE):
             return "divergent"
         if last.kind is RoundKind.SYNTHESIS:

@@ -3,7 +3,9 @@
 The YAML session format (v1.2) carries an ``ems`` per session and per iteration; a weak axis
 suggests a deliberation technique for the next refinement. The score is a pure function of
 :class:`~forge_ledger.domain.state.SessionState`, so a replay or a time-travelled state gets
-exactly the same number. Only rounds not undone by a rewind (``active_rounds``) count.
+exactly the same number. Only rounds not undone by a rewind (``active_rounds``) count, and so
+only the divergence changes made in them (or after the rewind): after ``back`` the session
+measures exactly as it did at the end of the iteration it went back to.
 
 Axes (each 0-100, integers):
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..domain import events as ev
-from ..domain.state import SessionState
+from ..domain.state import DivergenceState, SessionState
 from ..domain.values import DivergenceStatus, RoundKind
 from .techniques import Technique, get_technique
 
@@ -123,11 +125,23 @@ def _resolution(state: SessionState) -> int:
         return 100 if engaged else 0
     closed = 0.0
     for d in divergences:
-        if d.status is DivergenceStatus.ADDRESSED:
+        status = _status_in_force(state, d)
+        if status is DivergenceStatus.ADDRESSED:
             closed += 0.5
-        elif d.status.closed:
+        elif status.closed:
             closed += 1.0
     return _pct(closed / len(divergences))
+
+
+def _status_in_force(state: SessionState, d: DivergenceState) -> DivergenceStatus:
+    """``d``'s status without the changes made in rounds a rewind undid (changes recorded
+    after the latest rewind, such as a human's overrule, stand)."""
+    if not state.rewinds:
+        return d.status
+    undone = {r.number for r in state.rounds if r.superseded}
+    last_rewind = state.rewinds[-1].position
+    kept = [h for h in d.history if not (h.round in undone and h.position < last_rewind)]
+    return kept[-1].status if kept else d.status
 
 
 def ems_score(state: SessionState) -> EmsReport:

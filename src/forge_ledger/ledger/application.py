@@ -293,22 +293,28 @@ class Ledger:
             raise UsageError("iterations are numbered from 1")
         last = 0
         seen = False
+        highest = 0
         for e in self.events(session_id):
             if e.type == "RoundStarted":
                 it = int(e.data["iteration"])
+                highest = max(highest, it)
                 if it > iteration and seen:
                     return last
                 if it == iteration:
                     seen = True
-            elif (
-                e.type == "SessionForked" and int(e.data["state"].get("iteration", 0)) >= iteration
-            ):
-                seen = True
+            elif e.type == "SessionForked":
+                forked_at = int(e.data["state"].get("iteration", 0))
+                highest = max(highest, forked_at)
+                seen = seen or forked_at >= iteration
             last = e.position
         if not seen:
             raise UsageError(
                 f"session has no iteration {iteration}",
-                hint="see 'forge-ledger show' for the iterations it has",
+                hint=(
+                    f"it has iterations 1 to {highest}" if highest > 1
+                    else "it has iteration 1 only" if highest == 1
+                    else "it has no iteration yet"
+                ),
             )
         return last
 

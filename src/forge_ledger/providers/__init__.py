@@ -14,6 +14,8 @@ from ._litellm import (
     LiteLLMProvider,
     classify_exception,
     configure_offline_env,
+    missing_keys,
+    table_price,
 )
 from ._pricing import cost_of, price_from_table_entry, recost, resolve_price
 
@@ -30,12 +32,14 @@ __all__ = [
     "configure_offline_env",
     "cost_of",
     "get_provider",
+    "missing_keys",
     "price_from_table_entry",
     "recost",
     "resolve_price",
     "retry_delay",
     "scrub_secrets",
     "stop_reason_for",
+    "table_price",
 ]
 
 

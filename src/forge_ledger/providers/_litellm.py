@@ -31,6 +31,8 @@ __all__ = [
     "LiteLLMProvider",
     "classify_exception",
     "configure_offline_env",
+    "missing_keys",
+    "table_price",
 ]
 
 OFFLINE_ENV: dict[str, str] = {
@@ -68,6 +70,40 @@ def _import_litellm() -> ModuleType:
     return _litellm
 
 
+def missing_keys(participant: Participant) -> tuple[str, ...]:
+    """Environment variables litellm needs for ``participant`` and does not find, asked of
+    litellm itself (``validate_environment``), with the same local-server exemption as a call.
+
+    Raises :class:`ProviderCallError` (``bad_request``) when litellm cannot tell which provider
+    serves the model name at all.
+    """
+    litellm = _import_litellm()
+    kwargs: dict[str, Any] = {"model": participant.model}
+    if participant.api_base:
+        kwargs["api_base"] = participant.api_base
+        if _needs_placeholder_key(participant.model, participant.api_base):
+            kwargs["api_key"] = LOCAL_PLACEHOLDER_KEY
+    try:
+        litellm.get_llm_provider(participant.model, api_base=participant.api_base)
+    except Exception:
+        raise ProviderCallError(
+            "bad_request",
+            f"litellm does not know which provider serves {participant.model!r}",
+        ) from None
+    report = litellm.validate_environment(**kwargs)
+    return tuple(str(k) for k in report.get("missing_keys") or ())
+
+
+def table_price(model: str) -> Price | None:
+    """The price of ``model`` in litellm's bundled table, or None when it has none."""
+    litellm = _import_litellm()
+    try:
+        entry = litellm.get_model_info(model=model)
+    except Exception:
+        entry = None
+    return price_from_table_entry(entry)
+
+
 class _CallbackFailed(Exception):
     """Carries an exception raised by the caller's ``on_delta`` past our classification."""
 
@@ -91,12 +127,7 @@ class LiteLLMProvider:
 
     def _table_price(self, model: str) -> Price | None:
         if model not in self._prices:
-            litellm = _import_litellm()
-            try:
-                entry = litellm.get_model_info(model=model)
-            except Exception:
-                entry = None
-            self._prices[model] = price_from_table_entry(entry)
+            self._prices[model] = table_price(model)
         return self._prices[model]
 
     # ----------------------------------------------------------------- the call

@@ -404,18 +404,24 @@ def session_document(events: Iterable[EventLike]) -> dict[str, Any]:
         "updated": updated,
     }
     doc: dict[str, Any] = {"format_version": FORMAT_VERSION, "session": session}
+    # The format has no field for the topic's title (only its slug): it rides in the
+    # ``ledger:`` block, so importing an export keeps the title.
+    titled = {"title": s.topic.title} if s.topic.title != s.slug else {}
     if s.seal is not None:
         doc["ledger"] = {
             "session_id": s.id,
             "events": s.seal.get("events"),
             "root_hash": s.seal.get("root_hash"),
             "hmac": s.seal.get("hmac"),
+            **titled,
         }
     elif s.source != "import":
         # Sessions run here name their ledger session, so two sessions with one slug started
         # on the same day (same YAML ``session.id``) never overwrite each other's file. An
         # imported, unsealed session exports exactly what was imported (round trip).
-        doc["ledger"] = {"session_id": s.id}
+        doc["ledger"] = {"session_id": s.id, **titled}
+    elif titled:
+        doc["ledger"] = titled
     return doc
 
 

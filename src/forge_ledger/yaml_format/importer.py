@@ -83,12 +83,24 @@ def parse_session_file(text: str, *, source: str = "session file") -> tuple[Sess
     return model, version
 
 
+def _title(model: SessionFile) -> str:
+    """The topic's title: an export made here carries it in ``ledger.title``; older files
+    have only the slug."""
+    title = (model.ledger or {}).get("title")
+    if isinstance(title, str) and title.strip():
+        try:
+            return Topic(title=title).title
+        except ValidationError:  # an unusable title is not worth refusing the file for
+            pass
+    return model.session.slug
+
+
 def build_import(
     model: SessionFile, version: str, *, clock: Clock, ids: IdSource
 ) -> Deliberation:
     """The aggregate (pending events, nothing saved) that reproduces the file."""
     s = model.session
-    topic = Topic(title=s.slug)
+    topic = Topic(title=_title(model))
     agg = Deliberation.start(
         session_id=ids.new_id(),
         topic=topic,
