@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from ..bounded_yaml import read_yaml_file
 from ..clock import SystemClock, UuidIds
 from ..errors import UsageError
 from ..yaml_format import cleanup as cleanup_exports
@@ -44,7 +45,7 @@ def export_cmd(session: str, output: Path | None, store: str | None, as_json: bo
 def import_cmd(file: Path, store: str | None, as_json: bool) -> None:
     """Import a YAML session file (v1.0 or v1.2) as a new session; a bad file writes nothing."""
     try:
-        text = file.read_text("utf-8")
+        text = read_yaml_file(file)
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(
             f"cannot read {file}: {e}", hint="give a readable UTF-8 YAML file"

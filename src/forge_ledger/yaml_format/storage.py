@@ -17,7 +17,8 @@ from uuid import UUID
 
 import yaml
 
-from ..errors import UsageError
+from ..bounded_yaml import load_yaml, read_yaml_file
+from ..errors import InputLimitError, UsageError
 from ..ledger import Ledger
 from .export import export_events
 from .schema import SLUG_RE
@@ -37,8 +38,8 @@ FINISHED = ("completed", "abandoned")
 
 def _read(path: Path) -> dict[str, Any] | None:
     try:
-        doc = yaml.safe_load(path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        doc = load_yaml(read_yaml_file(path), name=str(path))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, InputLimitError):
         return None
     return doc if isinstance(doc, dict) else None
 
