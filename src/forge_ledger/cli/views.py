@@ -28,6 +28,7 @@ from ..projections import (
 )
 from . import cli
 from ._common import emit_json, err_console, json_option, open_ledger, out_console, store_option
+from ._integrity import check_chain
 
 __all__ = ["dissent", "projections", "trail"]
 
@@ -151,7 +152,7 @@ def projections_update(batch_size: int, follow: bool, interval: float, store: st
 def dissent(session: str, include_closed: bool, store: str | None, as_json: bool) -> None:
     """The dissent log of SESSION: divergences still open, with their lifecycle."""
     with open_ledger(store) as ledger:
-        state = ledger.state(session)
+        state = ledger.state(check_chain(ledger, session))
     entries = dissent_log(state, include_closed=include_closed)
     if as_json:
         emit_json({"session_id": state.id, "include_closed": include_closed,
@@ -182,7 +183,7 @@ def dissent(session: str, include_closed: bool, store: str | None, as_json: bool
 def trail(session: str, store: str | None, as_json: bool) -> None:
     """The consensus trail of SESSION: each vote, stance changes and conformity flags."""
     with open_ledger(store) as ledger:
-        state = ledger.state(session)
+        state = ledger.state(check_chain(ledger, session))
     rounds = consensus_trail(state)
     if as_json:
         emit_json({"session_id": state.id, "rounds": [r.as_json() for r in rounds]})

@@ -17,6 +17,7 @@ from ..yaml_format import go_back, import_session, write_export
 from ..yaml_format.storage import DEFAULT_DIR
 from . import cli
 from ._common import emit_json, json_option, open_ledger, out_console, store_option
+from ._integrity import check_chain
 
 
 @cli.command("export")
@@ -30,7 +31,7 @@ from ._common import emit_json, json_option, open_ledger, out_console, store_opt
 def export_cmd(session: str, output: Path | None, store: str | None, as_json: bool) -> None:
     """Write SESSION as a YAML v1.2 session file (same events, same bytes)."""
     with open_ledger(store) as ledger:
-        sid = ledger.resolve(session)
+        sid = check_chain(ledger, session)
         path = write_export(ledger, sid, path=output)
     if as_json:
         emit_json({"session_id": str(sid), "path": str(path)})

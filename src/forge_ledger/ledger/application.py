@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,7 +40,7 @@ from ..errors import (
 from .postgres import postgres_guard
 from .store import SqliteAccess, StoreLocation, check_sqlite_file, resolve_store, sqlite_uri
 
-__all__ = ["Ledger", "RecordedEvent", "SessionSummary"]
+__all__ = ["Ledger", "RecordedEvent", "SessionSummary", "store_failure"]
 
 CREATED_TOPICS = (topic_for("SessionStarted"), topic_for("SessionForked"))
 _TOPIC_PREFIX = "forge_ledger:"
@@ -452,6 +453,18 @@ def _recorded(domain_event: Any, *, notification_id: int | None = None) -> Recor
         hash=domain_event.hash,
         prev_hash=domain_event.prev_hash,
         notification_id=notification_id,
+    )
+
+
+def store_failure(e: BaseException) -> StoreError | None:
+    """A database error escaping from a read (a damaged file, a lost connection) as the one
+    line a user sees, or None when ``e`` is not one (then it is a bug and keeps its
+    traceback)."""
+    if not isinstance(e, _PersistenceError | sqlite3.DatabaseError):
+        return None
+    return StoreError(
+        f"the store cannot be read: {_first_line(e)}",
+        hint="check it with 'forge-ledger verify'; restore a damaged file from a backup",
     )
 
 
