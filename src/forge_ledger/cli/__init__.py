@@ -75,8 +75,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(0)
     except Exception as e:
         from ..ledger import store_failure
+        from ._integrity import found_chain_break
 
-        failure = store_failure(e)
+        failure = found_chain_break() or store_failure(e)
         if failure is None:
             raise
         click.echo(f"error: {failure.one_line()}", err=True)

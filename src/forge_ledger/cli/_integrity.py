@@ -17,9 +17,10 @@ import click
 from ..errors import ChainBrokenError
 from ..ledger import Ledger, verify_session
 
-__all__ = ["check_chain", "raise_chain_break"]
+__all__ = ["check_chain", "found_chain_break", "raise_chain_break"]
 
 _KEY = "forge_ledger.chain_breaks"
+_found: list[ChainBrokenError] = []
 
 
 def check_chain(ledger: Ledger, session: str | UUID) -> UUID:
@@ -27,16 +28,22 @@ def check_chain(ledger: Ledger, session: str | UUID) -> UUID:
     sid = ledger.resolve(session)
     report = verify_session(ledger, sid)
     if not report.ok:
+        error = ChainBrokenError(
+            f"session {sid} does not verify: event {report.position}: {report.problem}; "
+            "what was printed may have been altered",
+            hint=f"see 'forge-ledger verify {str(sid)[:8]}'",
+        )
+        _found.append(error)
         ctx = click.get_current_context(silent=True)
         if ctx is not None:
-            ctx.meta.setdefault(_KEY, []).append(
-                ChainBrokenError(
-                    f"session {sid} does not verify: event {report.position}: {report.problem}; "
-                    "what was printed may have been altered",
-                    hint=f"see 'forge-ledger verify {str(sid)[:8]}'",
-                )
-            )
+            ctx.meta.setdefault(_KEY, []).append(error)
     return sid
+
+
+def found_chain_break() -> ChainBrokenError | None:
+    """The first break this process found: when an altered event then fails to load, the
+    command ends with this line rather than with the decoding error it caused."""
+    return _found[0] if _found else None
 
 
 def raise_chain_break() -> None:
