@@ -219,3 +219,24 @@ def test_an_altered_event_that_no_longer_loads_ends_in_the_chain_line(tmp_path: 
     assert result.returncode == 1
     line = one_error_line(result.stderr)
     assert f"does not verify: event {position}" in line
+
+
+def test_a_store_made_without_snapshots_is_read_without_creating_them(store_url: str) -> None:
+    with Ledger(store_url, snapshot_interval=0) as ledger:
+        built = build_session(ledger, iterations=1, participants=2)
+    with Ledger(store_url, create=False, snapshot_interval=2) as ledger:
+        assert ledger.app.snapshots is None and ledger.snapshot_interval == 0
+        assert ledger.get(built.id).version == built.iteration_end[1]
+    if store_url.startswith("postgresql://"):
+        schema = store_url.rsplit("schema=", 1)[1]
+        with psycopg.connect(PG_BASE, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT to_regclass(%s)", (f"{schema}.forgeledger_snapshots",)
+            ).fetchone()
+        assert row is not None and row[0] is None
+    else:
+        tables = {r[0] for r in sqlite3.connect(store_url).execute(
+            "SELECT name FROM sqlite_master WHERE type='table'")}
+        assert "stored_snapshots" not in tables and "stored_events" in tables
+    with Ledger(store_url, snapshot_interval=2) as ledger:  # a writer may add them
+        assert ledger.app.snapshots is not None

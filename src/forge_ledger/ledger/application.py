@@ -152,10 +152,12 @@ class Ledger:
         env = self.location.eventsourcing_env()
         if self.location.kind == "sqlite":
             assert self.location.path is not None
-            access = check_sqlite_file(self.location.path, create=create)
-            self.read_only = access == SqliteAccess.READ_ONLY
-            env["SQLITE_DBNAME"] = sqlite_uri(self.location.path, access)
-            env["CREATE_TABLE"] = "y" if access == SqliteAccess.CREATE else "n"
+            found = check_sqlite_file(self.location.path, create=create)
+            self.read_only = found.access == SqliteAccess.READ_ONLY
+            env["SQLITE_DBNAME"] = sqlite_uri(self.location.path, found.access)
+            env["CREATE_TABLE"] = "y" if found.access == SqliteAccess.CREATE else "n"
+            if not found.has_snapshots:
+                snapshot_interval = 0
             self.app = self._open(env, snapshot_interval)
         else:
             with postgres_guard(

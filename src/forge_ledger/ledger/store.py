@@ -23,6 +23,7 @@ __all__ = [
     "ENV_VAR",
     "READ_MODEL_SUFFIX",
     "SqliteAccess",
+    "SqliteCheck",
     "StoreLocation",
     "check_sqlite_file",
     "resolve_store",
@@ -153,12 +154,21 @@ def sqlite_uri(path: Path, access: str) -> str:
     return uri if os.access(path.parent, os.W_OK) else uri + "&immutable=1"
 
 
-def check_sqlite_file(path: Path, *, create: bool) -> str:
+@dataclass(frozen=True)
+class SqliteCheck:
+    """What :func:`check_sqlite_file` found: how to open the file, and whether it has the
+    snapshots table (a store made without snapshots is read without them, not altered)."""
+
+    access: str
+    has_snapshots: bool = True
+
+
+def check_sqlite_file(path: Path, *, create: bool) -> SqliteCheck:
     """Refuse what cannot be our ledger before eventsourcing touches it; say how to open it.
 
     Nothing is created unless ``create``: a missing or empty (0-byte) file is refused for
     commands that only read or continue a store, so a typo never leaves a database behind.
-    Returns a :class:`SqliteAccess` value.
+    Returns a :class:`SqliteCheck`.
     """
     if path.is_dir():
         raise StoreError(f"{path} is a directory", hint="give the path of a .sqlite file")
@@ -170,7 +180,7 @@ def check_sqlite_file(path: Path, *, create: bool) -> str:
             )
         _check_writable_folder(path.parent)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return SqliteAccess.CREATE
+        return SqliteCheck(SqliteAccess.CREATE)
     size = path.stat().st_size
     writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
     if size == 0:
@@ -181,14 +191,15 @@ def check_sqlite_file(path: Path, *, create: bool) -> str:
             )
         if not writable:
             raise _read_only(path)
-        return SqliteAccess.CREATE
+        return SqliteCheck(SqliteAccess.CREATE)
     _check_header(path, size)
-    _check_tables(path, create=create)
+    snapshots = "stored_snapshots" in _check_tables(path, create=create)
     if writable:
-        return SqliteAccess.CREATE if create else SqliteAccess.READ_WRITE
+        access = SqliteAccess.CREATE if create else SqliteAccess.READ_WRITE
+        return SqliteCheck(access, has_snapshots=snapshots or create)
     if create:
         raise _read_only(path)
-    return SqliteAccess.READ_ONLY
+    return SqliteCheck(SqliteAccess.READ_ONLY, has_snapshots=snapshots)
 
 
 def _read_only(path: Path) -> StoreError:
@@ -238,7 +249,7 @@ def _damaged(path: Path, why: str) -> StoreError:
     )
 
 
-def _check_tables(path: Path, *, create: bool) -> None:
+def _check_tables(path: Path, *, create: bool) -> set[str]:
     try:
         con = sqlite3.connect(sqlite_uri(path, SqliteAccess.READ_ONLY), uri=True)
         try:
@@ -257,3 +268,4 @@ def _check_tables(path: Path, *, create: bool) -> None:
             f"{path} is an empty SQLite database, not a forge-ledger store",
             hint="pass --store with the path of a ledger file",
         )
+    return names
