@@ -8,9 +8,12 @@ Each worker process loads the session (both see version v), then waits for the p
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -145,3 +148,75 @@ def test_conflict_in_one_process_stores_nothing(store_url: str) -> None:
         assert [e.type for e in ledger.events(agg.id)][-1] == "SessionPaused"
         assert ledger.head_version(agg.id) == agg.version + 1
         assert verify_session(ledger, agg.id).ok
+
+
+# --------------------------------------------------------------------------- concurrent opens
+
+OPENER = textwrap.dedent(
+    """
+    import sys
+    from forge_ledger.ledger import Ledger
+    from strategies import new_session
+
+    store = sys.argv[1]
+    print("ready", flush=True)
+    assert sys.stdin.readline().strip() == "go"
+    with Ledger(store) as ledger:
+        agg = new_session(2)
+        ledger.save(agg)
+        print(agg.id, ledger.head_version(agg.id), flush=True)
+    """
+)
+
+
+def _open_together(store: str, n: int) -> list[tuple[int, str, str]]:
+    """Start ``n`` processes, wait until each has imported everything, then release them at
+    once so that their first open of the store lands at the same moment."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", OPENER, store],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(n)
+    ]
+    try:
+        for p in procs:
+            assert p.stdout is not None
+            if p.stdout.readline().strip() != "ready":
+                raise AssertionError(p.stderr.read() if p.stderr else "opener died")
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outputs = [p.communicate(timeout=120) for p in procs]
+        return [(p.returncode, out, err) for p, (out, err) in zip(procs, outputs, strict=True)]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+
+
+@pytest.mark.postgres
+def test_eight_processes_open_a_fresh_postgres_schema_together() -> None:
+    """Any number of processes may open one new store URL at once: the schema and tables are
+    created exactly once (under an advisory lock), nobody fails, and every write lands."""
+    from conftest import PG_BASE, _drop_schema
+
+    for repetition in range(10):
+        schema = f"fl_test_open_{uuid.uuid4().hex[:10]}"
+        url = f"{PG_BASE}?schema={schema}"
+        try:
+            results = _open_together(url, 8)
+            failures = [err.strip().splitlines()[-1:] for rc, _, err in results if rc != 0]
+            assert not failures, f"repetition {repetition}: {failures}"
+            saved = {out.split()[0] for _, out, _ in results}
+            with Ledger(url, create=False) as ledger:
+                assert {str(s) for s in ledger.session_ids()} == saved
+                assert len(saved) == 8
+        finally:
+            _drop_schema(schema)

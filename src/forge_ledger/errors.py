@@ -14,6 +14,7 @@ __all__ = [
     "ConfigError",
     "ForgeLedgerError",
     "ImportValidationError",
+    "InputLimitError",
     "InvariantViolation",
     "NonDeterminismError",
     "ProviderError",
@@ -45,6 +46,11 @@ class ForgeLedgerError(Exception):
 
 class UsageError(ForgeLedgerError):
     """A command was given arguments that cannot work."""
+
+
+class InputLimitError(ForgeLedgerError):
+    """An input exceeds a documented bound (a YAML file's size, nodes or depth); nothing was
+    loaded or written."""
 
 
 class ConfigError(ForgeLedgerError):

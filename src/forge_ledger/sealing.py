@@ -24,6 +24,7 @@ from uuid import UUID
 
 import yaml
 
+from .bounded_yaml import load_yaml, read_yaml_file
 from .clock import Clock
 from .domain.hashing import keyed_digest
 from .errors import ChainBrokenError, ImportValidationError, InvariantViolation
@@ -133,13 +134,15 @@ def _default_exporter() -> Exporter | None:
 
 def _load(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_yaml_file(path)
+    except UnicodeDecodeError:
+        raise ImportValidationError(f"{path} is not UTF-8 text") from None
     except OSError as e:
         raise ImportValidationError(
             f"cannot read {path}: {e.strerror or e}", hint="check the file path"
         ) from None
     try:
-        doc = yaml.safe_load(text)
+        doc = load_yaml(text, name=str(path))
     except yaml.YAMLError as e:
         raise ImportValidationError(
             f"{path} is not valid YAML: {str(e).splitlines()[0]}",

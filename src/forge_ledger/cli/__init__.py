@@ -46,6 +46,14 @@ def cli(ctx: click.Context, home: Path | None) -> None:
         click.echo(ctx.get_help())
 
 
+@cli.result_callback()
+def _after_command(*_: object, **__: object) -> None:
+    """A command that printed a session whose chain does not verify ends with exit 1."""
+    from ._integrity import raise_chain_break
+
+    raise_chain_break()
+
+
 def _register() -> None:
     """Import every public module of this package; each adds its commands to ``cli``.
 
@@ -85,3 +93,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except Exception as e:
+        from ..ledger import store_failure
+        from ._integrity import found_chain_break
+
+        failure = found_chain_break() or store_failure(e)
+        if failure is None:
+            raise
+        click.echo(f"error: {failure.one_line()}", err=True)
+        sys.exit(failure.exit_code)

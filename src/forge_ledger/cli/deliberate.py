@@ -54,10 +54,14 @@ def load_participants(path: Path, api_base: str | None = None) -> list[Participa
     import yaml
     from pydantic import ValidationError
 
+    from ..bounded_yaml import load_yaml, read_yaml_file
+
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = load_yaml(read_yaml_file(path), name=str(path))
     except OSError as e:
         raise ConfigError(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not UTF-8 text", hint="save it as UTF-8") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
     items = doc.get("participants") if isinstance(doc, dict) else doc

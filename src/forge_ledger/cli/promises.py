@@ -35,6 +35,7 @@ from ._common import (
     print_table,
     store_option,
 )
+from ._integrity import check_chain
 
 __all__ = ["HMAC_KEY_ENV", "audit", "diff", "fork_cmd", "seal", "verify_export_cmd"]
 
@@ -162,7 +163,7 @@ def _print_diff(d: SessionDiff) -> None:
 def diff(a: str, b: str, store: str | None, as_json: bool) -> None:
     """Compare the consensus paths of sessions A and B, iteration by iteration."""
     with open_ledger(store, create=False) as ledger:
-        d = diff_sessions(ledger, a, b)
+        d = diff_sessions(ledger, check_chain(ledger, a), check_chain(ledger, b))
     if as_json:
         emit_json(d.model_dump(mode="json"))
         return
@@ -186,7 +187,7 @@ def audit(session: str, as_markdown: bool, store: str | None, as_json: bool) -> 
     if as_json and as_markdown:
         raise UsageError("give at most one of --json and --markdown")
     with open_ledger(store, create=False) as ledger:
-        sid = ledger.resolve(session)
+        sid = check_chain(ledger, session)
         report = audit_report(list(ledger.events(sid)))
     if as_json:
         emit_json(report.model_dump(mode="json"))

@@ -45,6 +45,7 @@ from ._common import (
     print_table,
     store_option,
 )
+from ._integrity import check_chain
 
 __all__ = [
     "HMAC_KEY_ENV",
@@ -319,7 +320,8 @@ def show(
             f"--at-time {at_time!r} has no timezone", hint="add one, e.g. 2026-01-09T10:30:00Z"
         )
     with open_ledger(store, create=False) as ledger:
-        state = ledger.state(session, at_event=at_event, at_iteration=at_iteration, at_time=when)
+        sid = check_chain(ledger, session)
+        state = ledger.state(sid, at_event=at_event, at_iteration=at_iteration, at_time=when)
     ems = ems_of(state)
     if as_json:
         emit_json(session_json(state, ems=ems))
@@ -425,7 +427,7 @@ def log(session: str, types: tuple[str, ...], store: str | None, as_json: bool) 
     """Print SESSION's events in order (full id or unique prefix)."""
     wanted = _resolve_types(types)
     with open_ledger(store, create=False) as ledger:
-        sid = ledger.resolve(session)
+        sid = check_chain(ledger, session)
         events = [e for e in ledger.events(sid) if not wanted or e.type in wanted]
     if as_json:
         emit_json([event_json(e) for e in events])

@@ -36,6 +36,7 @@ from ._common import (
     print_table,
     store_option,
 )
+from ._integrity import check_chain
 
 __all__ = ["dissent", "projections", "trail"]
 
@@ -159,7 +160,7 @@ def projections_update(batch_size: int, follow: bool, interval: float, store: st
 def dissent(session: str, include_closed: bool, store: str | None, as_json: bool) -> None:
     """The dissent log of SESSION: divergences still open, with their lifecycle."""
     with open_ledger(store) as ledger:
-        state = ledger.state(session)
+        state = ledger.state(check_chain(ledger, session))
     entries = dissent_log(state, include_closed=include_closed)
     if as_json:
         emit_json({"session_id": state.id, "include_closed": include_closed,
@@ -192,7 +193,7 @@ def trail(session: str, store: str | None, as_json: bool) -> None:
     from ..projections.consensus import change_json, influence_json
 
     with open_ledger(store) as ledger:
-        state = ledger.state(session)
+        state = ledger.state(check_chain(ledger, session))
     rounds = consensus_trail(state)
     changes = [c for r in rounds for c in r.changes]
     if as_json:

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import click
 
+from ..bounded_yaml import read_yaml_file
 from ..clock import SystemClock, UuidIds
 from ..errors import UsageError
 from ..yaml_format import cleanup as cleanup_exports
 from ..yaml_format import go_back, import_session, write_export
 from . import cli
 from ._common import emit_json, json_option, open_ledger, out_console, store_option
+from ._integrity import check_chain
 
 
 @cli.command("export")
@@ -32,7 +34,7 @@ def export_cmd(session: str, output: Path | None, store: str | None, as_json: bo
     same bytes; 'forge-ledger import' turns it back into a session.
     """
     with open_ledger(store) as ledger:
-        sid = ledger.resolve(session)
+        sid = check_chain(ledger, session)
         path = write_export(ledger, sid, path=output)
     if as_json:
         emit_json({"session_id": str(sid), "path": str(path)})
@@ -47,7 +49,7 @@ def export_cmd(session: str, output: Path | None, store: str | None, as_json: bo
 def import_cmd(file: Path, store: str | None, as_json: bool) -> None:
     """Import a YAML session file (v1.0 or v1.2) as a new session; a bad file writes nothing."""
     try:
-        text = file.read_text("utf-8")
+        text = read_yaml_file(file)
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(
             f"cannot read {file}: {e}", hint="give a readable UTF-8 YAML file"

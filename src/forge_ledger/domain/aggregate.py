@@ -23,6 +23,7 @@ from . import events as ev
 from .hashing import GENESIS, chain_hash
 from .state import SessionState
 from .values import (
+    MAX_PARTICIPANTS,
     ChatMessage,
     ConvergenceVote,
     Critique,
@@ -217,6 +218,11 @@ class Deliberation(Aggregate):
         self._require_live("add a participant")
         if self.state.participant(participant.name) is not None:
             raise InvariantViolation(f"participant {participant.name!r} already joined")
+        if len(self.state.participants) >= MAX_PARTICIPANTS:
+            raise InvariantViolation(
+                f"a session has at most {MAX_PARTICIPANTS} participants",
+                hint="deliberate with fewer models",
+            )
         self._record(ev.ParticipantJoined(participant=participant), at)
 
     def start_round(

@@ -14,6 +14,12 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
+    "MAX_CONSTRAINTS",
+    "MAX_CONSTRAINT_CHARS",
+    "MAX_DESCRIPTION_CHARS",
+    "MAX_PARTICIPANTS",
+    "MAX_TITLE_CHARS",
+    "MAX_TOKENS_LIMIT",
     "PARTICIPANT_NAME_RE",
     "Change",
     "ChangeType",
@@ -263,12 +269,26 @@ class Reference(Value):
     ref_type: ReferenceType = ReferenceType.INLINE
 
 
+MAX_TITLE_CHARS = 500
+MAX_DESCRIPTION_CHARS = 20_000
+MAX_CONSTRAINT_CHARS = 2_000
+MAX_CONSTRAINTS = 100
+MAX_PARTICIPANTS = 32
+MAX_TOKENS_LIMIT = 1_000_000
+"""Bounds on what a user types or a file gives: every prompt quotes the topic, so an
+unbounded description or list would be paid for in every call of every round; they are far
+above any real use and refused with a clear message."""
+
+
 class Topic(Value):
     """What the session deliberates on. Builder methods return new topics (values are frozen)."""
 
-    title: Annotated[str, Field(min_length=1, max_length=500)]
-    description: str = ""
-    constraints: tuple[str, ...] = ()
+    title: Annotated[str, Field(min_length=1, max_length=MAX_TITLE_CHARS)]
+    description: Annotated[str, Field(max_length=MAX_DESCRIPTION_CHARS)] = ""
+    constraints: Annotated[
+        tuple[Annotated[str, Field(max_length=MAX_CONSTRAINT_CHARS)], ...],
+        Field(max_length=MAX_CONSTRAINTS),
+    ] = ()
     references: tuple[Reference, ...] = ()
     output_type: OutputType = OutputType.SPECIFICATION
 
@@ -310,7 +330,7 @@ class SessionConfig(Value):
     mode: Mode = Mode.STANDARD
     persona: Persona = Persona.ARCHITECTE
     max_concurrency: Annotated[int, Field(ge=1, le=64)] = 8
-    max_tokens: Annotated[int, Field(ge=1)] = 2048
+    max_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS_LIMIT)] = 2048
     call_timeout_secs: Annotated[float, Field(gt=0)] = 120.0
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
     role_weights: dict[str, float] = Field(default_factory=dict)
@@ -359,7 +379,7 @@ class Participant(Value):
     expertise: str | None = None
     framework: str | None = None
     temperature: Annotated[float, Field(ge=0, le=2)] = 0.7
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS_LIMIT)] | None = None
     api_base: str | None = None
     price: Price | None = None
     """User-given prices; otherwise litellm's table is used and recorded per call."""

@@ -1,6 +1,6 @@
 """The event store edge: store selection by URL, the eventsourcing application, verification."""
 
-from .application import Ledger, RecordedEvent, SessionSummary
+from .application import Ledger, RecordedEvent, SessionSummary, store_failure
 from .store import DEFAULT_STORE, ENV_VAR, StoreLocation, resolve_store
 from .verify import ChainReport, verify_session, verify_store
 
@@ -13,6 +13,7 @@ __all__ = [
     "SessionSummary",
     "StoreLocation",
     "resolve_store",
+    "store_failure",
     "verify_session",
     "verify_store",
 ]

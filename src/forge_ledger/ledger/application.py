@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,9 +37,10 @@ from ..errors import (
     StoreError,
     UsageError,
 )
-from .store import StoreLocation, check_sqlite_file, resolve_store
+from .postgres import postgres_guard
+from .store import SqliteAccess, StoreLocation, check_sqlite_file, resolve_store, sqlite_uri
 
-__all__ = ["Ledger", "RecordedEvent", "SessionSummary"]
+__all__ = ["Ledger", "RecordedEvent", "SessionSummary", "store_failure"]
 
 CREATED_TOPICS = (topic_for("SessionStarted"), topic_for("SessionForked"))
 _TOPIC_PREFIX = "forge_ledger:"
@@ -131,8 +133,11 @@ class SessionSummary:
 class Ledger:
     """Opens the store named by ``store`` (path or ``postgresql://`` URL; default path).
 
-    ``create=False`` (read-only commands) refuses a missing SQLite file instead of creating
-    one. ``snapshot_interval`` takes a snapshot every N events per session (0 disables).
+    ``create=False`` (commands that read or continue a store) creates nothing: a missing or
+    empty SQLite file, or a PostgreSQL schema without the ledger's tables, is refused. Such
+    a store that we cannot write (a read-only file or folder) is opened read-only
+    (``read_only``); writing to it then fails with one line. ``snapshot_interval`` takes a
+    snapshot every N events per session (0 disables).
     """
 
     def __init__(
@@ -143,17 +148,34 @@ class Ledger:
         snapshot_interval: int = 100,
     ) -> None:
         self.location = store if isinstance(store, StoreLocation) else resolve_store(store)
+        self.read_only = False
+        env = self.location.eventsourcing_env()
         if self.location.kind == "sqlite":
             assert self.location.path is not None
-            check_sqlite_file(self.location.path, create=create)
+            found = check_sqlite_file(self.location.path, create=create)
+            self.read_only = found.access == SqliteAccess.READ_ONLY
+            env["SQLITE_DBNAME"] = sqlite_uri(self.location.path, found.access)
+            env["CREATE_TABLE"] = "y" if found.access == SqliteAccess.CREATE else "n"
+            if not found.has_snapshots:
+                snapshot_interval = 0
+            self.app = self._open(env, snapshot_interval)
         else:
-            _ensure_pg_schema(self.location)
-        env = self.location.eventsourcing_env()
+            with postgres_guard(
+                self.location, create=create, snapshots=snapshot_interval > 0
+            ) as pg:
+                env["CREATE_TABLE"] = "y" if pg.create_tables else "n"
+                if not pg.has_snapshots:
+                    snapshot_interval = 0
+                self.app = self._open(env, snapshot_interval)
+        self.snapshot_interval = snapshot_interval
+        if snapshot_interval > 0:
+            self.app.snapshotting_intervals = {Deliberation: snapshot_interval}  # type: ignore[misc]
+
+    def _open(self, env: dict[str, str], snapshot_interval: int) -> _App:
         if snapshot_interval > 0:
             env["IS_SNAPSHOTTING_ENABLED"] = "y"
-        env["CREATE_TABLE"] = "y"
         try:
-            self.app = _App(env=env)
+            return _App(env=env)
         except ImportError:
             raise StoreError(
                 "PostgreSQL support is not installed",
@@ -164,9 +186,6 @@ class Ledger:
                 f"cannot open the store {self.location.display}: {_first_line(e)}",
                 hint="check --store / FORGE_LEDGER_STORE and that the database is running",
             ) from None
-        self.snapshot_interval = snapshot_interval
-        if snapshot_interval > 0:
-            self.app.snapshotting_intervals = {Deliberation: snapshot_interval}  # type: ignore[misc]
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -184,6 +203,11 @@ class Ledger:
 
     def save(self, *aggregates: Deliberation) -> None:
         """Append the pending events of ``aggregates`` atomically (one transaction)."""
+        if self.read_only:
+            raise StoreError(
+                f"{self.location.display} is read-only; nothing was written",
+                hint="make the file and its folder writable, or work on a writable copy",
+            )
         before = {a.id: a.version - len(a.pending_events) for a in aggregates}
         try:
             self.app.save(*aggregates)
@@ -440,6 +464,18 @@ def _recorded(domain_event: Any, *, notification_id: int | None = None) -> Recor
     )
 
 
+def store_failure(e: BaseException) -> StoreError | None:
+    """A database error escaping from a read (a damaged file, a lost connection) as the one
+    line a user sees, or None when ``e`` is not one (then it is a bug and keeps its
+    traceback)."""
+    if not isinstance(e, _PersistenceError | sqlite3.DatabaseError):
+        return None
+    return StoreError(
+        f"the store cannot be read: {_first_line(e)}",
+        hint="check it with 'forge-ledger verify'; restore a damaged file from a backup",
+    )
+
+
 def _first_value(row: Any) -> Any:
     """The first column of a row from either driver (sqlite3 tuples, psycopg dict rows)."""
     return next(iter(row.values())) if isinstance(row, dict) else row[0]
@@ -448,33 +484,6 @@ def _first_value(row: Any) -> Any:
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
-
-
-def _ensure_pg_schema(loc: StoreLocation) -> None:
-    if loc.schema == "public":
-        return
-    try:
-        import psycopg
-    except ImportError:  # pragma: no cover - depends on the extra
-        raise StoreError(
-            "PostgreSQL support is not installed", hint="pip install 'forge-ledger[postgres]'"
-        ) from None
-    try:
-        with psycopg.connect(
-            host=loc.host,
-            port=loc.port,
-            dbname=loc.dbname,
-            user=loc.user or None,
-            password=loc.password or None,
-            connect_timeout=10,
-            autocommit=True,
-        ) as conn:
-            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{loc.schema}"')
-    except psycopg.Error as e:
-        raise StoreError(
-            f"cannot open the store {loc.display}: {_first_line(e)}",
-            hint="check the URL and that PostgreSQL is running",
-        ) from None
 
 
 def dumps_event_log(events: Sequence[RecordedEvent]) -> str:

@@ -22,8 +22,12 @@ __all__ = [
     "DEFAULT_STORE",
     "ENV_VAR",
     "READ_MODEL_SUFFIX",
+    "SqliteAccess",
+    "SqliteCheck",
     "StoreLocation",
+    "check_sqlite_file",
     "resolve_store",
+    "sqlite_uri",
 ]
 
 ENV_VAR = "FORGE_LEDGER_STORE"
@@ -128,8 +132,43 @@ def _parse_postgres(url: str) -> StoreLocation:
     )
 
 
-def check_sqlite_file(path: Path, *, create: bool) -> None:
-    """Refuse what cannot be our ledger before eventsourcing touches it."""
+class SqliteAccess:
+    """How a SQLite store file is opened (see :func:`check_sqlite_file`)."""
+
+    CREATE = "create"  # may be created (file, tables); opened read-write
+    READ_WRITE = "read-write"  # exists; opened read-write, nothing created
+    READ_ONLY = "read-only"  # exists but cannot be written by us: opened read-only
+
+
+def sqlite_uri(path: Path, access: str) -> str:
+    """The name eventsourcing's SQLite pool opens (it connects with ``uri=True``).
+
+    A store we cannot write (a read-only file, or a read-only folder where SQLite cannot make
+    its ``-wal``/``-shm`` files) is opened ``mode=ro``; when the folder is read-only, SQLite
+    can only read a WAL database as ``immutable`` (nothing can be writing it from here).
+    """
+    if access != SqliteAccess.READ_ONLY:
+        return str(path)
+    uri = path.resolve().as_uri() + "?mode=ro"
+    return uri if os.access(path.parent, os.W_OK) else uri + "&immutable=1"
+
+
+@dataclass(frozen=True)
+class SqliteCheck:
+    """What :func:`check_sqlite_file` found: how to open the file, and whether it has the
+    snapshots table (a store made without snapshots is read without them, not altered)."""
+
+    access: str
+    has_snapshots: bool = True
+
+
+def check_sqlite_file(path: Path, *, create: bool) -> SqliteCheck:
+    """Refuse what cannot be our ledger before eventsourcing touches it; say how to open it.
+
+    Nothing is created unless ``create``: a missing or empty (0-byte) file is refused for
+    commands that only read or continue a store, so a typo never leaves a database behind.
+    Returns a :class:`SqliteCheck`.
+    """
     if path.is_dir():
         raise StoreError(f"{path} is a directory", hint="give the path of a .sqlite file")
     if not path.exists():
@@ -138,18 +177,80 @@ def check_sqlite_file(path: Path, *, create: bool) -> None:
                 f"no ledger at {path}",
                 hint="run 'forge-ledger demo' or 'forge-ledger run' first, or pass --store",
             )
+        _check_writable_folder(path.parent)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return
-    if path.stat().st_size == 0:
-        return
-    with path.open("rb") as fh:
-        if fh.read(16) != _SQLITE_MAGIC:
+        return SqliteCheck(SqliteAccess.CREATE)
+    size = path.stat().st_size
+    writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+    if size == 0:
+        if not create:
             raise StoreError(
-                f"{path} is not a forge-ledger store (not a SQLite file)",
+                f"{path} is empty (0 bytes), not a forge-ledger store",
                 hint="pass --store with the path of a ledger file",
             )
+        if not writable:
+            raise _read_only(path)
+        return SqliteCheck(SqliteAccess.CREATE)
+    _check_header(path, size)
+    snapshots = "stored_snapshots" in _check_tables(path, create=create)
+    if writable:
+        access = SqliteAccess.CREATE if create else SqliteAccess.READ_WRITE
+        return SqliteCheck(access, has_snapshots=snapshots or create)
+    if create:
+        raise _read_only(path)
+    return SqliteCheck(SqliteAccess.READ_ONLY, has_snapshots=snapshots)
+
+
+def _read_only(path: Path) -> StoreError:
+    return StoreError(
+        f"{path} is read-only; this command writes to the store",
+        hint="make the file and its folder writable, or work on a writable copy",
+    )
+
+
+def _check_writable_folder(folder: Path) -> None:
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
+        raise StoreError(
+            f"cannot create a ledger in {folder}: the folder is read-only",
+            hint="pass --store with a path in a writable folder",
+        )
+
+
+def _check_header(path: Path, size: int) -> None:
+    """The SQLite header says how big the file must be: a cut copy is refused here."""
+    with path.open("rb") as fh:
+        header = fh.read(100)
+    if header[:16] != _SQLITE_MAGIC:
+        raise StoreError(
+            f"{path} is not a forge-ledger store (not a SQLite file)",
+            hint="pass --store with the path of a ledger file",
+        )
+    if len(header) < 100:
+        raise _damaged(path, f"{size} bytes, shorter than a SQLite header")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    change_counter = int.from_bytes(header[24:28], "big")
+    pages = int.from_bytes(header[28:32], "big")
+    valid_for = int.from_bytes(header[92:96], "big")
+    if page_size < 512 or page_size & (page_size - 1):
+        raise _damaged(path, f"invalid page size {page_size}")
+    if pages and change_counter == valid_for and size < pages * page_size:
+        raise _damaged(path, f"{size} bytes where its header says {pages * page_size}")
+
+
+def _damaged(path: Path, why: str) -> StoreError:
+    return StoreError(
+        f"{path} is a damaged SQLite file ({why}; truncated or cut short?)",
+        hint="restore the ledger from a backup",
+    )
+
+
+def _check_tables(path: Path, *, create: bool) -> set[str]:
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        con = sqlite3.connect(sqlite_uri(path, SqliteAccess.READ_ONLY), uri=True)
         try:
             names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         finally:
@@ -161,3 +262,9 @@ def check_sqlite_file(path: Path, *, create: bool) -> None:
             f"{path} is a SQLite file but not a forge-ledger store",
             hint="pass --store with the path of a ledger file",
         )
+    if not names and not create:
+        raise StoreError(
+            f"{path} is an empty SQLite database, not a forge-ledger store",
+            hint="pass --store with the path of a ledger file",
+        )
+    return names

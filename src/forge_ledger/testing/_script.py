@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..bounded_yaml import load_yaml, read_yaml_file
 from ..errors import ConfigError
 
 __all__ = [
@@ -153,7 +154,7 @@ def load_script(source: str | Path | Mapping[str, Any] | Script) -> Script:
     if not path.exists() and str(source) in bundled_script_names():
         return bundled_script(str(source))
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_yaml_file(path)
     except FileNotFoundError:
         raise ScriptError(
             f"fake-server script {str(source)!r} not found",
@@ -161,12 +162,14 @@ def load_script(source: str | Path | Mapping[str, Any] | Script) -> Script:
         ) from None
     except OSError as e:
         raise ScriptError(f"cannot read fake-server script {str(source)!r}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ScriptError(f"fake-server script {str(source)!r} is not UTF-8 text") from None
     return _parse(text, str(source))
 
 
 def _parse(text: str, name: str) -> Script:
     try:
-        data = json.loads(text) if name.endswith(".json") else yaml.safe_load(text)
+        data = json.loads(text) if name.endswith(".json") else load_yaml(text, name=name)
     except (yaml.YAMLError, json.JSONDecodeError) as e:
         line = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ScriptError(f"fake-server script {name!r} is not valid YAML/JSON: {line}") from None

@@ -1,8 +1,9 @@
 """Import: a YAML session file (v1.0 or v1.2) becomes a session of events.
 
-The file is read with ``yaml.safe_load`` only, migrated, then validated; any error names the
-field's path and line and nothing is written. The session is then built through the
-``Deliberation`` aggregate (so its invariants hold) and saved in one transaction:
+The file is read with the bounded safe loader (:mod:`forge_ledger.bounded_yaml`),
+migrated, then validated; any error names the field's path and line and nothing is
+written. The session is then built through the ``Deliberation`` aggregate (so its
+invariants hold) and saved in one transaction:
 ``SessionStarted`` (source ``import``), per history entry an ``IterationRecorded`` with the
 questions asked and the answers given, the techniques, the ideas, and a closing
 ``SessionImported`` with the fields no other event carries. Exporting it again reproduces the
@@ -17,6 +18,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from ..bounded_yaml import load_yaml
 from ..clock import Clock, IdSource
 from ..domain import Deliberation
 from ..domain import events as ev
@@ -51,7 +53,7 @@ class ImportResult:
 def parse_session_file(text: str, *, source: str = "session file") -> tuple[SessionFile, str]:
     """Parse, migrate and validate; returns the v1.2 model and the version it was read as."""
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text, name=source)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

@@ -18,7 +18,8 @@ from uuid import UUID
 
 import yaml
 
-from ..errors import UsageError
+from ..bounded_yaml import load_yaml, read_yaml_file
+from ..errors import InputLimitError, UsageError
 from ..ledger import Ledger
 from ..ledger.outputs import store_outputs
 from .export import export_events
@@ -38,8 +39,8 @@ FINISHED = ("completed", "abandoned")
 
 def _read(path: Path) -> dict[str, Any] | None:
     try:
-        doc = yaml.safe_load(path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        doc = load_yaml(read_yaml_file(path), name=str(path))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, InputLimitError):
         return None
     return doc if isinstance(doc, dict) else None
 

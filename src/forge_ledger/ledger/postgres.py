@@ -1,0 +1,131 @@
+"""Opening a PostgreSQL store: a fast, honest first connection and race-free creation.
+
+eventsourcing's PostgreSQL recorders create their objects on start-up when ``CREATE_TABLE``
+is on (``PostgresRecorder.create_table``: ``CREATE TYPE`` in its own transaction, then
+``CREATE TABLE IF NOT EXISTS``, ``CREATE UNIQUE INDEX IF NOT EXISTS`` and
+``CREATE OR REPLACE FUNCTION``). Run from several processes at once on a fresh schema, those
+statements collide in the catalogue (``tuple concurrently updated``, ``duplicate key value
+violates unique constraint "pg_type_typname_nsp_index"``). So forge-ledger turns that
+creation off whenever the store already exists, and otherwise creates the schema and lets
+eventsourcing create its tables while holding a transaction-independent advisory lock keyed
+by the schema: one process creates, the others wait, then find everything in place.
+
+The first connection is ours, with a short time-out, so a wrong password, an unknown role or
+a missing database is reported at once with PostgreSQL's own reason, instead of after the
+connection pool's time-out as "couldn't get a connection".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ..errors import StoreError
+from .store import StoreLocation
+
+__all__ = ["EVENTS_TABLE", "SNAPSHOTS_TABLE", "PgReadiness", "postgres_guard"]
+
+EVENTS_TABLE = "forgeledger_events"
+SNAPSHOTS_TABLE = "forgeledger_snapshots"
+CONNECT_TIMEOUT_S = 5
+_LOCK_NAMESPACE = "forge-ledger:create-store:"
+
+
+class PgReadiness:
+    """What :func:`postgres_guard` found: whether eventsourcing must create tables."""
+
+    def __init__(self, *, create_tables: bool, has_snapshots: bool) -> None:
+        self.create_tables = create_tables
+        self.has_snapshots = has_snapshots
+
+
+def _connect(loc: StoreLocation) -> Any:
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - depends on the extra
+        raise StoreError(
+            "PostgreSQL support is not installed", hint="pip install 'forge-ledger[postgres]'"
+        ) from None
+    try:
+        return psycopg.connect(
+            host=loc.host,
+            port=loc.port,
+            dbname=loc.dbname,
+            user=loc.user or None,
+            password=loc.password or None,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            autocommit=True,
+        )
+    except psycopg.Error as e:
+        raise StoreError(
+            f"cannot open the store {loc.display}: {_reason(e)}", hint=_hint_for(e)
+        ) from None
+
+
+def _reason(e: BaseException) -> str:
+    """PostgreSQL's own reason, one line, without the client's boilerplate."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    for line in lines:
+        if "FATAL:" in line:
+            return line.split("FATAL:", 1)[1].strip()
+    return lines[0] if lines else type(e).__name__
+
+
+def _hint_for(e: BaseException) -> str:
+    text = str(e).lower()
+    if "password" in text or "authentication" in text:
+        return "check the user and password in the URL (postgresql://USER:PASSWORD@HOST/DB)"
+    if "role" in text and "does not exist" in text:
+        return "check the user name in the URL"
+    if "database" in text and "does not exist" in text:
+        return "create the database (createdb NAME) or fix its name in the URL"
+    return "check the URL and that PostgreSQL is running"
+
+
+def _existing_tables(conn: Any, schema: str) -> set[str]:
+    rows = conn.execute(
+        "SELECT table_name FROM information_schema.tables "
+        "WHERE table_schema = %s AND table_name = ANY(%s)",
+        (schema, [EVENTS_TABLE, SNAPSHOTS_TABLE]),
+    ).fetchall()
+    return {str(r[0]) for r in rows}
+
+
+@contextmanager
+def postgres_guard(
+    loc: StoreLocation, *, create: bool, snapshots: bool
+) -> Iterator[PgReadiness]:
+    """Check the store; with ``create``, hold the creation lock while the caller opens it.
+
+    Read-only and continuing commands (``create=False``) create nothing: a schema without
+    the ledger's tables is refused with one line. When the store exists no lock is taken
+    and eventsourcing is told not to create anything.
+    """
+    conn = _connect(loc)
+    try:
+        tables = _existing_tables(conn, loc.schema)
+        ready = EVENTS_TABLE in tables and (SNAPSHOTS_TABLE in tables or not snapshots)
+        if ready or not create:
+            if EVENTS_TABLE not in tables:
+                raise StoreError(
+                    f"no ledger at {loc.display}",
+                    hint="run 'forge-ledger demo' or 'forge-ledger run' first, or pass --store",
+                )
+            yield PgReadiness(create_tables=False, has_snapshots=SNAPSHOTS_TABLE in tables)
+            return
+        conn.execute(
+            "SELECT pg_advisory_lock(hashtextextended(%s, 0))", (_LOCK_NAMESPACE + loc.schema,)
+        )
+        try:
+            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{loc.schema}"')
+            tables = _existing_tables(conn, loc.schema)
+            missing = EVENTS_TABLE not in tables or (snapshots and SNAPSHOTS_TABLE not in tables)
+            yield PgReadiness(create_tables=missing, has_snapshots=True)
+        finally:
+            conn.execute(
+                "SELECT pg_advisory_unlock(hashtextextended(%s, 0))",
+                (_LOCK_NAMESPACE + loc.schema,),
+            )
+    finally:
+        conn.close()
