@@ -418,11 +418,33 @@ class Deliberation(Aggregate):
             raise InvariantViolation(f"cannot change a divergence to {status.value}")
         self._record(cls(divergence_id=divergence_id, round=round, note=note, by=by), at)
 
-    def pause(self, *, reason: str, at: datetime, questions: Sequence[str] = ()) -> None:
+    def pause(
+        self,
+        *,
+        reason: str,
+        at: datetime,
+        questions: Sequence[str] = (),
+        fault: ev.PauseFault | None = None,
+    ) -> None:
         self._require_live("pause")
         if self.state.status is SessionStatus.PAUSED:
             raise InvariantViolation("the session is already paused")
-        self._record(ev.SessionPaused(reason=reason, questions=tuple(questions)), at)
+        if fault is not None:
+            self._require_open_round(fault.round, "pause on a fault in")
+        self._record(
+            ev.SessionPaused(reason=reason, questions=tuple(questions), fault=fault), at
+        )
+
+    def update_participant(self, participant: Participant, *, at: datetime, reason: str) -> None:
+        """Change a member's model or endpoint for the calls still to come (it keeps its name:
+        the history refers to it)."""
+        self._require_live("change a participant")
+        current = self.state.participant(participant.name)
+        if current is None:
+            self._require_member(participant.name)
+        if current == participant:
+            return
+        self._record(ev.ParticipantUpdated(participant=participant, reason=reason), at)
 
     def resume(self, *, at: datetime, reason: str = "") -> None:
         self._require_live("resume")

@@ -209,6 +209,11 @@ class SessionState(_State):
     convergence: list[ConvergenceResult] = Field(default_factory=list)
     human_inputs: list[HumanInput] = Field(default_factory=list)
     pending_questions: list[str] = Field(default_factory=list)
+    fault: ev.PauseFault | None = None
+    """The provider fault the session is paused on (None when not paused by a fault)."""
+    resumed_position: int = 0
+    """Position of the latest ``SessionResumed``: failures before it no longer count as giving
+    up, so a resumed round gets a fresh set of attempts."""
     asked: list[tuple[int, list[str]]] = Field(default_factory=list)
     techniques: list[Technique] = Field(default_factory=list)
     rewinds: list[Rewind] = Field(default_factory=list)
@@ -343,6 +348,7 @@ class SessionState(_State):
             else SessionStatus.INITIALIZED
         )
         state.status_reason = "forked"
+        state.fault = None
         state.seal = None
         state.budget_exhausted = None
         return state
@@ -515,9 +521,16 @@ def _divergence_change(status: DivergenceStatus) -> Any:
     return handler
 
 
+def _updated(s: SessionState, p: ev.ParticipantUpdated, pos: int, at: datetime) -> None:
+    s.participants = [
+        p.participant if q.name == p.participant.name else q for q in s.participants
+    ]
+
+
 def _paused(s: SessionState, p: ev.SessionPaused, pos: int, at: datetime) -> None:
     s.status = SessionStatus.PAUSED
     s.status_reason = p.reason
+    s.fault = p.fault
     if p.questions:
         s.pending_questions = list(p.questions)
 
@@ -525,6 +538,8 @@ def _paused(s: SessionState, p: ev.SessionPaused, pos: int, at: datetime) -> Non
 def _resumed(s: SessionState, p: ev.SessionResumed, pos: int, at: datetime) -> None:
     s.status = SessionStatus.IN_PROGRESS
     s.status_reason = p.reason
+    s.fault = None
+    s.resumed_position = pos
 
 
 def _asked(s: SessionState, p: ev.QuestionsAsked, pos: int, at: datetime) -> None:
@@ -630,6 +645,7 @@ def _imported(s: SessionState, p: ev.SessionImported, pos: int, at: datetime) ->
 
 _HANDLERS: dict[type[ev.Payload], Any] = {
     ev.ParticipantJoined: _joined,
+    ev.ParticipantUpdated: _updated,
     ev.RoundStarted: _round_started,
     ev.RoundCompleted: _round_completed,
     ev.ContributionRecorded: _contribution,

@@ -20,6 +20,7 @@ from .convergence import (
     weighted_score,
 )
 from .divergence import plan_divergences
+from .needs import answers_needed, round_shortfall
 from .outcomes import after_round
 from .parsing import ParsedOutput, output_schema, parse_output
 from .prompts import build_messages, header, repair_messages
@@ -46,6 +47,7 @@ __all__ = [
     "StartRound",
     "Step",
     "after_round",
+    "answers_needed",
     "budget_allows",
     "build_messages",
     "conformity_flags",
@@ -61,6 +63,7 @@ __all__ = [
     "plan_divergences",
     "repair_messages",
     "role_weight",
+    "round_shortfall",
     "synthesizer",
     "weighted_score",
     "worst_case_cost",
