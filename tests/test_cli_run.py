@@ -166,10 +166,13 @@ def test_missing_api_key_is_one_clear_line(
         store,
         "--json",
     )
-    assert code != 0
+    assert code == 3  # paused on a fault a person must fix, not aborted
     line = assert_one_error_line(err)
-    assert "aborted" in line and "ANTHROPIC_API_KEY" in line
-    assert one_json(out)["status"] == "aborted"  # the session is recorded, and summarised
+    assert "paused" in line and "set ANTHROPIC_API_KEY" in line
+    doc = one_json(out)  # the session is recorded, and summarised
+    assert doc["status"] == "paused"
+    assert doc["fault"]["error_type"] == "auth"
+    assert f"forge-ledger resume {doc['session_id'][:8]}" in line
 
 
 def test_unreachable_provider_is_one_clear_line(
@@ -188,10 +191,11 @@ def test_unreachable_provider_is_one_clear_line(
         store,
         "--json",
     )
-    assert code != 0
+    assert code == 3
     line = assert_one_error_line(err)
     assert "cannot connect to http://127.0.0.1:9/v1" in line
-    assert one_json(out)["status"] == "aborted"
+    assert "--api-base" in line and "forge-ledger resume" in line
+    assert one_json(out)["status"] == "paused"
 
 
 @pytest.mark.parametrize(

@@ -546,6 +546,13 @@ class Deliberation(Aggregate):
             raise InvariantViolation(f"{status.value} is not a terminal status")
         self._record(payload, at)
 
+    def abort(self, *, reason: str, by: str, at: datetime) -> None:
+        """A person ends the session for good (a fault pause never does that on its own)."""
+        self._require_live("abort")
+        if not by.strip() or not reason.strip():
+            raise InvariantViolation("an abort needs the person's name and a reason")
+        self._record(ev.SessionAborted(reason=reason, by=by), at)
+
     def seal(self, *, at: datetime, hmac: str | None = None) -> None:
         if not self.state.status.terminal:
             raise InvariantViolation("only a finished session can be sealed")

@@ -12,7 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from ..errors import StoreError
 from .values import (
@@ -235,6 +241,17 @@ class SessionCompleted(_Terminal):
 
 class SessionAborted(_Terminal):
     TYPE: ClassVar[str] = "SessionAborted"
+    by: str = ""
+    """The person who decided to abort (``forge-ledger abort``); empty when the session could
+    not go on (an invariant that cannot be repaired)."""
+
+    @model_serializer(mode="wrap")
+    def _omit_no_author(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Aborts recorded before people could abort carry no ``by`` key: keep their bytes.
+        data = handler(self)
+        if isinstance(data, dict) and not data.get("by"):
+            data.pop("by", None)
+        return data
 
 
 class SessionTimedOut(_Terminal):

@@ -12,6 +12,7 @@ from ._litellm import (
     LOCAL_PLACEHOLDER_KEY,
     OFFLINE_ENV,
     LiteLLMProvider,
+    api_key_names,
     classify_exception,
     configure_offline_env,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "Provider",
     "ProviderCall",
     "ProviderCallError",
+    "api_key_names",
     "classify_exception",
     "configure_offline_env",
     "cost_of",
