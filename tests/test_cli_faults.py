@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -161,6 +162,10 @@ def test_a_fault_a_person_fixes_names_the_fix_and_a_swap_is_recorded(
     updated = [e for e in events if e.type == "ParticipantUpdated"]
     assert [e.data["participant"]["model"] for e in updated] == ["openai/cleo"]
     assert_sound(tmp_path, doc["session_id"])
+    assert cli(tmp_path, "projections", "update").returncode == 0
+    with sqlite3.connect(tmp_path / "store.views.sqlite") as views:
+        models = dict(views.execute("SELECT name, model FROM participants").fetchall())
+    assert models == {"ana": "openai/ana", "ben": "openai/ben", "cleo": "openai/cleo"}
 
 
 def test_resume_api_base_moves_every_participant(
