@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ..domain.state import SessionState
     from ..ledger import Ledger
 
-__all__ = ["load_participants", "run_session"]
+__all__ = ["exit_for_outcome", "load_participants", "run_session"]
 
 # --------------------------------------------------------------------------- participants
 
@@ -348,10 +348,10 @@ def run(
         print_outcome(state, as_json=as_json, ledger=ledger)
     finally:
         ledger.close()
-    _fail_if_aborted(state)
+    exit_for_outcome(state)
 
 
-def _fail_if_aborted(state: SessionState) -> None:
+def exit_for_outcome(state: SessionState) -> None:
     """The exit of a deliberation command once the outcome is printed: an aborted session
     fails with one clear line; a session paused on a provider fault exits 3 with one line
     saying what failed and how to go on (it is kept and resumable)."""
@@ -567,7 +567,7 @@ def resume(
                 print_outcome(state, as_json=as_json, ledger=ledger)
     finally:
         ledger.close()
-    _fail_if_aborted(state)
+    exit_for_outcome(state)
 
 
 def _demo_server(stack: contextlib.ExitStack, ledger: Ledger, state: SessionState) -> str | None:

@@ -81,7 +81,7 @@ def demo_participants(api_base: str) -> list[Participant]:
 def demo(latency: float, store: str | None, as_json: bool) -> None:
     """Run an offline four-participant deliberation (no API key, no network)."""
     from ..testing import FakeOpenAIServer, bundled_script
-    from .deliberate import print_outcome, run_session
+    from .deliberate import exit_for_outcome, print_outcome, run_session
 
     ledger = open_ledger(store, create=True)
     try:
@@ -98,8 +98,10 @@ def demo(latency: float, store: str | None, as_json: bool) -> None:
             )
         if as_json:
             print_outcome(state, as_json=True, ledger=ledger)
+            exit_for_outcome(state)
             return
         print_outcome(state, as_json=False, ledger=ledger)
+        exit_for_outcome(state)
         short = state.id[:8]
         store_arg = f" --store {store}" if store else ""
         click.echo("\nnext, try:")
