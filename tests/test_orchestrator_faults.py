@@ -260,3 +260,57 @@ def test_unparseable_twice_is_a_parse_failure_and_an_abstention(
     # three votes are enough: the session converges without dov's vote, nothing crashed
     assert state.status.value == "converged"
     assert verify_session(ledger, sid).ok
+
+
+def test_fallback_hands_a_failed_synthesis_to_another_participant(
+    fake_openai: FakeOpenAIServer, ledger: Ledger
+) -> None:
+    """With ``fallback`` the synthesizer's failure does not pause: the engine hands the round
+    to the other participant of the same role, it writes the synthesis, the vote follows, and
+    replay chooses the same fallback."""
+    script = {n: voice(n) for n in NAMES}
+    script["cleo"] = voice("cleo", before=[{"match": "· synthesis ·", "fault": "server_error"}])
+    fake_openai.set_script(script)
+
+    async def fast_sleep(seconds: float) -> None:
+        return None
+
+    roles = (ParticipantRole.DRAFTER, ParticipantRole.CRITIC, ParticipantRole.SYNTHESIZER,
+             ParticipantRole.SYNTHESIZER)
+    parts = [
+        p.model_copy(update={"role": role})
+        for p, role in zip(participants(fake_openai.url, NAMES), roles, strict=True)
+    ]
+    sid, state = run_session(
+        ledger, parts, SessionConfig(max_attempts=2, fallback=True), sleep=fast_sleep
+    )
+    assert state.status.value == "converged", state.status_reason
+    chosen = [e for e in ledger.events(sid) if e.type == "FallbackChosen"]
+    assert chosen and all(
+        (e.data["failed"], e.data["participant"]) == ("cleo", "dov") for e in chosen
+    )
+    first = state.round(chosen[0].data["round"])
+    assert first is not None and first.kind.value == "synthesis"
+    assert first.contributors == ["dov"] and first.replaced == ["cleo"]
+    source = state.document_source
+    assert source is not None and source[1].participant == "dov"
+    assert verify_session(ledger, sid).ok
+    assert replay_session(ledger, sid).ok
+
+
+def test_fallback_with_nobody_left_pauses(fake_openai: FakeOpenAIServer, ledger: Ledger) -> None:
+    fake_openai.set_script({"*": [{"match": "· draft ·", "fault": "server_error"}]})
+
+    async def fast_sleep(seconds: float) -> None:
+        return None
+
+    sid, state = run_session(
+        ledger,
+        participants(fake_openai.url, NAMES[:2]),
+        SessionConfig(max_attempts=1, fallback=True),
+        sleep=fast_sleep,
+    )
+    # both are drafters: the draft round already asked everyone, so no fallback is possible
+    assert state.status.value == "paused"
+    assert state.fault is not None and state.fault.missing == ("ana", "ben")
+    assert not [e for e in ledger.events(sid) if e.type == "FallbackChosen"]

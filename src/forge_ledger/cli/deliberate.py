@@ -252,6 +252,8 @@ def print_outcome(state: SessionState, *, as_json: bool, ledger: Ledger) -> None
 @click.option("--threshold", type=float, default=None, help="Convergence threshold 0..1.")
 @click.option("--min-consensus", type=int, default=None)
 @click.option("--attended", is_flag=True, help="Pause after each iteration for your answers.")
+@click.option("--fallback", is_flag=True,
+              help="If a draft's or synthesis's author fails, another participant takes over.")
 @click.option("--mode", type=click.Choice([m.value for m in Mode]), default=None)
 @click.option("--persona", type=click.Choice([p.value for p in Persona]), default=None)
 @click.option(
@@ -281,6 +283,7 @@ def run(
     threshold: float | None,
     min_consensus: int | None,
     attended: bool,
+    fallback: bool,
     mode: str | None,
     persona: str | None,
     output_type: str | None,
@@ -315,6 +318,8 @@ def run(
     }
     if attended:
         overrides["attended"] = True
+    if fallback:
+        overrides["fallback"] = True
     try:
         config = SessionConfig(**overrides)
         topic_value = Topic(title=topic, description=description, constraints=constraints)

@@ -363,6 +363,22 @@ class Deliberation(Aggregate):
             at,
         )
 
+    def choose_fallback(
+        self, *, round: int, failed: str, participant: str, at: datetime, reason: str = ""
+    ) -> None:
+        """Hand an open single-author round over to ``participant`` (its author failed)."""
+        self._require_live("choose a fallback")
+        r = self._require_open_round(round, "choose a fallback in")
+        self._require_member(participant)
+        if failed not in r.expected or r.contribution_of(failed) is not None:
+            raise InvariantViolation(f"{failed!r} has not failed in round {round}")
+        if participant in r.expected:
+            raise InvariantViolation(f"{participant!r} already takes part in round {round}")
+        self._record(
+            ev.FallbackChosen(round=round, failed=failed, participant=participant, reason=reason),
+            at,
+        )
+
     def complete_round(self, *, round: int, at: datetime, abstained: Iterable[str] = ()) -> None:
         self._require_live("complete a round")
         self._require_open_round(round, "complete")

@@ -50,6 +50,7 @@ __all__ = [
     "DivergenceOverruled",
     "DivergenceResolved",
     "DivergenceWithdrawn",
+    "FallbackChosen",
     "ForkOrigin",
     "HumanInputRecorded",
     "IdeaRecorded",
@@ -284,6 +285,18 @@ class RoundStarted(Payload):
     technique: str | None = None
 
 
+class FallbackChosen(Payload):
+    """The author of a single-author round failed every attempt; ``participant`` takes the
+    round over (``SessionConfig.fallback``). Chosen by the engine from recorded state, so a
+    replay chooses the same."""
+
+    TYPE: ClassVar[str] = "FallbackChosen"
+    round: int = Field(ge=1)
+    failed: str
+    participant: str
+    reason: str = ""
+
+
 class RoundCompleted(Payload):
     TYPE: ClassVar[str] = "RoundCompleted"
     number: int = Field(ge=1)
@@ -492,6 +505,7 @@ _ALL: tuple[type[Payload], ...] = (
     SessionTimedOut,
     SessionSealed,
     RoundStarted,
+    FallbackChosen,
     RoundCompleted,
     ContributionRecorded,
     ProviderCallFailed,

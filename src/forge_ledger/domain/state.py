@@ -95,6 +95,8 @@ class RoundState(_State):
     completed_at: datetime | None = None
     superseded: bool = False
     """True once a rewind went back past this round's iteration (kept for audit)."""
+    replaced: list[str] = Field(default_factory=list)
+    """Authors a fallback took the round over from (``FallbackChosen``): never called again."""
 
     def contribution_of(self, participant: str) -> ContributionState | None:
         """The participant's answer in this round (the repair attempt replaces the answer).
@@ -394,6 +396,13 @@ def _round_started(s: SessionState, p: ev.RoundStarted, pos: int, at: datetime) 
                 t.applied = True
 
 
+def _fallback(s: SessionState, p: ev.FallbackChosen, pos: int, at: datetime) -> None:
+    r = s.round(p.round)
+    if r is not None and p.participant not in r.expected:
+        r.expected.append(p.participant)
+        r.replaced.append(p.failed)
+
+
 def _round_completed(s: SessionState, p: ev.RoundCompleted, pos: int, at: datetime) -> None:
     r = s.round(p.number)
     if r is not None:
@@ -646,6 +655,7 @@ def _imported(s: SessionState, p: ev.SessionImported, pos: int, at: datetime) ->
 _HANDLERS: dict[type[ev.Payload], Any] = {
     ev.ParticipantJoined: _joined,
     ev.ParticipantUpdated: _updated,
+    ev.FallbackChosen: _fallback,
     ev.RoundStarted: _round_started,
     ev.RoundCompleted: _round_completed,
     ev.ContributionRecorded: _contribution,

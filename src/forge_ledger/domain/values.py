@@ -11,7 +11,15 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 __all__ = [
     "PARTICIPANT_NAME_RE",
@@ -315,6 +323,18 @@ class SessionConfig(Value):
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
     role_weights: dict[str, float] = Field(default_factory=dict)
     """Overrides of the engine's default convergence weight per role (role value → weight)."""
+    fallback: bool = False
+    """When the author of a draft or synthesis fails every attempt, hand the round to another
+    participant able to take the role (recorded as ``FallbackChosen``) instead of pausing."""
+
+    @model_serializer(mode="wrap")
+    def _omit_default_fallback(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Sessions recorded before the option existed carry no ``fallback`` key: a config
+        # without it must keep serialising (and hashing) exactly as theirs did.
+        data = handler(self)
+        if isinstance(data, dict) and not data.get("fallback"):
+            data.pop("fallback", None)
+        return data
 
 
 class TokenCount(Value):

@@ -20,7 +20,7 @@ from .convergence import (
     weighted_score,
 )
 from .divergence import plan_divergences
-from .needs import answers_needed, round_shortfall
+from .needs import answers_needed, fallback_author, round_shortfall
 from .outcomes import after_round
 from .parsing import ParsedOutput, output_schema, parse_output
 from .prompts import build_messages, header, repair_messages
@@ -56,6 +56,7 @@ __all__ = [
     "drafters",
     "estimate_prompt_tokens",
     "estimate_tokens",
+    "fallback_author",
     "header",
     "next_step",
     "output_schema",

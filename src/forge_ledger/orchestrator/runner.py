@@ -550,7 +550,8 @@ class Orchestrator:
         budgets = {o.budget for o in outcomes.values() if o.budget}
         missing = engine.round_shortfall(agg.state, rnd)
         if missing and not budgets:
-            self._pause_on_fault(agg, rnd, missing)
+            if not self._fall_back(agg, rnd, missing):
+                self._pause_on_fault(agg, rnd, missing)
             return
         abstained = [n for n in rnd.expected if n not in rnd.contributors or n in rnd.abstained]
         agg.complete_round(round=number, abstained=abstained, at=self.clock.now())
@@ -581,6 +582,24 @@ class Orchestrator:
         self._checkpoint(agg.state)
         if budgets:
             self._budget_after_round(agg, budgets)
+
+    def _fall_back(self, agg: Deliberation, rnd: RoundState, missing: tuple[str, ...]) -> bool:
+        """Hand the round to another participant when the session allows it (the engine
+        chooses whom); the run loop then plays the still-open round for the newcomer only."""
+        failed = missing[-1]
+        chosen = engine.fallback_author(agg.state, rnd, failed)
+        if chosen is None:
+            return False
+        fault = _fault_of(agg.state, rnd, (failed,))
+        agg.choose_fallback(
+            round=rnd.number,
+            failed=failed,
+            participant=chosen,
+            reason=f"{fault.error_type}: {fault.message}",
+            at=self.clock.now(),
+        )
+        self.ledger.save(agg)
+        return True
 
     def _pause_on_fault(self, agg: Deliberation, rnd: RoundState, missing: tuple[str, ...]) -> None:
         """The round lacks an answer it needs (engine.round_shortfall): pause, keeping the
@@ -712,7 +731,7 @@ class _Plan:
             )
             if schema is None or parsed:
                 return cls(True, next_attempt, answer.response.content, None, 0)
-        if gave_up or name in rnd.abstained:
+        if gave_up or name in rnd.abstained or name in rnd.replaced:
             return cls(True, next_attempt, None, None, 0)
         if answer is None:
             return cls(False, next_attempt, None, None, 2 if schema is not None else 1)
