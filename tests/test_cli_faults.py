@@ -259,3 +259,29 @@ def test_demo_fork_resume_runs_offline(tmp_path: Path) -> None:
     assert doc["status"] in ("converged", "complete") and doc["rounds"] > 5
     assert "scripted server runs again" in done.stderr
     assert_sound(tmp_path, child)
+
+
+def test_fork_api_base_and_model_swap_are_recorded_in_the_fork(
+    tmp_path: Path, fake_openai: FakeOpenAIServer
+) -> None:
+    fake_openai.set_script({**script(), "bea": voice("bea")})
+    pfile = participants_file(tmp_path, "http://127.0.0.1:9/v1")
+    run = cli(tmp_path, "run", "Forked away", "--participants", str(pfile), "--max-rounds", "1")
+    assert run.returncode == 3, run.stderr  # nothing answers on port 9
+    sid = one_line(run.stderr.splitlines()[-1]).split()[2]
+    # fork at event 4 (started, three joined; before the first round): every participant
+    # moves to the server, ben gets another model
+    forked = cli(
+        tmp_path, "fork", sid, "--at-event", "4", "--api-base", fake_openai.url,
+        "-m", "ben=openai/bea", "--max-rounds", "3", "--json",
+    )
+    assert forked.returncode == 0, forked.stderr
+    child = json.loads(forked.stdout)["session_id"]
+    first = events_of(tmp_path, child)[0]
+    people = {p["name"]: p for p in first.data["participants"]}
+    assert {p["api_base"] for p in people.values()} == {fake_openai.url}
+    assert people["ben"]["model"] == "openai/bea"
+    done = cli(tmp_path, "resume", child[:8], "--json")
+    assert done.returncode == 0, done.stderr
+    assert {r.model for r in fake_openai.requests} == {"ana", "bea", "cleo"}
+    assert_sound(tmp_path, child)

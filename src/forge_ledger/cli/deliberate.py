@@ -575,14 +575,33 @@ def resume(
     exit_for_outcome(state)
 
 
+def _answers(url: str) -> bool:
+    """Whether something accepts connections at ``url``'s host and port (a quick probe)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return False
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
 def _demo_server(stack: contextlib.ExitStack, ledger: Ledger, state: SessionState) -> str | None:
     """A session made by ``demo`` (or forked from one) talks to the demo's scripted server,
-    which ended with the demo: start it again, as the demo does, and return its address."""
+    which ended with the demo: start it again, as the demo does, and return its address.
+    Participants pointed elsewhere (``fork --api-base``, a server that still answers) keep
+    their endpoint."""
     from ..testing import FakeOpenAIServer, bundled_script
     from .demo import DEMO_LATENCY, DEMO_SCRIPT
 
     if not state.participants or not all(
-        p.model.startswith("openai/") for p in state.participants
+        p.model.startswith("openai/") and p.api_base and not _answers(p.api_base)
+        for p in state.participants
     ):
         return None
     server = stack.enter_context(
