@@ -12,12 +12,13 @@ What one soak does:
    records how many events a whole session has (``N``) and its outcome: status, votes, and the
    forged document (``SessionState.document_source``) as of every iteration.
 2. The kill instants are drawn from a seeded generator: one event position in each of
-   ``kills`` equal strata of ``1..N`` (so they spread over the whole session, the last stratum
-   ending with the finish and seal) and a delay of up to ``--max-delay`` seconds after the
-   store reaches that position — which lands kills inside rounds (calls in flight), between
-   rounds, during the seal's save and during the YAML export that follows it. When the session
-   has already ended when a process starts (a kill landed during export), the instant is a
-   delay after the process started instead.
+   ``kills - 1`` equal strata of the session's positions (so they spread over the whole
+   session), then the seal itself; and a delay of up to 0.25 s after the store reaches that
+   position — which lands kills inside rounds (calls in flight), between rounds, during the
+   finish-and-seal save and during the YAML export that follows it. When a resumed process
+   starts past its target (a kill lands in the middle of a burst of commits), the delay starts
+   at its first model call instead; when the session had already ended (a kill landed during
+   the export), at most 1 s after the process started.
 3. ``forge-ledger run`` starts in a child process; at each instant it gets SIGKILL and
    ``forge-ledger resume`` takes over (and is killed in turn), until the last one finishes.
    A process that ends before its instant is not a kill: the instant is drawn again on the next
@@ -356,15 +357,20 @@ def reference_run(directory: Path) -> tuple[int, dict[str, Any], float]:
 
 
 def schedule(rng: random.Random, kills: int, events: int) -> list[int]:
-    """One target position per stratum of ``1..events``; the last is the seal itself, so
-    every soak kills at least once after the seal is committed (during the export)."""
+    """One target position per stratum of the session's positions, then the seal.
+
+    A killed session can have fewer events than the reference run (a fault rule consumed by
+    a call in flight when the kill landed is not met again), at most one per fault rule, so
+    the strata stop that far before the finish and the seal (``events - 1``, ``events``):
+    every target but the last is met before the session ends, and the last one — the seal —
+    lands a kill after the seal is committed, during the export."""
+    span = max(1, events - sum(len(rules) for rules in FAULTS.values()) - 2)
     targets = []
-    for i in range(kills):
-        lo = 1 + (i * events) // kills
-        hi = max(lo, ((i + 1) * events) // kills)
+    for i in range(kills - 1):
+        lo = 1 + (i * span) // (kills - 1)
+        hi = max(lo, ((i + 1) * span) // (kills - 1))
         targets.append(rng.randint(lo, hi))
-    targets[-1] = events
-    return targets
+    return [*targets, events]
 
 
 class _Soak:
@@ -413,7 +419,7 @@ class _Soak:
     def _wait_and_kill(self, proc: subprocess.Popen[bytes], target: int, start_head: int) -> bool:
         """Kill ``proc`` at the instant; False if it ended on its own first."""
         trigger = self._trigger(proc, target, start_head)
-        span = 2.5 if trigger == "start" else self.max_delay
+        span = 1.0 if trigger == "start" else self.max_delay
         delay = self.rng.uniform(0.0, span)
         if not trigger:
             return False
