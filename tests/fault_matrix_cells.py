@@ -59,6 +59,9 @@ __all__ = [
     "SWAP_SUFFIX",
     "CellResult",
     "FaultKind",
+    "base_script",
+    "cell_participants",
+    "cell_script",
     "markdown_table",
     "round_line",
     "run_cell",
@@ -137,21 +140,27 @@ def round_line(kind: RoundKind) -> str:
     return f"· {kind.value} · iteration {iteration}"
 
 
-def cell_script(fault: FaultKind, kind: RoundKind) -> dict[str, list[dict[str, Any]]]:
-    """The server's script for one cell: two voices, the fault first in the faulted one's."""
+def base_script() -> dict[str, list[dict[str, Any]]]:
+    """The two voices without any fault (ada dissents in iteration 1's vote), and the same
+    voices under the swapped-in model names."""
     dissent = {"match": "· convergence · iteration 1", "content": _DISSENT}
-    times = MAX_ATTEMPTS + 1 if fault.transient else 1
-    rule: dict[str, Any] = {"match": round_line(kind), **fault.rule}
-    if not fault.swap_model:
-        rule["times"] = times  # a swapped-out model stays broken: the person changed models
     script = {"ada": voice("ada", before=[dissent]), "bo": voice("bo")}
-    script |= {name + SWAP_SUFFIX: rules for name, rules in script.items()}
+    return script | {name + SWAP_SUFFIX: rules for name, rules in script.items()}
+
+
+def cell_script(fault: FaultKind, kind: RoundKind) -> dict[str, list[dict[str, Any]]]:
+    """The server's script for one cell: the fault first in the faulted participant's rules."""
+    rule: dict[str, Any] = {"match": round_line(kind), **fault.rule}
+    if not fault.swap_model:  # a swapped-out model stays broken: the person changed models
+        rule["times"] = MAX_ATTEMPTS + 1 if fault.transient else 1
+    script = base_script()
     who = FAULTED[kind]
     script[who] = [rule, *script[who]]
     return script
 
 
-def _participants(url: str) -> list[Participant]:
+def cell_participants(url: str) -> list[Participant]:
+    """ada, the only drafter, and bo, the synthesizer."""
     roles = {"ada": ParticipantRole.DRAFTER, "bo": ParticipantRole.SYNTHESIZER}
     return [
         Participant(name=n, model=f"openai/{n}", role=r, api_base=url, price=PRICE,
@@ -246,7 +255,7 @@ async def _run(orch: Orchestrator, ledger: Ledger, fault: FaultKind, kind: Round
         max_rounds=12,
         call_timeout_secs=TIMEOUT_SECS if fault.timeout else 120.0,
     )
-    sid = orch.start(TOPIC, config, _participants(url))
+    sid = orch.start(TOPIC, config, cell_participants(url))
     state = await orch.run(sid)
     result.status_after_first_run = state.status.value
     if state.status is SessionStatus.PAUSED:
