@@ -52,6 +52,7 @@ from forge_ledger.testing import FakeOpenAIServer
 from test_orchestrator_support import PRICE, TOPIC, voice, vote_json
 
 __all__ = [
+    "FALLBACK_KINDS",
     "FAULTED",
     "FAULTS",
     "MAX_ATTEMPTS",
@@ -65,11 +66,12 @@ __all__ = [
     "markdown_table",
     "round_line",
     "run_cell",
+    "run_fallbacks",
     "run_row",
 ]
 
 MAX_ATTEMPTS = 2
-TIMEOUT_SECS = 2.0
+TIMEOUT_SECS = 5.0
 """Call time-out of the cells whose fault is a hang or a stall (others keep the default)."""
 SWAP_SUFFIX = "-2"
 """A person swaps ``openai/NAME`` for ``openai/NAME-2`` when NAME's model cannot be used."""
@@ -148,10 +150,13 @@ def base_script() -> dict[str, list[dict[str, Any]]]:
     return script | {name + SWAP_SUFFIX: rules for name, rules in script.items()}
 
 
-def cell_script(fault: FaultKind, kind: RoundKind) -> dict[str, list[dict[str, Any]]]:
-    """The server's script for one cell: the fault first in the faulted participant's rules."""
+def cell_script(
+    fault: FaultKind, kind: RoundKind, *, fallback: bool = False
+) -> dict[str, list[dict[str, Any]]]:
+    """The server's script for one cell: the fault first in the faulted participant's rules
+    (for a fallback cell, a fault that never clears)."""
     rule: dict[str, Any] = {"match": round_line(kind), **fault.rule}
-    if not fault.swap_model:  # a swapped-out model stays broken: the person changed models
+    if not fault.swap_model and not fallback:  # a swapped-out model stays broken
         rule["times"] = MAX_ATTEMPTS + 1 if fault.transient else 1
     script = base_script()
     who = FAULTED[kind]
@@ -182,7 +187,8 @@ class CellResult:
     answered_attempt: int | None = None
     """Attempt number of the faulted participant's answer in the faulted round."""
     swapped: bool = False
-    fallback: bool = False
+    fallback: str = ""
+    """Who took the faulted round over (``FallbackChosen``), if anyone."""
     status: str = ""
     replay_identical: bool = False
     verified: bool = False
@@ -196,7 +202,8 @@ class CellResult:
     def path(self) -> str:
         """The cell's way through, as the README's table shows it."""
         if self.fallback:
-            return "fallback"
+            retried = "retried, " if len(self.failures_before_pause) > 1 else ""
+            return f"{retried}fallback to {self.fallback}"
         if not self.pauses:
             return "retried" if self.failures_before_pause else "no fault seen"
         steps = ["retried"] if len(self.failures_before_pause) > 1 else []
@@ -226,8 +233,8 @@ def _read(events: Sequence[RecordedEvent], result: CellResult, round_no: int, wh
             resumed = True
         elif e.type == "ParticipantUpdated":
             result.swapped = True
-        elif e.type in ("FallbackChosen", "ParticipantFallback", "RoundFallback"):
-            result.fallback = True
+        elif e.type == "FallbackChosen" and e.data["round"] == round_no:
+            result.fallback = e.data["participant"]
         elif e.data.get("round") == round_no and e.data.get("participant") == who:
             if e.type == "ProviderCallFailed":
                 target = result.failures_after_resume if resumed else result.failures_before_pause
@@ -249,11 +256,12 @@ def _swap_model(orch: Orchestrator, ledger: Ledger, sid: UUID, name: str) -> Non
 
 
 async def _run(orch: Orchestrator, ledger: Ledger, fault: FaultKind, kind: RoundKind,
-               url: str, result: CellResult) -> UUID:
+               url: str, result: CellResult, fallback: bool) -> UUID:
     config = SessionConfig(
         max_attempts=MAX_ATTEMPTS,
         max_rounds=12,
         call_timeout_secs=TIMEOUT_SECS if fault.timeout else 120.0,
+        fallback=fallback,
     )
     sid = orch.start(TOPIC, config, cell_participants(url))
     state = await orch.run(sid)
@@ -267,16 +275,25 @@ async def _run(orch: Orchestrator, ledger: Ledger, fault: FaultKind, kind: Round
 
 
 async def run_cell(
-    fault: FaultKind, kind: RoundKind, directory: Path, provider: LiteLLMProvider
+    fault: FaultKind,
+    kind: RoundKind,
+    directory: Path,
+    provider: LiteLLMProvider,
+    *,
+    fallback: bool = False,
 ) -> CellResult:
-    """Run one cell to its end (pausing and resuming when it must) and read what happened."""
+    """Run one cell to its end (pausing and resuming when it must) and read what happened.
+
+    ``fallback``: the session allows fallbacks (``run --fallback``) and the fault never
+    clears, so a draft or synthesis must be handed to the other participant."""
     result = CellResult(fault=fault.name, kind=kind.value)
     started = time.monotonic()
-    server = FakeOpenAIServer(cell_script(fault, kind)).start()
+    server = FakeOpenAIServer(cell_script(fault, kind, fallback=fallback)).start()
+    name = f"{fault.name}-{kind.value}{'-fallback' if fallback else ''}.sqlite"
     try:
-        with Ledger(str(directory / f"{fault.name}-{kind.value}.sqlite"), create=True) as ledger:
+        with Ledger(str(directory / name), create=True) as ledger:
             orch = Orchestrator(ledger, provider)
-            sid = await _run(orch, ledger, fault, kind, server.url, result)
+            sid = await _run(orch, ledger, fault, kind, server.url, result, fallback)
             state = ledger.state(sid)
             round_no = _fault_round(state, kind)
             _read(list(ledger.events(sid)), result, round_no, FAULTED[kind])
@@ -296,27 +313,60 @@ async def run_cell(
     return result
 
 
-async def run_row(fault: FaultKind, directory: Path) -> list[CellResult]:
+FALLBACK_KINDS = (RoundKind.DRAFT, RoundKind.SYNTHESIS)
+"""The single-author rounds a fallback may hand to another participant."""
+
+
+async def run_row(
+    fault: FaultKind, directory: Path, kinds: Sequence[RoundKind] = ROUND_KINDS,
+    *, fallback: bool = False,
+) -> list[CellResult]:
     """Every round kind of one fault kind, concurrently (their waits overlap).
 
     One provider for the row: closing a provider closes litellm's process-wide HTTP clients,
     which would cut the calls of the cells still running."""
-    provider = LiteLLMProvider()
+    provider = _provider()
     try:
-        cells = [run_cell(fault, k, directory, provider) for k in ROUND_KINDS]
+        cells = [run_cell(fault, k, directory, provider, fallback=fallback) for k in kinds]
         return list(await asyncio.gather(*cells))
     finally:
         await provider.aclose()
 
 
-def markdown_table(rows: Sequence[tuple[FaultKind, Sequence[CellResult]]]) -> str:
-    head = "| fault | " + " | ".join(k.value for k in ROUND_KINDS) + " |"
-    sep = "|---|" + "---|" * len(ROUND_KINDS)
+def _provider() -> LiteLLMProvider:
+    """The real provider, with litellm already imported: the first call imports it (seconds on
+    a loaded machine) inside its own time-out, which the short time-out of the hang and stall
+    cells must not include. Looking up a table price imports it."""
+    provider = LiteLLMProvider()
+    provider.price(Participant(name="warm-up", model="gpt-4o-mini"))
+    return provider
+
+
+async def run_fallbacks(directory: Path) -> list[tuple[FaultKind, list[CellResult]]]:
+    """Every fault kind in the rounds a fallback can take over, all at once."""
+    provider = _provider()
+    try:
+        cells = [
+            run_cell(f, k, directory, provider, fallback=True)
+            for f in FAULTS
+            for k in FALLBACK_KINDS
+        ]
+        done = list(await asyncio.gather(*cells))
+    finally:
+        await provider.aclose()
+    n = len(FALLBACK_KINDS)
+    return [(f, done[i * n : (i + 1) * n]) for i, f in enumerate(FAULTS)]
+
+
+def markdown_table(
+    rows: Sequence[tuple[FaultKind, Sequence[CellResult]]],
+    kinds: Sequence[RoundKind] = ROUND_KINDS,
+) -> str:
+    head = "| fault | " + " | ".join(k.value for k in kinds) + " |"
+    sep = "|---|" + "---|" * len(kinds)
     lines = [head, sep]
     for fault, cells in rows:
-        marks = []
-        for c in cells:
-            marks.append(c.path + (" ✓" if c.ok else " ✗"))
+        marks = [c.path + (" ✓" if c.ok else " ✗") for c in cells]
         lines.append(f"| {fault.label} | " + " | ".join(marks) + " |")
     return "\n".join(lines)
 
@@ -328,7 +378,10 @@ def main() -> int:
             cells = asyncio.run(run_row(fault, Path(tmp)))
             rows.append((fault, cells))
             print(json.dumps([c.__dict__ | {"path": c.path} for c in cells]), file=sys.stderr)
+        fallbacks = asyncio.run(run_fallbacks(Path(tmp)))
     print(markdown_table(rows))
+    print()
+    print(markdown_table(fallbacks, FALLBACK_KINDS))
     return 0
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from fault_matrix_cells import (
+    FALLBACK_KINDS,
     FAULTED,
     FAULTS,
     MAX_ATTEMPTS,
@@ -24,6 +25,7 @@ from fault_matrix_cells import (
     SWAP_SUFFIX,
     CellResult,
     FaultKind,
+    run_fallbacks,
     run_row,
 )
 
@@ -78,3 +80,35 @@ def test_fault_in_every_round_kind_is_survived_and_replays(
     assert [c.kind for c in cells] == [k.value for k in ROUND_KINDS]
     failing = {c.kind: p for c in cells if (p := _problems(fault, c))}
     assert failing == {}, f"{fault.label}: " + "; ".join(f"{k}: {v}" for k, v in failing.items())
+
+
+def _fallback_problems(fault: FaultKind, cell: CellResult) -> list[str]:
+    """A fault that never clears on a draft or synthesis author, with fallbacks allowed: the
+    other participant takes the round over, and the session never pauses."""
+    kind = next(k for k in FALLBACK_KINDS if k.value == cell.kind)
+    who = FAULTED[kind]
+    other = next(n for n in ("ada", "bo") if n != who)
+    tries = MAX_ATTEMPTS if fault.transient else 1
+    problems = list(cell.problems)
+    if not cell.ok or cell.pauses:
+        problems.append(f"ended {cell.status} after {len(cell.pauses)} pause(s)")
+    if cell.fallback != other:
+        problems.append(f"fallback to {cell.fallback!r}")
+    if len(cell.failures_before_pause) != tries or not set(cell.failures_before_pause) <= set(
+        fault.error_types
+    ):
+        problems.append(f"attempts before the fallback: {cell.failures_before_pause}")
+    if cell.calls != {who: tries, other: 1}:
+        problems.append(f"calls per model in the faulted round: {cell.calls}")
+    return problems
+
+
+def test_with_fallback_a_draft_or_synthesis_author_that_keeps_failing_is_replaced(
+    tmp_path: Path,
+) -> None:
+    rows = asyncio.run(run_fallbacks(tmp_path))
+    failing = {
+        f"{fault.name}/{c.kind}": p for fault, cells in rows for c in cells
+        if (p := _fallback_problems(fault, c))
+    }
+    assert failing == {}, "; ".join(f"{k}: {v}" for k, v in failing.items())
