@@ -30,6 +30,7 @@ import json
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -362,12 +363,16 @@ def markdown_table(
     rows: Sequence[tuple[FaultKind, Sequence[CellResult]]],
     kinds: Sequence[RoundKind] = ROUND_KINDS,
 ) -> str:
-    head = "| fault | " + " | ".join(k.value for k in kinds) + " |"
-    sep = "|---|" + "---|" * len(kinds)
+    """One row per fault kind: the way through its cells took, then ✓ per round kind for a
+    cell that took it and ended converged, verified and replaying identically (✗ and its own
+    way through otherwise)."""
+    head = "| fault | way through | " + " | ".join(k.value for k in kinds) + " |"
+    sep = "|---|---|" + "---|" * len(kinds)
     lines = [head, sep]
     for fault, cells in rows:
-        marks = [c.path + (" ✓" if c.ok else " ✗") for c in cells]
-        lines.append(f"| {fault.label} | " + " | ".join(marks) + " |")
+        common = Counter(c.path for c in cells).most_common(1)[0][0]
+        marks = ["✓" if c.ok and c.path == common else f"{c.path} ✗" for c in cells]
+        lines.append(f"| {fault.label} | {common} | " + " | ".join(marks) + " |")
     return "\n".join(lines)
 
 
