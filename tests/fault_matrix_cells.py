@@ -204,7 +204,7 @@ class CellResult:
         """The cell's way through, as the README's table shows it."""
         if self.fallback:
             retried = "retried, " if len(self.failures_before_pause) > 1 else ""
-            return f"{retried}fallback to {self.fallback}"
+            return f"{retried}fallback"
         if not self.pauses:
             return "retried" if self.failures_before_pause else "no fault seen"
         steps = ["retried"] if len(self.failures_before_pause) > 1 else []
