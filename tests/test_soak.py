@@ -47,6 +47,7 @@ def _soak_module() -> ModuleType:
     return module
 
 
+@pytest.mark.timeout(900)  # 25 process starts: minutes on a loaded machine, not the default 300 s
 def test_kill_9_at_25_instants_loses_nothing_and_ends_as_an_uninterrupted_run(
     tmp_path: Path,
 ) -> None:
