@@ -132,8 +132,8 @@ class _LedgerKilledAfterRoundCompleted:
     raises=AssertionError,
     reason="the orchestrator commits a round's RoundCompleted and what the engine derives from "
     "it (divergences, the convergence evaluation) in two saves; a kill between them leaves a "
-    "session that resume continues without those events, so its replay differs (the soak "
-    "hits this window about once in 25 kills)",
+    "session that resume continues without those events, so its replay differs (2 of the 4 "
+    "25-kill soaks run here hit this window)",
 )
 def test_kill_between_round_completed_and_its_consequences_replays_identically(
     fake_openai: FakeOpenAIServer, tmp_path: Path
