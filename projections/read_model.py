@@ -16,7 +16,7 @@ from forge_ledger.domain import RoundState, SessionState
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
 
-from .base import EventLike, Op, Projection, Put, dumps
+from .base import EventLike, Op, Patch, Projection, Put, dumps
 
 __all__ = ["ReadModelProjection"]
 
@@ -90,6 +90,17 @@ class ReadModelProjection(Projection):
         assert isinstance(payload, ev.ParticipantJoined)
         return [self._participant(event.session_id, state, payload.participant.name,
                                   event.position)]
+
+    def _on_updated(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+        """A model or endpoint changed on the way: the row shows the participant as it is now
+        (each contribution keeps the model it was made with)."""
+        assert isinstance(payload, ev.ParticipantUpdated)
+        p = payload.participant
+        return [Patch("participants", f"{event.session_id}:{p.name}", {
+            "model": p.model,
+            "provider": p.provider.value,
+            "participant_json": dumps(p.model_dump(mode="json")),
+        })]
 
     def _on_forked(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
         sid, pos = event.session_id, event.position
@@ -276,6 +287,7 @@ _Handler = Callable[[ReadModelProjection, EventLike, Payload, SessionState], Seq
 
 _BY_CLASS: tuple[tuple[type[Any], _Handler], ...] = (
     (ev.ParticipantJoined, ReadModelProjection._on_joined),
+    (ev.ParticipantUpdated, ReadModelProjection._on_updated),
     (ev.SessionForked, ReadModelProjection._on_forked),
     (ev.RoundStarted, ReadModelProjection._on_round),
     (ev.RoundCompleted, ReadModelProjection._on_round),

@@ -101,6 +101,7 @@ session_configs = st.builds(
     role_weights=st.dictionaries(
         st.sampled_from([r.value for r in ParticipantRole]), floats(0, 10)
     ),
+    fallback=st.booleans(),
 )
 token_counts = st.builds(TokenCount, input=ints, output=ints)
 prices = st.builds(
@@ -254,7 +255,23 @@ PAYLOAD_STRATEGIES: dict[type[ev.Payload], st.SearchStrategy[Any]] = {
         participants=small_tuple(participants, 2),
     ),
     ev.ParticipantJoined: st.builds(ev.ParticipantJoined, participant=participants),
-    ev.SessionPaused: st.builds(ev.SessionPaused, reason=text, questions=small_tuple(text)),
+    ev.ParticipantUpdated: st.builds(ev.ParticipantUpdated, participant=participants, reason=text),
+    ev.SessionPaused: st.builds(
+        ev.SessionPaused,
+        reason=text,
+        questions=small_tuple(text),
+        fault=st.none() | st.builds(
+            ev.PauseFault,
+            round=pos_int,
+            kind=st.sampled_from(RoundKind),
+            participant=names,
+            model=model_ids,
+            error_type=short_text,
+            message=text,
+            attempts=nat_int,
+            missing=small_tuple(names),
+        ),
+    ),
     ev.SessionResumed: st.builds(ev.SessionResumed, reason=text),
     ev.SessionRewound: st.builds(
         ev.SessionRewound, from_iteration=pos_int, to_iteration=pos_int, steps=st.integers(1, 5)
@@ -287,7 +304,7 @@ PAYLOAD_STRATEGIES: dict[type[ev.Payload], st.SearchStrategy[Any]] = {
     ),
     ev.SessionConverged: st.builds(ev.SessionConverged, reason=text, score=floats(0, 1)),
     ev.SessionCompleted: st.builds(ev.SessionCompleted, reason=text),
-    ev.SessionAborted: st.builds(ev.SessionAborted, reason=text),
+    ev.SessionAborted: st.builds(ev.SessionAborted, reason=text, by=st.just("") | names),
     ev.SessionTimedOut: st.builds(ev.SessionTimedOut, reason=text),
     ev.SessionSealed: st.builds(
         ev.SessionSealed, root_hash=hex64, events=pos_int, hmac=st.none() | hex64
@@ -304,6 +321,9 @@ PAYLOAD_STRATEGIES: dict[type[ev.Payload], st.SearchStrategy[Any]] = {
         technique=st.none() | slugs,
     ),
     ev.RoundCompleted: st.builds(ev.RoundCompleted, number=pos_int, abstained=small_tuple(names)),
+    ev.FallbackChosen: st.builds(
+        ev.FallbackChosen, round=pos_int, failed=names, participant=names, reason=text
+    ),
     ev.ContributionRecorded: st.builds(
         ev.ContributionRecorded,
         round=pos_int,

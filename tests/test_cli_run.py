@@ -189,10 +189,11 @@ def test_unreachable_provider_is_one_clear_line(
         store,
         "--json",
     )
-    assert code != 0
+    assert code == 3
     line = assert_one_error_line(err)
     assert "cannot connect to http://127.0.0.1:9/v1" in line
-    assert one_json(out)["status"] == "aborted"
+    assert "--api-base" in line and "forge-ledger resume" in line
+    assert one_json(out)["status"] == "paused"
 
 
 @pytest.mark.parametrize(

@@ -143,7 +143,7 @@ def test_without_overrule_the_strong_dissent_blocks(
     assert fresh["session_id"] != sid and fresh["rounds"] == 1
 
 
-def test_resume_of_a_finished_session_is_one_line(
+def test_resume_of_a_finished_session_is_one_line_and_success(
     setup: tuple[Path, str], fake_openai: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pfile, store = setup
@@ -160,7 +160,12 @@ def test_resume_of_a_finished_session_is_one_line(
         "--json",
     )
     assert code == 0, err
-    sid = one_json(out)["session_id"]
+    first = one_json(out)
+    sid = first["session_id"]
     code, out, err = run_cli(capsys, "resume", sid, "--store", store, "--json")
-    assert code == 2 and out == ""
-    assert "nothing to resume" in assert_one_error_line(err)
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "had already ended" in lines[0], err
+    again = one_json(out)
+    assert again["status"] == first["status"]
+    assert again["events"] == first["events"]  # already sealed: nothing to add

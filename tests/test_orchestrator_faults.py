@@ -1,15 +1,22 @@
 """Provider faults through the real stack: every attempt is an event, failures never crash a
-session, a round nobody answers aborts it with a reason, unparseable JSON gets one repair."""
+session, a round left without an answer it needs pauses the session (resumable), unparseable
+JSON gets one repair."""
 
 from __future__ import annotations
 
+import asyncio
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from forge_ledger.domain.values import SessionConfig
+from forge_ledger.clock import FixedStepClock
+from forge_ledger.domain.values import ParticipantRole, SessionConfig
 from forge_ledger.ledger import Ledger, verify_session
+from forge_ledger.orchestrator import Orchestrator
+from forge_ledger.providers import LiteLLMProvider
+from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer
 from test_orchestrator_support import (
     draft_text,
@@ -111,7 +118,7 @@ def test_rate_limit_server_errors_and_disconnect_in_one_round(
     assert verify_session(ledger, sid).ok
 
 
-def test_all_participants_failing_aborts_with_a_reason(
+def test_all_participants_failing_pauses_with_the_fault(
     fake_openai: FakeOpenAIServer, ledger: Ledger
 ) -> None:
     fake_openai.set_script({"*": [{"fault": "server_error"}]})
@@ -125,16 +132,77 @@ def test_all_participants_failing_aborts_with_a_reason(
         SessionConfig(max_attempts=2),
         sleep=fast_sleep,
     )
-    assert state.status.value == "aborted"
-    reason = state.status_reason or ""
-    assert "no participant answered in round 1" in reason
-    assert "server_error" in reason
+    assert state.status.value == "paused"
+    assert state.seal is None
+    fault = state.fault
+    assert fault is not None
+    assert (fault.round, fault.kind.value, fault.participant) == (1, "draft", "ana")
+    assert (fault.model, fault.error_type, fault.attempts) == ("openai/ana", "server_error", 2)
+    assert fault.missing == ("ana", "ben", "cleo")
+    assert "HTTP 500" in fault.message
     types = [e.type for e in ledger.events(sid)]
-    assert "SessionAborted" in types
+    assert types[-1] == "SessionPaused"
+    assert "SessionAborted" not in types and "SessionSealed" not in types
+    assert "RoundCompleted" not in types  # the round stays open for resume
     assert types.count("ProviderCallFailed") == 3 * 2
-    assert "ContributionRecorded" not in types
     assert len(fake_openai.requests) == 3 * 2
     assert verify_session(ledger, sid).ok
+
+
+def test_resume_after_a_fault_retries_only_the_missing_author(
+    fake_openai: FakeOpenAIServer, ledger: Ledger
+) -> None:
+    """A single-author synthesis fails every attempt: the session pauses with the round open;
+    resume calls only the synthesizer (a fresh set of attempts) and the session converges;
+    replay of the whole session, pause and resume included, is identical."""
+    script = {n: voice(n) for n in NAMES[:3]}
+    script["cleo"] = voice(
+        "cleo", before=[{"match": "· synthesis ·", "fault": "unavailable", "times": 3}]
+    )
+    fake_openai.set_script(script)
+
+    async def fast_sleep(seconds: float) -> None:
+        return None
+
+    parts = [
+        p.model_copy(update={"role": role})
+        for p, role in zip(
+            participants(fake_openai.url, NAMES[:3]),
+            (ParticipantRole.DRAFTER, ParticipantRole.CRITIC, ParticipantRole.SYNTHESIZER),
+            strict=True,
+        )
+    ]
+    sid, state = run_session(ledger, parts, SessionConfig(max_attempts=3), sleep=fast_sleep)
+    assert state.status.value == "paused"
+    assert state.fault is not None and state.fault.kind.value == "synthesis"
+    assert (state.fault.participant, state.fault.attempts) == ("cleo", 3)
+    synthesis = state.fault.round
+    before = len(fake_openai.requests)
+
+    provider = LiteLLMProvider()
+    orch = Orchestrator(
+        ledger,
+        provider,
+        clock=FixedStepClock(start=state.updated_at + timedelta(seconds=1)),
+        sleep=fast_sleep,
+    )
+
+    async def resume() -> Any:
+        try:
+            return await orch.resume(sid)
+        finally:
+            await provider.aclose()
+
+    final = asyncio.run(resume())
+    assert final.status.value == "converged"
+    calls = fake_openai.requests[before:]
+    synthesis_calls = [r for r in calls if "· synthesis ·" in r.last_user_message]
+    assert [r.model for r in synthesis_calls] == ["cleo"]  # only the missing author, once
+    cleo = _events_of(ledger, sid, synthesis, "cleo")
+    assert [e.type for e in cleo] == ["ProviderCallFailed"] * 3 + ["ContributionRecorded"]
+    assert [e.data["attempt"] for e in cleo] == [1, 2, 3, 4]
+    assert verify_session(ledger, sid).ok
+    assert replay_session(ledger, sid).ok
 
 
 def test_unparseable_vote_is_repaired_once(fake_openai: FakeOpenAIServer, ledger: Ledger) -> None:
@@ -192,3 +260,57 @@ def test_unparseable_twice_is_a_parse_failure_and_an_abstention(
     # three votes are enough: the session converges without dov's vote, nothing crashed
     assert state.status.value == "converged"
     assert verify_session(ledger, sid).ok
+
+
+def test_fallback_hands_a_failed_synthesis_to_another_participant(
+    fake_openai: FakeOpenAIServer, ledger: Ledger
+) -> None:
+    """With ``fallback`` the synthesizer's failure does not pause: the engine hands the round
+    to the other participant of the same role, it writes the synthesis, the vote follows, and
+    replay chooses the same fallback."""
+    script = {n: voice(n) for n in NAMES}
+    script["cleo"] = voice("cleo", before=[{"match": "· synthesis ·", "fault": "server_error"}])
+    fake_openai.set_script(script)
+
+    async def fast_sleep(seconds: float) -> None:
+        return None
+
+    roles = (ParticipantRole.DRAFTER, ParticipantRole.CRITIC, ParticipantRole.SYNTHESIZER,
+             ParticipantRole.SYNTHESIZER)
+    parts = [
+        p.model_copy(update={"role": role})
+        for p, role in zip(participants(fake_openai.url, NAMES), roles, strict=True)
+    ]
+    sid, state = run_session(
+        ledger, parts, SessionConfig(max_attempts=2, fallback=True), sleep=fast_sleep
+    )
+    assert state.status.value == "converged", state.status_reason
+    chosen = [e for e in ledger.events(sid) if e.type == "FallbackChosen"]
+    assert chosen and all(
+        (e.data["failed"], e.data["participant"]) == ("cleo", "dov") for e in chosen
+    )
+    first = state.round(chosen[0].data["round"])
+    assert first is not None and first.kind.value == "synthesis"
+    assert first.contributors == ["dov"] and first.replaced == ["cleo"]
+    source = state.document_source
+    assert source is not None and source[1].participant == "dov"
+    assert verify_session(ledger, sid).ok
+    assert replay_session(ledger, sid).ok
+
+
+def test_fallback_with_nobody_left_pauses(fake_openai: FakeOpenAIServer, ledger: Ledger) -> None:
+    fake_openai.set_script({"*": [{"match": "· draft ·", "fault": "server_error"}]})
+
+    async def fast_sleep(seconds: float) -> None:
+        return None
+
+    sid, state = run_session(
+        ledger,
+        participants(fake_openai.url, NAMES[:2]),
+        SessionConfig(max_attempts=1, fallback=True),
+        sleep=fast_sleep,
+    )
+    # both are drafters: the draft round already asked everyone, so no fallback is possible
+    assert state.status.value == "paused"
+    assert state.fault is not None and state.fault.missing == ("ana", "ben")
+    assert not [e for e in ledger.events(sid) if e.type == "FallbackChosen"]

@@ -16,9 +16,12 @@ __all__ = [
     "ImportValidationError",
     "InputLimitError",
     "InvariantViolation",
+    "LeaseHeldError",
     "NonDeterminismError",
     "ProviderError",
+    "RunInterrupted",
     "SessionNotFoundError",
+    "SessionPausedError",
     "StoreError",
     "UsageError",
 ]
@@ -71,6 +74,25 @@ class InvariantViolation(ForgeLedgerError):
 
 class ConcurrencyConflictError(ForgeLedgerError):
     """Another writer appended to the same session first; nothing of ours was stored."""
+
+
+class LeaseHeldError(ConcurrencyConflictError):
+    """Another live process has claimed the session (its lease); nothing was called or spent."""
+
+    exit_code = 4
+
+
+class SessionPausedError(ForgeLedgerError):
+    """A provider fault left a round without an answer it needs: the session is paused, kept,
+    and resumable (``forge-ledger resume S``)."""
+
+    exit_code = 3
+
+
+class RunInterrupted(ForgeLedgerError):
+    """The person pressed Ctrl-C: what was committed is kept and the session is resumable."""
+
+    exit_code = 130
 
 
 class ChainBrokenError(ForgeLedgerError):

@@ -156,12 +156,14 @@ def fork(
     participants: Sequence[Participant] | None = None,
     model_swaps: Sequence[str] = (),
     config_overrides: Mapping[str, Any] | None = None,
+    api_base: str | None = None,
 ) -> UUID:
     """Start a new session from ``parent_id`` as of a past position; returns the new id.
 
     The position is the end of iteration ``at_iteration``, event ``at_event``, or the parent's
     head when neither is given. ``participants`` replaces the participant list (same names,
-    any order of models); ``model_swaps`` then swaps models (see :func:`apply_model_swaps`).
+    any order of models); ``model_swaps`` then swaps models (see :func:`apply_model_swaps`);
+    ``api_base`` then points every participant at that endpoint.
     Forking where a round is open is refused (the fork would inherit a half-run round).
     """
     pid = ledger.resolve(parent_id)
@@ -179,6 +181,8 @@ def fork(
     if participants is not None:
         people = _checked_participants(parent, participants)
     people = apply_model_swaps(people, model_swaps)
+    if api_base is not None:
+        people = [p.model_copy(update={"api_base": api_base}) for p in people]
     config = override_config(parent.config, config_overrides or {})
     agg = Deliberation.fork(
         session_id=ids.new_id(),

@@ -49,6 +49,7 @@ EXTERNAL_EVENT_TYPES = frozenset(
         "SessionStarted",
         "SessionForked",
         "ParticipantJoined",
+        "ParticipantUpdated",
         "HumanInputRecorded",
         "DivergenceOverruled",
         "SessionResumed",
@@ -59,7 +60,15 @@ EXTERNAL_EVENT_TYPES = frozenset(
         "SessionImported",
     }
 )
-"""Facts that come from outside the orchestrator; replay applies them from the record."""
+"""Facts that come from outside the orchestrator; replay applies them from the record (and a
+``SessionAborted`` that names the person who aborted, see :func:`is_external`)."""
+
+
+def is_external(recorded: RecordedEvent) -> bool:
+    """Whether the orchestrator does not produce this event: a person or another command did."""
+    if recorded.type == "SessionAborted":
+        return bool(recorded.data.get("by"))
+    return recorded.type in EXTERNAL_EVENT_TYPES
 
 
 @dataclass
@@ -149,7 +158,8 @@ class ReplayProvider:
                     p.response, p.prompt_hash
                 )
                 if p.response.price is not None:
-                    self._prices.setdefault(p.participant, p.response.price)
+                    # by model too: a participant whose model was swapped has a new price
+                    self._prices.setdefault(f"{p.participant}\0{p.model}", p.response.price)
             elif e.type == "ProviderCallFailed":
                 f = ev.ProviderCallFailed.model_validate(e.data)
                 if f.error_type != "budget_cost":
@@ -182,7 +192,7 @@ class ReplayProvider:
         )
 
     def price(self, participant: Participant) -> Price | None:
-        return participant.price or self._prices.get(participant.name)
+        return participant.price or self._prices.get(f"{participant.name}\0{participant.model}")
 
     async def aclose(self) -> None:
         return None
@@ -243,7 +253,7 @@ class _ReplayStore:
         applied = False
         while True:
             nxt = self.recorded(self.current.version + 1)
-            if nxt is None or nxt.type not in EXTERNAL_EVENT_TYPES:
+            if nxt is None or not is_external(nxt):
                 return applied
             _apply_recorded(self.current, nxt)
             self.matched += 1

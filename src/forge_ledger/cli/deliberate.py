@@ -7,6 +7,7 @@ orchestrator (and, through the provider, litellm) — lazily, inside the command
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from ..domain.values import (
     Topic,
     slugify,
 )
-from ..errors import ConfigError, ProviderError, UsageError
+from ..errors import ConfigError, ProviderError, RunInterrupted, SessionPausedError, UsageError
 from . import cli
 from ._common import (
     emit_json,
@@ -39,12 +40,13 @@ from ._common import (
     open_ledger,
     store_option,
 )
+from ._interrupt import second_interrupt_exits, survives_closed_output
 
 if TYPE_CHECKING:
     from ..domain.state import SessionState
     from ..ledger import Ledger
 
-__all__ = ["load_participants", "run_session"]
+__all__ = ["exit_for_outcome", "load_participants", "run_session"]
 
 # --------------------------------------------------------------------------- participants
 
@@ -128,8 +130,15 @@ def run_session(
     ids: Any = None,
     quiet: bool = False,
     autosave: bool = True,
+    claim: bool = True,
+    source: str = "run",
 ) -> SessionState:
-    """Start or continue a session with the live terminal view; returns the final state."""
+    """Start or continue a session with the live terminal view; returns the final state.
+
+    The session is claimed (its lease) before any model call unless the caller already holds
+    the claim (``claim=False``). Ctrl-C becomes :class:`RunInterrupted`, naming the session to
+    resume; a second Ctrl-C exits at once.
+    """
     from ..orchestrator import Orchestrator
     from ..providers import get_provider
     from ._live_view import LiveView
@@ -148,15 +157,17 @@ def run_session(
         on_checkpoint=checkpoint,
         hmac_key=hmac_key(),
     )
+    current: list[Any] = [session_id]
 
     async def go() -> SessionState:
         try:
             sid = session_id
             if start is not None:
                 topic, config, participants = start
-                sid = orch.start(topic, config, participants)
+                sid = orch.start(topic, config, participants, source=source)
+                current[0] = sid
                 view.started(str(sid), topic.title, participants)
-            with view:
+            with ledger.lease(sid) if claim else contextlib.nullcontext(), view:
                 if resume:
                     return await orch.resume(sid)
                 return await orch.run(sid)
@@ -164,7 +175,21 @@ def run_session(
             if provider is None:
                 await prov.aclose()
 
-    return asyncio.run(go())
+    try:
+        with second_interrupt_exits():
+            return asyncio.run(go())
+    except KeyboardInterrupt:
+        raise _interrupted(current[0]) from None
+
+
+def _interrupted(session_id: Any) -> RunInterrupted:
+    if session_id is None:
+        return RunInterrupted("interrupted before the session was recorded; nothing to resume")
+    short = str(session_id)[:8]
+    return RunInterrupted(
+        f"interrupted; session {short} keeps everything recorded so far",
+        hint=f"continue with: forge-ledger resume {short}",
+    )
 
 
 def _autosaver(ledger: Ledger) -> Any:
@@ -201,6 +226,7 @@ def summary(ledger: Ledger, state: SessionState) -> dict[str, Any]:
         "unpriced_calls": has_unpriced_calls(state),
         "converged": state.status is SessionStatus.CONVERGED,
         "pending_questions": list(state.pending_questions),
+        "fault": state.fault.model_dump(mode="json") if state.fault is not None else None,
     }
 
 
@@ -269,14 +295,12 @@ def _config_option(
     )
 
 
-def _session_config(settings: dict[str, Any], attended: bool, anonymize: bool) -> SessionConfig:
+def _session_config(settings: dict[str, Any], **flags: bool) -> SessionConfig:
+    """The session's config from the ``run`` options; on/off ``flags`` are set only when on."""
     from pydantic import ValidationError
 
     overrides = dict(settings)
-    if attended:
-        overrides["attended"] = True
-    if anonymize:
-        overrides["anonymize"] = True
+    overrides.update({name: True for name, on in flags.items() if on})
     try:
         return SessionConfig(**overrides)
     except ValidationError as e:
@@ -362,6 +386,8 @@ def _participants(
 @click.option("--attended", is_flag=True, help="Pause after each iteration for your answers.")
 @click.option("--anonymize", is_flag=True,
               help='Show others\' work as "Response A", "Response B"… in reviews and votes.')
+@click.option("--fallback", is_flag=True,
+              help="If a draft's or synthesis's author fails, another participant takes over.")
 @_config_option("mode", "MODE", click.Choice([m.value for m in Mode]),
                 "How participants take part: standard, party or panel.")
 @_config_option("persona", "PERSONA", click.Choice([p.value for p in Persona]),
@@ -382,6 +408,7 @@ def _participants(
 @store_option
 @json_option
 @click.pass_context
+@survives_closed_output
 def run(
     ctx: click.Context,
     /,
@@ -394,6 +421,7 @@ def run(
     allow_unpriced: bool,
     attended: bool,
     anonymize: bool,
+    fallback: bool,
     output_type: str | None,
     constraints: tuple[str, ...],
     resume_choice: bool | None,
@@ -411,7 +439,9 @@ def run(
     anonymize = anonymize or (
         participants_file is not None and file_anonymize(participants_file)
     )
-    config = _session_config(settings, attended, anonymize)
+    config = _session_config(
+        settings, attended=attended, anonymize=anonymize, fallback=fallback
+    )
     topic_value = _topic(topic, description, constraints, output_type)
     check_participants(
         participants,
@@ -446,17 +476,40 @@ def run(
         print_outcome(state, as_json=as_json, ledger=ledger)
     finally:
         ledger.close()
-    _fail_if_aborted(state)
+    exit_for_outcome(state)
 
 
-def _fail_if_aborted(state: SessionState) -> None:
-    """An aborted session (no participant could answer: missing key, unreachable provider…)
-    is recorded and summarised, but the command must still fail with one clear line."""
+def exit_for_outcome(state: SessionState) -> None:
+    """The exit of a deliberation command once the outcome is printed: an aborted session
+    fails with one clear line; a session paused on a provider fault exits 3 with one line
+    saying what failed and how to go on (it is kept and resumable)."""
     if state.status is SessionStatus.ABORTED:
         raise ProviderError(
             f"session {state.id[:8]} aborted: {state.status_reason or 'no reason recorded'}",
             hint="check the models, their API keys and --api-base, then run again",
         )
+    if state.status is SessionStatus.PAUSED and state.fault is not None:
+        fault = state.fault
+        raise SessionPausedError(
+            f"session {state.id[:8]} paused: round {fault.round} ({fault.kind.value}) has no "
+            f"answer from {fault.participant} after {fault.attempts} attempt(s): {fault.message}",
+            hint=_fix_hint(state.id[:8], fault),
+        )
+
+
+def _fix_hint(short: str, fault: Any) -> str:
+    """What a person does about the fault: a key, another model, or just resuming later."""
+    resume = f"forge-ledger resume {short}"
+    if fault.error_type == "auth":
+        from ..providers import api_key_names
+
+        keys = " or ".join(api_key_names(fault.model)) or "the provider's API key"
+        return f"set {keys} in the environment, then: {resume}"
+    if fault.error_type in ("bad_request", "context_window", "unknown"):
+        return f"swap the model, e.g.: {resume} -m {fault.participant}=MODEL"
+    if fault.error_type == "connection":
+        return f"check the endpoint is reachable, then: {resume} (--api-base URL to change it)"
+    return f"continue with: {resume}"
 
 
 def _uuid(text: str) -> Any:
@@ -472,7 +525,9 @@ def _in_progress_with_slug(ledger: Ledger, slug: str) -> Any:
     return None
 
 
-def _attend(ledger: Ledger, state: SessionState, as_json: bool) -> SessionState:
+def _attend(
+    ledger: Ledger, state: SessionState, as_json: bool, *, claim: bool = True
+) -> SessionState:
     """Interactive attended mode: answer the pending questions at the prompt, then go on."""
     while (
         state.status is SessionStatus.PAUSED
@@ -489,7 +544,7 @@ def _attend(ledger: Ledger, state: SessionState, as_json: bool) -> SessionState:
         if not text.strip():
             break
         record_answer(ledger, state.id, text, author=_author())
-        state = run_session(ledger, session_id=_uuid(state.id), resume=True)
+        state = run_session(ledger, session_id=_uuid(state.id), resume=True, claim=claim)
     return state
 
 
@@ -545,15 +600,47 @@ def add_participants(ledger: Ledger, session: str, participants: list[Participan
     ledger.save(agg)
 
 
+def update_participants(
+    ledger: Ledger,
+    session: Any,
+    *,
+    swaps: tuple[str, ...] = (),
+    api_base: str | None = None,
+    clock: Any = None,
+) -> None:
+    """Change models (``NAME=MODEL``) and endpoints (``api_base`` for every participant) of a
+    session before it goes on; each change is a ``ParticipantUpdated`` event, so a replay sees
+    exactly the participants each call was made with."""
+    from ..clock import SystemClock
+    from ..lineage import apply_model_swaps
+
+    if not swaps and api_base is None:
+        return
+    clk = clock or SystemClock()
+    agg = ledger.get(session)
+    people = apply_model_swaps(agg.state.participants, swaps)
+    if api_base is not None:
+        people = [p.model_copy(update={"api_base": api_base}) for p in people]
+    reason = " ".join(
+        [*(f"-m {s}" for s in swaps), *([f"--api-base {api_base}"] if api_base else [])]
+    )
+    for p in people:
+        agg.update_participant(p, at=clk.now(), reason=reason)
+    ledger.save(agg)
+
+
 @cli.command()
 @click.argument("session")
-@click.option("-m", "--model", "models", multiple=True, metavar="MODEL",
-              help="Add a participant with this model before resuming (repeatable).")
+@click.option("-m", "--model", "models", multiple=True, metavar="[NAME=]MODEL",
+              help="NAME=MODEL swaps participant NAME's model; a bare MODEL adds a participant "
+              "(e.g. to an imported session). Repeatable.")
 @click.option("--participants", "participants_file", type=click.Path(path_type=Path),
               help="Add the participants of this YAML file before resuming.")
-@click.option("--api-base", default=None, help="Base URL for the added participants.")
+@click.option("--api-base", default=None,
+              help="Base URL for every participant from now on (and for added ones).")
 @store_option
 @json_option
+@survives_closed_output
 def resume(
     session: str,
     models: tuple[str, ...],
@@ -564,33 +651,91 @@ def resume(
 ) -> None:
     """Continue a paused or interrupted session (calls only what is missing).
 
+    A session paused on a provider fault retries the open round with a fresh set of attempts.
+    A session that already ended only gets what its end left undone (seal, exports).
     A session imported from a YAML file has no participants yet: add them with -m or
     --participants (they join the session as events, then it resumes).
     """
     ledger = open_ledger(store)
     try:
         sid = ledger.resolve(session)
-        added = (
-            load_participants(participants_file, api_base)
-            if participants_file is not None
-            else participants_from_models(models, api_base) if models else []
-        )
-        if added:
-            from ..preflight import check_participants
+        with ledger.lease(sid), contextlib.ExitStack() as stack:
+            before = ledger.state(sid)
+            if before.status.terminal:
+                state = run_session(ledger, session_id=sid, resume=True, quiet=True, claim=False)
+                print_outcome(state, as_json=as_json, ledger=ledger)
+                err_console.print(
+                    f"session {state.id[:8]} had already ended ({state.status.value}); "
+                    "its seal and exports are complete"
+                )
+            else:
+                swaps = tuple(m for m in models if "=" in m)
+                added_models = tuple(m for m in models if "=" not in m)
+                if api_base is None and before.source == "demo":
+                    api_base = _demo_server(stack, ledger, before)
+                added = (
+                    load_participants(participants_file, api_base)
+                    if participants_file is not None
+                    else participants_from_models(added_models, api_base)
+                    if added_models
+                    else []
+                )
+                if added:
+                    from ..preflight import check_participants
 
-            check_participants(added)
-            add_participants(ledger, str(sid), added)
-        if not ledger.state(sid).participants:
-            raise UsageError(
-                f"session {str(sid)[:8]} has no participants",
-                hint="add them: forge-ledger resume SESSION -m MODEL… or --participants FILE",
-            )
-        state = run_session(ledger, session_id=sid, resume=True, quiet=as_json)
-        state = _attend(ledger, state, as_json)
-        print_outcome(state, as_json=as_json, ledger=ledger)
+                    check_participants(added)
+                update_participants(ledger, sid, swaps=swaps, api_base=api_base)
+                if added:
+                    add_participants(ledger, str(sid), added)
+                if not ledger.state(sid).participants:
+                    raise UsageError(
+                        f"session {str(sid)[:8]} has no participants",
+                        hint="add them: forge-ledger resume SESSION -m MODEL… or "
+                        "--participants FILE",
+                    )
+                state = run_session(ledger, session_id=sid, resume=True, quiet=as_json,
+                                    claim=False)
+                state = _attend(ledger, state, as_json, claim=False)
+                print_outcome(state, as_json=as_json, ledger=ledger)
     finally:
         ledger.close()
-    _fail_if_aborted(state)
+    exit_for_outcome(state)
+
+
+def _answers(url: str) -> bool:
+    """Whether something accepts connections at ``url``'s host and port (a quick probe)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return False
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _demo_server(stack: contextlib.ExitStack, ledger: Ledger, state: SessionState) -> str | None:
+    """A session made by ``demo`` (or forked from one) talks to the demo's scripted server,
+    which ended with the demo: start it again, as the demo does, and return its address.
+    Participants pointed elsewhere (``fork --api-base``, a server that still answers) keep
+    their endpoint."""
+    from ..testing import FakeOpenAIServer, bundled_script
+    from .demo import DEMO_LATENCY, DEMO_SCRIPT
+
+    if not state.participants or not all(
+        p.model.startswith("openai/") and p.api_base and not _answers(p.api_base)
+        for p in state.participants
+    ):
+        return None
+    server = stack.enter_context(
+        FakeOpenAIServer(bundled_script(DEMO_SCRIPT), latency=DEMO_LATENCY)
+    )
+    err_console.print(f"a demo session: its scripted server runs again at {server.url}")
+    return server.url
 
 
 @cli.command()
@@ -630,5 +775,46 @@ def answer(
             )
         else:
             click.echo(f"recorded; continue with: forge-ledger resume {state.id[:8]}")
+    finally:
+        ledger.close()
+
+
+@cli.command()
+@click.argument("session")
+@click.option("--reason", required=True, help="Why the session ends here (recorded).")
+@click.option("--author", default=None, help="Who decides (default $FORGE_LEDGER_AUTHOR/$USER).")
+@store_option
+@json_option
+def abort(
+    session: str, reason: str, author: str | None, store: str | None, as_json: bool
+) -> None:
+    """End a session for good, with your reason (recorded, then sealed).
+
+    A provider fault only pauses a session; ending it is a person's decision. Fork it to
+    continue from an earlier point.
+    """
+    from ..clock import SystemClock
+    from ..domain.hashing import keyed_digest
+
+    if not reason.strip():
+        raise UsageError("the reason is empty", hint='e.g. --reason "the provider is gone"')
+    ledger = open_ledger(store)
+    try:
+        sid = ledger.resolve(session)
+        with ledger.lease(sid):
+            clock = SystemClock()
+            agg = ledger.get(sid)
+            agg.abort(reason=reason, by=author or _author(), at=clock.now())
+            key = hmac_key()
+            agg.seal(at=clock.now(), hmac=keyed_digest(key, agg.state.head_hash) if key else None)
+            ledger.save(agg)
+            save = _autosaver(ledger)
+            if save is not None:
+                save(agg.state)
+        state = agg.state
+        if as_json:
+            emit_json(summary(ledger, state))
+        else:
+            click.echo(f"session {state.id[:8]} aborted: {reason}")
     finally:
         ledger.close()

@@ -20,10 +20,13 @@ from ..domain.values import (
 )
 from . import cli
 from ._common import open_ledger, store_option
+from ._interrupt import survives_closed_output
 
-__all__ = ["DEMO_SCRIPT", "demo_participants", "demo_topic"]
+__all__ = ["DEMO_LATENCY", "DEMO_SCRIPT", "demo_participants", "demo_topic"]
 
 DEMO_SCRIPT = "four-voices"
+DEMO_LATENCY = 0.15
+"""Seconds each scripted model waits before answering (the demo's and its resumes')."""
 _PRICE = Price(input_cost_per_token=3e-6, output_cost_per_token=15e-6, source="user")
 """Illustrative prices (USD per token) so the demo shows real cost accounting."""
 
@@ -63,7 +66,7 @@ def demo_participants(api_base: str) -> list[Participant]:
 @click.option(
     "--latency",
     type=float,
-    default=0.15,
+    default=DEMO_LATENCY,
     show_default=True,
     help="Seconds each scripted model waits before answering.",
 )
@@ -74,10 +77,11 @@ def demo_participants(api_base: str) -> list[Participant]:
     is_flag=True,
     help="Print {session_id, status, iterations, rounds, events, cost_usd} at the end.",
 )
+@survives_closed_output
 def demo(latency: float, store: str | None, as_json: bool) -> None:
     """Run an offline four-participant deliberation (no API key, no network)."""
     from ..testing import FakeOpenAIServer, bundled_script
-    from .deliberate import print_outcome, run_session
+    from .deliberate import exit_for_outcome, print_outcome, run_session
 
     ledger = open_ledger(store, create=True)
     try:
@@ -90,11 +94,14 @@ def demo(latency: float, store: str | None, as_json: bool) -> None:
                     demo_participants(server.url),
                 ),
                 quiet=as_json,
+                source="demo",
             )
         if as_json:
             print_outcome(state, as_json=True, ledger=ledger)
+            exit_for_outcome(state)
             return
         print_outcome(state, as_json=False, ledger=ledger)
+        exit_for_outcome(state)
         short = state.id[:8]
         store_arg = f" --store {store}" if store else ""
         click.echo("\nnext, try:")

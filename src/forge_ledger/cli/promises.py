@@ -50,6 +50,8 @@ __all__ = ["HMAC_KEY_ENV", "audit", "diff", "fork_cmd", "seal", "verify_export_c
               help="Fork from event position N (no round may be open there).")
 @click.option("-m", "--model", "models", multiple=True, metavar="[NAME=]MODEL",
               help="Swap a model: NAME=MODEL, or MODEL positionally in participant order.")
+@click.option("--api-base", default=None, metavar="URL",
+              help="Base URL for every participant of the fork.")
 @click.option("--max-rounds", type=click.IntRange(min=1), default=None, metavar="N")
 @click.option("--threshold", type=click.FloatRange(0, 1), default=None, metavar="F",
               help="Convergence threshold (0..1).")
@@ -62,6 +64,7 @@ def fork_cmd(
     at_iteration: int | None,
     at_event: int | None,
     models: tuple[str, ...],
+    api_base: str | None,
     max_rounds: int | None,
     threshold: float | None,
     max_cost: float | None,
@@ -96,6 +99,7 @@ def fork_cmd(
             at_event=at_event,
             model_swaps=models,
             config_overrides=overrides,
+            api_base=api_base,
         )
         origin = ledger.state(new_id).fork_origin
     assert origin is not None

@@ -369,6 +369,22 @@ class Deliberation(Aggregate):
             at,
         )
 
+    def choose_fallback(
+        self, *, round: int, failed: str, participant: str, at: datetime, reason: str = ""
+    ) -> None:
+        """Hand an open single-author round over to ``participant`` (its author failed)."""
+        self._require_live("choose a fallback")
+        r = self._require_open_round(round, "choose a fallback in")
+        self._require_member(participant)
+        if failed not in r.expected or r.contribution_of(failed) is not None:
+            raise InvariantViolation(f"{failed!r} has not failed in round {round}")
+        if participant in r.expected:
+            raise InvariantViolation(f"{participant!r} already takes part in round {round}")
+        self._record(
+            ev.FallbackChosen(round=round, failed=failed, participant=participant, reason=reason),
+            at,
+        )
+
     def complete_round(self, *, round: int, at: datetime, abstained: Iterable[str] = ()) -> None:
         self._require_live("complete a round")
         self._require_open_round(round, "complete")
@@ -424,11 +440,33 @@ class Deliberation(Aggregate):
             raise InvariantViolation(f"cannot change a divergence to {status.value}")
         self._record(cls(divergence_id=divergence_id, round=round, note=note, by=by), at)
 
-    def pause(self, *, reason: str, at: datetime, questions: Sequence[str] = ()) -> None:
+    def pause(
+        self,
+        *,
+        reason: str,
+        at: datetime,
+        questions: Sequence[str] = (),
+        fault: ev.PauseFault | None = None,
+    ) -> None:
         self._require_live("pause")
         if self.state.status is SessionStatus.PAUSED:
             raise InvariantViolation("the session is already paused")
-        self._record(ev.SessionPaused(reason=reason, questions=tuple(questions)), at)
+        if fault is not None:
+            self._require_open_round(fault.round, "pause on a fault in")
+        self._record(
+            ev.SessionPaused(reason=reason, questions=tuple(questions), fault=fault), at
+        )
+
+    def update_participant(self, participant: Participant, *, at: datetime, reason: str) -> None:
+        """Change a member's model or endpoint for the calls still to come (it keeps its name:
+        the history refers to it)."""
+        self._require_live("change a participant")
+        current = self.state.participant(participant.name)
+        if current is None:
+            self._require_member(participant.name)
+        if current == participant:
+            return
+        self._record(ev.ParticipantUpdated(participant=participant, reason=reason), at)
 
     def resume(self, *, at: datetime, reason: str = "") -> None:
         self._require_live("resume")
@@ -538,6 +576,13 @@ class Deliberation(Aggregate):
         else:
             raise InvariantViolation(f"{status.value} is not a terminal status")
         self._record(payload, at)
+
+    def abort(self, *, reason: str, by: str, at: datetime) -> None:
+        """A person ends the session for good (a fault pause never does that on its own)."""
+        self._require_live("abort")
+        if not by.strip() or not reason.strip():
+            raise InvariantViolation("an abort needs the person's name and a reason")
+        self._record(ev.SessionAborted(reason=reason, by=by), at)
 
     def seal(self, *, at: datetime, hmac: str | None = None) -> None:
         if not self.state.status.terminal:

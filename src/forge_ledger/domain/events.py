@@ -12,7 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from ..errors import StoreError
 from .values import (
@@ -44,6 +50,7 @@ __all__ = [
     "DivergenceOverruled",
     "DivergenceResolved",
     "DivergenceWithdrawn",
+    "FallbackChosen",
     "ForkOrigin",
     "HumanInputRecorded",
     "IdeaRecorded",
@@ -51,6 +58,8 @@ __all__ = [
     "OpinionRecorded",
     "ParseFailed",
     "ParticipantJoined",
+    "ParticipantUpdated",
+    "PauseFault",
     "Payload",
     "ProviderCallFailed",
     "QuestionsAsked",
@@ -124,10 +133,50 @@ class ParticipantJoined(Payload):
     participant: Participant
 
 
+class PauseFault(BaseModel):
+    """Why a round could not go on: the provider fault that left it without an answer it needs.
+
+    ``participant`` is the first (in participant order) of ``missing``, the participants whose
+    answers the round still lacks; ``attempts`` counts that participant's failed attempts since
+    the session last resumed, ``error_type``/``message`` are its last failure.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    round: int = Field(ge=1)
+    kind: RoundKind
+    participant: str
+    model: str
+    error_type: str
+    message: str
+    attempts: int = Field(ge=0)
+    missing: tuple[str, ...] = ()
+
+
 class SessionPaused(Payload):
     TYPE: ClassVar[str] = "SessionPaused"
     reason: str
     questions: tuple[str, ...] = ()
+    fault: PauseFault | None = None
+    """Set when a provider fault paused the session (``forge-ledger resume`` retries the round)."""
+
+    @model_serializer(mode="wrap")
+    def _omit_no_fault(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Pauses recorded before faults paused sessions carry no ``fault`` key: a pause for a
+        # human must keep serialising (and hashing, and replaying) exactly as they did.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("fault") is None:
+            data.pop("fault", None)
+        return data
+
+
+class ParticipantUpdated(Payload):
+    """A person changed a participant on the way (``resume``: ``-m NAME=MODEL``,
+    ``--api-base``): later calls use ``participant``; what it said before stays as recorded."""
+
+    TYPE: ClassVar[str] = "ParticipantUpdated"
+    participant: Participant
+    reason: str = ""
 
 
 class SessionResumed(Payload):
@@ -194,6 +243,17 @@ class SessionCompleted(_Terminal):
 
 class SessionAborted(_Terminal):
     TYPE: ClassVar[str] = "SessionAborted"
+    by: str = ""
+    """The person who decided to abort (``forge-ledger abort``); empty when the session could
+    not go on (an invariant that cannot be repaired)."""
+
+    @model_serializer(mode="wrap")
+    def _omit_no_author(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Aborts recorded before people could abort carry no ``by`` key: keep their bytes.
+        data = handler(self)
+        if isinstance(data, dict) and not data.get("by"):
+            data.pop("by", None)
+        return data
 
 
 class SessionTimedOut(_Terminal):
@@ -224,6 +284,18 @@ class RoundStarted(Payload):
     depth: int = Field(ge=0, default=0)
     focus: str = ""
     technique: str | None = None
+
+
+class FallbackChosen(Payload):
+    """The author of a single-author round failed every attempt; ``participant`` takes the
+    round over (``SessionConfig.fallback``). Chosen by the engine from recorded state, so a
+    replay chooses the same."""
+
+    TYPE: ClassVar[str] = "FallbackChosen"
+    round: int = Field(ge=1)
+    failed: str
+    participant: str
+    reason: str = ""
 
 
 class RoundCompleted(Payload):
@@ -430,6 +502,7 @@ _ALL: tuple[type[Payload], ...] = (
     SessionStarted,
     SessionForked,
     ParticipantJoined,
+    ParticipantUpdated,
     SessionPaused,
     SessionResumed,
     SessionRewound,
@@ -443,6 +516,7 @@ _ALL: tuple[type[Payload], ...] = (
     SessionTimedOut,
     SessionSealed,
     RoundStarted,
+    FallbackChosen,
     RoundCompleted,
     ContributionRecorded,
     ProviderCallFailed,

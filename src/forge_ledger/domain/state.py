@@ -95,6 +95,8 @@ class RoundState(_State):
     completed_at: datetime | None = None
     superseded: bool = False
     """True once a rewind went back past this round's iteration (kept for audit)."""
+    replaced: list[str] = Field(default_factory=list)
+    """Authors a fallback took the round over from (``FallbackChosen``): never called again."""
 
     def contribution_of(self, participant: str) -> ContributionState | None:
         """The participant's answer in this round (the repair attempt replaces the answer).
@@ -209,6 +211,11 @@ class SessionState(_State):
     convergence: list[ConvergenceResult] = Field(default_factory=list)
     human_inputs: list[HumanInput] = Field(default_factory=list)
     pending_questions: list[str] = Field(default_factory=list)
+    fault: ev.PauseFault | None = None
+    """The provider fault the session is paused on (None when not paused by a fault)."""
+    resumed_position: int = 0
+    """Position of the latest ``SessionResumed``: failures before it no longer count as giving
+    up, so a resumed round gets a fresh set of attempts."""
     asked: list[tuple[int, list[str]]] = Field(default_factory=list)
     techniques: list[Technique] = Field(default_factory=list)
     rewinds: list[Rewind] = Field(default_factory=list)
@@ -350,6 +357,7 @@ class SessionState(_State):
             else SessionStatus.INITIALIZED
         )
         state.status_reason = "forked"
+        state.fault = None
         state.seal = None
         state.budget_exhausted = None
         return state
@@ -393,6 +401,13 @@ def _round_started(s: SessionState, p: ev.RoundStarted, pos: int, at: datetime) 
         for t in s.techniques:
             if t.iteration <= p.iteration and t.technique_slug == p.technique:
                 t.applied = True
+
+
+def _fallback(s: SessionState, p: ev.FallbackChosen, pos: int, at: datetime) -> None:
+    r = s.round(p.round)
+    if r is not None and p.participant not in r.expected:
+        r.expected.append(p.participant)
+        r.replaced.append(p.failed)
 
 
 def _round_completed(s: SessionState, p: ev.RoundCompleted, pos: int, at: datetime) -> None:
@@ -522,9 +537,16 @@ def _divergence_change(status: DivergenceStatus) -> Any:
     return handler
 
 
+def _updated(s: SessionState, p: ev.ParticipantUpdated, pos: int, at: datetime) -> None:
+    s.participants = [
+        p.participant if q.name == p.participant.name else q for q in s.participants
+    ]
+
+
 def _paused(s: SessionState, p: ev.SessionPaused, pos: int, at: datetime) -> None:
     s.status = SessionStatus.PAUSED
     s.status_reason = p.reason
+    s.fault = p.fault
     if p.questions:
         s.pending_questions = list(p.questions)
 
@@ -532,6 +554,8 @@ def _paused(s: SessionState, p: ev.SessionPaused, pos: int, at: datetime) -> Non
 def _resumed(s: SessionState, p: ev.SessionResumed, pos: int, at: datetime) -> None:
     s.status = SessionStatus.IN_PROGRESS
     s.status_reason = p.reason
+    s.fault = None
+    s.resumed_position = pos
 
 
 def _asked(s: SessionState, p: ev.QuestionsAsked, pos: int, at: datetime) -> None:
@@ -641,6 +665,8 @@ def _labels(s: SessionState, p: ev.ReviewLabelsAssigned, pos: int, at: datetime)
 
 _HANDLERS: dict[type[ev.Payload], Any] = {
     ev.ParticipantJoined: _joined,
+    ev.ParticipantUpdated: _updated,
+    ev.FallbackChosen: _fallback,
     ev.RoundStarted: _round_started,
     ev.RoundCompleted: _round_completed,
     ev.ContributionRecorded: _contribution,

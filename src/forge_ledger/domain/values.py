@@ -11,7 +11,15 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 __all__ = [
     "MAX_CONSTRAINTS",
@@ -316,6 +324,10 @@ def slugify(text: str) -> str:
     return slug[:80].strip("-") or "session"
 
 
+_LATER_OPTIONS = ("anonymize", "fallback")
+"""Options added after sessions were first recorded; left out of the data while unset."""
+
+
 class SessionConfig(Value):
     """Budgets and rules of one session; defaults are the seed's."""
 
@@ -338,6 +350,20 @@ class SessionConfig(Value):
     anonymize: bool = False
     """Anonymized review: critique and convergence prompts label others' work "Response A",
     "Response B"… instead of naming participants or models."""
+    fallback: bool = False
+    """When the author of a draft or synthesis fails every attempt, hand the round to another
+    participant able to take the role (recorded as ``FallbackChosen``) instead of pausing."""
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_options(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Sessions recorded before these options existed carry no such keys: a config that
+        # leaves them off must keep serialising (and hashing) exactly as theirs did.
+        data = handler(self)
+        if isinstance(data, dict):
+            for key in _LATER_OPTIONS:
+                if not data.get(key):
+                    data.pop(key, None)
+        return data
 
 
 class TokenCount(Value):

@@ -27,6 +27,7 @@ from .convergence import (
     weighted_score,
 )
 from .divergence import plan_divergences
+from .needs import answers_needed, fallback_author, round_shortfall
 from .outcomes import after_round
 from .parsing import ParsedOutput, output_schema, parse_output
 from .prompts import build_messages, header, repair_messages
@@ -54,6 +55,7 @@ __all__ = [
     "StartRound",
     "Step",
     "after_round",
+    "answers_needed",
     "budget_allows",
     "build_messages",
     "conformity_flags",
@@ -62,6 +64,7 @@ __all__ = [
     "drafters",
     "estimate_prompt_tokens",
     "estimate_tokens",
+    "fallback_author",
     "header",
     "label_for",
     "labels_before",
@@ -74,6 +77,7 @@ __all__ = [
     "review_labels",
     "role_weight",
     "round_changes",
+    "round_shortfall",
     "stance_changes",
     "synthesizer",
     "weighted_score",

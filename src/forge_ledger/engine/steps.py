@@ -332,7 +332,8 @@ def _after_vote(state: SessionState, vote_round: RoundState, elapsed_secs: float
     if cfg.attended and not _human_answered(state, iteration):
         return AskHuman(_questions(state, score, remaining))
     synth = _latest(state, RoundKind.SYNTHESIS)
-    author = synth.expected[0] if synth is not None and synth.expected else synthesizer(state)
+    written = _answered(synth) if synth is not None else ()
+    author = written[0] if written else synthesizer(state)  # a fallback may have written it
     return StartRound(
         RoundKind.REFINEMENT,
         iteration + 1,

@@ -37,6 +37,7 @@ from ..errors import (
     StoreError,
     UsageError,
 )
+from .lease import SessionLease
 from .postgres import postgres_guard
 from .store import SqliteAccess, StoreLocation, check_sqlite_file, resolve_store, sqlite_uri
 
@@ -200,6 +201,11 @@ class Ledger:
         self.close()
 
     # ------------------------------------------------------------------ writing
+
+    def lease(self, session_id: UUID) -> SessionLease:
+        """The one-writer claim on a session (see :mod:`forge_ledger.ledger.lease`); use it as
+        a context manager around everything that may call a model."""
+        return SessionLease(self.location, session_id)
 
     def save(self, *aggregates: Deliberation) -> None:
         """Append the pending events of ``aggregates`` atomically (one transaction)."""

@@ -170,13 +170,15 @@ class Orchestrator:
             self._take_step(agg, step)
 
     async def resume(self, session_id: UUID, *, reason: str = "resumed") -> SessionState:
-        """Resume a paused session (or continue one interrupted by a crash) and run it."""
+        """Resume a paused session (or continue one interrupted by a crash) and run it.
+
+        Idempotent: a session that already ended only gets what its end left undone (a crash
+        can land between the last event and the seal or the exports), so a supervisor may run
+        ``resume`` after any crash."""
         agg = self.ledger.get(session_id)
         if agg.state.status.terminal:
-            raise InvariantViolation(
-                f"session {session_id} is {agg.state.status.value}; nothing to resume",
-                hint="fork it to continue from an earlier point",
-            )
+            self._complete_end(agg)
+            return agg.state
         if agg.state.status is SessionStatus.PAUSED:
             agg.resume(at=self.clock.now(), reason=reason)
             self.ledger.save(agg)
@@ -232,13 +234,24 @@ class Orchestrator:
 
     def _finish(self, agg: Deliberation, status: SessionStatus, reason: str, score: float) -> None:
         agg.finish(status, reason=reason, score=score, at=self.clock.now())
-        if self._seal:
-            digest = agg.state.head_hash
-            mac = keyed_digest(self._hmac_key, digest) if self._hmac_key else None
-            agg.seal(at=self.clock.now(), hmac=mac)
+        self._seal_now(agg)
         self.ledger.save(agg)
         self._checkpoint(agg.state, force=True)
         self._publish(SessionFinished(status=status.value, reason=reason))
+
+    def _seal_now(self, agg: Deliberation) -> None:
+        if self._seal and agg.state.seal is None:
+            digest = agg.state.head_hash
+            mac = keyed_digest(self._hmac_key, digest) if self._hmac_key else None
+            agg.seal(at=self.clock.now(), hmac=mac)
+
+    def _complete_end(self, agg: Deliberation) -> None:
+        """Do what the end of an ended session left undone: the seal, then the exports."""
+        before = agg.version
+        self._seal_now(agg)
+        if agg.version != before:
+            self.ledger.save(agg)
+        self._checkpoint(agg.state, force=True)
 
     # ------------------------------------------------------------------ rounds
 
@@ -537,26 +550,19 @@ class Orchestrator:
     ) -> None:
         rnd = agg.state.round(number)
         assert rnd is not None
+        budgets = {o.budget for o in outcomes.values() if o.budget}
+        missing = engine.round_shortfall(agg.state, rnd)
+        if missing and not budgets:
+            if not self._fall_back(agg, rnd, missing):
+                self._pause_on_fault(agg, rnd, missing)
+            return
         abstained = [n for n in rnd.expected if n not in rnd.contributors or n in rnd.abstained]
         agg.complete_round(round=number, abstained=abstained, at=self.clock.now())
         self.ledger.save(agg)
         rnd = agg.state.round(number)
         assert rnd is not None
         if not rnd.contributions:
-            errors = "; ".join(
-                f"{o.participant}: {o.last_error}" for o in outcomes.values() if o.last_error
-            )
-            budgets = {o.budget for o in outcomes.values() if o.budget}
-            if budgets:
-                self._budget_after_round(agg, budgets)
-                return
-            self._finish(
-                agg,
-                SessionStatus.ABORTED,
-                f"no participant answered in round {number} ({rnd.kind.value})"
-                + (f": {errors}" if errors else ""),
-                0.0,
-            )
+            self._budget_after_round(agg, budgets)
             return
         for payload in engine.after_round(agg.state, number):
             self._record_payload(agg, payload)
@@ -577,9 +583,41 @@ class Orchestrator:
             )
         )
         self._checkpoint(agg.state)
-        budgets = {o.budget for o in outcomes.values() if o.budget}
         if budgets:
             self._budget_after_round(agg, budgets)
+
+    def _fall_back(self, agg: Deliberation, rnd: RoundState, missing: tuple[str, ...]) -> bool:
+        """Hand the round to another participant when the session allows it (the engine
+        chooses whom); the run loop then plays the still-open round for the newcomer only."""
+        failed = missing[-1]
+        chosen = engine.fallback_author(agg.state, rnd, failed)
+        if chosen is None:
+            return False
+        fault = _fault_of(agg.state, rnd, (failed,))
+        agg.choose_fallback(
+            round=rnd.number,
+            failed=failed,
+            participant=chosen,
+            reason=f"{fault.error_type}: {fault.message}",
+            at=self.clock.now(),
+        )
+        self.ledger.save(agg)
+        return True
+
+    def _pause_on_fault(self, agg: Deliberation, rnd: RoundState, missing: tuple[str, ...]) -> None:
+        """The round lacks an answer it needs (engine.round_shortfall): pause, keeping the
+        round open, so ``resume`` retries only the missing participants. Never an abort: the
+        work paid for so far stays resumable."""
+        fault = _fault_of(agg.state, rnd, missing)
+        reason = (
+            f"provider fault in round {fault.round} ({fault.kind.value}): {fault.participant} "
+            f"({fault.model}) failed {fault.attempts} attempt(s): {fault.error_type}: "
+            f"{fault.message}"
+        )
+        agg.pause(reason=reason, fault=fault, at=self.clock.now())
+        self.ledger.save(agg)
+        self._checkpoint(agg.state, force=True)
+        self._publish(SessionFinished(status=SessionStatus.PAUSED.value, reason=reason))
 
     def _budget_after_round(self, agg: Deliberation, budgets: set[str]) -> None:
         state = agg.state
@@ -678,10 +716,13 @@ class _Plan:
         next_attempt = max(attempts, default=0) + 1
         answer = next((c for c in contributions if c.purpose == "answer"), None)
         repair = next((c for c in contributions if c.purpose == "repair"), None)
+        # A participant that gave up before the session resumed (from a fault pause) gets a
+        # fresh set of attempts: only giving up since then counts.
+        recent = [f for f in failures if f.position > state.resumed_position]
         gave_up = (
-            bool(failures)
-            and not failures[-1].will_retry
-            and (answer is None or (repair is None and failures[-1].attempt > answer.attempt))
+            bool(recent)
+            and not recent[-1].will_retry
+            and (answer is None or (repair is None and recent[-1].attempt > answer.attempt))
         )
         if answer is not None:
             c = rnd.contribution_of(name)
@@ -693,7 +734,7 @@ class _Plan:
             )
             if schema is None or parsed:
                 return cls(True, next_attempt, answer.response.content, None, 0)
-        if gave_up or name in rnd.abstained:
+        if gave_up or name in rnd.abstained or name in rnd.replaced:
             return cls(True, next_attempt, None, None, 0)
         if answer is None:
             return cls(False, next_attempt, None, None, 2 if schema is not None else 1)
@@ -704,6 +745,32 @@ class _Plan:
             repair.response.content if repair else None,
             0 if repair else 1,
         )
+
+
+def _fault_of(state: SessionState, rnd: RoundState, missing: tuple[str, ...]) -> ev.PauseFault:
+    """The fault to record: the first missing participant's failures since the last resume."""
+    def failures_of(name: str) -> list[Any]:
+        return [
+            f
+            for f in state.failures
+            if f.round == rnd.number
+            and f.participant == name
+            and f.position > state.resumed_position
+        ]
+
+    name = next((n for n in missing if failures_of(n)), missing[0])
+    failures = failures_of(name)
+    last = failures[-1] if failures else None
+    return ev.PauseFault(
+        round=rnd.number,
+        kind=rnd.kind,
+        participant=name,
+        model=_model_of(state, name),
+        error_type=last.error_type if last else "unknown",
+        message=last.message if last else "no answer was recorded",
+        attempts=len(failures),
+        missing=missing,
+    )
 
 
 def _model_of(state: SessionState, name: str) -> str:

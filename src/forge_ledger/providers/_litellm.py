@@ -104,6 +104,24 @@ def table_price(model: str) -> Price | None:
     return price_from_table_entry(entry)
 
 
+def api_key_names(model: str) -> tuple[str, ...]:
+    """The environment variables litellm reads the key of ``model`` from (for a one-line fix:
+    "set ANTHROPIC_API_KEY"); the missing ones when some are, else all it would read."""
+    litellm = _import_litellm()
+    try:
+        found = litellm.validate_environment(model=model)
+    except Exception:
+        return ()
+    missing = tuple(str(k) for k in found.get("missing_keys") or ())
+    if missing:
+        return missing
+    try:
+        provider = str(litellm.get_llm_provider(model)[1])
+    except Exception:
+        return ()
+    return (f"{provider.upper()}_API_KEY",) if provider else ()
+
+
 class _CallbackFailed(Exception):
     """Carries an exception raised by the caller's ``on_delta`` past our classification."""
 

@@ -63,6 +63,13 @@ class Fault(StrEnum):
     """Streams all the content but no finish reason and no usage chunk."""
     UNAUTHORIZED = "unauthorized"
     """HTTP 401 whose message echoes the bearer token received (as some providers do)."""
+    FORBIDDEN = "forbidden"
+    """HTTP 403: the key is valid but may not use this model."""
+    UNKNOWN_MODEL = "unknown_model"
+    """HTTP 404 ``model_not_found``, as OpenAI answers for a model name it does not serve."""
+    CONTEXT_WINDOW = "context_window"
+    """HTTP 400 ``context_length_exceeded`` with OpenAI's wording (litellm maps it to
+    ``ContextWindowExceededError``)."""
 
 
 class ReplyRule(BaseModel):

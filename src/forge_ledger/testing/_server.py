@@ -193,6 +193,19 @@ class _Handler(BaseHTTPRequestHandler):
             Fault.SERVER_ERROR: (500, "server_error", "fake server: internal error"),
             Fault.UNAVAILABLE: (503, "service_unavailable", "fake server: overloaded"),
             Fault.UNAUTHORIZED: (401, "invalid_api_key", "fake server: incorrect API key"),
+            Fault.FORBIDDEN: (403, "permission_denied", "fake server: this key may not use it"),
+            Fault.UNKNOWN_MODEL: (
+                404,
+                "model_not_found",
+                f"The model `{rec.model}` does not exist or you do not have access to it.",
+            ),
+            Fault.CONTEXT_WINDOW: (
+                400,
+                "context_length_exceeded",
+                "This model's maximum context length is 16 tokens. However, your messages "
+                f"resulted in {_prompt_words(rec.body)} tokens. Please reduce the length of "
+                "the messages.",
+            ),
         }
         if fault in http_faults:
             status, code, message = http_faults[fault]
