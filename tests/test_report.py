@@ -143,7 +143,7 @@ def test_the_page_is_self_contained(page: str, model: ReportModel) -> None:
                 assert value is not None and value.startswith("#"), (t, name, value)
     assert "url(" not in page and "@import" not in page
     figures = re.findall(r'<figure class="chart" id="chart-(\w+)".*?</figure>', page, re.S)
-    assert figures == ["consensus", "stances", "dissent", "influence", "usage"]
+    assert figures == ["consensus", "stances", "influence", "dissent", "usage"]
     assert page.count("<svg") >= 5
     assert model.session_id in page and model.head_hash in page
     sections = dict(re.findall(r'<section id="(\w+)".*?>(.*?)</section>', page, re.S))

@@ -110,9 +110,9 @@ def charts(m: ReportModel) -> list[Chart]:
     return [
         _consensus(m),
         _stances(m),
+        _influence(m, colors),
         _dissent(m),
         _usage(m, colors),
-        _influence(m, colors),
     ]
 
 
