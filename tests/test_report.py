@@ -16,7 +16,7 @@ from types import ModuleType
 
 import pytest
 
-from forge_ledger.audit import audit_report
+from forge_ledger.audit import InfluenceEdge, audit_report
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.ledger import Ledger
 from forge_ledger.projections.document import fold_lineage
@@ -431,3 +431,19 @@ def test_a_session_without_texts_says_so(tmp_path: Path) -> None:
     assert "No document: no draft, response or synthesis text is recorded" in html
     assert "an imported session carries" in html
     assert html.count("no text recorded") == len(changes)
+
+
+def test_a_person_who_moved_a_participant_is_a_node_of_the_graph(model: ReportModel) -> None:
+    """The audit names a human input that argued toward a new stance as its author: the graph
+    draws that person too, and the figures say it was human input."""
+    edge = InfluenceEdge.model_validate({
+        "from": "dana", "to": "bob", "round": None, "topic": "distributed deployments",
+        "quote": "Focus on distributed deployments.", "position": 35, "kind": "human",
+        "match": "text",
+    })
+    audit = model.audit.model_copy(update={"influence": (edge,)})
+    html = render_html(model.model_copy(update={"audit": audit}))
+    sections = dict(re.findall(r'<section id="(\w+)".*?>(.*?)</section>', html, re.S))
+    svg, table = sections["influence"].split("<table", 1)
+    assert ">dana</text>" in svg and "distributed deployments" in svg
+    assert "<td>dana</td><td>bob</td><td>human input</td>" in table

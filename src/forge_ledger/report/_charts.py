@@ -335,6 +335,9 @@ def _edges(m: ReportModel, at: dict[str, tuple[float, float]]) -> list[dict[str,
 
 def _influence(m: ReportModel, colors: dict[str, str]) -> Chart:
     names = [p.name for p in m.participants]
+    # a person whose input moved a participant is a node too (the audit names them "from")
+    names += list(dict.fromkeys(e.from_ for e in m.audit.influence if e.from_ not in names))
+    colors = {**{n: "#999999" for n in names}, **colors}
     at = _layout(names)
     nodes = [{"name": n, "x": at[n][0], "y": at[n][1]} for n in names]
     edges = _edges(m, at)
