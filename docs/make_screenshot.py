@@ -1,9 +1,10 @@
 """Regenerate docs/report.png: the offline demo's report, as Chromium shows it.
 
 Runs ``forge-ledger demo`` into a scratch store, writes its report with ``forge-ledger report``,
-opens the page in Debian's headless Chromium (network blocked), hovers one sentence of the
-document so its provenance shows, and captures the page from the top to the end of the stance
-heatmap. Needs the dev extra (Playwright) and /usr/bin/chromium:
+opens the page in Debian's headless Chromium (network blocked), hovers the first sentence of the
+document that answered a critique or a dissent so its provenance (origin, revisions, answers)
+shows, and captures the page from the top to the end of the influence graph. Needs the dev
+extra (Playwright) and /usr/bin/chromium:
 
     .venv/bin/python docs/make_screenshot.py [OUT.png]
 """
@@ -53,9 +54,10 @@ def main(out: Path) -> None:
             context.route("**/*", _block)
             page = context.new_page()
             page.goto(page_file.as_uri(), wait_until="load")
-            page.locator("#doc-text .s").nth(2).hover()
+            answered = page.locator(".prov", has_text="Answers:").first
+            page.locator("#doc-text .s", has=answered).first.hover()
             height = page.evaluate(
-                "(() => { const r = document.querySelector('#chart-stances')"
+                "(() => { const r = document.querySelector('#chart-influence')"
                 ".getBoundingClientRect(); return r.bottom + window.scrollY + 16; })()"
             )
             page.screenshot(

@@ -2,18 +2,24 @@
 
 ``audited`` is the audit's three-iteration session (dissent left open, a failed call, a human
 steer, a conformity flip). ``hostile`` puts markup in everything a model or a person can
-write: the topic, a dissent topic and the document itself.
+write: the topic, a dissent topic and the document itself. ``demo`` is the four-voices demo,
+whose document has sentences from several participants and whose audit has an influence edge.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.domain.values import RoundKind, SessionStatus, Stance
 from forge_ledger.ledger import Ledger
 from promises_builder import THREE_ITERATIONS, Iteration, SessionBuilder, build
 
+CONSOLE_SCRIPT = str(Path(sys.executable).parent / "forge-ledger")
 SCRIPT = "<script>document.title='pwned'</script>"
 IMG = '<img src=x onerror="document.title=\'pwned\'">'
 HOSTILE_DOC = (
@@ -39,3 +45,13 @@ def hostile(ledger: Ledger, sid: uuid.UUID) -> None:
     b.simple_round(RoundKind.SYNTHESIS, {"carol": HOSTILE_DOC})
     b.finish(SessionStatus.COMPLETE)
     ledger.save(b.agg)
+
+
+def demo(store: Path) -> uuid.UUID:
+    """The four-voices demo (``forge-ledger demo``, a real subprocess) into ``store``."""
+    proc = subprocess.run(
+        [CONSOLE_SCRIPT, "demo", "--latency", "0", "--store", str(store), "--json"],
+        capture_output=True, text=True, timeout=240, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return uuid.UUID(json.loads(proc.stdout)["session_id"])

@@ -15,18 +15,18 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from forge_ledger.audit import audit_report
+from forge_ledger.audit import InfluenceEdge, audit_report
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.ledger import Ledger
+from forge_ledger.projections.document import fold_lineage
 from forge_ledger.report import ReportModel, gather, render_html
-from forge_ledger.report._gather import _segments
-from forge_ledger.report._model import ContributionRef, Sentence
+from forge_ledger.report._charts import agree_share
+from forge_ledger.testing import FakeOpenAIServer, bundled_script
 from helpers_sessions import build_session, seal_session
 from promises_builder import SessionBuilder
-from report_sessions import HOSTILE_DOC, IMG, SCRIPT, audited, hostile
+from report_sessions import HOSTILE_DOC, IMG, SCRIPT, audited, demo, hostile
+from test_audit_sessions import _run as run_demo_session
 
 SID = uuid.UUID(int=11)
 CONSOLE_SCRIPT = str(Path(sys.executable).parent / "forge-ledger")
@@ -85,39 +85,22 @@ def page(model: ReportModel) -> str:
 # --------------------------------------------------------------------------- content
 
 
-def test_the_model_says_what_the_ledger_says(audited_store: Path, model: ReportModel) -> None:
+def test_the_model_is_the_audit_and_the_lineage(audited_store: Path, model: ReportModel) -> None:
+    """The page shows ``audit --json`` and ``spec --provenance`` as they are: no copy to drift."""
     with Ledger(str(audited_store), create=False) as ledger:
         state = ledger.state(SID)
         events = list(ledger.events(SID))
     assert (model.session_id, model.head_hash, model.position) == (
         str(SID), state.head_hash, state.version
     )
-    assert [(c.round, c.weighted_score, c.majority_agrees) for c in model.consensus] == [
-        (c.round, c.score, c.majority_agrees) for c in state.convergence
-    ]
-    votes = {e.position: e.data for e in events if e.type == "VoteRecorded"}
-    assert {s.position for s in model.stances} == set(votes)
-    for s in model.stances:
-        assert votes[s.position]["participant"] == s.participant
-    assert [(d.id, d.status) for d in model.dissent] == [
-        (d.id, d.status.value) for d in state.divergences
-    ]
-    assert sum(u.input_tokens for u in model.usage_by_round) == state.tokens.input
-    assert sum(u.cost_usd for u in model.usage_by_participant) == pytest.approx(state.cost_usd)
-    audit = audit_report(events, state)
-    assert [(f.participant, f.round) for f in model.conformity] == [
-        (s.participant, s.to_round) for s in audit.conformity_flags
-    ] and model.conformity  # bob's flip with nothing said in between
-    assert [f.position for f in model.failed_calls] == [f.position for f in state.failures]
-    assert [h.text for h in model.human_interventions] == ["Focus on distributed deployments."]
-    assert {m.divergence_id for m in model.minority_report if m.source == "dissent"} == {"d1"}
+    assert model.audit == audit_report(events)
+    assert model.document == fold_lineage(state)
+    assert model.audit.conformity  # bob's flip with nothing said in between
     assert model.integrity.chain_ok and model.integrity.events_checked == state.version
-    # what no analysis provides yet stays empty, never invented
-    assert not model.influence and not model.influence_available
-    assert model.self_preference is None and model.deliberation_effect is None
+    assert (model.cost_usd, model.input_tokens) == (state.cost_usd, state.tokens.input)
 
 
-def test_the_document_is_the_document_source_cut_into_sentences(
+def test_the_document_is_the_document_source_with_its_lineage(
     audited_store: Path, model: ReportModel
 ) -> None:
     with Ledger(str(audited_store), create=False) as ledger:
@@ -126,12 +109,11 @@ def test_the_document_is_the_document_source_cut_into_sentences(
     assert found is not None and model.document is not None
     rnd, c = found
     doc = model.document
-    assert doc.text == c.response.content == state.latest_text
+    assert doc.source is not None and doc.text == c.response.content == state.latest_text
     assert (doc.source.participant, doc.source.round, doc.source.position) == (
         c.participant, rnd.number, c.position
     )
     assert "".join(s.text for s in doc.sentences) == doc.text
-    assert all(s.origin is None for s in doc.sentences) and not doc.lineage_available
 
 
 def test_as_of_an_iteration(audited_store: Path) -> None:
@@ -139,16 +121,11 @@ def test_as_of_an_iteration(audited_store: Path) -> None:
         m = gather(ledger, str(SID)[:8], at_iteration=1)
         end = ledger.position_of_iteration(SID, 1)
         head = ledger.head_version(SID)
+        events = list(ledger.events(SID, upto=end))
     assert (m.position, m.total_events, m.at_iteration) == (end, head, 1)
-    assert [c.iteration for c in m.consensus] == [1]
+    assert m.audit == audit_report(events)
+    assert [c.iteration for c in m.audit.consensus] == [1]
     assert m.document is not None and m.document.text == "Synthesis 1: merge critiques"
-
-
-@given(st.text(alphabet=st.sampled_from("ab .!?:\n\r\t#-|1)…é\u2028"), max_size=80))
-def test_sentences_cover_the_text_exactly(text: str) -> None:
-    pieces = _segments(text)
-    assert "".join(pieces) == text
-    assert all(pieces)
 
 
 # --------------------------------------------------------------------------- the page
@@ -166,7 +143,7 @@ def test_the_page_is_self_contained(page: str, model: ReportModel) -> None:
                 assert value is not None and value.startswith("#"), (t, name, value)
     assert "url(" not in page and "@import" not in page
     figures = re.findall(r'<figure class="chart" id="chart-(\w+)".*?</figure>', page, re.S)
-    assert figures == ["consensus", "stances", "dissent", "influence", "usage"]
+    assert figures == ["consensus", "stances", "influence", "dissent", "usage"]
     assert page.count("<svg") >= 5
     assert model.session_id in page and model.head_hash in page
     sections = dict(re.findall(r'<section id="(\w+)".*?>(.*?)</section>', page, re.S))
@@ -174,8 +151,7 @@ def test_the_page_is_self_contained(page: str, model: ReportModel) -> None:
     assert "Focus on distributed deployments." in sections["human"]
     assert "<td>bob</td>" in sections["conformity"]
     assert "dissent d1" in sections["minority"]
-    for part in ("effect", "influence"):
-        assert "not available" in sections[part]
+    assert "not available" not in page
 
 
 def test_model_text_never_becomes_markup(tmp_path: Path) -> None:
@@ -206,12 +182,14 @@ def test_a_fifty_round_session_stays_under_5_mb(tmp_path: Path) -> None:
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
         sid = _replay_bench().build_session(ledger, 50)
         m = gather(ledger, sid)
-    assert m.rounds == 50 and len(m.consensus) >= 10
+    assert m.rounds == 50 and len(m.audit.consensus) >= 10
+    assert m.document is not None and len(m.document.sentences) > 5
     html = render_html(m)
     size = len(html.encode("utf-8"))
     assert size < 5_000_000, size
-    assert len(m.usage_by_round) == m.rounds
-    for r in m.usage_by_round:
+    assert html.count('<span class="s" tabindex="0"') == len(m.document.sentences)
+    assert len(m.audit.usage_by_round) == m.rounds
+    for r in m.audit.usage_by_round:
         assert f"<td>round {r.round} (it {r.iteration})</td>" in html
 
 
@@ -344,59 +322,128 @@ def test_a_session_with_no_round_yet_still_renders(tmp_path: Path) -> None:
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
         ledger.save(SessionBuilder(sid, clock=FixedStepClock()).agg)
         m = gather(ledger, sid)
-    assert m.rounds == 0 and m.document is None and not m.consensus
+    assert m.rounds == 0 and m.document is None and not m.audit.consensus
     html = render_html(m)
     assert len(re.findall(r'<figure class="chart"', html)) == 5 and html.count("<svg") >= 5
-    for message in ("No document yet", "no convergence vote yet", "no vote recorded yet",
+    for message in ("No document: no draft", "no convergence vote yet", "no vote recorded yet",
                     "no dissent recorded", "no model call yet", "no influence recorded"):
         assert message in html, message
 
 
 def test_the_share_agreeing_is_the_engines_plain_majority(model: ReportModel) -> None:
-    assert model.consensus
-    for c in model.consensus:
-        assert (c.agree_share > 0.5) == c.majority_agrees
+    assert model.audit.consensus
+    for c in model.audit.consensus:
+        assert (agree_share(c) > 0.5) == c.majority_agrees
 
 
-def test_parts_no_analysis_provides_yet_render_when_provided(model: ReportModel) -> None:
-    """Influence, lineage, self-preference and the effect of deliberation, once filled in."""
-    assert model.document is not None
-    src = model.document.source
-    alice = ContributionRef(participant="alice", round=1, kind="draft", iteration=1, position=4)
-    first, *rest = model.document.sentences
-    lineage = model.document.model_copy(update={
-        "lineage_available": True,
-        "sentences": (
-            first.model_copy(update={"origin": alice, "revisions": (src,),
-                                     "answers": ("bob: bursts unbounded",)}),
-            *rest,
-        ),
-        "dropped": (Sentence(text="Limits are per IP.", origin=alice, revisions=(src,)),),
-    })
-    filled = ReportModel.model_validate({
-        **model.model_dump(by_alias=True),
-        "document": lineage.model_dump(by_alias=True),
-        "influence": [{"from": "bob", "to": "carol", "round": 3, "topic": "burst limits",
-                       "quote": "bursts unbounded", "position": 9}],
-        "influence_available": True,
-        "self_preference": [{"participant": "alice", "own_mean": 80.0, "others_mean": 55.5}],
-        "deliberation_effect": {
-            "first_majority_agrees": False, "final_outcome": "converged",
-            "score_and_majority_disagreed": True, "document_similarity": [[2, 0.42]],
-            "conformity_rate": 0.5, "dissent_resolved": 1, "dissent_open": 1,
-        },
-        "anonymized": True, "labels": {"Response A": "alice"},
-    })
-    html = render_html(filled)
-    sections = dict(re.findall(r'<section id="(\w+)".*?>(.*?)</section>', html, re.S))
-    influence = sections["influence"]
-    assert "not available" not in influence and "no influence recorded" not in influence
-    assert "burst limits" in influence.split("<table", 1)[0]  # the edge's label, in the SVG
-    assert "<td>bursts unbounded</td>" in influence
-    doc = sections["document"]
-    assert "Introduced by:</b> draft by alice, round 1, iteration 1, event 4" in doc
-    assert "bob: bursts unbounded" in doc and "Limits are per IP." in doc
+@pytest.fixture(scope="module")
+def demo_page(tmp_path_factory: pytest.TempPathFactory) -> tuple[ReportModel, dict[str, str]]:
+    """The four-voices demo's report, and the page's sections by id."""
+    store = tmp_path_factory.mktemp("demo") / "demo.sqlite"
+    sid = demo(store)
+    with Ledger(str(store), create=False) as ledger:
+        m = gather(ledger, sid)
+    html = render_html(m)
+    return m, dict(re.findall(r'<section id="(\w+)".*?>(.*?)</section>', html, re.S))
+
+
+def test_the_influence_graph_draws_the_demos_edge(
+    demo_page: tuple[ReportModel, dict[str, str]],
+) -> None:
+    """In the demo, carol's synthesis on the retention policy moved dave: an edge of the graph,
+    labelled by its topic, with the verbatim quote in the figures below."""
+    m, sections = demo_page
+    edges = [(e.from_, e.to, e.topic) for e in m.audit.influence]
+    assert ("carol", "dave", "retention policy for the event log is missing") in edges
+    svg, table = sections["influence"].split("<table", 1)
+    assert "no influence recorded" not in svg
+    assert "retention policy for the" in svg  # the edge's label, drawn by Vega
+    edge = next(e for e in m.audit.influence if (e.from_, e.to) == ("carol", "dave"))
+    first_line = edge.quote.splitlines()[0]
+    assert "<td>carol</td><td>dave</td>" in table and first_line in table
+
+
+def test_each_sentence_carries_its_origin_from_the_lineage(
+    demo_page: tuple[ReportModel, dict[str, str]],
+) -> None:
+    m, sections = demo_page
+    assert m.document is not None and m.document.source is not None
+    origins = {s.origin.participant for s in m.document.sentences}
+    assert {"alice", "carol"} <= origins  # the drafter's sentences survive the synthesis
+    spans = re.findall(r'<span class="s" tabindex="0" style="--c: ([^"]+)" '
+                       r'data-origin="([^"]+)"', sections["document"])
+    assert [who for _, who in spans] == [s.origin.participant for s in m.document.sentences]
+    colors = dict((who, c) for c, who in spans)
+    assert colors["alice"] != colors["carol"]  # tinted by origin, not by the text's author
+    answered = next(s for s in m.document.sentences if s.answers)
+    assert "Answers:</b> " in sections["document"]
+    assert answered.answers[0].text.split()[0] in sections["document"]
+    assert "Dropped sentences" in sections["document"]
+    assert len(re.findall(r"<li>", sections["document"])) == len(m.document.dropped)
+
+
+def test_the_effect_of_deliberation_and_self_preference(
+    demo_page: tuple[ReportModel, dict[str, str]],
+) -> None:
+    m, sections = demo_page
+    e = m.audit.deliberation_effect
     effect = sections["effect"]
     assert "not available" not in effect
-    assert "does not agree" in effect and "50%" in effect and "0.42" in effect
-    assert "80.0" in effect and "55.5" in effect and "Response A = alice" in effect
+    assert e.first_vote is not None and e.score_majority_disagreed
+    assert f"in round {e.disagreement_rounds[0]}" in effect
+    assert f"{e.dissents.resolved} resolved" in effect
+    similarity = e.document_change[-1].similarity
+    assert similarity is not None and f"{similarity:.2f}" in effect
+    rows = re.findall(r"<tr><td>(\w+)</td>", effect.split('id="self-preference"', 1)[1])
+    assert rows[: len(m.participants)] == [s.participant for s in m.audit.self_preference]
+    assert "Anonymized review: no" in effect
+
+
+def test_an_anonymized_review_names_its_labels(
+    tmp_path: Path, fake_openai: FakeOpenAIServer
+) -> None:
+    store = str(tmp_path / "ledger.sqlite")
+    fake_openai.set_script(bundled_script("four-voices"))
+    sid = run_demo_session(store, fake_openai, anonymize=True)
+    with Ledger(store, create=False) as ledger:
+        m = gather(ledger, sid)
+    assert m.audit.anonymized and m.audit.labels
+    html = render_html(m)
+    assert "Anonymized review: yes — " in html
+    for label, who in m.audit.labels.items():
+        assert f"{label} = {who}" in html
+
+
+def test_a_session_without_texts_says_so(tmp_path: Path) -> None:
+    """An imported session carries its iterations' outcomes, not their texts: the document is
+    missing, and the page says so instead of drawing nothing."""
+    store = tmp_path / "ledger.sqlite"
+    seed = Path(__file__).parent / "fixtures" / "seed_standard.yaml"
+    imported = _run("import", str(seed), "--store", str(store), "--json")
+    assert imported.returncode == 0, imported.stderr
+    sid = json.loads(imported.stdout)["session_id"]
+    with Ledger(str(store), create=False) as ledger:
+        m = gather(ledger, sid)
+    assert m.iterations >= 1 and m.document is None
+    changes = m.audit.deliberation_effect.document_change
+    assert changes and all(c.author is None and c.similarity is None for c in changes)
+    html = render_html(m)
+    assert "No document: no draft, response or synthesis text is recorded" in html
+    assert "an imported session carries" in html
+    assert html.count("no text recorded") == len(changes)
+
+
+def test_a_person_who_moved_a_participant_is_a_node_of_the_graph(model: ReportModel) -> None:
+    """The audit names a human input that argued toward a new stance as its author: the graph
+    draws that person too, and the figures say it was human input."""
+    edge = InfluenceEdge.model_validate({
+        "from": "dana", "to": "bob", "round": None, "topic": "distributed deployments",
+        "quote": "Focus on distributed deployments.", "position": 35, "kind": "human",
+        "match": "text",
+    })
+    audit = model.audit.model_copy(update={"influence": (edge,)})
+    html = render_html(model.model_copy(update={"audit": audit}))
+    sections = dict(re.findall(r'<section id="(\w+)".*?>(.*?)</section>', html, re.S))
+    svg, table = sections["influence"].split("<table", 1)
+    assert ">dana</text>" in svg and "distributed deployments" in svg
+    assert "<td>dana</td><td>bob</td><td>human input</td>" in table

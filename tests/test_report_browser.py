@@ -21,7 +21,8 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from forge_ledger.ledger import Ledger
-from report_sessions import HOSTILE_DOC, SCRIPT, audited, hostile
+from forge_ledger.projections.document import fold_lineage
+from report_sessions import HOSTILE_DOC, SCRIPT, demo, hostile
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Route
@@ -83,23 +84,24 @@ def _open(browser: Browser, path: Path) -> Visit:
     return visit
 
 
-def _report(store: Path, out: Path) -> None:
+def _report(store: Path, out: Path, sid: uuid.UUID = SID) -> None:
     proc = subprocess.run(
-        [CONSOLE_SCRIPT, "report", str(SID), "--store", str(store), "-o", str(out)],
+        [CONSOLE_SCRIPT, "report", str(sid), "--store", str(store), "-o", str(out)],
         capture_output=True, text=True, timeout=240, check=False,
     )
     assert proc.returncode == 0, proc.stderr
 
 
 def test_the_report_in_a_real_browser(browser: Browser, tmp_path: Path) -> None:
-    store, out = tmp_path / "ledger.sqlite", tmp_path / "report.html"
-    with Ledger(str(store)) as ledger:
-        audited(ledger, SID)
-        state = ledger.state(SID)
-    _report(store, out)
-    found = state.document_source
-    assert found is not None
-    rnd, source = found
+    """The four-voices demo's page: its document holds the drafter's sentences and the
+    synthesizer's, so a sentence's origin is not the text's author."""
+    store, out = tmp_path / "demo.sqlite", tmp_path / "report.html"
+    sid = demo(store)
+    with Ledger(str(store), create=False) as ledger:
+        state = ledger.state(sid)
+    _report(store, out, sid)
+    lineage = fold_lineage(state)
+    assert lineage.source is not None
     visit = _open(browser, out)
     page = visit.page
 
@@ -119,29 +121,50 @@ def test_the_report_in_a_real_browser(browser: Browser, tmp_path: Path) -> None:
     assert page.locator("#head-hash").inner_text() == state.head_hash
     assert page.locator("#session-id").is_visible() and page.locator("#head-hash").is_visible()
     doc = page.locator("#doc-text")
-    assert doc.is_visible() and doc.inner_text().strip() == source.response.content.strip()
+    assert doc.is_visible() and doc.inner_text().strip() == lineage.text.strip()
 
-    sentence = page.locator("#doc-text .s").first
+    # a sentence the drafter wrote, kept in the synthesizer's text: its origin is the draft
+    n, kept = next((i, s) for i, s in enumerate(lineage.sentences)
+                   if s.origin.participant != lineage.source.participant)
+    assert (kept.origin.participant, kept.origin.round) == ("alice", 1)
+    sentence = page.locator("#doc-text .s").nth(n)
     tip = sentence.locator(".prov")
-    where = (f"{rnd.kind.value} by {source.participant}, round {rnd.number}, "
-             f"iteration {rnd.iteration}, event {source.position}")
+    origin = (f"Origin: {kept.origin.kind.value} by {kept.origin.participant}, round "
+              f"{kept.origin.round}, iteration {kept.origin.iteration}, event "
+              f"{kept.origin.position}")
     expect(tip).to_be_hidden()
     sentence.hover()
     expect(tip).to_be_visible()
-    assert where in tip.inner_text()
+    assert origin in tip.inner_text()
+    assert f"by {lineage.source.participant}" not in tip.inner_text().split("\n")[0]
     page.mouse.move(1190, 5)
     expect(tip).to_be_hidden()
+    # the synthesizer's own sentence shows its own origin, and what it answered
+    m, answering = next((i, s) for i, s in enumerate(lineage.sentences) if s.answers)
+    other = page.locator("#doc-text .s").nth(m).locator(".prov")
+    page.locator("#doc-text .s").nth(m).hover()
+    expect(other).to_be_visible()
+    assert f"Origin: {answering.origin.kind.value} by {answering.origin.participant}" in (
+        other.inner_text()
+    )
+    assert f"Answers: {answering.answers[0].participant}" in other.inner_text()
+    page.mouse.move(1190, 5)
+    first = page.locator("#doc-text .s").first
     page.locator("nav.toc a").last.focus()
     page.keyboard.press("Tab")
-    expect(sentence).to_be_focused()
-    expect(tip).to_be_visible()
+    expect(first).to_be_focused()
+    expect(first.locator(".prov")).to_be_visible()
+    assert "Origin: " in first.locator(".prov").inner_text()
+
+    graph = page.locator("#chart-influence svg")
+    assert graph.get_by_text("retention policy for the", exact=False).count() >= 1
 
     shot = tmp_path / "report.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
 
     page.emulate_media(media="print")
-    expect(tip).to_be_hidden()
+    expect(first.locator(".prov")).to_be_hidden()
     expect(page.locator("nav.toc")).to_be_hidden()
     expect(charts.nth(4)).to_be_visible()
     pdf = tmp_path / "report.pdf"

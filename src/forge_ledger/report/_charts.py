@@ -17,6 +17,8 @@ from typing import Any
 import altair as alt
 import vl_convert
 
+from ..audit.model import ConsensusPoint, DissentRecord
+from ..domain.values import DivergenceStatus
 from ._model import STANCES, ReportModel
 
 __all__ = ["PALETTE", "Chart", "charts", "participant_colors"]
@@ -87,28 +89,45 @@ def _short(text: str, limit: int = _LABEL_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 
 
+def agree_share(c: ConsensusPoint) -> float:
+    """Share of the voters that agree, abstentions aside (the engine's plain majority agrees
+    when it exceeds 1/2): the consensus chart's second line, beside the weighted score."""
+    voters = c.agree + c.disagree + c.partial
+    return c.agree / voters if voters else 0.0
+
+
+def closed_round(d: DissentRecord) -> int | None:
+    """The round of a closed divergence's last closing step (None while it is open)."""
+    if not DivergenceStatus(d.status).closed:
+        return None
+    closing = [h.round for h in d.history if DivergenceStatus(h.status).closed]
+    return closing[-1] if closing else None
+
+
 def charts(m: ReportModel) -> list[Chart]:
     """The five charts in page order."""
     colors = participant_colors([p.name for p in m.participants])
     return [
         _consensus(m),
         _stances(m),
+        _influence(m, colors),
         _dissent(m),
         _usage(m, colors),
-        _influence(m, colors),
     ]
 
 
 def _consensus(m: ReportModel) -> Chart:
+    consensus = m.audit.consensus
     values: list[dict[str, Any]] = []
-    for c in m.consensus:
+    for c in consensus:
         x = f"it {c.iteration} · r {c.round}"
-        for series, v in zip(_SERIES, (c.weighted_score, c.agree_share, c.threshold), strict=True):
+        for series, v in zip(_SERIES, (c.weighted_score, agree_share(c), c.threshold),
+                             strict=True):
             values.append({"x": x, "round": c.round, "series": series, "value": round(v, 4)})
     if values:
         base = _chart(values).encode(
             x=alt.X("x:O", sort=alt.SortField("round"), title="convergence vote",
-                    axis=_ordinal_axis(len(m.consensus))),
+                    axis=_ordinal_axis(len(consensus))),
             y=alt.Y("value:Q", scale=alt.Scale(domain=[0, 1]), title="score / share"),
             color=alt.Color("series:N", scale=alt.Scale(domain=list(_SERIES),
                             range=["#4c78a8", "#f58518", "#888888"]), title=None,
@@ -125,10 +144,10 @@ def _consensus(m: ReportModel) -> Chart:
         chart = _empty("no convergence vote yet")
     rows = tuple(
         (str(c.iteration), str(c.round), f"{c.weighted_score:.2f}", f"{c.threshold:.2f}",
-         f"{c.agree_share:.2f}", "agrees" if c.majority_agrees else "does not agree",
+         f"{agree_share(c):.2f}", "agrees" if c.majority_agrees else "does not agree",
          f"{c.agree} / {c.disagree} / {c.partial} / {c.abstain}",
          "yes" if c.converged else "no")
-        for c in m.consensus
+        for c in consensus
     )
     return Chart(
         key="consensus",
@@ -145,15 +164,16 @@ def _consensus(m: ReportModel) -> Chart:
 
 def _stances(m: ReportModel) -> Chart:
     order = [p.name for p in m.participants]
+    votes = [(t.participant, v) for t in m.audit.trajectories for v in t.votes]
     values = [
-        {"participant": s.participant, "x": f"r {s.round} (it {s.iteration})", "round": s.round,
-         "stance": s.stance, "score": s.score}
-        for s in m.stances
+        {"participant": who, "x": f"r {v.round} (it {v.iteration})", "round": v.round,
+         "stance": v.stance.value, "score": v.score}
+        for who, v in votes
     ]
     if values:
         base = _chart(values).encode(
             x=alt.X("x:O", sort=alt.SortField("round"), title="convergence round",
-                    axis=_ordinal_axis(len({s.round for s in m.stances}))),
+                    axis=_ordinal_axis(len({v.round for _, v in votes}))),
             y=alt.Y("participant:N", sort=order, title=None),
         )
         cells = base.mark_rect(stroke="white", strokeWidth=2).encode(
@@ -162,12 +182,12 @@ def _stances(m: ReportModel) -> Chart:
                             legend=alt.Legend(orient="bottom")))
         text = base.mark_text(fontSize=11).encode(text="score:Q")
         chart: alt.TopLevelMixin = alt.layer(cells, text).properties(
-            width=min(_WIDTH, 70 * len({s.round for s in m.stances})),
+            width=min(_WIDTH, 70 * len({v.round for _, v in votes})),
             height=34 * max(1, len(order)))
     else:
         chart = _empty("no vote recorded yet")
-    rounds = sorted({(s.round, s.iteration) for s in m.stances})
-    grid = {(s.participant, s.round): f"{s.stance} ({s.score})" for s in m.stances}
+    rounds = sorted({(v.round, v.iteration) for _, v in votes})
+    grid = {(who, v.round): f"{v.stance.value} ({v.score})" for who, v in votes}
     return Chart(
         key="stances",
         title="Stances per participant and convergence round",
@@ -185,9 +205,10 @@ def _dissent(m: ReportModel) -> Chart:
     last = max(m.rounds, 1)
     spans: list[dict[str, Any]] = []
     marks: list[dict[str, Any]] = []
-    for d in m.dissent:
+    for d in m.audit.dissent:
         label = _short(f"{d.id}: {d.topic}")
-        end = d.closed_round if d.closed_round is not None else last
+        closed = closed_round(d)
+        end = closed if closed is not None else last
         spans.append({"label": label, "start": d.opened_round, "end": end, "status": d.status})
         for h in d.history:
             marks.append({"label": label, "round": h.round, "change": h.status})
@@ -217,23 +238,24 @@ def _dissent(m: ReportModel) -> Chart:
         svg=_svg(chart),
         headers=("Dissent", "Topic", "Who", "Strongest", "Opened (round)", "Changes", "Now"),
         rows=tuple(
-            (d.id, d.topic, ", ".join(d.who), d.strongest, str(d.opened_round),
+            (d.id, d.topic, ", ".join(d.who), d.strongest.value, str(d.opened_round),
              "; ".join(f"{h.status} r{h.round}" for h in d.history), d.status)
-            for d in m.dissent
+            for d in m.audit.dissent
         ),
     )
 
 
 def _usage(m: ReportModel, colors: dict[str, str]) -> Chart:
     per_round = [
-        {"round": u.round, "kind": u.kind, "part": part, "tokens": n, "cost": u.cost_usd}
-        for u in m.usage_by_round
+        {"round": u.round, "kind": u.kind.value, "part": part, "tokens": n, "cost": u.cost_usd}
+        for u in m.audit.usage_by_round
         for part, n in (("input", u.input_tokens), ("output", u.output_tokens))
     ]
     if per_round:
-        names = [u.participant for u in m.usage_by_participant]
+        by_p = m.audit.usage_by_participant
+        names = [u.participant for u in by_p]
         per_p = [{"participant": u.participant, "cost": u.cost_usd,
-                  "tokens": u.input_tokens + u.output_tokens} for u in m.usage_by_participant]
+                  "tokens": u.input_tokens + u.output_tokens} for u in by_p]
         rx = alt.X("round:O", title="round", axis=alt.Axis(labelAngle=0, labelOverlap=True))
         tok = _chart(per_round).mark_bar().encode(
             x=rx, y=alt.Y("sum(tokens):Q", title="tokens"),
@@ -267,13 +289,13 @@ def _usage(m: ReportModel, colors: dict[str, str]) -> Chart:
         headers=("Round or participant", "Kind / model", "Calls", "Failed", "Input tokens",
                  "Output tokens", "Cost (USD)"),
         rows=tuple(
-            (f"round {u.round} (it {u.iteration})", u.kind, str(u.calls), str(u.failed_calls),
-             str(u.input_tokens), str(u.output_tokens), f"{u.cost_usd:.4f}")
-            for u in m.usage_by_round
+            (f"round {u.round} (it {u.iteration})", u.kind.value, str(u.calls),
+             str(u.failed_calls), str(u.input_tokens), str(u.output_tokens), f"{u.cost_usd:.4f}")
+            for u in m.audit.usage_by_round
         ) + tuple(
             (u.participant, u.model, str(u.calls), str(u.failed_calls), str(u.input_tokens),
              str(u.output_tokens), f"{u.cost_usd:.4f}")
-            for u in m.usage_by_participant
+            for u in m.audit.usage_by_participant
         ),
     )
 
@@ -290,7 +312,7 @@ def _layout(names: Sequence[str]) -> dict[str, tuple[float, float]]:
 def _edges(m: ReportModel, at: dict[str, tuple[float, float]]) -> list[dict[str, Any]]:
     """One drawn edge per (from, to) pair, labelled with its topics."""
     topics: dict[tuple[str, str], list[str]] = {}
-    for e in m.influence:
+    for e in m.audit.influence:
         if e.from_ in at and e.to in at and e.from_ != e.to:
             topics.setdefault((e.from_, e.to), []).append(e.topic)
     out = []
@@ -313,6 +335,9 @@ def _edges(m: ReportModel, at: dict[str, tuple[float, float]]) -> list[dict[str,
 
 def _influence(m: ReportModel, colors: dict[str, str]) -> Chart:
     names = [p.name for p in m.participants]
+    # a person whose input moved a participant is a node too (the audit names them "from")
+    names += list(dict.fromkeys(e.from_ for e in m.audit.influence if e.from_ not in names))
+    colors = {**{n: "#999999" for n in names}, **colors}
     at = _layout(names)
     nodes = [{"name": n, "x": at[n][0], "y": at[n][1]} for n in names]
     edges = _edges(m, at)
@@ -347,8 +372,10 @@ def _influence(m: ReportModel, colors: dict[str, str]) -> Chart:
         summary="An arrow from A to B means a contribution of A argued toward the stance B then "
         "took; labels name the topics.",
         svg=_svg(chart),
-        headers=("From", "To", "Round", "Topic", "Quote"),
+        headers=("From", "To", "Round", "Topic", "Quote", "Event"),
         rows=tuple(
-            (e.from_, e.to, str(e.round), e.topic, e.quote) for e in m.influence
+            (e.from_, e.to, "human input" if e.round is None else str(e.round), e.topic,
+             e.quote, str(e.position))
+            for e in m.audit.influence
         ),
     )
