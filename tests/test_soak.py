@@ -105,7 +105,12 @@ class _Killed(BaseException):
 
 class _LedgerKilledAfterRoundCompleted:
     """The real ledger, except that the save following the commit of round ``number``'s
-    ``RoundCompleted`` never happens (the process "dies" right there)."""
+    ``RoundCompleted`` never happens (the process "dies" right there).
+
+    The soak once found a session resumed without the events the engine derives from a
+    completed round (divergences, the convergence evaluation): they were saved after
+    ``RoundCompleted``, in a save of their own. They now go in the same save; this kill lands
+    right after it, where the old window was."""
 
     def __init__(self, ledger: Any, number: int) -> None:
         self._ledger = ledger
@@ -127,14 +132,6 @@ class _LedgerKilledAfterRoundCompleted:
         self._ledger.save(*aggregates)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the orchestrator commits a round's RoundCompleted and what the engine derives from "
-    "it (divergences, the convergence evaluation) in two saves; a kill between them leaves a "
-    "session that resume continues without those events, so its replay differs (2 of the 4 "
-    "25-kill soaks run here hit this window)",
-)
 def test_kill_between_round_completed_and_its_consequences_replays_identically(
     fake_openai: FakeOpenAIServer, tmp_path: Path
 ) -> None:

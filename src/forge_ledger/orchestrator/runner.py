@@ -557,8 +557,10 @@ class Orchestrator:
                 self._pause_on_fault(agg, rnd, missing)
             return
         abstained = [n for n in rnd.expected if n not in rnd.contributors or n in rnd.abstained]
+        # RoundCompleted and what the engine derives from it (divergences, the convergence
+        # evaluation, techniques) are saved together: a crash between two saves would leave a
+        # completed round whose consequences resume never records.
         agg.complete_round(round=number, abstained=abstained, at=self.clock.now())
-        self.ledger.save(agg)
         rnd = agg.state.round(number)
         assert rnd is not None
         if not rnd.contributions:
