@@ -242,14 +242,17 @@ def test_empty_body_is_empty_error(
     assert err.error_type == "empty" and err.retryable and err.partial_text == ""
 
 
-def test_no_finish_is_a_truncated_response(
+def test_no_finish_is_a_retryable_fault_keeping_the_partial_text(
     fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
 ) -> None:
+    """litellm reports a stream cut short as finished ("stop"); the provider reads what the
+    server really sent: no finish reason, no usage. The text may be incomplete, so it is a
+    fault to retry, with the partial text kept for the record."""
     fake_openai.set_script({"alice": [{"fault": "no_finish", "content": "almost all of it"}]})
-    resp = _run(provider, lambda: provider.complete(_call(fake_openai, price=PRICE)))
-    assert resp.content == "almost all of it"
-    assert resp.stop_reason is StopReason.TRUNCATED and resp.truncated
-    assert resp.finish_reason is None and resp.usage_reported is False
+    err = _fail(provider, _call(fake_openai, price=PRICE))
+    assert err.error_type == "truncated" and err.retryable
+    assert err.partial_text == "almost all of it"
+    assert "no finish reason" in err.message
 
 
 def test_connection_refused(provider: LiteLLMProvider) -> None:

@@ -268,6 +268,19 @@ class LiteLLMProvider:
                 duration_ms=duration,
                 model=model,
             )
+        if raw_finish is None:
+            # A stream that ends with no finish reason was cut short: the text may be
+            # incomplete, so it is a fault to retry (the partial text is kept), never an answer.
+            raise ProviderCallError(
+                "truncated",
+                f"{call.participant.name} ({call.participant.model}) ended its stream with no "
+                "finish reason (cut short)",
+                partial_text=content,
+                tokens=tokens if reported else TokenCount(),
+                cost_usd=cost_of(price, tokens) if reported else 0.0,
+                duration_ms=duration,
+                model=model,
+            )
         return ModelResponse(
             content=content,
             model=str(model),
