@@ -58,6 +58,8 @@ import yaml
 
 from forge_ledger.domain.values import RoundKind
 from forge_ledger.ledger import Ledger, RecordedEvent, verify_session
+from forge_ledger.ledger.outputs import store_outputs
+from forge_ledger.ledger.store import resolve_store
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
 from forge_ledger.yaml_format.export import export_events
@@ -78,7 +80,6 @@ LATENCY = 0.03
 CHUNK_DELAY = 0.004
 """Seconds between streamed words, so that kills also land in the middle of streams."""
 PROCESS_TIMEOUT = 240.0
-EXPORT_DIR = Path(".project-memory") / "brainstorm-sessions"
 
 # One transient fault per (participant, round), at most max_attempts - 1 in a row: whichever
 # instant a kill lands at, every participant still gets its answer, so the outcome of an
@@ -495,7 +496,7 @@ class _Soak:
             r.outcome = outcome_of(ledger, sid)
             r.outcome_identical = r.outcome == reference
             expected_export = export_events(events)
-        exports = sorted((self.directory / EXPORT_DIR).glob("*.yaml"))
+        exports = sorted(store_outputs(resolve_store(self.store)).exports.glob("*.yaml"))
         r.export_identical = len(exports) == 1 and exports[0].read_text("utf-8") == expected_export
         if not r.sealed:
             r.problems.append("the session does not end with its seal")
