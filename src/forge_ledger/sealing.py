@@ -30,7 +30,7 @@ from .domain.hashing import keyed_digest
 from .errors import ChainBrokenError, ImportValidationError, InvariantViolation
 from .ledger import ChainReport, Ledger, verify_session
 
-__all__ = ["ExportReport", "seal_session", "verify_export"]
+__all__ = ["ExportReport", "check_stored_chain", "seal_session", "verify_export"]
 
 
 def seal_session(
@@ -153,6 +153,22 @@ def _load(path: Path) -> dict[str, Any]:
     return doc
 
 
+def check_stored_chain(
+    ledger: Ledger, report: ExportReport, session: str, key: bytes | None
+) -> UUID:
+    """The part of checking a file derived from a session that is the store's own: resolve
+    the session the file names and verify its chain, noting a break in ``report``."""
+    sid = ledger.resolve(session)
+    report.session_id = str(sid)
+    report.chain = verify_session(ledger, sid, key=key or None)
+    if not report.chain.ok:
+        report.problems.append(
+            f"the stored chain is broken at position {report.chain.position}: "
+            f"{report.chain.problem}"
+        )
+    return sid
+
+
 def verify_export(
     ledger: Ledger,
     yaml_path: str | Path,
@@ -177,14 +193,7 @@ def verify_export(
             f"{path} has no 'ledger' block with a session_id",
             hint="only exports of sealed sessions carry one; seal the session and export again",
         )
-    sid = ledger.resolve(str(block["session_id"]))
-    report.session_id = str(sid)
-    report.chain = verify_session(ledger, sid, key=key or None)
-    if not report.chain.ok:
-        report.problems.append(
-            f"the stored chain is broken at position {report.chain.position}: "
-            f"{report.chain.problem}"
-        )
+    sid = check_stored_chain(ledger, report, str(block["session_id"]), key)
     seal = ledger.state(sid).seal
     if seal is None:
         report.problems.append("the session is not sealed in the store")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +21,12 @@ import yaml
 
 from .domain.state import SessionState
 from .domain.values import SessionStatus
-from .errors import ImportValidationError, UsageError
-from .ledger import Ledger, verify_session
+from .errors import ImportValidationError
+from .ledger import Ledger
 from .ledger.outputs import store_outputs
 from .projections.document import Answer, ContributionRef, DocumentLineage
-from .sealing import ExportReport
-from .yaml_format.storage import CleanupItem, session_file_path
+from .sealing import ExportReport, check_stored_chain
+from .yaml_format.storage import CleanupItem, remove_finished, session_file_path
 
 __all__ = [
     "SPEC_FORMAT",
@@ -253,14 +253,7 @@ def verify_spec(ledger: Ledger, path: str | Path, key: bytes | None = None) -> E
             f"{p} is not a forge-ledger document", hint="pass a file written by 'forge-ledger spec'"
         )
     report = ExportReport(path=str(p))
-    sid = ledger.resolve(str(doc["session_id"]))
-    report.session_id = str(sid)
-    report.chain = verify_session(ledger, sid, key=key or None)
-    if not report.chain.ok:
-        report.problems.append(
-            f"the stored chain is broken at position {report.chain.position}: "
-            f"{report.chain.problem}"
-        )
+    sid = check_stored_chain(ledger, report, str(doc["session_id"]), key)
     position = doc.get("position")
     if not isinstance(position, int) or not 1 <= position <= ledger.head_version(sid):
         report.problems.append(f"position {position!r} is not an event of the session")
@@ -279,28 +272,20 @@ def verify_spec(ledger: Ledger, path: str | Path, key: bytes | None = None) -> E
     return report
 
 
+def _finished_spec(path: Path) -> tuple[str, datetime] | None:
+    doc = read_front_matter(path)
+    if doc is None or doc.get("finished") is not True:
+        return None
+    try:
+        updated = datetime.fromisoformat(str(doc.get("updated")))
+    except ValueError:
+        return None
+    return (str(doc.get("status")), updated) if updated.tzinfo is not None else None
+
+
 def cleanup_specs(
     directory: Path, *, now: datetime, days: int = 30, dry_run: bool = False
 ) -> list[CleanupItem]:
     """Remove document files of finished sessions not updated for ``days`` days."""
-    if days < 0:
-        raise UsageError("--days must be 0 or more")
-    if not directory.is_dir():
-        return []
-    limit = now - timedelta(days=days)
-    out: list[CleanupItem] = []
-    for path in sorted(directory.glob("*.md")):
-        doc = read_front_matter(path)
-        if doc is None or doc.get("finished") is not True:
-            continue
-        try:
-            updated = datetime.fromisoformat(str(doc.get("updated")))
-        except ValueError:
-            continue
-        if updated.tzinfo is None or updated >= limit:
-            continue
-        if not dry_run:
-            path.unlink()
-        out.append(CleanupItem(path, str(doc.get("status")), updated.isoformat(),
-                               removed=not dry_run))
-    return out
+    return remove_finished(directory, "*.md", _finished_spec, now=now, days=days,
+                           dry_run=dry_run)

@@ -30,6 +30,7 @@ __all__ = [
     "autosave",
     "cleanup",
     "export_path",
+    "remove_finished",
     "session_file_path",
     "write_export",
 ]
@@ -135,27 +136,52 @@ def _when(value: Any) -> datetime | None:
     return None
 
 
-def cleanup(
-    directory: Path, *, now: datetime, days: int = 30, dry_run: bool = False
+def remove_finished(
+    directory: Path,
+    pattern: str,
+    finished: Callable[[Path], tuple[str, datetime] | None],
+    *,
+    now: datetime,
+    days: int = 30,
+    dry_run: bool = False,
 ) -> list[CleanupItem]:
-    """Remove exports of completed/abandoned sessions whose ``updated`` is older than
-    ``days``. Files that are not session exports, in progress, or undated are kept."""
+    """The one cleanup rule for files derived from a session (exports, documents): remove
+    those matching ``pattern`` that ``finished`` says belong to a finished session (its status
+    and an aware ``updated`` time) last updated more than ``days`` ago. Anything else — not
+    ours, in progress, undated — is kept; events are never touched."""
     if days < 0:
         raise UsageError("--days must be 0 or more")
     if not directory.is_dir():
         return []
     limit = now - timedelta(days=days)
     out: list[CleanupItem] = []
-    for path in sorted(directory.glob("*.yaml")):
-        doc = _read(path)
-        session = doc.get("session") if doc else None
-        if not isinstance(session, dict):
+    for path in sorted(directory.glob(pattern)):
+        found = finished(path)
+        if found is None or found[1] >= limit:
             continue
-        status = str(session.get("status", ""))
-        updated = _when(session.get("updated"))
-        if status not in FINISHED or updated is None or updated >= limit:
-            continue
+        status, updated = found
         if not dry_run:
             path.unlink()
         out.append(CleanupItem(path, status, updated.isoformat(), removed=not dry_run))
     return out
+
+
+def _finished_export(path: Path) -> tuple[str, datetime] | None:
+    doc = _read(path)
+    session = doc.get("session") if doc else None
+    if not isinstance(session, dict):
+        return None
+    status = str(session.get("status", ""))
+    updated = _when(session.get("updated"))
+    if status not in FINISHED or updated is None:
+        return None
+    return status, updated
+
+
+def cleanup(
+    directory: Path, *, now: datetime, days: int = 30, dry_run: bool = False
+) -> list[CleanupItem]:
+    """Remove exports of completed/abandoned sessions whose ``updated`` is older than
+    ``days``. Files that are not session exports, in progress, or undated are kept."""
+    return remove_finished(directory, "*.yaml", _finished_export, now=now, days=days,
+                           dry_run=dry_run)
