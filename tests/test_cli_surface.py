@@ -91,6 +91,26 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
 
 
 @pytest.mark.parametrize("command", [
+    ["show"], ["log"], ["trail"], ["dissent", "--all"], ["audit"], ["audit", "--json"],
+    ["spec", "--provenance"], ["sessions"],
+])
+def test_a_reader_that_went_away_is_not_a_failure(recorded: Recorded, command: list[str]) -> None:
+    """``forge-ledger trail S | head -1``: the reader closes the pipe early. The command ends
+    quietly with exit 0, whether it printed with Rich or with click. The pipe's read end is
+    closed before the command starts, so its first write meets the broken pipe every time."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    args = [command[0]] if command[0] == "sessions" else [command[0], recorded.session_id]
+    try:
+        proc = subprocess.run([CONSOLE_SCRIPT, *args, *command[1:], "--store", recorded.store],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120,
+                              check=False)
+    finally:
+        os.close(write_end)
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
+@pytest.mark.parametrize("command", [
     ["show"], ["log"], ["trail"], ["dissent", "--all"], ["audit"], ["audit", "--markdown"],
 ])
 def test_piped_output_is_plain_whole_and_prints_markup_as_typed(

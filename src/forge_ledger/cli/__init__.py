@@ -18,7 +18,32 @@ from ..errors import ForgeLedgerError
 __all__ = ["cli", "main"]
 
 
+class _Group(click.Group):
+    """The command group, with one rule for a reader that went away (``| head``).
+
+    click turns a broken pipe into exit code 1 and Rich into ``SystemExit(1)``; a reader
+    closing the pipe early is not the command's failure, so every command then exits 0,
+    quietly (deliberations themselves never notice: see ``_interrupt``)."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            _discard_stdout()
+            raise click.exceptions.Exit(0) from None
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush meets no broken pipe."""
+    import contextlib
+    import os
+
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 @click.group(
+    cls=_Group,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     invoke_without_command=True,
 )
@@ -92,6 +117,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("interrupted", err=True)
         sys.exit(130)
     except BrokenPipeError:
+        _discard_stdout()
         sys.exit(0)
     except Exception as e:
         from ..ledger import store_failure

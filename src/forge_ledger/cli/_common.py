@@ -7,6 +7,7 @@ non-zero exit, never a traceback. Nothing here imports litellm.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -43,8 +44,24 @@ __all__ = [
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-out_console = Console(highlight=False, soft_wrap=True, markup=False)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+class _Console(Console):
+    """Rich's console, except for a reader that went away (``| head``).
+
+    Rich's default ends the process with exit code 1 there, while output printed with
+    ``click.echo`` raises ``BrokenPipeError``, which :func:`forge_ledger.cli.main` turns into
+    exit 0: one closed pipe, one exit code, whichever way a command prints."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        stream = sys.stderr if self.stderr else sys.stdout
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())  # nothing left to flush at exit
+        raise BrokenPipeError
+
+
+out_console = _Console(highlight=False, soft_wrap=True, markup=False)
+err_console = _Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 """Both consoles have Rich markup off: everything printed is store, model or user text until
 proven otherwise, so ``[red]`` or ``[link=…]`` in a contribution prints as typed. Styling is
 done with :class:`~rich.text.Text` objects (or ``markup=True`` on a literal written here)."""
