@@ -106,14 +106,16 @@ def demo(latency: float, store: str | None, as_json: bool) -> None:
         store_arg = f" --store {store}" if store else ""
         click.echo("\nnext, try:")
         for cmd, what in (
+            (f"spec {short} --provenance", "the document they agreed on, sentence by sentence"),
+            (f"report {short}", "the audit as one HTML page"),
             (f"show {short}", "the session as it is now"),
             (f"show {short} --at-iteration 1", "as it was after iteration 1"),
-            (f"trail {short}", "how each participant voted, and why stances changed"),
+            (f"trail {short}", "how each participant voted, and who moved whom"),
             (f"dissent {short} --all", "the dissent log"),
             (f"audit {short} --markdown", "the full consensus audit"),
             (f"replay {short}", "re-run it against the recorded answers (no model called)"),
+            (f"fork {short} --at-iteration 1", "a new session from iteration 1, then resume it"),
             (f"verify {short}", "check the hash chain and the seal"),
-            (f"export {short}", "write the YAML v1.2 session file"),
         ):
             click.echo(f"  forge-ledger {cmd}{store_arg:<0}  # {what}")
     finally:
