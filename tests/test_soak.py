@@ -172,3 +172,69 @@ def _run_until_killed(ledger: Any, url: str) -> UUID | None:
         return False
 
     return sid if asyncio.run(go()) else None
+
+
+class _LedgerKilledMidRound:
+    """The real ledger, except that the process "dies" at the first save of a contribution to
+    a round that already holds one: the round stays open, part answered."""
+
+    def __init__(self, ledger: Any) -> None:
+        self._ledger = ledger
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ledger, name)
+
+    def save(self, *aggregates: Any) -> None:
+        for agg in aggregates:
+            open_round = agg.state.open_round
+            adds = any(getattr(type(e), "TYPE", "") == "ContributionRecorded"
+                       for e in agg.pending_events)
+            if adds and open_round is not None and len(open_round.contributors) > 1:
+                raise _Killed()
+        self._ledger.save(*aggregates)
+
+
+def test_an_endpoint_moved_after_a_kill_mid_round_replays_identically(
+    fake_openai: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """A run dies mid-round (Ctrl-C, ``kill -9``); ``resume --api-base`` then records
+    ``ParticipantUpdated`` inside the still-open round (the demo does this when its scripted
+    server comes back on another port). Replay must see the process boundary there: drop the
+    dead run's uncompared work, apply the recorded change, and go on as the new run did."""
+    fake_openai.set_script(base_script())
+    store = str(tmp_path / "moved.sqlite")
+    with Ledger(store, create=True) as ledger:
+        provider = LiteLLMProvider()
+        orch = Orchestrator(_LedgerKilledMidRound(ledger), provider)
+        sid = orch.start(TOPIC, SessionConfig(), cell_participants(fake_openai.url))
+
+        async def first() -> None:
+            try:
+                await orch.run(sid)
+            finally:
+                await provider.aclose()
+
+        with pytest.raises(_Killed):
+            asyncio.run(first())
+        agg = ledger.get(sid)
+        open_round = agg.state.open_round
+        assert open_round is not None and open_round.contributions  # killed mid-round
+        moved = f"{fake_openai.url}/"  # the same server, under another address
+        for p in agg.state.participants:
+            agg.update_participant(p.model_copy(update={"api_base": moved}),
+                                   at=agg.state.updated_at, reason=f"--api-base {moved}")
+        ledger.save(agg)
+        provider = LiteLLMProvider()
+
+        async def resume() -> str:
+            try:
+                return (await Orchestrator(ledger, provider).resume(sid)).status.value
+            finally:
+                await provider.aclose()
+
+        assert asyncio.run(resume()) == "converged"
+        moved_at = next(e.position for e in ledger.events(sid) if e.type == "ParticipantUpdated")
+        then = ledger.get(sid, version=moved_at - 1).state.open_round
+        assert then is not None and then.contributions  # recorded inside a part-answered round
+        replay = replay_session(ledger, sid)
+        assert replay.ok, replay.difference.message if replay.difference else ""

@@ -130,6 +130,19 @@ class _EndOfRecord(Exception):
     """The orchestrator went past the last recorded event: everything recorded matched."""
 
 
+class _Boundary(Exception):
+    """The record has an external event where the orchestrator produced its own.
+
+    Live, that means the run ended there (a crash, Ctrl-C, ``kill -9``) and another command
+    recorded the event (``resume`` moving an endpoint, swapping a model) before a new run went
+    on. Replay does the same: it drops what the running orchestrator had not yet compared,
+    returns to the recorded state just before the event, applies it and starts a new run."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__(f"external event at position {position}")
+        self.position = position
+
+
 # --------------------------------------------------------------------------- provider
 
 
@@ -241,11 +254,18 @@ class _ReplayStore:
         recorded = self.recorded(position)
         if recorded is None:
             raise _EndOfRecord()
+        if is_external(recorded) and recorded.type != type(produced).TYPE:
+            raise _Boundary(position)
         diff = _difference(recorded, produced)
         if diff is not None:
             raise _Diverged(diff)
         self.matched += 1
         self.generated += 1
+
+    def restart_before(self, position: int) -> None:
+        """Continue from the recorded state just before ``position`` (see :class:`_Boundary`);
+        what the interrupted run produced after it was never compared, so nothing is lost."""
+        self.current = self._ledger.get(self._sid, version=position - 1)
 
     def apply_external(self) -> bool:
         """Apply recorded external events at the head of the replay; True if any."""
@@ -467,6 +487,9 @@ async def _drive(
             await orchestrator.run(sid)
         except _EndOfRecord:
             return
+        except _Boundary as boundary:
+            store.restart_before(boundary.position)
+            continue
         if store.current.version == before:
             # The orchestrator stopped (paused or finished) but the record goes on with events
             # it did not produce: the current code ends the session differently.
