@@ -255,6 +255,16 @@ def test_contradictions_are_refused_before_anything_is_recorded(
     assert not store.exists()
 
 
+def test_too_many_participants_are_refused_before_the_store_is_made(tmp_path: Path) -> None:
+    store = tmp_path / "never.sqlite"
+    models = [arg for i in range(33) for arg in ("-m", f"openai/p{i}")]
+    proc = cli("run", "Crowded", *models, "--api-base", "http://127.0.0.1:9/v1",
+               "--store", str(store))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "33 participants is more than a session takes (32)" in proc.stderr
+    assert not store.exists()
+
+
 def test_missing_keys_reported_through_litellm_one_line_each(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items()
            if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY",

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from .domain.values import Participant, Price, SessionConfig
+from .domain.values import MAX_PARTICIPANTS, Participant, Price, SessionConfig
 from .errors import ConfigError
 
 __all__ = [
@@ -162,6 +162,11 @@ def check_session(
     the number of voters by the engine, a chosen one that cannot be reached is a mistake.
     """
     problems: list[str] = []
+    if len(participants) > MAX_PARTICIPANTS:  # the aggregate's bound, told before recording
+        problems.append(
+            f"{len(participants)} participants is more than a session takes "
+            f"({MAX_PARTICIPANTS}); deliberate with fewer models"
+        )
     if config.max_cost_usd <= 0:
         problems.append(
             "--max-cost 0 allows no model call at all; give a budget above 0 (USD)"
