@@ -16,6 +16,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 from urllib.parse import urlparse
@@ -183,18 +184,8 @@ class LiteLLMProvider:
     ) -> ModelResponse:
         litellm = _import_litellm()
         kwargs = self._request(call)
-        price = self.price(call.participant)
-        parts: list[str] = []
-        started = time.monotonic()
-        first_at: float | None = None
-        model = call.participant.model
-        last_usage: Any = None
-        seen_finish: str | None = None
+        got = _Received(model=call.participant.model, started=time.monotonic())
         stream: Any = None
-
-        def elapsed_ms(since: float = started) -> int:
-            return max(0, int((time.monotonic() - since) * 1000))
-
         try:
             async with asyncio.timeout(call.timeout_secs):
                 try:
@@ -205,24 +196,7 @@ class LiteLLMProvider:
                     kwargs.pop("response_format")  # the prompt already asks for JSON
                     stream = await litellm.acompletion(**kwargs)
                 async for chunk in stream:
-                    model = getattr(chunk, "model", None) or model
-                    usage = getattr(chunk, "usage", None)
-                    if usage is not None:
-                        last_usage = usage
-                    for choice in getattr(chunk, "choices", None) or ():
-                        if getattr(choice, "finish_reason", None):
-                            seen_finish = choice.finish_reason
-                        delta = getattr(choice, "delta", None)
-                        text = getattr(delta, "content", None) if delta is not None else None
-                        if text:
-                            if first_at is None:
-                                first_at = time.monotonic()
-                            parts.append(text)
-                            if on_delta is not None:
-                                try:
-                                    on_delta(text)
-                                except Exception as cb_err:
-                                    raise _CallbackFailed(cb_err) from cb_err
+                    got.take(chunk, on_delta)
         except _CallbackFailed as e:
             await _close(stream)
             raise e.original from None
@@ -232,67 +206,17 @@ class LiteLLMProvider:
                 "timeout",
                 f"{call.participant.name} ({call.participant.model}): no complete answer within "
                 f"{call.timeout_secs:g} s",
-                partial_text="".join(parts),
-                duration_ms=elapsed_ms(),
-                model=model,
+                partial_text=got.text,
+                duration_ms=got.elapsed_ms(),
+                model=got.model,
             ) from None
         except Exception as e:
             await _close(stream)
             raise classify_exception(
-                e, call, partial_text="".join(parts), duration_ms=elapsed_ms()
+                e, call, partial_text=got.text, duration_ms=got.elapsed_ms()
             ) from None
-
-        content = "".join(parts)
-        # litellm fills in finish_reason "stop" and estimated usage when a stream is cut short,
-        # so the truth is read from the stream wrapper: the finish reason the provider really
-        # sent and whether a provider chunk carried usage. litellm's mock_response sets
-        # neither, so for mocks the yielded values are trusted.
-        provider_chunks = getattr(stream, "chunks", None)
-        if provider_chunks is not None:
-            reported = any(getattr(c, "usage", None) is not None for c in provider_chunks)
-        else:
-            reported = last_usage is not None
-        raw_finish = getattr(stream, "received_finish_reason", seen_finish)
-        if raw_finish is None and (reported or "mock_response" in kwargs):
-            raw_finish = seen_finish
-            reported = reported or last_usage is not None
-        tokens = _tokens(last_usage)
-        duration = elapsed_ms()
-        if not content:
-            what = "an empty reply" if raw_finish is None else f"no text (finish {raw_finish!r})"
-            raise ProviderCallError(
-                "empty",
-                f"{call.participant.name} ({call.participant.model}) sent {what}",
-                tokens=tokens if reported else TokenCount(),
-                cost_usd=cost_of(price, tokens) if reported else 0.0,
-                duration_ms=duration,
-                model=model,
-            )
-        if raw_finish is None:
-            # A stream that ends with no finish reason was cut short: the text may be
-            # incomplete, so it is a fault to retry (the partial text is kept), never an answer.
-            raise ProviderCallError(
-                "truncated",
-                f"{call.participant.name} ({call.participant.model}) ended its stream with no "
-                "finish reason (cut short)",
-                partial_text=content,
-                tokens=tokens if reported else TokenCount(),
-                cost_usd=cost_of(price, tokens) if reported else 0.0,
-                duration_ms=duration,
-                model=model,
-            )
-        return ModelResponse(
-            content=content,
-            model=str(model),
-            tokens=tokens,
-            cost_usd=cost_of(price, tokens),
-            price=price,
-            duration_ms=duration,
-            ttft_ms=None if first_at is None else max(0, int((first_at - started) * 1000)),
-            stop_reason=stop_reason_for(raw_finish),
-            finish_reason=raw_finish,
-            usage_reported=reported,
-        )
+        return _judge(got, stream, call, self.price(call.participant),
+                      mocked="mock_response" in kwargs)
 
     async def aclose(self) -> None:
         """Close litellm's cached HTTP clients (no-op when litellm was never imported)."""
@@ -468,4 +392,92 @@ def classify_exception(
         duration_ms=duration_ms,
         status_code=status,
         model=call.participant.model,
+    )
+
+
+@dataclass
+class _Received:
+    """What one streamed call has delivered so far."""
+
+    model: Any
+    started: float
+    parts: list[str] = field(default_factory=list)
+    last_usage: Any = None
+    seen_finish: str | None = None
+    first_at: float | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def elapsed_ms(self) -> int:
+        return max(0, int((time.monotonic() - self.started) * 1000))
+
+    def take(self, chunk: Any, on_delta: Callable[[str], None] | None) -> None:
+        self.model = getattr(chunk, "model", None) or self.model
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            self.last_usage = usage
+        for choice in getattr(chunk, "choices", None) or ():
+            if getattr(choice, "finish_reason", None):
+                self.seen_finish = choice.finish_reason
+            delta = getattr(choice, "delta", None)
+            text = getattr(delta, "content", None) if delta is not None else None
+            if not text:
+                continue
+            if self.first_at is None:
+                self.first_at = time.monotonic()
+            self.parts.append(text)
+            if on_delta is not None:
+                try:
+                    on_delta(text)
+                except Exception as cb_err:
+                    raise _CallbackFailed(cb_err) from cb_err
+
+
+def _judge(
+    got: _Received, stream: Any, call: ProviderCall, price: Price | None, *, mocked: bool
+) -> ModelResponse:
+    """The answer a finished stream gave, or the fault it really was.
+
+    litellm fills in finish_reason "stop" and estimated usage when a stream is cut short, so the
+    truth is read from the stream wrapper: the finish reason the provider really sent and
+    whether a provider chunk carried usage. litellm's mock_response sets neither, so for mocks
+    the yielded values are trusted. No text is an ``empty`` fault; text with no finish reason
+    was cut short (it may be incomplete): a ``truncated`` fault keeping the partial text.
+    """
+    provider_chunks = getattr(stream, "chunks", None)
+    if provider_chunks is not None:
+        reported = any(getattr(c, "usage", None) is not None for c in provider_chunks)
+    else:
+        reported = got.last_usage is not None
+    raw_finish = getattr(stream, "received_finish_reason", got.seen_finish)
+    if raw_finish is None and (reported or mocked):
+        raw_finish = got.seen_finish
+        reported = reported or got.last_usage is not None
+    tokens = _tokens(got.last_usage)
+    content, who = got.text, f"{call.participant.name} ({call.participant.model})"
+    if not content or raw_finish is None:
+        what = "an empty reply" if raw_finish is None else f"no text (finish {raw_finish!r})"
+        raise ProviderCallError(
+            "truncated" if content else "empty",
+            f"{who} ended its stream with no finish reason (cut short)" if content
+            else f"{who} sent {what}",
+            partial_text=content,
+            tokens=tokens if reported else TokenCount(),
+            cost_usd=cost_of(price, tokens) if reported else 0.0,
+            duration_ms=got.elapsed_ms(),
+            model=got.model,
+        )
+    return ModelResponse(
+        content=content,
+        model=str(got.model),
+        tokens=tokens,
+        cost_usd=cost_of(price, tokens),
+        price=price,
+        duration_ms=got.elapsed_ms(),
+        ttft_ms=None if got.first_at is None else max(0, int((got.first_at - got.started) * 1000)),
+        stop_reason=stop_reason_for(raw_finish),
+        finish_reason=raw_finish,
+        usage_reported=reported,
     )
