@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.application import Application
+from eventsourcing.application import Application, ProcessingEvent
 from eventsourcing.persistence import (
     IntegrityError,
     JSONTranscoder,
@@ -30,7 +30,8 @@ from eventsourcing.persistence import (
 
 from ..domain import events as ev
 from ..domain.aggregate import Deliberation, topic_for
-from ..domain.state import SessionState
+from ..domain.state import ContributionState, SessionState
+from ..domain.values import ChatMessage
 from ..errors import (
     ConcurrencyConflictError,
     SessionNotFoundError,
@@ -72,6 +73,32 @@ class _App(Application[UUID]):
     def register_transcodings(self, transcoder: JSONTranscoder) -> None:
         super().register_transcodings(transcoder)
         transcoder.register(_SessionStateAsJson())
+
+    def _take_snapshots(self, processing_event: ProcessingEvent[UUID]) -> None:
+        """Snapshot the aggregate just saved when its head is the snapshot's position.
+
+        eventsourcing's own way reloads the aggregate from the store (the previous snapshot
+        plus the events since) before snapshotting it: a decode of the whole state, which
+        grows with the session, on every snapshot — the main cost of a long live session
+        that grew with its length. The aggregate in hand is already that state. Only when a
+        multi-event save crosses the interval before its last event is the stock way used.
+        """
+        if self.snapshots is None or not self.snapshotting_intervals:
+            return
+        rest = ProcessingEvent[UUID]()
+        for event in processing_event.events:
+            aggregate = processing_event.aggregates.get(event.originator_id)
+            interval = self.snapshotting_intervals.get(type(aggregate)) if aggregate else None
+            if aggregate is None or not interval or event.originator_version % interval:
+                continue
+            if aggregate.version == event.originator_version:
+                snapshot_class: Any = getattr(type(aggregate), "Snapshot", self.snapshot_class)
+                self.snapshots.put([snapshot_class.take(aggregate)])
+            else:
+                rest.events.append(event)
+                rest.aggregates[event.originator_id] = aggregate
+        if rest.events:
+            super()._take_snapshots(rest)
 
 
 @dataclass(frozen=True)
@@ -367,6 +394,26 @@ class Ledger:
         sid = self.resolve(session_id) if isinstance(session_id, str) else session_id
         for domain_event in self.app.events.get(sid, gt=after or None, lte=upto):
             yield _recorded(domain_event)
+
+    def prompt(self, session_id: str | UUID, contribution: ContributionState) -> list[ChatMessage]:
+        """The exact prompt of a recorded answer, read from the event that recorded it.
+
+        The session state refers to a prompt by its event's position and its hash (see
+        :class:`~forge_ledger.domain.state.ContributionState`); this loads the text.
+        """
+        pos = contribution.position
+        for e in self.events(session_id, after=pos - 1, upto=pos):
+            payload = e.payload()
+            if (
+                isinstance(payload, ev.ContributionRecorded)
+                and payload.prompt_hash == contribution.prompt_hash
+            ):
+                return list(payload.messages)
+        raise StoreError(
+            f"session {session_id}: no recorded prompt {contribution.prompt_hash[:12]} at "
+            f"event {pos}",
+            hint="run 'forge-ledger verify' on the session",
+        )
 
     def raw_events(self, session_id: UUID) -> Iterator[tuple[int, str, dict[str, Any] | None, str]]:
         """(position, topic, decoded stored state or None if undecodable, error) as stored.
