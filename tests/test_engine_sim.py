@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
-from typing import cast
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import cast
 
 from forge_ledger import engine
 from forge_ledger.clock import FixedStepClock
