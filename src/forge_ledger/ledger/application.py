@@ -75,13 +75,17 @@ class _App(Application[UUID]):
         transcoder.register(_SessionStateAsJson())
 
     def _take_snapshots(self, processing_event: ProcessingEvent[UUID]) -> None:
-        """Snapshot the aggregate just saved when its head is the snapshot's position.
+        """Snapshot at the scheduled positions (:func:`snapshot_due`), from the aggregate in
+        hand when the position is the head of the save.
 
-        eventsourcing's own way reloads the aggregate from the store (the previous snapshot
-        plus the events since) before snapshotting it: a decode of the whole state, which
-        grows with the session, on every snapshot — the main cost of a long live session
-        that grew with its length. The aggregate in hand is already that state. Only when a
-        multi-event save crosses the interval before its last event is the stock way used.
+        A snapshot holds the whole state, whose size grows with the session, so a snapshot
+        every ``interval`` events costs the square of the session's length in a live run.
+        Their spacing therefore grows with the session: every ``interval`` events up to 16
+        intervals, then about eight per doubling of the length, which keeps their total cost
+        linear while a load at the head folds at most about an eighth of the session's events
+        after the newest snapshot. eventsourcing's own way also reloads the aggregate from
+        the store (a decode of the whole state) before snapshotting it; that is only needed
+        when a save of several events passes the position before its last event.
         """
         if self.snapshots is None or not self.snapshotting_intervals:
             return
@@ -89,7 +93,9 @@ class _App(Application[UUID]):
         for event in processing_event.events:
             aggregate = processing_event.aggregates.get(event.originator_id)
             interval = self.snapshotting_intervals.get(type(aggregate)) if aggregate else None
-            if aggregate is None or not interval or event.originator_version % interval:
+            if aggregate is None or not interval:
+                continue
+            if not snapshot_due(event.originator_version, interval):
                 continue
             if aggregate.version == event.originator_version:
                 snapshot_class: Any = getattr(type(aggregate), "Snapshot", self.snapshot_class)
@@ -99,6 +105,18 @@ class _App(Application[UUID]):
                 rest.aggregates[event.originator_id] = aggregate
         if rest.events:
             super()._take_snapshots(rest)
+
+
+def snapshot_due(version: int, interval: int) -> bool:
+    """Whether position ``version`` gets a snapshot (see ``_App._take_snapshots``).
+
+    Multiples m × interval with m < 16, then every 2^(bits(m) − 4)-th multiple: every rung of
+    the retention ladder (interval × 2^k, see ``Ledger._prune_snapshots``) is among them.
+    """
+    if version <= 0 or version % interval:
+        return False
+    m = version // interval
+    return m % (1 << max(0, m.bit_length() - 4)) == 0
 
 
 @dataclass(frozen=True)
