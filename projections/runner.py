@@ -42,6 +42,7 @@ __all__ = [
     "ProjectionRunner",
     "ProjectionStatus",
     "catch_up",
+    "current_summaries",
     "default_projections",
     "open_views",
     "rebuild",
@@ -371,3 +372,39 @@ def status(
     source: EventSource, db: Database, projections: Sequence[Projection] | None = None
 ) -> list[ProjectionStatus]:
     return ProjectionRunner(source, db, projections).status()
+
+
+SUMMARY_COLUMNS = ("id", "slug", "title", "status", "iteration", "events", "created_at",
+                   "updated_at", "parent_id")
+"""The ``sessions`` columns a session listing shows (``Ledger.summaries`` gives the same)."""
+
+
+def current_summaries(path: Path, head: int) -> list[dict[str, Any]] | None:
+    """The read model's ``sessions`` rows, in creation order, if it is current; else None.
+
+    Current means the read-model projection, at its present version, has applied every
+    notification up to ``head`` (the store's last). Listing sessions from the ledger loads
+    each session's whole state; the read model holds the summary already. The file is
+    opened read-only: a listing creates nothing, and a missing, older or locked read model
+    simply means the ledger is read instead.
+    """
+    if not path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=1)
+    except sqlite3.Error:
+        return None
+    try:
+        row = conn.execute(
+            "SELECT version, position FROM _projections WHERE name = ?",
+            [ReadModelProjection.name],
+        ).fetchone()
+        if row is None or int(row[0]) != ReadModelProjection.version or int(row[1]) != head:
+            return None
+        cols = ", ".join(SUMMARY_COLUMNS)
+        rows = conn.execute(f"SELECT {cols} FROM sessions ORDER BY rowid").fetchall()
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return [dict(zip(SUMMARY_COLUMNS, r, strict=True)) for r in rows]

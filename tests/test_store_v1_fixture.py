@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -64,3 +65,30 @@ def test_every_session_verifies_and_replays_identically() -> None:
     assert verify["ok"] and len(verify["sessions"]) == len(sessions) == 4
     assert all(r["ok"] for r in replay) and len(replay) == 4
     assert {s["status"] for s in sessions} >= {"converged", "paused"}
+
+
+def test_sessions_reads_the_read_model_only_when_it_is_current(tmp_path: Path) -> None:
+    """``sessions`` lists from the read model's summary rows once the projections have caught
+    up (same output as from the ledger), and from the ledger as soon as the store moved on."""
+    path = tmp_path / "store.sqlite"
+    shutil.copyfile(FIXTURES / "store-v1.sqlite", path)
+    expected = (GOLDEN / "sessions.json").read_text(encoding="utf-8")
+    assert _run(path, ["projections", "update"]).returncode == 0
+    listed = _run(path, ["sessions", "--json"])
+    assert listed.returncode == 0 and listed.stdout == expected
+
+    # The listing really comes from the read model: a title changed there shows.
+    views = sqlite3.connect(tmp_path / "store.views.sqlite")
+    first = json.loads(expected)[0]["id"]
+    views.execute("UPDATE sessions SET title = 'from the read model' WHERE id = ?", [first])
+    views.commit()
+    views.close()
+    rows = json.loads(_run(path, ["sessions", "--json"]).stdout)
+    assert rows[0]["title"] == "from the read model"
+
+    # A new session makes the read model stale: the ledger is read (true title, new row).
+    imported = _run(path, ["import", str(FIXTURES / "v1_0_session.yaml"), "--json"])
+    assert imported.returncode == 0, imported.stderr
+    rows = json.loads(_run(path, ["sessions", "--json"]).stdout)
+    assert [r for r in rows[:4]] == json.loads(expected)
+    assert len(rows) == 5
