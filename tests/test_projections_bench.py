@@ -18,7 +18,10 @@ def test_quick_bench_prints_one_json_document() -> None:
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["quick"] is True and set(doc["goals"]) == {
-        "ratio_min", "ratio_ok", "incremental_ms_max", "incremental_ok"}
+        "ratio_min", "ratio_ok", "incremental_ms_max", "incremental_ok",
+        "sessions_listing_s_max", "sessions_listing_ok"}
+    listing = doc["sessions_listing"]
+    assert listing["sessions"] == 100 and listing["read_model_s"] > 0 and listing["ledger_s"] > 0
     assert len(doc["sizes"]) == 2
     for size, figures in doc["sizes"].items():
         assert figures["events"] >= int(size)
