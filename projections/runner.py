@@ -379,14 +379,18 @@ SUMMARY_COLUMNS = ("id", "slug", "title", "status", "iteration", "events", "crea
 """The ``sessions`` columns a session listing shows (``Ledger.summaries`` gives the same)."""
 
 
-def current_summaries(path: Path, head: int) -> list[dict[str, Any]] | None:
+def current_summaries(
+    path: Path, head: int, last: tuple[str, int] | None = None
+) -> list[dict[str, Any]] | None:
     """The read model's ``sessions`` rows, in creation order, if it is current; else None.
 
     Current means the read-model projection, at its present version, has applied every
-    notification up to ``head`` (the store's last). Listing sessions from the ledger loads
-    each session's whole state; the read model holds the summary already. The file is
-    opened read-only: a listing creates nothing, and a missing, older or locked read model
-    simply means the ledger is read instead.
+    notification up to ``head`` (the store's last) and, when ``last`` (session id, position)
+    names that notification, its session's row is at that position (a read model left
+    beside a store that was since replaced by another one is not taken for current).
+    Listing sessions from the ledger loads each session's whole state; the read model holds
+    the summary already. The file is opened read-only: a listing creates nothing, and a
+    missing, older or locked read model simply means the ledger is read instead.
     """
     if not path.is_file():
         return None
@@ -403,6 +407,8 @@ def current_summaries(path: Path, head: int) -> list[dict[str, Any]] | None:
             return None
         cols = ", ".join(SUMMARY_COLUMNS)
         rows = conn.execute(f"SELECT {cols} FROM sessions ORDER BY rowid").fetchall()
+        if last is not None and (last[0], last[1]) not in {(r[0], int(r[5])) for r in rows}:
+            return None
     except sqlite3.Error:
         return None
     finally:

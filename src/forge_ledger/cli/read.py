@@ -91,7 +91,9 @@ def _summaries(ledger: Ledger) -> list[SessionSummary]:
     """From the read model when it is current (one query), else from the ledger (every
     session's state loaded)."""
     head = ledger.max_notification_id()
-    rows = current_summaries(ledger.location.read_model_path, head)
+    newest = ledger.notifications(after=head - 1, limit=1) if head else []
+    last = (newest[0].session_id, newest[0].position) if newest else None
+    rows = current_summaries(ledger.location.read_model_path, head, last)
     if rows is None:
         return ledger.summaries()
     return [
