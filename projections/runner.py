@@ -257,14 +257,20 @@ class ProjectionRunner:
         batch_size: int = 1000,
         stop: Callable[[], bool] = lambda: False,
         on_batch: Callable[[int], None] | None = None,
+        wait: Callable[[float], None] = time.sleep,
     ) -> None:
-        """Long-lived follower: catch up, sleep ``interval`` seconds, repeat until ``stop()``."""
+        """Long-lived follower: catch up, then ``wait(interval)``, repeat until ``stop()``.
+
+        ``wait`` sleeps by default (polling); a store that can signal new events (PostgreSQL's
+        LISTEN/NOTIFY, ``Ledger.event_waiter``) passes a wait that returns as soon as another
+        process commits, so the read model follows within milliseconds.
+        """
         while not stop():
             n = self.catch_up(batch_size=batch_size)
             if n and on_batch is not None:
                 on_batch(n)
             if not n:
-                time.sleep(interval)
+                wait(interval)
 
     def _transaction(self) -> Any:
         db = self.db

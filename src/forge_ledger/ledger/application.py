@@ -39,7 +39,7 @@ from ..errors import (
     UsageError,
 )
 from .lease import SessionLease
-from .postgres import postgres_guard
+from .postgres import EventWaiter, postgres_guard
 from .store import SqliteAccess, StoreLocation, check_sqlite_file, resolve_store, sqlite_uri
 
 __all__ = ["Ledger", "RecordedEvent", "SessionSummary", "store_failure"]
@@ -315,6 +315,13 @@ class Ledger:
             drop = [(key, v) for v in versions if not keep(v, newest)]
             if drop:
                 cursor.executemany(delete, drop)
+
+    def event_waiter(self) -> EventWaiter | None:
+        """On PostgreSQL, a wait that wakes when another process commits events (LISTEN/
+        NOTIFY); None on SQLite, which has no such signal (a follower polls)."""
+        if self.location.kind != "postgres":
+            return None
+        return EventWaiter(self.location)
 
     # ------------------------------------------------------------------ reading
 
