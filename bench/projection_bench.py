@@ -14,6 +14,9 @@ Builds ledgers of ~10k and ~100k events (``--quick``: ~2k and ~5k) through the r
 - ``sessions_listing``: listing 1,000 sessions (``--quick``: 100) from the read model's summary
   rows, as ``forge-ledger sessions`` does when the projections are current, against loading
   every session's state from the ledger (goal <= 0.5 s).
+- ``follow_latency`` (PostgreSQL, ``--no-pg`` skips it): from another process's commit to a
+  follower having applied it, woken by LISTEN/NOTIFY against polling every second (the
+  default ``--interval``), in the same run (goal <= 50 ms median).
 
 Prints one JSON object on stdout; progress goes to stderr.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -201,12 +205,111 @@ def measure_listing(tmp: Path, sessions: int, batch: int) -> dict[str, Any]:
     }
 
 
+_WRITER = """
+import sys, time, uuid
+from datetime import timedelta
+from forge_ledger.clock import FixedStepClock
+from forge_ledger.domain import Deliberation
+from forge_ledger.domain.values import Participant, SessionConfig, Topic
+from forge_ledger.ledger import Ledger
+url, n, gap = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+clock = FixedStepClock(step=timedelta(milliseconds=10))
+with Ledger(url, create=False) as ledger:
+    for i in range(n):
+        time.sleep(gap)
+        agg = Deliberation.start(session_id=uuid.uuid4(), topic=Topic(title=f"w{i}"),
+                                 config=SessionConfig(), at=clock.now(),
+                                 participants=[Participant(name="A", model="openai/A")])
+        events = len(agg.pending_events)
+        ledger.save(agg)
+        print(time.time(), events, flush=True)
+"""
+"""Another process: ``n`` commits, ``gap`` seconds apart; prints each commit's wall time and
+its number of events."""
+
+
+def _follow_once(url: str, tmp: Path, samples: int, notify: bool) -> list[float]:
+    """Latency (ms) from another process's commit to the follower having applied it."""
+    import subprocess
+    import threading
+
+    applied: list[float] = []
+    stop = threading.Event()
+    with Ledger(url, create=False) as ledger:
+        waiter = ledger.event_waiter() if notify else None
+        wait = waiter if waiter is not None else time.sleep
+
+        def follow() -> None:
+            db = open_views(tmp / f"follow-{notify}.sqlite")
+            try:
+                runner = ProjectionRunner(ledger, db)
+                runner.catch_up()
+                runner.follow(interval=1.0, stop=stop.is_set, wait=wait,
+                              on_batch=lambda n: applied.extend([time.time()] * n))
+                # one entry per applied event, stamped when its batch was applied
+            finally:
+                db.close()
+
+        thread = threading.Thread(target=follow, daemon=True)
+        thread.start()
+        time.sleep(0.5)
+        out = subprocess.run([sys.executable, "-c", _WRITER, url, str(samples), "0.3"],
+                             capture_output=True, text=True, check=True, timeout=300)
+        commits = [(float(t), int(k)) for t, k in
+                   (line.split() for line in out.stdout.splitlines())]
+        total = sum(k for _, k in commits)
+        deadline = time.time() + 5
+        while len(applied) < total and time.time() < deadline:
+            time.sleep(0.05)
+        stop.set()
+        thread.join(timeout=5)
+        if waiter is not None:
+            waiter.close()
+    latencies, seen = [], 0
+    for at, k in commits:
+        seen += k  # the commit is applied once its last event is
+        if seen <= len(applied):
+            latencies.append((applied[seen - 1] - at) * 1000)
+    return latencies
+
+
+def measure_follow(base_url: str, tmp: Path, samples: int) -> dict[str, Any]:
+    """``projections update --follow`` on PostgreSQL: woken by NOTIFY vs polling every
+    second (the default interval), on a fresh schema, in the same run."""
+    import psycopg
+
+    from forge_ledger.ledger import resolve_store
+
+    schema = f"fl_bench_{uuid.uuid4().hex[:10]}"
+    url = f"{base_url}{'&' if '?' in base_url else '?'}schema={schema}"
+    Ledger(url).close()  # creates the store
+    try:
+        notify = _follow_once(url, tmp, samples, notify=True)
+        poll = _follow_once(url, tmp, samples, notify=False)
+    finally:
+        loc = resolve_store(url)
+        with psycopg.connect(host=loc.host, port=loc.port, dbname=loc.dbname,
+                             user=loc.user or None, password=loc.password or None,
+                             autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    return {
+        "samples": len(notify),
+        "notify_ms_median": round(statistics.median(notify), 2),
+        "notify_ms_max": round(max(notify), 2),
+        "poll_1s_ms_median": round(statistics.median(poll), 2),
+        "poll_1s_ms_max": round(max(poll), 2),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small ledgers (CI)")
     ap.add_argument("--batch-size", type=int, default=1000)
     ap.add_argument("--appends", type=int, default=20, help="incremental measurements")
     ap.add_argument("--sessions", type=int, default=None, help="sessions in the listing run")
+    ap.add_argument("--pg-url", default=os.environ.get(
+        "FORGE_LEDGER_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test"))
+    ap.add_argument("--no-pg", action="store_true", help="skip the PostgreSQL follow run")
     args = ap.parse_args(argv)
     sizes = [(2_000, 200), (5_000, 500)] if args.quick else [(10_000, 1000), (100_000, 1000)]
     results: dict[str, Any] = {}
@@ -217,6 +320,10 @@ def main(argv: list[str] | None = None) -> None:
         n_sessions = args.sessions or (100 if args.quick else 1000)
         print(f"listing {n_sessions} sessions", file=sys.stderr)
         listing = measure_listing(Path(d), n_sessions, args.batch_size)
+        follow = None
+        if not args.no_pg:
+            print("follow latency on PostgreSQL: NOTIFY vs polling", file=sys.stderr)
+            follow = measure_follow(args.pg_url, Path(d), 5 if args.quick else 20)
     worst = min(r["ratio"] for r in results.values())
     warm = max(r["incremental_ms_warm"] for r in results.values())
     doc = {
@@ -225,11 +332,14 @@ def main(argv: list[str] | None = None) -> None:
         "batch_size": args.batch_size,
         "sizes": results,
         "sessions_listing": listing,
+        "follow_latency": follow,
         "goals": {
             "ratio_min": 0.3, "ratio_ok": worst >= 0.3,
             "incremental_ms_max": 5.0, "incremental_ok": warm <= 5.0,
             "sessions_listing_s_max": 0.5,
             "sessions_listing_ok": listing["read_model_s"] <= 0.5,
+            "follow_ms_max": 50.0,
+            "follow_ok": None if follow is None else follow["notify_ms_median"] <= 50.0,
         },
     }
     json.dump(doc, sys.stdout, indent=2)
