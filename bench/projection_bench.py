@@ -11,6 +11,12 @@ Builds ledgers of ~10k and ~100k events (``--quick``: ~2k and ~5k) through the r
   turns on the same read model, so before each of its catch-ups the warm runner has missed
   the event the fresh one applied and folds it onto its in-memory state (as a follower does
   beside CLI calls); the fresh runner loads the session's state from the ledger's snapshot.
+- ``sessions_listing``: listing 1,000 sessions (``--quick``: 100) from the read model's summary
+  rows, as ``forge-ledger sessions`` does when the projections are current, against loading
+  every session's state from the ledger (goal <= 0.5 s).
+- ``follow_latency`` (PostgreSQL, ``--no-pg`` skips it): from another process's commit to a
+  follower having applied it, woken by LISTEN/NOTIFY against polling every second (the
+  default ``--interval``), in the same run (goal <= 50 ms median).
 
 Prints one JSON object on stdout; progress goes to stderr.
 """
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -43,7 +50,7 @@ from forge_ledger.domain.values import (
     Topic,
 )
 from forge_ledger.ledger import Ledger
-from forge_ledger.projections import ProjectionRunner, open_views
+from forge_ledger.projections import ProjectionRunner, current_summaries, open_views
 
 PARAMS = ev.CallParams(temperature=0.2, max_tokens=512)
 NAMES = ["A", "B", "C"]
@@ -170,11 +177,139 @@ def measure(tmp: Path, total: int, per_session: int, batch: int, appends: int) -
     }
 
 
+def measure_listing(tmp: Path, sessions: int, batch: int) -> dict[str, Any]:
+    """``sessions``: the read model's summary rows against loading every session's state
+    (``Ledger.summaries``, what the listing did before), on the same store in the same run."""
+    ledger = Ledger(str(tmp / f"listing-{sessions}.sqlite"), snapshot_interval=100)
+    clock = FixedStepClock(step=timedelta(milliseconds=10))
+    made = [_session(clock, i, 10) for i in range(sessions)]  # one draft and one vote round
+    for k in range(0, sessions, 50):
+        ledger.save(*made[k : k + 50])
+    views = ledger.location.read_model_path
+    db = open_views(views)
+    ProjectionRunner(ledger, db).catch_up(batch_size=batch)
+    db.close()
+    t0 = time.perf_counter()
+    rows = current_summaries(views, ledger.max_notification_id())
+    listed_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    baseline = ledger.summaries()
+    baseline_s = time.perf_counter() - t0
+    ledger.close()
+    assert rows is not None and [r["id"] for r in rows] == [s.id for s in baseline]
+    return {
+        "sessions": len(rows),
+        "read_model_s": round(listed_s, 4),
+        "ledger_s": round(baseline_s, 4),
+        "speedup": round(baseline_s / listed_s, 1) if listed_s > 0 else None,
+    }
+
+
+_WRITER = """
+import sys, time, uuid
+from datetime import timedelta
+from forge_ledger.clock import FixedStepClock
+from forge_ledger.domain import Deliberation
+from forge_ledger.domain.values import Participant, SessionConfig, Topic
+from forge_ledger.ledger import Ledger
+url, n, gap = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+clock = FixedStepClock(step=timedelta(milliseconds=10))
+with Ledger(url, create=False) as ledger:
+    for i in range(n):
+        time.sleep(gap)
+        agg = Deliberation.start(session_id=uuid.uuid4(), topic=Topic(title=f"w{i}"),
+                                 config=SessionConfig(), at=clock.now(),
+                                 participants=[Participant(name="A", model="openai/A")])
+        events = len(agg.pending_events)
+        ledger.save(agg)
+        print(time.time(), events, flush=True)
+"""
+"""Another process: ``n`` commits, ``gap`` seconds apart; prints each commit's wall time and
+its number of events."""
+
+
+def _follow_once(url: str, tmp: Path, samples: int, notify: bool) -> list[float]:
+    """Latency (ms) from another process's commit to the follower having applied it."""
+    import subprocess
+    import threading
+
+    applied: list[float] = []
+    stop = threading.Event()
+    with Ledger(url, create=False) as ledger:
+        waiter = ledger.event_waiter() if notify else None
+        wait = waiter if waiter is not None else time.sleep
+
+        def follow() -> None:
+            db = open_views(tmp / f"follow-{notify}.sqlite")
+            try:
+                runner = ProjectionRunner(ledger, db)
+                runner.catch_up()
+                runner.follow(interval=1.0, stop=stop.is_set, wait=wait,
+                              on_batch=lambda n: applied.extend([time.time()] * n))
+                # one entry per applied event, stamped when its batch was applied
+            finally:
+                db.close()
+
+        thread = threading.Thread(target=follow, daemon=True)
+        thread.start()
+        time.sleep(0.5)
+        out = subprocess.run([sys.executable, "-c", _WRITER, url, str(samples), "0.3"],
+                             capture_output=True, text=True, check=True, timeout=300)
+        commits = [(float(t), int(k)) for t, k in
+                   (line.split() for line in out.stdout.splitlines())]
+        total = sum(k for _, k in commits)
+        deadline = time.time() + 5
+        while len(applied) < total and time.time() < deadline:
+            time.sleep(0.05)
+        stop.set()
+        thread.join(timeout=5)
+        if waiter is not None:
+            waiter.close()
+    latencies, seen = [], 0
+    for at, k in commits:
+        seen += k  # the commit is applied once its last event is
+        if seen <= len(applied):
+            latencies.append((applied[seen - 1] - at) * 1000)
+    return latencies
+
+
+def measure_follow(base_url: str, tmp: Path, samples: int) -> dict[str, Any]:
+    """``projections update --follow`` on PostgreSQL: woken by NOTIFY vs polling every
+    second (the default interval), on a fresh schema, in the same run."""
+    import psycopg
+
+    from forge_ledger.ledger import resolve_store
+
+    schema = f"fl_bench_{uuid.uuid4().hex[:10]}"
+    url = f"{base_url}{'&' if '?' in base_url else '?'}schema={schema}"
+    Ledger(url).close()  # creates the store
+    try:
+        notify = _follow_once(url, tmp, samples, notify=True)
+        poll = _follow_once(url, tmp, samples, notify=False)
+    finally:
+        loc = resolve_store(url)
+        with psycopg.connect(host=loc.host, port=loc.port, dbname=loc.dbname,
+                             user=loc.user or None, password=loc.password or None,
+                             autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    return {
+        "samples": len(notify),
+        "notify_ms_median": round(statistics.median(notify), 2),
+        "notify_ms_max": round(max(notify), 2),
+        "poll_1s_ms_median": round(statistics.median(poll), 2),
+        "poll_1s_ms_max": round(max(poll), 2),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small ledgers (CI)")
     ap.add_argument("--batch-size", type=int, default=1000)
     ap.add_argument("--appends", type=int, default=20, help="incremental measurements")
+    ap.add_argument("--sessions", type=int, default=None, help="sessions in the listing run")
+    ap.add_argument("--pg-url", default=os.environ.get(
+        "FORGE_LEDGER_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test"))
+    ap.add_argument("--no-pg", action="store_true", help="skip the PostgreSQL follow run")
     args = ap.parse_args(argv)
     sizes = [(2_000, 200), (5_000, 500)] if args.quick else [(10_000, 1000), (100_000, 1000)]
     results: dict[str, Any] = {}
@@ -182,6 +317,13 @@ def main(argv: list[str] | None = None) -> None:
         for total, per_session in sizes:
             results[str(total)] = measure(Path(d), total, per_session, args.batch_size,
                                           args.appends)
+        n_sessions = args.sessions or (100 if args.quick else 1000)
+        print(f"listing {n_sessions} sessions", file=sys.stderr)
+        listing = measure_listing(Path(d), n_sessions, args.batch_size)
+        follow = None
+        if not args.no_pg:
+            print("follow latency on PostgreSQL: NOTIFY vs polling", file=sys.stderr)
+            follow = measure_follow(args.pg_url, Path(d), 5 if args.quick else 20)
     worst = min(r["ratio"] for r in results.values())
     warm = max(r["incremental_ms_warm"] for r in results.values())
     doc = {
@@ -189,9 +331,15 @@ def main(argv: list[str] | None = None) -> None:
         "quick": args.quick,
         "batch_size": args.batch_size,
         "sizes": results,
+        "sessions_listing": listing,
+        "follow_latency": follow,
         "goals": {
             "ratio_min": 0.3, "ratio_ok": worst >= 0.3,
             "incremental_ms_max": 5.0, "incremental_ok": warm <= 5.0,
+            "sessions_listing_s_max": 0.5,
+            "sessions_listing_ok": listing["read_model_s"] <= 0.5,
+            "follow_ms_max": 50.0,
+            "follow_ok": None if follow is None else follow["notify_ms_median"] <= 50.0,
         },
     }
     json.dump(doc, sys.stdout, indent=2)

@@ -4,6 +4,8 @@ Prints one JSON object on stdout (progress on stderr):
 
 * ``replay`` — wall time of ``replay_session`` on sessions of 10, 100 and 1,000 rounds with
   four participants (best of ``--repeat`` runs). Goal: a 100-round session in ≤ 1 s.
+* ``build_ratio`` — the live build time of the largest session over the next size's (1,000
+  vs 100 rounds by default). Goal ≤ 12: the cost of a live session is linear in its length.
 * ``storage`` — at 50 rounds: bytes stored per byte of model text, where model text is the sum
   of the UTF-8 sizes of every recorded response. Two numerators, both reported:
   ``file_ratio`` (the SQLite file, WAL checkpointed: what a user's disk holds, including
@@ -60,6 +62,8 @@ from forge_ledger.replay import replay_session
 
 REPLAY_GOAL_SECS = 1.0
 REPLAY_GOAL_ROUNDS = 100
+BUILD_GOAL_RATIO = 12.0
+"""Building a session live: 10× the rounds may cost at most this many times the time."""
 STORAGE_GOAL_RATIO = 2.0
 _REWIND_FROM = 16
 """Iteration after which a pause also goes ``back 5`` (long sessions only)."""
@@ -319,11 +323,24 @@ def main(argv: list[str] | None = None) -> int:
         log(f"storage: {storage_rounds} rounds, event store vs checkpoint per step")
         out["storage"] = measure_storage(storage_rounds, work)
     goal = out["replay"].get(str(REPLAY_GOAL_ROUNDS))
+    small = out["replay"].get(str(sizes[-2])) if len(sizes) >= 2 else None
+    large = out["replay"][str(sizes[-1])]
+    if small and small["build_secs"] > 0:
+        # Linear cost: building the largest session against the next size, in the same run.
+        out["build_ratio"] = {
+            "rounds": [small["rounds"], large["rounds"]],
+            "secs": [small["build_secs"], large["build_secs"]],
+            "ratio": round(large["build_secs"] / small["build_secs"], 2),
+            "rounds_ratio": round(large["rounds"] / max(1, small["rounds"]), 2),
+        }
     out["goals_met"] = {
         "replay_100_rounds_secs": (
             goal["replay_secs"] <= REPLAY_GOAL_SECS and goal["identical"] if goal else None
         ),
         "storage_ratio": out["storage"]["goal_met"],
+        "build_ratio": (
+            out["build_ratio"]["ratio"] <= BUILD_GOAL_RATIO if "build_ratio" in out else None
+        ),
     }
     json.dump(out, sys.stdout, indent=2)
     sys.stdout.write("\n")

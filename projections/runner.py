@@ -42,6 +42,7 @@ __all__ = [
     "ProjectionRunner",
     "ProjectionStatus",
     "catch_up",
+    "current_summaries",
     "default_projections",
     "open_views",
     "rebuild",
@@ -256,14 +257,20 @@ class ProjectionRunner:
         batch_size: int = 1000,
         stop: Callable[[], bool] = lambda: False,
         on_batch: Callable[[int], None] | None = None,
+        wait: Callable[[float], None] = time.sleep,
     ) -> None:
-        """Long-lived follower: catch up, sleep ``interval`` seconds, repeat until ``stop()``."""
+        """Long-lived follower: catch up, then ``wait(interval)``, repeat until ``stop()``.
+
+        ``wait`` sleeps by default (polling); a store that can signal new events (PostgreSQL's
+        LISTEN/NOTIFY, ``Ledger.event_waiter``) passes a wait that returns as soon as another
+        process commits, so the read model follows within milliseconds.
+        """
         while not stop():
             n = self.catch_up(batch_size=batch_size)
             if n and on_batch is not None:
                 on_batch(n)
             if not n:
-                time.sleep(interval)
+                wait(interval)
 
     def _transaction(self) -> Any:
         db = self.db
@@ -371,3 +378,45 @@ def status(
     source: EventSource, db: Database, projections: Sequence[Projection] | None = None
 ) -> list[ProjectionStatus]:
     return ProjectionRunner(source, db, projections).status()
+
+
+SUMMARY_COLUMNS = ("id", "slug", "title", "status", "iteration", "events", "created_at",
+                   "updated_at", "parent_id")
+"""The ``sessions`` columns a session listing shows (``Ledger.summaries`` gives the same)."""
+
+
+def current_summaries(
+    path: Path, head: int, last: tuple[str, int] | None = None
+) -> list[dict[str, Any]] | None:
+    """The read model's ``sessions`` rows, in creation order, if it is current; else None.
+
+    Current means the read-model projection, at its present version, has applied every
+    notification up to ``head`` (the store's last) and, when ``last`` (session id, position)
+    names that notification, its session's row is at that position (a read model left
+    beside a store that was since replaced by another one is not taken for current).
+    Listing sessions from the ledger loads each session's whole state; the read model holds
+    the summary already. The file is opened read-only: a listing creates nothing, and a
+    missing, older or locked read model simply means the ledger is read instead.
+    """
+    if not path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=1)
+    except sqlite3.Error:
+        return None
+    try:
+        row = conn.execute(
+            "SELECT version, position FROM _projections WHERE name = ?",
+            [ReadModelProjection.name],
+        ).fetchone()
+        if row is None or int(row[0]) != ReadModelProjection.version or int(row[1]) != head:
+            return None
+        cols = ", ".join(SUMMARY_COLUMNS)
+        rows = conn.execute(f"SELECT {cols} FROM sessions ORDER BY rowid").fetchall()
+        if last is not None and (last[0], last[1]) not in {(r[0], int(r[5])) for r in rows}:
+            return None
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return [dict(zip(SUMMARY_COLUMNS, r, strict=True)) for r in rows]

@@ -107,6 +107,9 @@ def test_anonymized_prompts_name_no_one(store_url: str, fake_openai: FakeOpenAIS
     with Ledger(store_url, create=False) as ledger:
         state = ledger.state(sid)
         events = list(ledger.events(sid))
+        prompts = {
+            c.position: ledger.prompt(sid, c) for r in state.rounds for c in r.contributions
+        }
     labels = state.review_labels
     assert labels == review_labels(state.model_copy(update={"review_labels": {}}))
     first_label = next(i for i, e in enumerate(events) if e.type == "ReviewLabelsAssigned")
@@ -119,7 +122,7 @@ def test_anonymized_prompts_name_no_one(store_url: str, fake_openai: FakeOpenAIS
         if r.kind not in (RoundKind.CRITIQUE, RoundKind.CONVERGENCE):
             continue
         for c in r.contributions:
-            user = next(m.content for m in c.messages if m.role == "user")
+            user = next(m.content for m in prompts[c.position] if m.role == "user")
             others = [n for n in names if n != c.participant]
             assert not any(n in user for n in others), (r.number, c.participant)
             assert not any(f"openai/{n}" in user for n in names)
@@ -140,8 +143,9 @@ def test_named_prompts_unchanged_without_anonymize(
     sid = _run(sqlite_url, fake_openai, anonymize=False)
     with Ledger(sqlite_url, create=False) as ledger:
         state = ledger.state(sid)
-    critique = next(r for r in state.rounds if r.kind is RoundKind.CRITIQUE)
-    user = next(m.content for m in critique.contributions[0].messages if m.role == "user")
+        critique = next(r for r in state.rounds if r.kind is RoundKind.CRITIQUE)
+        prompt = ledger.prompt(sid, critique.contributions[0])
+    user = next(m.content for m in prompt if m.role == "user")
     assert f"## Draft by {critique.targets[critique.contributions[0].participant]} to critique" \
         in user
     assert state.review_labels == {}

@@ -23,7 +23,7 @@ from forge_ledger.domain.values import (
 )
 from forge_ledger.engine.techniques import all_techniques
 from forge_ledger.errors import InvariantViolation
-from test_engine_sim import draft_text, drive, play_round, scripted, start
+from test_engine_sim import draft_text, drive, play_round, prompt_of, scripted, start
 
 
 def kinds(agg: object) -> list[str]:
@@ -184,17 +184,17 @@ def test_prompt_first_line_and_blind_drafts() -> None:
     drive(agg, scripted(), clock)
     for r in agg.state.rounds:
         for c in r.contributions:
-            user = next(m for m in c.messages if m.role == "user").content
+            user = next(m for m in prompt_of(agg, c) if m.role == "user").content
             assert user.split("\n", 1)[0] == (
                 f"Round {r.number} · {r.kind.value} · iteration {r.iteration}"
             )
     draft = agg.state.rounds[0]
     for c in draft.contributions:
-        text = "\n".join(m.content for m in c.messages)
+        text = "\n".join(m.content for m in prompt_of(agg, c))
         assert "DRAFT-MARKER" not in text
     crit = agg.state.rounds[1]
     for c in crit.contributions:
-        text = "\n".join(m.content for m in c.messages)
+        text = "\n".join(m.content for m in prompt_of(agg, c))
         target = crit.targets[c.participant]
         assert draft_text(target) in text
         others = [p for p in agg.state.participant_names if p != target]
@@ -220,11 +220,11 @@ def test_system_prompt_carries_role_mode_and_persona_for_synthesis() -> None:
     agg, clock = start(2, cfg, roles=roles)
     drive(agg, scripted(), clock)
     draft = agg.state.rounds[0]
-    system = draft.contribution_of("P1").messages[0].content  # type: ignore[union-attr]
+    system = prompt_of(agg, draft.contribution_of("P1"))[0].content  # type: ignore[arg-type]
     assert ParticipantRole.DOMAIN_EXPERT.system_prompt_modifier in system
     assert "panel" in system and "sparring" not in system
     synth = next(r for r in agg.state.rounds if r.kind is RoundKind.SYNTHESIS)
-    s_system = synth.contribution_of("P2").messages[0].content  # type: ignore[union-attr]
+    s_system = prompt_of(agg, synth.contribution_of("P2"))[0].content  # type: ignore[arg-type]
     assert "sparring" in s_system
     assert ParticipantRole.SYNTHESIZER.system_prompt_modifier in s_system
 
@@ -247,7 +247,7 @@ def test_technique_suggestion_is_applied_to_refinement_prompt() -> None:
     number = play_round(agg, step, answer, clock)
     rnd = agg.state.round(number)
     assert rnd is not None
-    user = rnd.contribution_of("P3").messages[1].content  # type: ignore[union-attr]
+    user = prompt_of(agg, rnd.contribution_of("P3"))[1].content  # type: ignore[arg-type]
     assert technique.prompt in user
     assert agg.state.techniques[-1].applied
 

@@ -19,7 +19,7 @@ from forge_ledger.domain.values import (
     SessionStatus,
     Stance,
 )
-from test_engine_sim import drive, start
+from test_engine_sim import drive, prompt_of, start
 
 stances = st.sampled_from(list(Stance))
 weights = st.floats(min_value=0, max_value=10, allow_nan=False)
@@ -117,7 +117,7 @@ def test_any_run_terminates_within_max_rounds_and_never_self_critiques(
         if r.kind is RoundKind.REFINEMENT:
             assert 1 <= r.depth <= depth
         for c in r.contributions:
-            first = c.messages[1].content.split("\n", 1)[0]
+            first = prompt_of(agg, c)[1].content.split("\n", 1)[0]
             assert first == f"Round {r.number} · {r.kind.value} · iteration {r.iteration}"
     for result in state.convergence:
         assert 0.0 <= result.score <= 1.0

@@ -11,13 +11,15 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import cast
 
 from forge_ledger import engine
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.domain import Deliberation
 from forge_ledger.domain import events as ev
-from forge_ledger.domain.state import RoundState, SessionState
+from forge_ledger.domain.state import ContributionState, RoundState, SessionState
 from forge_ledger.domain.values import (
+    ChatMessage,
     ConvergenceVote,
     Critique,
     DivergenceStatus,
@@ -218,3 +220,13 @@ def scripted(
         )
 
     return answer
+
+
+def prompt_of(agg: Deliberation, c: ContributionState) -> list[ChatMessage]:
+    """The prompt of ``c``, from the (unsaved) event that recorded it: the state keeps only
+    its position and hash."""
+    event = next(e for e in agg.pending_events if e.originator_version == c.position)
+    payload = cast(Deliberation.Event, event).payload()
+    assert isinstance(payload, ev.ContributionRecorded)
+    assert payload.prompt_hash == c.prompt_hash
+    return list(payload.messages)

@@ -13,6 +13,7 @@ from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.values import RoundKind, SessionStatus
 from forge_ledger.errors import SessionNotFoundError, StoreError, UsageError
 from forge_ledger.ledger import Ledger, resolve_store
+from forge_ledger.ledger.application import snapshot_due
 from strategies import StepClock, new_session, run_round
 
 
@@ -164,10 +165,24 @@ def test_snapshots_are_kept_on_a_logarithmic_ladder(store_url: str) -> None:
         versions = sorted(s.originator_version for s in snap.app.snapshots.get(agg.id))
         taken = agg.version // 3
         ladder = [3 * 2**k for k in range(taken.bit_length()) if 3 * 2**k <= agg.version]
-        assert versions == sorted(set(ladder) | {3 * taken}), versions
+        newest = max(v for v in range(3, agg.version + 1) if snapshot_due(v, 3))
+        assert versions == sorted(set(ladder) | {newest}), versions
         assert len(versions) < taken  # without pruning there would be one per interval
         for v in range(1, agg.version + 1):
             assert snap.state(agg.id, at_event=v) == plain.state(agg.id, at_event=v)
+
+
+def test_snapshot_spacing_grows_with_the_session() -> None:
+    """Every interval up to 16 intervals, then eight per doubling, the ladder's rungs always
+    included: the total size of the snapshots taken stays linear in the session's length."""
+    due = [m for m in range(1, 1025) if snapshot_due(m * 100, 100)]
+    assert due[:16] == list(range(1, 17))
+    for k in range(4, 10):
+        assert len([m for m in due if 2**k <= m < 2 ** (k + 1)]) == 8
+    assert all(2**k in due for k in range(11))
+    assert not snapshot_due(150, 100) and not snapshot_due(0, 100)
+    state_size = sum(due)  # a snapshot's size grows with its position
+    assert state_size < 20 * 1024
 
 
 def test_snapshot_really_short_circuits_replay(sqlite_url: str) -> None:

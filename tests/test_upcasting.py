@@ -128,7 +128,7 @@ def test_v1_contribution_is_upcast_on_load(sqlite_url: str) -> None:
         state = ledger.state(agg.id)
         c = state.rounds[0].contribution_of("p0")
         assert c is not None
-        assert [m.model_dump() for m in c.messages] == expected_messages
+        assert [m.model_dump() for m in ledger.prompt(agg.id, c)] == expected_messages
         assert c.response.content == "Use a write-through cache."
         assert state.tokens.input == 20 and state.cost_usd == pytest.approx(0.002)
 

@@ -30,6 +30,7 @@ from ..errors import ChainBrokenError, UsageError
 from ..ledger import ChainReport, Ledger, RecordedEvent, SessionSummary
 from ..ledger import verify_session as _verify_session
 from ..ledger import verify_store as _verify_store
+from ..projections import current_summaries
 from . import cli
 from ._common import (
     HMAC_KEY_ENV,
@@ -84,6 +85,31 @@ def ems_of(state: SessionState) -> int | None:
 
 
 # --------------------------------------------------------------------------- JSON documents
+
+
+def _summaries(ledger: Ledger) -> list[SessionSummary]:
+    """From the read model when it is current (one query), else from the ledger (every
+    session's state loaded)."""
+    head = ledger.max_notification_id()
+    newest = ledger.notifications(after=head - 1, limit=1) if head else []
+    last = (newest[0].session_id, newest[0].position) if newest else None
+    rows = current_summaries(ledger.location.read_model_path, head, last)
+    if rows is None:
+        return ledger.summaries()
+    return [
+        SessionSummary(
+            id=r["id"],
+            slug=r["slug"],
+            title=r["title"],
+            status=r["status"],
+            iteration=int(r["iteration"]),
+            events=int(r["events"]),
+            created=datetime.fromisoformat(r["created_at"]),
+            updated=datetime.fromisoformat(r["updated_at"]),
+            parent_id=r["parent_id"],
+        )
+        for r in rows
+    ]
 
 
 def session_summary_json(summary: SessionSummary) -> dict[str, Any]:
@@ -255,7 +281,7 @@ def _resolve_types(types: Sequence[str]) -> set[str]:
 def sessions(store: str | None, as_json: bool) -> None:
     """List the sessions in the store (newest last)."""
     with open_ledger(store, create=False) as ledger:
-        rows = ledger.summaries()
+        rows = _summaries(ledger)
         location = ledger.location.display
     if as_json:
         emit_json([session_summary_json(s) for s in rows])

@@ -7,6 +7,7 @@ read-model database beside the store (the one Datasette serves). None imports li
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -109,11 +110,17 @@ def _run(store: str | None, *, rebuild: str | None, everything: bool, batch_size
                     n = runner.catch_up(batch_size=batch_size, on_batch=advance)
             if follow:
                 err_console.print(f"following {ledger.location.display} (Ctrl-C stops)")
-                runner.follow(
-                    interval=interval,
-                    batch_size=batch_size,
-                    on_batch=lambda k: err_console.print(f"applied {k} events"),
-                )
+                waiter = ledger.event_waiter()
+                try:
+                    runner.follow(
+                        interval=interval,
+                        batch_size=batch_size,
+                        on_batch=lambda k: err_console.print(f"applied {k} events"),
+                        wait=waiter or time.sleep,
+                    )
+                finally:
+                    if waiter is not None:
+                        waiter.close()
             return n
         finally:
             db.close()
@@ -136,9 +143,12 @@ def projections_rebuild(name: str | None, batch_size: int, store: str | None,
 
 @projections.command("update")
 @click.option("--batch-size", default=1000, show_default=True, type=click.IntRange(min=1))
-@click.option("--follow", is_flag=True, help="Keep polling for new events (PostgreSQL too).")
+@click.option("--follow", is_flag=True,
+              help="Keep applying new events: woken by each commit on PostgreSQL "
+                   "(LISTEN/NOTIFY), polling on SQLite.")
 @click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(min=0.05),
-              help="Seconds between polls with --follow.")
+              help="Seconds between polls with --follow (PostgreSQL: the longest wait "
+                   "without a notification).")
 @store_option
 @json_option
 def projections_update(batch_size: int, follow: bool, interval: float, store: str | None,

@@ -11,11 +11,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from . import events as ev
 from .values import (
-    ChatMessage,
     ConvergenceVote,
     Critique,
     DivergenceStatus,
@@ -48,12 +47,21 @@ class _State(BaseModel):
 
 
 class ContributionState(_State):
+    """One recorded answer, by reference to its prompt.
+
+    The prompt (system prompt, schema, quoted answers: most of a session's bytes) stays in
+    the ``ContributionRecorded`` event at ``position``; the state keeps only its
+    ``prompt_hash``. Holding every prompt made the state, every snapshot of it and every
+    load grow several times faster than the answers themselves, so a long live session
+    cost more per round the longer it ran. States written before (snapshots, a fork's
+    copied state) still carry ``messages``; they are dropped on load.
+    """
+
     participant: str
     attempt: int
     position: int
     at: datetime
     model: str
-    messages: list[ChatMessage]
     prompt_hash: str
     response: ModelResponse
     purpose: str = "answer"
@@ -61,6 +69,13 @@ class ContributionState(_State):
     opinion: Opinion | None = None
     vote: ConvergenceVote | None = None
     parse_error: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_inline_prompt(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "messages" in data:
+            data = {k: v for k, v in data.items() if k != "messages"}
+        return data
 
     @property
     def abstained(self) -> bool:
@@ -431,7 +446,6 @@ def _contribution(s: SessionState, p: ev.ContributionRecorded, pos: int, at: dat
             position=pos,
             at=at,
             model=p.model,
-            messages=list(p.messages),
             prompt_hash=p.prompt_hash,
             response=p.response,
             purpose=p.purpose,

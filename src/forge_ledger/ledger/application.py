@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.application import Application
+from eventsourcing.application import Application, ProcessingEvent
 from eventsourcing.persistence import (
     IntegrityError,
     JSONTranscoder,
@@ -30,7 +30,8 @@ from eventsourcing.persistence import (
 
 from ..domain import events as ev
 from ..domain.aggregate import Deliberation, topic_for
-from ..domain.state import SessionState
+from ..domain.state import ContributionState, SessionState
+from ..domain.values import ChatMessage
 from ..errors import (
     ConcurrencyConflictError,
     SessionNotFoundError,
@@ -38,7 +39,7 @@ from ..errors import (
     UsageError,
 )
 from .lease import SessionLease
-from .postgres import postgres_guard
+from .postgres import EventWaiter, postgres_guard
 from .store import SqliteAccess, StoreLocation, check_sqlite_file, resolve_store, sqlite_uri
 
 __all__ = ["Ledger", "RecordedEvent", "SessionSummary", "store_failure"]
@@ -72,6 +73,50 @@ class _App(Application[UUID]):
     def register_transcodings(self, transcoder: JSONTranscoder) -> None:
         super().register_transcodings(transcoder)
         transcoder.register(_SessionStateAsJson())
+
+    def _take_snapshots(self, processing_event: ProcessingEvent[UUID]) -> None:
+        """Snapshot at the scheduled positions (:func:`snapshot_due`), from the aggregate in
+        hand when the position is the head of the save.
+
+        A snapshot holds the whole state, whose size grows with the session, so a snapshot
+        every ``interval`` events costs the square of the session's length in a live run.
+        Their spacing therefore grows with the session: every ``interval`` events up to 16
+        intervals, then about eight per doubling of the length, which keeps their total cost
+        linear while a load at the head folds at most about an eighth of the session's events
+        after the newest snapshot. eventsourcing's own way also reloads the aggregate from
+        the store (a decode of the whole state) before snapshotting it; that is only needed
+        when a save of several events passes the position before its last event.
+        """
+        if self.snapshots is None or not self.snapshotting_intervals:
+            return
+        rest = ProcessingEvent[UUID]()
+        for event in processing_event.events:
+            aggregate = processing_event.aggregates.get(event.originator_id)
+            interval = self.snapshotting_intervals.get(type(aggregate)) if aggregate else None
+            if aggregate is None or not interval:
+                continue
+            if not snapshot_due(event.originator_version, interval):
+                continue
+            if aggregate.version == event.originator_version:
+                snapshot_class: Any = getattr(type(aggregate), "Snapshot", self.snapshot_class)
+                self.snapshots.put([snapshot_class.take(aggregate)])
+            else:
+                rest.events.append(event)
+                rest.aggregates[event.originator_id] = aggregate
+        if rest.events:
+            super()._take_snapshots(rest)
+
+
+def snapshot_due(version: int, interval: int) -> bool:
+    """Whether position ``version`` gets a snapshot (see ``_App._take_snapshots``).
+
+    Multiples m × interval with m < 16, then every 2^(bits(m) − 4)-th multiple: every rung of
+    the retention ladder (interval × 2^k, see ``Ledger._prune_snapshots``) is among them.
+    """
+    if version <= 0 or version % interval:
+        return False
+    m = version // interval
+    return m % (1 << max(0, m.bit_length() - 4)) == 0
 
 
 @dataclass(frozen=True)
@@ -271,6 +316,13 @@ class Ledger:
             if drop:
                 cursor.executemany(delete, drop)
 
+    def event_waiter(self) -> EventWaiter | None:
+        """On PostgreSQL, a wait that wakes when another process commits events (LISTEN/
+        NOTIFY); None on SQLite, which has no such signal (a follower polls)."""
+        if self.location.kind != "postgres":
+            return None
+        return EventWaiter(self.location)
+
     # ------------------------------------------------------------------ reading
 
     def get(self, session_id: str | UUID, *, version: int | None = None) -> Deliberation:
@@ -367,6 +419,26 @@ class Ledger:
         sid = self.resolve(session_id) if isinstance(session_id, str) else session_id
         for domain_event in self.app.events.get(sid, gt=after or None, lte=upto):
             yield _recorded(domain_event)
+
+    def prompt(self, session_id: str | UUID, contribution: ContributionState) -> list[ChatMessage]:
+        """The exact prompt of a recorded answer, read from the event that recorded it.
+
+        The session state refers to a prompt by its event's position and its hash (see
+        :class:`~forge_ledger.domain.state.ContributionState`); this loads the text.
+        """
+        pos = contribution.position
+        for e in self.events(session_id, after=pos - 1, upto=pos):
+            payload = e.payload()
+            if (
+                isinstance(payload, ev.ContributionRecorded)
+                and payload.prompt_hash == contribution.prompt_hash
+            ):
+                return list(payload.messages)
+        raise StoreError(
+            f"session {session_id}: no recorded prompt {contribution.prompt_hash[:12]} at "
+            f"event {pos}",
+            hint="run 'forge-ledger verify' on the session",
+        )
 
     def raw_events(self, session_id: UUID) -> Iterator[tuple[int, str, dict[str, Any] | None, str]]:
         """(position, topic, decoded stored state or None if undecodable, error) as stored.

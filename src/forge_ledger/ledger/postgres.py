@@ -17,6 +17,7 @@ connection pool's time-out as "couldn't get a connection".
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -24,7 +25,14 @@ from typing import Any
 from ..errors import StoreError
 from .store import StoreLocation
 
-__all__ = ["EVENTS_TABLE", "SNAPSHOTS_TABLE", "PgReadiness", "postgres_guard"]
+__all__ = [
+    "EVENTS_TABLE",
+    "SNAPSHOTS_TABLE",
+    "EventWaiter",
+    "PgReadiness",
+    "notify_channel",
+    "postgres_guard",
+]
 
 EVENTS_TABLE = "forgeledger_events"
 SNAPSHOTS_TABLE = "forgeledger_snapshots"
@@ -129,3 +137,50 @@ def postgres_guard(
             )
     finally:
         conn.close()
+
+
+def notify_channel(loc: StoreLocation) -> str:
+    """The NOTIFY channel of a store's schema (an identifier whatever the schema's name)."""
+    return "forge_ledger_" + hashlib.sha256(loc.schema.encode()).hexdigest()[:20]
+
+
+class EventWaiter:
+    """Sleeps until another connection commits events to the store, or a time-out.
+
+    A statement trigger on the events table sends a NOTIFY, which PostgreSQL delivers when
+    the inserting transaction commits; this connection LISTENs from its creation, so a
+    commit between a follower's catch-up and its wait still wakes it at once. The trigger
+    is (re)created here, under the store's creation lock, so stores made before it exist
+    get it too.
+    """
+
+    def __init__(self, loc: StoreLocation) -> None:
+        self.channel = notify_channel(loc)
+        self.conn = _connect(loc)
+        table = f'"{loc.schema}"."{EVENTS_TABLE}"'
+        function = f'"{loc.schema}"."forgeledger_notify"'
+        lock = (_LOCK_NAMESPACE + loc.schema,)
+        self.conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", lock)
+        try:
+            with self.conn.transaction():
+                self.conn.execute(
+                    f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger "
+                    f"LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_notify('{self.channel}', ''); "
+                    "RETURN NULL; END $$"
+                )
+                self.conn.execute(
+                    f"CREATE OR REPLACE TRIGGER forgeledger_notify AFTER INSERT ON {table} "
+                    f"FOR EACH STATEMENT EXECUTE FUNCTION {function}()"
+                )
+        finally:
+            self.conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", lock)
+        self.conn.execute(f"LISTEN {self.channel}")
+
+    def __call__(self, timeout: float) -> None:
+        """Return on the next commit's notification (or those already queued), or after
+        ``timeout`` seconds."""
+        for _ in self.conn.notifies(timeout=timeout, stop_after=1):
+            pass
+
+    def close(self) -> None:
+        self.conn.close()

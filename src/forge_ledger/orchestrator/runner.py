@@ -150,7 +150,11 @@ class Orchestrator:
 
     async def run(self, session_id: UUID) -> SessionState:
         """Continue the session until it converges, ends, or pauses for a human."""
-        agg = self.ledger.get(session_id)
+        return await self._run(self.ledger.get(session_id))
+
+    async def _run(self, agg: Deliberation) -> SessionState:
+        """``run`` on a session already loaded (loading decodes the whole state: once is
+        enough per command)."""
         self._last_phase = agg.state.phase
         started = self._monotonic()
         elapsed_at_start = (agg.state.updated_at - agg.state.created_at).total_seconds()
@@ -182,7 +186,7 @@ class Orchestrator:
         if agg.state.status is SessionStatus.PAUSED:
             agg.resume(at=self.clock.now(), reason=reason)
             self.ledger.save(agg)
-        return await self.run(session_id)
+        return await self._run(agg)
 
     # ------------------------------------------------------------------ steps
 
