@@ -13,6 +13,7 @@ import json
 import os
 import pty
 import re
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -410,8 +411,10 @@ def test_browse_serves_canned_queries_for_any_store_name(recorded: Recorded) -> 
         for (_, _, a), (_, _, b) in zip(got, expected, strict=True):
             assert a == pytest.approx(b, abs=1e-6)
     finally:
-        proc.terminate()
+        proc.terminate()  # what a supervisor does; browse stops its Datasette with it
         proc.wait(timeout=20)
+    with pytest.raises(OSError):  # nothing is left serving on that port
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
 
 
 # --------------------------------------------------------------------------- 14.6

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import signal
 import subprocess
 import sys
 import tempfile
 from importlib import resources
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import click
@@ -49,12 +51,21 @@ def _serve(views: Path, meta: dict[str, Any], host: str, port: int) -> int:
         cmd = [sys.executable, "-m", "datasette", "serve", str(views), "-m", str(meta_file),
                "--host", host, "--port", str(port)]
         proc = subprocess.Popen(cmd)
+        # Stopped by Ctrl-C or by a supervisor's SIGTERM, browse stops its Datasette too:
+        # Python's default SIGTERM would end this process and leave the server running.
+        previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             return proc.wait()
         except KeyboardInterrupt:
             proc.terminate()
             proc.wait(timeout=10)
             return 0
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 @cli.command()
