@@ -13,7 +13,9 @@ from typing import Any
 from uuid import UUID
 
 from ..domain.hashing import GENESIS, chain_hash, keyed_digest
+from ..errors import StoreError
 from .application import Ledger
+from .texts import resolve
 
 __all__ = ["ChainReport", "verify_session", "verify_store"]
 
@@ -75,6 +77,10 @@ def verify_session(ledger: Ledger, session_id: UUID, *, key: bytes | None = None
             timestamp = state["timestamp"]
         except KeyError as e:
             return report.fail(position, f"stored event lacks field {e.args[0]!r}")
+        try:
+            data = resolve(data, ledger.texts, check=True)
+        except StoreError as e:
+            return report.fail(position, str(e))
         if stored_prev != prev:
             return report.fail(
                 position,
