@@ -22,8 +22,7 @@ from forge_ledger.cli import cli
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.values import ChatMessage, ModelResponse, RoundKind, SessionStatus
-from forge_ledger.ledger import Ledger, resolve_store, verify_session
-from forge_ledger.ledger import texts
+from forge_ledger.ledger import Ledger, resolve_store, texts, verify_session
 from strategies import StepClock, new_session
 
 SYSTEM = "You deliberate on a specification. Answer as JSON: " + "{schema} " * 40
@@ -39,15 +38,19 @@ def _build() -> Deliberation:
     agg = new_session(2, clock=clock, session_id=SID)
     for it in (1, 2):
         kind = RoundKind.DRAFT if it == 1 else RoundKind.SYNTHESIS
-        n = agg.start_round(kind=kind, iteration=it, participants=agg.state.participant_names,
-                            at=clock())
+        n = agg.start_round(
+            kind=kind, iteration=it, participants=agg.state.participant_names, at=clock()
+        )
         for who in agg.state.participant_names:
             msgs = [
                 ChatMessage(role="system", content=SYSTEM),
                 ChatMessage(role="user", content=f"Round {n} for {who}. " * 10),
             ]
             agg.record_contribution(
-                round=n, participant=who, model="openai/scripted", messages=msgs,
+                round=n,
+                participant=who,
+                model="openai/scripted",
+                messages=msgs,
                 params=ev.CallParams(temperature=0.2, max_tokens=256),
                 prompt_hash=ev.prompt_hash(msgs),
                 response=ModelResponse(content=_answer(n, who), model="openai/scripted"),

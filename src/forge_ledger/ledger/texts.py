@@ -41,6 +41,7 @@ answers, human input)."""
 MIN_LENGTH = 96
 """Shorter texts stay inline: a reference costs about as much as they do."""
 _REF = "sha256"
+_CACHE_SIZE = 4096
 _PREFIX = "forge_ledger:"
 
 Lookup = Callable[[Sequence[str]], dict[str, str]]
@@ -163,8 +164,19 @@ class TextMapper(Mapper[Any]):
         state = domain_event.__dict__
         data = state.get("data")
         if isinstance(data, dict):
-            state["data"] = resolve(data, self.lookup)
+            state["data"] = resolve(data, self._cached_lookup)
         return domain_event
+
+    def _cached_lookup(self, addresses: Sequence[str]) -> dict[str, str]:
+        """Texts never change under their address, so recently read ones are kept (a system
+        prompt is referred to by every call of a session); ``verify`` reads the store itself."""
+        cache: dict[str, str] = self.__dict__.setdefault("_cache", {})
+        missing = [a for a in addresses if a not in cache]
+        if missing and self.lookup is not None:
+            if len(cache) > _CACHE_SIZE:
+                cache.clear()
+            cache.update(self.lookup(missing))
+        return {a: cache[a] for a in addresses if a in cache}
 
 
 def texts_of(stored_events: Iterable[StoredEvent]) -> list[tuple[str, str]]:

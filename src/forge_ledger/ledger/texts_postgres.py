@@ -53,8 +53,7 @@ class TextsPostgresRecorder(PostgresApplicationRecorder):
         with self.datastore.transaction(commit=False) as curs:
             try:
                 curs.execute(
-                    f"SELECT sha256, body FROM {self._text_table} "
-                    "WHERE sha256 = ANY(%s)",
+                    f"SELECT sha256, body FROM {self._text_table} WHERE sha256 = ANY(%s)",
                     (unique,),
                 )
             except Exception:  # no text table: an old store
