@@ -9,6 +9,7 @@ the ledger's back, and ``verify`` must report it.
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import uuid
 from pathlib import Path
@@ -146,3 +147,24 @@ def test_verify_reports_a_missing_or_altered_text(store_url: str) -> None:
     with Ledger(store_url, create=False) as ledger:
         report = verify_session(ledger, SID)
     assert not report.ok and "missing from the store" in report.problem
+
+
+def test_a_store_written_with_texts_inline_takes_new_sessions(tmp_path: Path) -> None:
+    """The v1 fixture has no text table: the first save creates it, old sessions still verify."""
+    url = str(tmp_path / "old.sqlite")
+    shutil.copy(Path(__file__).parent / "fixtures" / "store-v1.sqlite", url)
+    with Ledger(url, create=False) as ledger:
+        old = ledger.session_ids()
+        ledger.save(_build())
+        assert all(verify_session(ledger, sid).ok for sid in [*old, SID])
+    assert len(_text_rows(url)) == 9
+
+
+def test_a_postgres_schema_without_the_text_table_gets_it_on_first_save(pg_url: str) -> None:
+    with Ledger(pg_url):
+        pass
+    _execute(pg_url, "", f"DROP TABLE {{schema}}.{texts.TEXT_TABLE}")
+    with Ledger(pg_url, create=False) as ledger:
+        ledger.save(_build())
+        assert verify_session(ledger, SID).ok
+    assert len(_text_rows(pg_url)) == 9

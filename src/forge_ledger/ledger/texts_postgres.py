@@ -39,6 +39,12 @@ class TextsPostgresRecorder(PostgresApplicationRecorder):
         rows = texts_of(stored_events)
         if rows:
             if not self._texts_table_ready:
+                # A store created before texts were stored apart has no table yet; two writers'
+                # first saves must not race on CREATE TABLE, hence the lock (this transaction).
+                curs.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                    (f"forge_texts:{self.datastore.schema}",),
+                )
                 curs.execute(self._ddl())
                 self._texts_table_ready = True
             curs.executemany(
