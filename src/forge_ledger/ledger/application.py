@@ -460,7 +460,8 @@ class Ledger:
     def raw_events(self, session_id: UUID) -> Iterator[tuple[int, str, dict[str, Any] | None, str]]:
         """(position, topic, decoded stored state or None if undecodable, error) as stored.
 
-        No upcasting: this is what ``verify`` hashes.
+        No upcasting, and texts still as references (``{"sha256": …}``): ``verify`` resolves
+        them itself, checking each text against its address, before hashing.
         """
         transcoder = self.app.mapper.transcoder
         for stored in self.app.recorder.select_events(session_id):

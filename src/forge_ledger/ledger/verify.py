@@ -1,7 +1,9 @@
 """Hash-chain verification over what is *stored* (no upcasting, no trust in the state).
 
 For each session, events are read raw in position order; each must sit at the next position,
-link to its predecessor's hash, and hash to the value it carries. The first failure is
+link to its predecessor's hash, and hash to the value it carries. An event's hash covers the
+texts it refers to (see :mod:`forge_ledger.ledger.texts`): each referenced text must exist and
+hash to its address before the event is hashed. The first failure is
 reported with its position and what was wrong. A keyed check (HMAC) additionally confirms a
 seal was made by someone holding the key.
 """
