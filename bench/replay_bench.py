@@ -10,7 +10,8 @@ Prints one JSON object on stdout (progress on stderr):
   of the UTF-8 sizes of every recorded response. Two numerators, both reported:
   ``file_ratio`` (the SQLite file, WAL checkpointed: what a user's disk holds, including
   snapshots and indexes) and ``rows_ratio`` (the ``stored_events`` row payloads only: what the
-  event format itself costs). Goal ≤ 2 on ``file_ratio``, the figure a user sees.
+  event format itself costs, texts by reference). ``texts_ratio``: the distinct texts, each
+  stored once (``forge_texts``). Goal ≤ 2 on ``file_ratio``, the figure a user sees.
   ``checkpoint_per_step`` is measured in the same run for comparison: the full session state
   JSON stored after every event in a scratch SQLite table (as LangGraph's ``SqliteSaver``
   stores a checkpoint per step), its file size over the same model text.
@@ -56,6 +57,7 @@ from forge_ledger.domain.values import (
     Topic,
 )
 from forge_ledger.ledger import Ledger
+from forge_ledger.ledger.texts import TEXT_TABLE
 from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.providers import ProviderCall
 from forge_ledger.replay import replay_session
@@ -256,6 +258,9 @@ def measure_storage(rounds: int, workdir: Path) -> dict[str, Any]:
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     rows_bytes = conn.execute("SELECT SUM(LENGTH(state)) FROM stored_events").fetchone()[0]
+    texts_bytes = conn.execute(
+        f"SELECT COALESCE(SUM(LENGTH(CAST(body AS BLOB))), 0) FROM {TEXT_TABLE}"
+    ).fetchone()[0]
     conn.close()
     text = sum(
         len(e.data["response"]["content"].encode("utf-8"))
@@ -288,6 +293,8 @@ def measure_storage(rounds: int, workdir: Path) -> dict[str, Any]:
         "rows_bytes": rows_bytes,
         "file_ratio": round(file_bytes / text, 3),
         "rows_ratio": round(rows_bytes / text, 3),
+        "texts_bytes": texts_bytes,
+        "texts_ratio": round(texts_bytes / text, 3),
         "checkpoint_per_step": {
             "file_bytes": cp_bytes,
             "ratio": round(cp_bytes / text, 3),

@@ -16,7 +16,7 @@ import json
 import shutil
 import socket
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from forge_ledger.domain.hashing import chain_hash
 from forge_ledger.domain.values import ParticipantRole, Persona, SessionConfig
 from forge_ledger.engine import prompts, steps
 from forge_ledger.ledger import Ledger, RecordedEvent
+from forge_ledger.ledger.texts import TEXT_TABLE, resolve
 from forge_ledger.ledger.verify import verify_session
 from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.providers import get_provider
@@ -134,7 +135,8 @@ def _tamper_content(url: str, sid: UUID, position: int, content: str, *, rehash:
     """Edit ``data.response.content`` of the event at ``position`` in the SQLite row.
 
     With ``rehash`` the editor also recomputes every later hash and link (a forger who knows
-    the chain format): the chain verifies again, only replay can tell.
+    the chain format, which hashes the texts an event refers to): the chain verifies again,
+    only replay can tell.
     """
     conn = sqlite3.connect(url)
     try:
@@ -160,7 +162,7 @@ def _tamper_content(url: str, sid: UUID, position: int, content: str, *, rehash:
                     position=version,
                     type_name=topic.removeprefix("forge_ledger:"),
                     timestamp=datetime.fromisoformat(state["timestamp"]["_data_"]),
-                    data=state["data"],
+                    data=resolve(state["data"], lambda a: _stored_texts(conn, a)),
                     prev_hash=state["prev_hash"],
                 )
                 prev_hash = state["hash"]
@@ -171,6 +173,12 @@ def _tamper_content(url: str, sid: UUID, position: int, content: str, *, rehash:
         conn.commit()
     finally:
         conn.close()
+
+
+def _stored_texts(conn: sqlite3.Connection, addresses: Sequence[str]) -> dict[str, str]:
+    marks = ",".join("?" * len(addresses))
+    sql = f"SELECT sha256, body FROM {TEXT_TABLE} WHERE sha256 IN ({marks})"
+    return dict(conn.execute(sql, list(addresses)).fetchall())
 
 
 # --------------------------------------------------------------------------- baseline

@@ -15,13 +15,14 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from eventsourcing.application import Application, ProcessingEvent
 from eventsourcing.persistence import (
     IntegrityError,
     JSONTranscoder,
+    Mapper,
     Transcoding,
 )
 from eventsourcing.persistence import (
@@ -41,6 +42,7 @@ from ..errors import (
 from .lease import SessionLease
 from .postgres import EventWaiter, postgres_guard
 from .store import SqliteAccess, StoreLocation, check_sqlite_file, resolve_store, sqlite_uri
+from .texts import TextMapper, TextsSQLiteRecorder
 
 __all__ = ["Ledger", "RecordedEvent", "SessionSummary", "store_failure"]
 
@@ -73,6 +75,10 @@ class _App(Application[UUID]):
     def register_transcodings(self, transcoder: JSONTranscoder) -> None:
         super().register_transcodings(transcoder)
         transcoder.register(_SessionStateAsJson())
+
+    def construct_mapper(self) -> Mapper[UUID]:
+        """Texts by reference (see :mod:`forge_ledger.ledger.texts`)."""
+        return TextMapper(transcoder=self.construct_transcoder())
 
     def _take_snapshots(self, processing_event: ProcessingEvent[UUID]) -> None:
         """Snapshot at the scheduled positions (:func:`snapshot_due`), from the aggregate in
@@ -220,8 +226,14 @@ class Ledger:
     def _open(self, env: dict[str, str], snapshot_interval: int) -> _App:
         if snapshot_interval > 0:
             env["IS_SNAPSHOTTING_ENABLED"] = "y"
+        recorder = "texts:TextsSQLiteRecorder"
+        if self.location.kind != "sqlite":
+            recorder = "texts_postgres:TextsPostgresRecorder"
+        env["APPLICATION_RECORDER_TOPIC"] = f"{__package__}.{recorder}"
         try:
-            return _App(env=env)
+            app = _App(env=env)
+            cast(TextMapper, app.mapper).lookup = self.texts
+            return app
         except ImportError:
             raise StoreError(
                 "PostgreSQL support is not installed",
@@ -440,10 +452,16 @@ class Ledger:
             hint="run 'forge-ledger verify' on the session",
         )
 
+    def texts(self, addresses: Sequence[str]) -> dict[str, str]:
+        """The stored texts at these addresses (address → text); missing ones are absent."""
+        recorder = cast(TextsSQLiteRecorder, self.app.recorder)  # or TextsPostgresRecorder
+        return recorder.select_texts(addresses)
+
     def raw_events(self, session_id: UUID) -> Iterator[tuple[int, str, dict[str, Any] | None, str]]:
         """(position, topic, decoded stored state or None if undecodable, error) as stored.
 
-        No upcasting: this is what ``verify`` hashes.
+        No upcasting, and texts still as references (``{"sha256": …}``): ``verify`` resolves
+        them itself, checking each text against its address, before hashing.
         """
         transcoder = self.app.mapper.transcoder
         for stored in self.app.recorder.select_events(session_id):

@@ -1,7 +1,9 @@
 """Hash-chain verification over what is *stored* (no upcasting, no trust in the state).
 
 For each session, events are read raw in position order; each must sit at the next position,
-link to its predecessor's hash, and hash to the value it carries. The first failure is
+link to its predecessor's hash, and hash to the value it carries. An event's hash covers the
+texts it refers to (see :mod:`forge_ledger.ledger.texts`): each referenced text must exist and
+hash to its address before the event is hashed. The first failure is
 reported with its position and what was wrong. A keyed check (HMAC) additionally confirms a
 seal was made by someone holding the key.
 """
@@ -13,7 +15,9 @@ from typing import Any
 from uuid import UUID
 
 from ..domain.hashing import GENESIS, chain_hash, keyed_digest
+from ..errors import StoreError
 from .application import Ledger
+from .texts import resolve
 
 __all__ = ["ChainReport", "verify_session", "verify_store"]
 
@@ -75,6 +79,10 @@ def verify_session(ledger: Ledger, session_id: UUID, *, key: bytes | None = None
             timestamp = state["timestamp"]
         except KeyError as e:
             return report.fail(position, f"stored event lacks field {e.args[0]!r}")
+        try:
+            data = resolve(data, ledger.texts, check=True)
+        except StoreError as e:
+            return report.fail(position, str(e))
         if stored_prev != prev:
             return report.fail(
                 position,

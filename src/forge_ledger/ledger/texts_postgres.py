@@ -1,0 +1,67 @@
+"""The PostgreSQL side of :mod:`forge_ledger.ledger.texts` (imported only for a PostgreSQL
+store, so a SQLite-only install never needs psycopg)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from eventsourcing.persistence import StoredEvent
+from eventsourcing.postgres import PostgresApplicationRecorder
+
+from .texts import TEXT_TABLE, texts_of
+
+__all__ = ["TextsPostgresRecorder"]
+
+
+class TextsPostgresRecorder(PostgresApplicationRecorder):
+    """Writes an event's texts in the transaction that inserts the event (same schema)."""
+
+    _texts_table_ready = False
+
+    @property
+    def _text_table(self) -> str:
+        return f"{self.datastore.schema or 'public'}.{TEXT_TABLE}"
+
+    def _ddl(self) -> str:
+        return (
+            f"CREATE TABLE IF NOT EXISTS {self._text_table} "
+            "(sha256 text PRIMARY KEY, body text NOT NULL)"
+        )
+
+    def create_table(self) -> None:
+        super().create_table()
+        with self.datastore.transaction(commit=True) as curs:
+            curs.execute(self._ddl())
+        self._texts_table_ready = True
+
+    def _insert_events(self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
+        rows = texts_of(stored_events)
+        if rows:
+            if not self._texts_table_ready:
+                # A store created before texts were stored apart has no table yet; two writers'
+                # first saves must not race on CREATE TABLE, hence the lock (this transaction).
+                curs.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                    (f"forge_texts:{self.datastore.schema}",),
+                )
+                curs.execute(self._ddl())
+                self._texts_table_ready = True
+            curs.executemany(
+                f"INSERT INTO {self._text_table} (sha256, body) VALUES (%s, %s) "
+                "ON CONFLICT (sha256) DO NOTHING",
+                rows,
+            )
+        return super()._insert_events(curs, stored_events, **kwargs)
+
+    def select_texts(self, addresses: Sequence[str]) -> dict[str, str]:
+        unique = sorted(set(addresses))
+        with self.datastore.transaction(commit=False) as curs:
+            try:
+                curs.execute(
+                    f"SELECT sha256, body FROM {self._text_table} WHERE sha256 = ANY(%s)",
+                    (unique,),
+                )
+            except Exception:  # no text table: an old store
+                return {}
+            return {row["sha256"]: row["body"] for row in curs.fetchall()}

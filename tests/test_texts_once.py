@@ -1,0 +1,170 @@
+"""Each text once: long texts are stored once per store by SHA-256 and read back exactly.
+
+The same session is written twice, once with texts by reference (the default) and once with
+every text inline (``MIN_LENGTH`` raised past every text, which is how events were stored
+before); what the commands print must be identical. The text table is then damaged behind
+the ledger's back, and ``verify`` must report it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from forge_ledger.cli import cli
+from forge_ledger.domain import events as ev
+from forge_ledger.domain.aggregate import Deliberation
+from forge_ledger.domain.values import ChatMessage, ModelResponse, RoundKind, SessionStatus
+from forge_ledger.ledger import Ledger, resolve_store, texts, verify_session
+from strategies import StepClock, new_session
+
+SYSTEM = "You deliberate on a specification. Answer as JSON: " + "{schema} " * 40
+SID = uuid.UUID("00000000-0000-4000-8000-0000000000aa")
+
+
+def _answer(round_no: int, who: str) -> str:
+    return f"# Draft by {who}, round {round_no}\n" + f"point {who} {round_no}. " * 30
+
+
+def _build() -> Deliberation:
+    clock = StepClock()
+    agg = new_session(2, clock=clock, session_id=SID)
+    for it in (1, 2):
+        kind = RoundKind.DRAFT if it == 1 else RoundKind.SYNTHESIS
+        n = agg.start_round(
+            kind=kind, iteration=it, participants=agg.state.participant_names, at=clock()
+        )
+        for who in agg.state.participant_names:
+            msgs = [
+                ChatMessage(role="system", content=SYSTEM),
+                ChatMessage(role="user", content=f"Round {n} for {who}. " * 10),
+            ]
+            agg.record_contribution(
+                round=n,
+                participant=who,
+                model="openai/scripted",
+                messages=msgs,
+                params=ev.CallParams(temperature=0.2, max_tokens=256),
+                prompt_hash=ev.prompt_hash(msgs),
+                response=ModelResponse(content=_answer(n, who), model="openai/scripted"),
+                at=clock(),
+            )
+        agg.complete_round(round=n, at=clock())
+    agg.finish(SessionStatus.CONVERGED, at=clock())
+    return agg
+
+
+def _outputs(url: str, tmp: Path) -> dict[str, str]:
+    runner = CliRunner()
+    out = {}
+    for name, args in {
+        "log": ["log", str(SID), "--json"],
+        "spec": ["spec", str(SID), "--json"],
+        "show": ["show", str(SID), "--json"],
+        "export": ["export", str(SID), "-o", str(tmp / "export.yaml")],
+    }.items():
+        result = runner.invoke(cli, [*args, "--store", url])
+        assert result.exit_code == 0, result.output
+        out[name] = result.stdout
+    out["export"] = (tmp / "export.yaml").read_text()
+    return out
+
+
+def _text_rows(url: str) -> list[tuple[str, str]]:
+    loc = resolve_store(url)
+    if loc.kind == "sqlite":
+        with sqlite3.connect(url) as con:
+            return list(con.execute(f"SELECT sha256, body FROM {texts.TEXT_TABLE}"))
+    with psycopg.connect(dbname=loc.dbname, host=loc.host, port=loc.port, user=loc.user) as con:
+        return list(con.execute(f"SELECT sha256, body FROM {loc.schema}.{texts.TEXT_TABLE}"))
+
+
+def _execute(url: str, sql_sqlite: str, sql_pg: str, *params: Any) -> None:
+    loc = resolve_store(url)
+    if loc.kind == "sqlite":
+        with sqlite3.connect(url) as con:
+            con.execute(sql_sqlite, params)
+        return
+    with psycopg.connect(dbname=loc.dbname, host=loc.host, port=loc.port, user=loc.user) as con:
+        con.execute(sql_pg.format(schema=loc.schema), params)
+
+
+def test_texts_are_stored_once_and_commands_print_them_unchanged(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Ledger(store_url) as ledger:
+        agg = _build()
+        inline_payloads = [dict(e.data) for e in agg.pending_events if hasattr(e, "data")]
+        ledger.save(agg)
+        assert [e.data for e in ledger.events(SID)] == inline_payloads
+        assert verify_session(ledger, SID).ok
+    rows = _text_rows(store_url)
+    bodies = [body for _, body in rows]
+    assert SYSTEM in bodies and _answer(1, agg.state.participant_names[0]) in bodies
+    assert len(bodies) == len(set(bodies)) == 1 + 2 * 2 + 2 * 2  # system once; prompts; answers
+    assert all(texts.text_address(body) == address for address, body in rows)
+    by_reference = _outputs(store_url, tmp_path)
+
+    inline_url = str(tmp_path / "inline.sqlite")
+    monkeypatch.setattr(texts, "MIN_LENGTH", 10**9)
+    with Ledger(inline_url) as ledger:
+        ledger.save(_build())
+    assert _text_rows(inline_url) == []
+    (tmp_path / "inline").mkdir()
+    assert _outputs(inline_url, tmp_path / "inline") == by_reference
+    assert SYSTEM in json.dumps(json.loads(by_reference["log"]))
+
+
+def test_verify_reports_a_missing_or_altered_text(store_url: str) -> None:
+    with Ledger(store_url) as ledger:
+        ledger.save(_build())
+    address = texts.text_address(SYSTEM)
+    _execute(
+        store_url,
+        f"UPDATE {texts.TEXT_TABLE} SET body = body || 'x' WHERE sha256 = ?",
+        f"UPDATE {{schema}}.{texts.TEXT_TABLE} SET body = body || 'x' WHERE sha256 = %s",
+        address,
+    )
+    with Ledger(store_url, create=False) as ledger:
+        report = verify_session(ledger, SID)
+    assert not report.ok and "does not hash to its address" in report.problem
+    first_contribution = 5  # started, 2 joined, round started, then the first answer
+    assert report.position == first_contribution, report.as_json()
+    _execute(
+        store_url,
+        f"DELETE FROM {texts.TEXT_TABLE} WHERE sha256 = ?",
+        f"DELETE FROM {{schema}}.{texts.TEXT_TABLE} WHERE sha256 = %s",
+        address,
+    )
+    with Ledger(store_url, create=False) as ledger:
+        report = verify_session(ledger, SID)
+    assert not report.ok and "missing from the store" in report.problem
+
+
+def test_a_store_written_with_texts_inline_takes_new_sessions(tmp_path: Path) -> None:
+    """The v1 fixture has no text table: the first save creates it, old sessions still verify."""
+    url = str(tmp_path / "old.sqlite")
+    shutil.copy(Path(__file__).parent / "fixtures" / "store-v1.sqlite", url)
+    with Ledger(url, create=False) as ledger:
+        old = ledger.session_ids()
+        ledger.save(_build())
+        assert all(verify_session(ledger, sid).ok for sid in [*old, SID])
+    assert len(_text_rows(url)) == 9
+
+
+def test_a_postgres_schema_without_the_text_table_gets_it_on_first_save(pg_url: str) -> None:
+    with Ledger(pg_url):
+        pass
+    _execute(pg_url, "", f"DROP TABLE {{schema}}.{texts.TEXT_TABLE}")
+    with Ledger(pg_url, create=False) as ledger:
+        ledger.save(_build())
+        assert verify_session(ledger, SID).ok
+    assert len(_text_rows(pg_url)) == 9
