@@ -12,6 +12,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..domain.events import ForkOrigin
+from ..domain.state import DivergenceChange
 from ..domain.values import RoundKind, Stance
 
 __all__ = [
@@ -25,7 +26,6 @@ __all__ = [
     "FailedCall",
     "HumanIntervention",
     "InfluenceEdge",
-    "LifecycleStep",
     "MinorityEntry",
     "ParticipantUsage",
     "RoundUsage",
@@ -136,14 +136,6 @@ class ConformityFlag(_Model):
     reason: str
 
 
-class LifecycleStep(_Model):
-    status: str
-    position: int
-    round: int
-    note: str = ""
-    by: str = ""
-
-
 class DissentRecord(_Model):
     """One divergence as the dissent log has it, with the iteration it opened in."""
 
@@ -161,7 +153,8 @@ class DissentRecord(_Model):
     closed_position: int | None
     closed_by: str
     rounds_open: int
-    history: tuple[LifecycleStep, ...]
+    history: tuple[DivergenceChange, ...]
+    """The divergence's lifecycle steps, as the session state records them."""
 
 
 class HumanIntervention(_Model):
