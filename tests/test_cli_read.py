@@ -24,6 +24,7 @@ from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers_store import raw_connection
 from forge_ledger.cli import cli, main
 from forge_ledger.cli.read import ems_of
 from forge_ledger.clock import FixedStepClock
@@ -392,10 +393,10 @@ def test_verify_a_sound_store(store: Store) -> None:
 
 
 def _tamper(path: Path, session: uuid.UUID, position: int) -> None:
-    con = sqlite3.connect(path)
+    con = raw_connection(path)
     with con:
         cur = con.execute(
-            "UPDATE stored_events SET state = CAST(json_set(CAST(state AS TEXT), "
+            "UPDATE stored_events SET state = CAST(json_set(CAST(unpack(state) AS TEXT), "
             "'$.data.response.content', 'rewritten later') AS BLOB) "
             "WHERE originator_id = ? AND originator_version = ?",
             (session.hex, position),

@@ -24,6 +24,7 @@ from uuid import UUID
 
 import pytest
 
+from helpers_store import raw_connection, unpack
 from forge_ledger.cli.demo import DEMO_SCRIPT, demo_participants, demo_topic
 from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.hashing import chain_hash
@@ -138,7 +139,7 @@ def _tamper_content(url: str, sid: UUID, position: int, content: str, *, rehash:
     the chain format, which hashes the texts an event refers to): the chain verifies again,
     only replay can tell.
     """
-    conn = sqlite3.connect(url)
+    conn = raw_connection(url)
     try:
         rows = conn.execute(
             "SELECT rowid, originator_version, topic, state FROM stored_events "
@@ -147,7 +148,7 @@ def _tamper_content(url: str, sid: UUID, position: int, content: str, *, rehash:
         ).fetchall()
         prev_hash: str | None = None
         for rowid, version, topic, blob in rows:
-            state = json.loads(blob)
+            state = json.loads(unpack(blob))
             if version == position - 1:
                 prev_hash = state["hash"]
                 continue
@@ -177,7 +178,7 @@ def _tamper_content(url: str, sid: UUID, position: int, content: str, *, rehash:
 
 def _stored_texts(conn: sqlite3.Connection, addresses: Sequence[str]) -> dict[str, str]:
     marks = ",".join("?" * len(addresses))
-    sql = f"SELECT sha256, body FROM {TEXT_TABLE} WHERE sha256 IN ({marks})"
+    sql = f"SELECT sha256, unpack_text(body) FROM {TEXT_TABLE} WHERE sha256 IN ({marks})"
     return dict(conn.execute(sql, list(addresses)).fetchall())
 
 

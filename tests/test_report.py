@@ -16,6 +16,7 @@ from types import ModuleType
 
 import pytest
 
+from helpers_store import raw_connection
 from forge_ledger.audit import InfluenceEdge, audit_report
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.ledger import Ledger
@@ -237,9 +238,9 @@ def test_a_broken_chain_is_reported_in_the_page_and_the_exit_code(
     store.write_bytes(audited_store.read_bytes())
     with Ledger(str(store), create=False) as ledger:
         pos = next(e.position for e in ledger.events(SID) if e.type == "ContributionRecorded")
-    con = sqlite3.connect(store, isolation_level=None)
+    con = raw_connection(store, isolation_level=None)
     con.execute(
-        "UPDATE stored_events SET state = CAST(json_set(CAST(state AS TEXT), "
+        "UPDATE stored_events SET state = CAST(json_set(CAST(unpack(state) AS TEXT), "
         "'$.data.response.content', 'quietly changed') AS BLOB) "
         "WHERE originator_id = ? AND originator_version = ?",
         (SID.hex, pos),

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helpers_store import raw_connection, unpack
 from forge_ledger.cli import main
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.domain.hashing import keyed_digest
@@ -51,11 +52,11 @@ def test_live_session_cannot_be_sealed(store_url: str) -> None:
 
 
 def _tamper(path: str, position: int, old: str, new: str) -> None:
-    with sqlite3.connect(path) as conn:
+    with raw_connection(path) as conn:
         (state,) = conn.execute(
             "SELECT state FROM stored_events WHERE originator_version = ?", (position,)
         ).fetchone()
-        text = bytes(state).decode("utf-8")
+        text = unpack(bytes(state)).decode("utf-8")
         assert old in text
         conn.execute(
             "UPDATE stored_events SET state = ? WHERE originator_version = ?",

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from helpers_store import unpack
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.hashing import chain_hash
@@ -49,7 +50,7 @@ def _stored_rows(path: str) -> list[tuple[str, int, str, dict[str, Any]]]:
     con = sqlite3.connect(path)
     try:
         return [
-            (oid, ver, topic, json.loads(bytes(state).decode("utf-8")))
+            (oid, ver, topic, json.loads(unpack(bytes(state)).decode("utf-8")))
             for oid, ver, topic, state in con.execute(
                 "SELECT originator_id, originator_version, topic, state FROM stored_events "
                 "ORDER BY rowid"
