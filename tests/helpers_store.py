@@ -2,7 +2,8 @@
 
 Stored states may be zlib-compressed (see ``forge_ledger.ledger.compression``); the SQL function
 ``unpack(state)`` registered here gives their JSON, so tamper tests can edit it in place with
-SQLite's JSON functions; ``unpack_text(body)`` gives a stored text. Writing the edited JSON back uncompressed is a valid stored form too.
+SQLite's JSON functions; ``unpack_text(body)`` gives a stored text. Writing the edited JSON
+back uncompressed is a valid stored form too.
 """
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers_store import raw_connection
 from forge_ledger.cli import cli, main
 from forge_ledger.cli.read import ems_of
 from forge_ledger.clock import FixedStepClock
@@ -37,6 +36,7 @@ from helpers_sessions import (
     make_participants,
     seal_session,
 )
+from helpers_store import raw_connection
 
 VENV_BIN = Path(sys.executable).parent
 CONSOLE_SCRIPT = str(VENV_BIN / "forge-ledger")

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from helpers_store import raw_connection, unpack
 from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.hashing import GENESIS, chain_hash, keyed_digest
 from forge_ledger.domain.values import RoundKind, SessionStatus
 from forge_ledger.ledger import Ledger, resolve_store, verify_session, verify_store
+from helpers_store import raw_connection, unpack
 from strategies import StepClock, new_session, run_round
 
 
@@ -126,8 +126,8 @@ def test_json_set_edit(
     pos = _position_of(ledger, agg.id, "ContributionRecorded")
     where, args = _where(agg, pos)
     con.execute(
-        "UPDATE stored_events SET state = CAST(json_set(CAST(unpack(state) AS TEXT), ?, ?) AS BLOB) "
-        f"WHERE {where}",
+        "UPDATE stored_events SET state = "
+        f"CAST(json_set(CAST(unpack(state) AS TEXT), ?, ?) AS BLOB) WHERE {where}",
         (path, value, *args),
     )
     (text,) = con.execute(

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from helpers_store import raw_connection
 from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.values import RoundKind, SessionStatus
 from forge_ledger.errors import SessionNotFoundError, StoreError, UsageError
 from forge_ledger.ledger import Ledger, resolve_store
 from forge_ledger.ledger.application import snapshot_due
+from helpers_store import raw_connection
 from strategies import StepClock, new_session, run_round
 
 

@@ -24,7 +24,6 @@ from uuid import UUID
 
 import pytest
 
-from helpers_store import raw_connection, unpack
 from forge_ledger.cli.demo import DEMO_SCRIPT, demo_participants, demo_topic
 from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.hashing import chain_hash
@@ -37,6 +36,7 @@ from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.providers import get_provider
 from forge_ledger.replay import ReplayResult, replay_session
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
+from helpers_store import raw_connection, unpack
 
 convergence_rules = importlib.import_module("forge_ledger.engine.convergence")
 """The module (``forge_ledger.engine.convergence`` is also the name of a re-exported function)."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import sqlite3
 import subprocess
 import sys
 import uuid
@@ -16,7 +15,6 @@ from types import ModuleType
 
 import pytest
 
-from helpers_store import raw_connection
 from forge_ledger.audit import InfluenceEdge, audit_report
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.ledger import Ledger
@@ -25,6 +23,7 @@ from forge_ledger.report import ReportModel, gather, render_html
 from forge_ledger.report._charts import agree_share
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
 from helpers_sessions import build_session, seal_session
+from helpers_store import raw_connection
 from promises_builder import SessionBuilder
 from report_sessions import HOSTILE_DOC, IMG, SCRIPT, audited, demo, hostile
 from test_audit_sessions import _run as run_demo_session

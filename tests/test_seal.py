@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
-from helpers_store import raw_connection, unpack
 from forge_ledger.cli import main
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.domain.hashing import keyed_digest
 from forge_ledger.errors import ChainBrokenError, ImportValidationError, InvariantViolation
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.sealing import seal_session, verify_export
+from helpers_store import raw_connection, unpack
 from promises_builder import THREE_ITERATIONS, build
 
 SID = uuid.UUID(int=1)

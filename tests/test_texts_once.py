@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,12 +18,12 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from helpers_store import raw_connection
 from forge_ledger.cli import cli
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.values import ChatMessage, ModelResponse, RoundKind, SessionStatus
 from forge_ledger.ledger import Ledger, resolve_store, texts, verify_session
+from helpers_store import raw_connection
 from strategies import StepClock, new_session
 
 SYSTEM = "You deliberate on a specification. Answer as JSON: " + "{schema} " * 40

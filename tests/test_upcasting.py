@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from helpers_store import unpack
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.hashing import chain_hash
 from forge_ledger.domain.values import RoundKind
 from forge_ledger.ledger import Ledger, verify_session
+from helpers_store import unpack
 from strategies import StepClock, contribute, new_session
 
 V1_DATA: dict[str, Any] = {
