@@ -17,6 +17,7 @@ On SQLite a text's body is stored zlib-compressed when that is smaller (see
 from __future__ import annotations
 
 import hashlib
+import json
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder
 
 from ..errors import StoreError
 from .compression import StateCompressor, pack_text, unpack, unpack_text
+from .quotes import QuotedAnswers, pack_with, unpack_with
 
 __all__ = [
     "TEXT_KEYS",
@@ -40,9 +42,10 @@ __all__ = [
 ]
 
 TEXT_TABLE = "forge_texts"
-TEXT_KEYS = frozenset({"content", "partial_text", "text"})
+TEXT_KEYS = frozenset({"content", "partial_text", "reasoning", "text"})
 """Payload keys whose string values are texts (chat message and answer contents, partial
-answers, human input)."""
+answers, human input, and the reasoning of a parsed opinion or vote, which repeats its
+answer's prose)."""
 MIN_LENGTH = 96
 """Shorter texts stay inline: a reference costs about as much as they do."""
 _REF = "sha256"
@@ -129,6 +132,8 @@ class StoredEventWithTexts(StoredEvent):
     """A stored event and the texts its state refers to, for the recorder to write with it."""
 
     texts: dict[str, str] = field(default_factory=dict)
+    dictionaries: dict[str, list[str]] = field(default_factory=dict)
+    """Prompt address → the addresses of the answers it quotes (see :mod:`.quotes`)."""
 
 
 class TextMapper(Mapper[Any]):
@@ -145,6 +150,7 @@ class TextMapper(Mapper[Any]):
         # Reading always goes through the compressor, which passes plain JSON through, so a
         # store holds both forms; ``compress`` only decides how new states are written.
         super().__init__(transcoder=transcoder, compressor=StateCompressor(write=compress))
+        self.quotes = QuotedAnswers()
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         state = vars(domain_event)
@@ -157,6 +163,8 @@ class TextMapper(Mapper[Any]):
         stored_data = externalise(data, texts)
         if not texts:
             return super().to_stored_event(domain_event)
+        dictionaries = self._dictionaries(data, texts)
+        self._remember_answer(data)
         proxy = object.__new__(type(domain_event))
         object.__setattr__(proxy, "__dict__", {**state, "data": stored_data})
         stored = super().to_stored_event(proxy)
@@ -166,7 +174,30 @@ class TextMapper(Mapper[Any]):
             topic=stored.topic,
             state=stored.state,
             texts=texts,
+            dictionaries=dictionaries,
         )
+
+    def _dictionaries(self, data: dict[str, Any], texts: dict[str, str]) -> dict[str, list[str]]:
+        """For each long text of the event but its own answer (a prompt, the reasoning parsed
+        from an answer), the recent answers it quotes; those are added to ``texts`` so they
+        are certainly stored with it."""
+        response = data.get("response")
+        answer = response.get("content") if isinstance(response, dict) else None
+        out: dict[str, list[str]] = {}
+        for address, text in list(texts.items()):
+            if text == answer:
+                continue
+            quoted = [(a, t) for a, t in self.quotes.quoted_in(text) if a != address]
+            if quoted:
+                out[address] = [a for a, _ in quoted]
+                texts.update(quoted)
+        return out
+
+    def _remember_answer(self, data: dict[str, Any]) -> None:
+        response = data.get("response")
+        content = response.get("content") if isinstance(response, dict) else None
+        if isinstance(content, str):
+            self.quotes.remember(text_address(content), content)
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         plain = unpack(stored_event.state)
@@ -190,6 +221,7 @@ class TextMapper(Mapper[Any]):
         data = state.get("data")
         if isinstance(data, dict):
             state["data"] = resolve(data, self._cached_lookup)
+            self._remember_answer(state["data"])
         return domain_event
 
     def _cached_lookup(self, addresses: Sequence[str]) -> dict[str, str]:
@@ -211,39 +243,106 @@ def texts_of(stored_events: Iterable[StoredEvent]) -> list[tuple[str, str]]:
     return list(rows.items())
 
 
+def dictionaries_of(stored_events: Iterable[StoredEvent]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for s in stored_events:
+        out.update(getattr(s, "dictionaries", None) or {})
+    return out
+
+
 class TextsSQLiteRecorder(SQLiteApplicationRecorder):
     """Writes an event's texts in the transaction that inserts the event."""
 
     def construct_create_table_statements(self) -> list[str]:
-        return [*super().construct_create_table_statements(), _SQLITE_DDL]
+        return [*super().construct_create_table_statements(), _SQLITE_DDL, _DICTIONARIES_DDL]
 
     def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
         rows = texts_of(stored_events)
         if rows:
             c.execute(_SQLITE_DDL)
+            c.execute(_DICTIONARIES_DDL)
+            new = _absent(c, dict(rows))
+            dictionaries = dictionaries_of(stored_events)
             c.executemany(
                 f"INSERT OR IGNORE INTO {TEXT_TABLE} (sha256, body) VALUES (?, ?)",
-                [(address, pack_text(text)) for address, text in rows],
+                [(a, _body(t, dictionaries.get(a), dict(rows))) for a, t in new.items()],
+            )
+            c.executemany(
+                f"INSERT OR IGNORE INTO {DICTIONARIES_TABLE} (sha256, members) VALUES (?, ?)",
+                [(a, json.dumps(dictionaries[a])) for a in new if a in dictionaries],
             )
         return super()._insert_events(c, stored_events, **kwargs)
 
-    def select_texts(self, addresses: Sequence[str]) -> dict[str, str]:
-        out: dict[str, str] = {}
+    def select_texts(self, addresses: Sequence[str], *, _depth: int = 0) -> dict[str, str]:
+        rows: list[tuple[str, bytes, int, str | None]] = []
         unique = sorted(set(addresses))
         with self.datastore.transaction(commit=False) as c:
             for i in range(0, len(unique), 500):
-                chunk = unique[i : i + 500]
-                marks = ",".join("?" * len(chunk))
-                try:
-                    c.execute(
-                        f"SELECT sha256, CAST(body AS BLOB), typeof(body) = 'blob' "
-                        f"FROM {TEXT_TABLE} WHERE sha256 IN ({marks})",
-                        chunk,
-                    )
-                except Exception:  # no text table: an old store, or a damaged one
-                    return out
-                out.update(_readable(c.fetchall()))
+                rows += _select_rows(c, unique[i : i + 500])
+        out = _readable((a, body, z) for a, body, z, members in rows if members is None)
+        quoting = [(a, body, json.loads(m)) for a, body, _, m in rows if m is not None]
+        # A text's quoted answers were stored before it, so there is no cycle; the bound only
+        # keeps a damaged table from recursing.
+        if quoting and _depth < _MAX_DEPTH:
+            wanted = sorted({m for _, _, ms in quoting for m in ms})
+            out.update(_unquoted(quoting, self.select_texts(wanted, _depth=_depth + 1)))
         return out
+
+
+def _select_rows(c: Any, chunk: Sequence[str]) -> list[tuple[str, bytes, int, str | None]]:
+    """Stored rows (address, body as bytes, compressed?, quoted answers as JSON or None)."""
+    marks = ",".join("?" * len(chunk))
+    body = "CAST(t.body AS BLOB), typeof(t.body) = 'blob'"
+    try:
+        c.execute(
+            f"SELECT t.sha256, {body}, d.members FROM {TEXT_TABLE} t "
+            f"LEFT JOIN {DICTIONARIES_TABLE} d ON d.sha256 = t.sha256 "
+            f"WHERE t.sha256 IN ({marks})",
+            chunk,
+        )
+        return list(c.fetchall())
+    except Exception:  # a store from before prompts were stored against their quotes
+        pass
+    try:
+        c.execute(f"SELECT t.sha256, {body} FROM {TEXT_TABLE} t WHERE t.sha256 IN ({marks})", chunk)
+    except Exception:  # no text table: an old store, or a damaged one
+        return []
+    return [(a, b, z, None) for a, b, z in c.fetchall()]
+
+
+def _unquoted(
+    quoting: Iterable[tuple[str, bytes, list[str]]], members: dict[str, str]
+) -> dict[str, str]:
+    """Prompts packed against the answers they quote; one whose answers are missing or which
+    does not unpack is left out (reported as missing or unreadable)."""
+    out: dict[str, str] = {}
+    for address, body, quoted in quoting:
+        if all(m in members for m in quoted):
+            try:
+                out[address] = unpack_with(body, [members[m] for m in quoted])
+            except (zlib.error, UnicodeDecodeError):
+                continue
+    return out
+
+
+def _absent(c: Any, texts: dict[str, str]) -> dict[str, str]:
+    """The texts not stored yet: packing one costs more than looking it up (a system prompt is
+    in every event of a session)."""
+    present: set[str] = set()
+    addresses = list(texts)
+    for i in range(0, len(addresses), 500):
+        chunk = addresses[i : i + 500]
+        marks = ",".join("?" * len(chunk))
+        c.execute(f"SELECT sha256 FROM {TEXT_TABLE} WHERE sha256 IN ({marks})", chunk)
+        present.update(row[0] for row in c.fetchall())
+    return {a: t for a, t in texts.items() if a not in present}
+
+
+def _body(text: str, quoted: list[str] | None, texts: dict[str, str]) -> str | bytes:
+    """A text's stored body: packed against the answers it quotes, or on its own."""
+    if quoted:
+        return pack_with(text, [texts[m] for m in quoted])
+    return pack_text(text)
 
 
 def _readable(rows: Iterable[tuple[str, bytes, int]]) -> dict[str, str]:
@@ -259,6 +358,13 @@ def _readable(rows: Iterable[tuple[str, bytes, int]]) -> dict[str, str]:
     return out
 
 
+_MAX_DEPTH = 4
+DICTIONARIES_TABLE = "forge_text_quotes"
+_DICTIONARIES_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {DICTIONARIES_TABLE} "
+    "(sha256 TEXT PRIMARY KEY, members TEXT NOT NULL) WITHOUT ROWID"
+)
+"""A prompt packed against the answers it quotes: their addresses, in dictionary order."""
 _SQLITE_DDL = f"CREATE TABLE IF NOT EXISTS {TEXT_TABLE} (sha256 TEXT PRIMARY KEY, body NOT NULL)"
 """A rowid table: a text is a few KB, and SQLite packs such rows into overflow pages far better
 in a rowid table than in a WITHOUT ROWID one (which held 466 KB of texts in 1.2 MB of pages).
