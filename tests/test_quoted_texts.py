@@ -31,7 +31,10 @@ from helpers_store import raw_connection
 from strategies import StepClock, new_session
 
 SID = uuid.UUID("00000000-0000-4000-8000-0000000000ab")
-_WORDS = ["ledger", "event", "replay", "vote", "draft", "critique", "synthesis", "retention", "schema", "audit"]
+_WORDS = [
+    "ledger", "event", "replay", "vote", "draft", "critique", "synthesis", "retention", "schema",
+    "audit",
+]
 
 
 def _prose(seed: str, words: int = 300) -> str:
@@ -138,7 +141,7 @@ def test_losing_the_quote_list_or_a_quoted_answer_is_reported(sqlite_url: str) -
     agg, parts = _build()
     with Ledger(sqlite_url) as ledger:
         ledger.save(agg)
-    a, b = agg.state.participant_names
+    a = agg.state.participant_names[0]
     prompt = texts.text_address(parts[f"prompt/{a}"])
     with raw_connection(sqlite_url) as con:
         con.execute(f"DELETE FROM {texts.DICTIONARIES_TABLE} WHERE sha256 = ?", (prompt,))
