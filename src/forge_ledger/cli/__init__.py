@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from .. import __version__
-from ..errors import ForgeLedgerError
+from ..errors import ArgumentError, ForgeLedgerError
 
 __all__ = ["cli", "main"]
 
@@ -95,9 +95,25 @@ def _register() -> None:
 _register()
 
 
+def option_names() -> dict[str, str]:
+    """Each command option's parameter name and its long form (``at_event`` → ``--at-event``):
+    the library's errors name its parameters, the command line speaks of its options."""
+    names: dict[str, str] = {}
+    for command in cli.commands.values():
+        for param in command.params:
+            long = [o for o in param.opts if o.startswith("--")]
+            if isinstance(param, click.Option) and param.name and long:
+                names.setdefault(param.name, long[0])
+    return names
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="forge-ledger", standalone_mode=False)
+    except ArgumentError as e:
+        for line in e.renamed(option_names()).lines():
+            click.echo(f"error: {line}", err=True)
+        sys.exit(e.exit_code)
     except ForgeLedgerError as e:
         for line in e.lines():
             click.echo(f"error: {line}", err=True)

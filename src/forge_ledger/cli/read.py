@@ -7,14 +7,13 @@ on machines without provider credentials. Everything printed is a projection of 
 earlier event, iteration or time), ``log`` prints them as stored, ``verify`` recomputes the
 hash chain.
 
-The JSON documents built here (:func:`session_summary_json`, :func:`session_json`,
-:func:`event_json`) are the stable, scriptable face of the ledger; the rich tables are for
-people and may change.
+The JSON documents built here (:func:`session_summary_json`, :func:`session_json`, and
+each event's :meth:`~forge_ledger.ledger.RecordedEvent.as_json` for ``log --json``) are the
+stable, scriptable face of the ledger; the rich tables are for people and may change.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -26,6 +25,7 @@ from rich.text import Text
 
 from ..domain import events as ev
 from ..domain.state import ContributionState, DivergenceState, RoundState, SessionState
+from ..engine.ems import ems_score
 from ..errors import ChainBrokenError, UsageError
 from ..ledger import ChainReport, Ledger, RecordedEvent, SessionSummary
 from ..ledger import verify_session as _verify_session
@@ -51,7 +51,6 @@ from ._integrity import check_chain
 __all__ = [
     "HMAC_KEY_ENV",
     "ems_of",
-    "event_json",
     "log",
     "session_json",
     "session_summary_json",
@@ -60,28 +59,18 @@ __all__ = [
     "verify",
 ]
 
-_EMS_MODULE = "forge_ledger.engine.ems"
 _PREVIEW_CHARS = 72
+_LOG_OMITS = ("session_id", "notification_id")
+"""What ``log --json`` leaves out of each event: the session is the one asked for."""
 
 
 # --------------------------------------------------------------------------- EMS (one place)
 
 
-def ems_of(state: SessionState) -> int | None:
-    """The session's EMS (0–100) from the engine, or ``None`` while the engine has none.
-
-    The EMS rules live in ``forge_ledger.engine.ems`` (``ems_score(state) -> EmsReport`` with an
-    ``int`` ``score``). It is looked up when a command runs, not at import, so the read side keeps
-    working on builds without it; an error *inside* that module is a bug and is not hidden.
-    """
-    try:
-        module = importlib.import_module(_EMS_MODULE)
-    except ModuleNotFoundError as e:
-        if e.name in (_EMS_MODULE, "forge_ledger.engine"):
-            return None
-        raise
-    report = module.ems_score(state)
-    return int(report.score)
+def ems_of(state: SessionState) -> int:
+    """The session's EMS (0–100), by the engine's one rule
+    (:func:`~forge_ledger.engine.ems.ems_score`)."""
+    return ems_score(state).score
 
 
 # --------------------------------------------------------------------------- JSON documents
@@ -223,18 +212,6 @@ def session_json(state: SessionState, *, ems: int | None) -> dict[str, Any]:
     }
 
 
-def event_json(e: RecordedEvent) -> dict[str, Any]:
-    """One entry of ``log --json``."""
-    return {
-        "position": e.position,
-        "type": e.type,
-        "timestamp": e.timestamp.isoformat(),
-        "hash": e.hash,
-        "prev_hash": e.prev_hash,
-        "data": e.data,
-    }
-
-
 # --------------------------------------------------------------------------- helpers
 
 
@@ -338,13 +315,7 @@ def show(
         )
         if value is not None
     ]
-    if len(given) > 1:
-        raise UsageError(f"{' and '.join(given)} conflict", hint="give at most one --at-* option")
     when = parse_iso(at_time, "--at-time") if at_time is not None else None
-    if when is not None and when.tzinfo is None:
-        raise UsageError(
-            f"--at-time {at_time!r} has no timezone", hint="add one, e.g. 2026-01-09T10:30:00Z"
-        )
     with open_ledger(store, create=False) as ledger:
         sid = check_chain(ledger, session)
         state = ledger.state(sid, at_event=at_event, at_iteration=at_iteration, at_time=when)
@@ -456,7 +427,7 @@ def log(session: str, types: tuple[str, ...], store: str | None, as_json: bool) 
         sid = check_chain(ledger, session)
         events = [e for e in ledger.events(sid) if not wanted or e.type in wanted]
     if as_json:
-        emit_json([event_json(e) for e in events])
+        emit_json([e.as_json(exclude=_LOG_OMITS) for e in events])
         return
     table = Table(title=f"Events of {sid}", title_justify="left")
     for col in ("pos", "time", "type", "summary", "hash"):
