@@ -107,15 +107,16 @@ def option_names() -> dict[str, str]:
     return names
 
 
+def _in_cli_terms(e: ForgeLedgerError) -> ForgeLedgerError:
+    """``e`` as the command line says it: a library parameter becomes the option it came from."""
+    return e.renamed(option_names()) if isinstance(e, ArgumentError) else e
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="forge-ledger", standalone_mode=False)
-    except ArgumentError as e:
-        for line in e.renamed(option_names()).lines():
-            click.echo(f"error: {line}", err=True)
-        sys.exit(e.exit_code)
     except ForgeLedgerError as e:
-        for line in e.lines():
+        for line in _in_cli_terms(e).lines():
             click.echo(f"error: {line}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
