@@ -1,7 +1,9 @@
 """Commands that run deliberations: ``run``, ``resume``, ``answer`` and the offline ``demo``.
 
-These are the only commands that may call models, so they are the only ones that import the
-orchestrator (and, through the provider, litellm) — lazily, inside the command functions.
+These are the only commands that may call models. What they do to a session they do through
+:mod:`forge_ledger.sessions` (which loads the orchestrator and, through the provider, litellm
+only when a session runs); this module parses options, shows the live view, prints outcomes
+and chooses exit codes.
 """
 
 from __future__ import annotations
