@@ -13,14 +13,14 @@ hashes to its address, then hashes the event — old stores (texts inline) verif
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from eventsourcing.persistence import Mapper, StoredEvent
-from eventsourcing.sqlite import SQLiteApplicationRecorder
+from eventsourcing.sqlite import SQLiteAggregateRecorder, SQLiteApplicationRecorder
 
+from ..domain.texts import text_address
 from ..errors import StoreError
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "TEXT_TABLE",
     "TextMapper",
     "TextsSQLiteRecorder",
+    "TextsSQLiteSnapshotRecorder",
     "externalise",
     "resolve",
     "text_address",
@@ -45,10 +46,6 @@ _CACHE_SIZE = 4096
 _PREFIX = "forge_ledger:"
 
 Lookup = Callable[[Sequence[str]], dict[str, str]]
-
-
-def text_address(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _is_ref(value: Any) -> bool:
@@ -129,8 +126,9 @@ class TextMapper(Mapper[Any]):
     """Swaps texts for references on the way to the store and back on the way out.
 
     Only ledger events (``forge_ledger:`` topics with a ``data`` payload) are touched;
-    snapshots keep their state whole. ``lookup`` is set by the ledger once the recorder
-    exists.
+    a snapshot's state holds answers by reference already (the ledger's mapper adds the texts
+    it refers to, see ``ledger.application``). ``lookup`` is set by the ledger once the
+    recorder exists.
     """
 
     lookup: Lookup | None = None
@@ -193,10 +191,7 @@ class TextsSQLiteRecorder(SQLiteApplicationRecorder):
         return [*super().construct_create_table_statements(), _SQLITE_DDL]
 
     def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
-        rows = texts_of(stored_events)
-        if rows:
-            c.execute(_SQLITE_DDL)
-            c.executemany(f"INSERT OR IGNORE INTO {TEXT_TABLE} (sha256, body) VALUES (?, ?)", rows)
+        _insert_texts(c, stored_events)
         return super()._insert_events(c, stored_events, **kwargs)
 
     def select_texts(self, addresses: Sequence[str]) -> dict[str, str]:
@@ -214,6 +209,23 @@ class TextsSQLiteRecorder(SQLiteApplicationRecorder):
                     return out
                 out.update({row[0]: row[1] for row in c.fetchall()})
         return out
+
+
+class TextsSQLiteSnapshotRecorder(SQLiteAggregateRecorder):
+    """Writes the texts a snapshot refers to in the transaction that inserts the snapshot: a
+    snapshot holds answers by reference, and the events it stands for may hold a text inline
+    (a short one, or any in a store written before texts were stored apart)."""
+
+    def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
+        _insert_texts(c, stored_events)
+        return super()._insert_events(c, stored_events, **kwargs)
+
+
+def _insert_texts(c: Any, stored_events: Sequence[StoredEvent]) -> None:
+    rows = texts_of(stored_events)
+    if rows:
+        c.execute(_SQLITE_DDL)
+        c.executemany(f"INSERT OR IGNORE INTO {TEXT_TABLE} (sha256, body) VALUES (?, ?)", rows)
 
 
 _SQLITE_DDL = (
