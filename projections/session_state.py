@@ -1,9 +1,9 @@
 """Session state as a projection: the domain fold, and a cheap row per session for ``show``.
 
-:func:`apply_event` is the same fold the aggregate runs (``SessionState.initial`` /
-``forked`` / ``apply``), usable on events read from the ledger, so projections, audits and
-time travel all see the same state. :class:`SessionStateProjection` writes a summary row
-of the folded state once per batch (not per event) in ``session_states``.
+:func:`apply_event` is the fold the aggregate runs (``domain.state.fold``), usable on events
+read from the ledger, so projections, audits and time travel all see the same state.
+:class:`SessionStateProjection` writes a summary row of the folded state once per batch (not
+per event) in ``session_states``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from forge_ledger.domain import SessionState
-from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
+from forge_ledger.domain.state import fold
 
 from .base import EventLike, Op, Projection, Put
 
@@ -25,23 +25,17 @@ def apply_event(
 ) -> SessionState:
     """The state after ``event``; ``state`` is the session's state before it (None at start).
 
-    Mutates and returns ``state`` (the domain fold works in place) except for the first event.
+    The domain's one fold (:func:`forge_ledger.domain.state.fold`) on an event read from the
+    ledger; mutates and returns ``state`` except for the first event.
     """
-    p = payload if payload is not None else event.payload()
-    if isinstance(p, ev.SessionStarted):
-        new = SessionState.initial(event.session_id, p, event.timestamp)
-    elif isinstance(p, ev.SessionForked):
-        new = SessionState.forked(event.session_id, p, event.timestamp)
-    else:
-        if state is None:
-            raise ValueError(
-                f"event {event.position} of session {event.session_id} has no prior state"
-            )
-        state.apply(p, position=event.position, at=event.timestamp, hash_=event.hash)
-        return state
-    new.version = event.position
-    new.head_hash = event.hash
-    return new
+    return fold(
+        state,
+        payload if payload is not None else event.payload(),
+        session_id=event.session_id,
+        position=event.position,
+        at=event.timestamp,
+        hash_=event.hash,
+    )
 
 
 def fold_events(events: Iterable[EventLike]) -> SessionState:

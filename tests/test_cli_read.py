@@ -36,6 +36,7 @@ from helpers_sessions import (
     make_participants,
     seal_session,
 )
+from helpers_store import raw_connection
 
 VENV_BIN = Path(sys.executable).parent
 CONSOLE_SCRIPT = str(VENV_BIN / "forge-ledger")
@@ -392,10 +393,10 @@ def test_verify_a_sound_store(store: Store) -> None:
 
 
 def _tamper(path: Path, session: uuid.UUID, position: int) -> None:
-    con = sqlite3.connect(path)
+    con = raw_connection(path)
     with con:
         cur = con.execute(
-            "UPDATE stored_events SET state = CAST(json_set(CAST(state AS TEXT), "
+            "UPDATE stored_events SET state = CAST(json_set(CAST(unpack(state) AS TEXT), "
             "'$.data.response.content', 'rewritten later') AS BLOB) "
             "WHERE originator_id = ? AND originator_version = ?",
             (session.hex, position),

@@ -19,6 +19,7 @@ from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.hashing import GENESIS, chain_hash, keyed_digest
 from forge_ledger.domain.values import RoundKind, SessionStatus
 from forge_ledger.ledger import Ledger, resolve_store, verify_session, verify_store
+from helpers_store import raw_connection, unpack
 from strategies import StepClock, new_session, run_round
 
 
@@ -42,7 +43,7 @@ def _position_of(ledger: Ledger, sid: uuid.UUID, type_name: str) -> int:
 def sqlite_ledger(sqlite_url: str) -> Iterator[tuple[Ledger, Deliberation, sqlite3.Connection]]:
     ledger = Ledger(sqlite_url, snapshot_interval=0)
     agg = _build(ledger)
-    con = sqlite3.connect(sqlite_url, isolation_level=None)
+    con = raw_connection(sqlite_url, isolation_level=None)
     yield ledger, agg, con
     con.close()
     ledger.close()
@@ -84,7 +85,7 @@ def test_flipped_byte_in_state(
     pos = _position_of(ledger, agg.id, "ContributionRecorded")
     where, args = _where(agg, pos)
     (blob,) = con.execute(f"SELECT state FROM stored_events WHERE {where}", args).fetchone()
-    raw = bytearray(blob)
+    raw = bytearray(unpack(blob))
     i = raw.index(b"an answer")
     raw[i] ^= 0x01  # 'a' -> '`'
     con.execute(f"UPDATE stored_events SET state = ? WHERE {where}", (bytes(raw), *args))
@@ -125,12 +126,12 @@ def test_json_set_edit(
     pos = _position_of(ledger, agg.id, "ContributionRecorded")
     where, args = _where(agg, pos)
     con.execute(
-        "UPDATE stored_events SET state = CAST(json_set(CAST(state AS TEXT), ?, ?) AS BLOB) "
-        f"WHERE {where}",
+        "UPDATE stored_events SET state = "
+        f"CAST(json_set(CAST(unpack(state) AS TEXT), ?, ?) AS BLOB) WHERE {where}",
         (path, value, *args),
     )
     (text,) = con.execute(
-        f"SELECT json_extract(CAST(state AS TEXT), ?) FROM stored_events WHERE {where}",
+        f"SELECT json_extract(CAST(unpack(state) AS TEXT), ?) FROM stored_events WHERE {where}",
         (path, *args),
     ).fetchone()
     assert text == value  # the edit really landed
@@ -153,7 +154,7 @@ def test_edit_with_recomputed_hash_breaks_the_next_link(
     )
     where, args = _where(agg, pos)
     con.execute(
-        "UPDATE stored_events SET state = CAST(json_set(json_set(CAST(state AS TEXT), "
+        "UPDATE stored_events SET state = CAST(json_set(json_set(CAST(unpack(state) AS TEXT), "
         f"'$.data.response.content', 'forged'), '$.hash', ?) AS BLOB) WHERE {where}",
         (forged, *args),
     )
@@ -211,7 +212,7 @@ def test_seal_detects_truncation_and_hmac_detects_rewrite(sqlite_url: str) -> No
     events = []
     with Ledger(sqlite_url, snapshot_interval=0, create=False) as ledger:
         events = list(ledger.events(agg.id))
-    con = sqlite3.connect(sqlite_url, isolation_level=None)
+    con = raw_connection(sqlite_url, isolation_level=None)
     prev = GENESIS
     con.execute("BEGIN")
     for e in events:
@@ -225,7 +226,7 @@ def test_seal_detects_truncation_and_hmac_detects_rewrite(sqlite_url: str) -> No
             timestamp=e.timestamp, data=data, prev_hash=prev,
         )
         con.execute(
-            "UPDATE stored_events SET state = CAST(json_set(CAST(state AS TEXT), '$.data', "
+            "UPDATE stored_events SET state = CAST(json_set(CAST(unpack(state) AS TEXT), '$.data', "
             "json(?), '$.prev_hash', ?, '$.hash', ?) AS BLOB) "
             "WHERE originator_id = ? AND originator_version = ?",
             (json.dumps(data), prev, h, agg.id.hex, e.position),

@@ -14,6 +14,7 @@ from forge_ledger.domain.values import RoundKind, SessionStatus
 from forge_ledger.errors import SessionNotFoundError, StoreError, UsageError
 from forge_ledger.ledger import Ledger, resolve_store
 from forge_ledger.ledger.application import snapshot_due
+from helpers_store import raw_connection
 from strategies import StepClock, new_session, run_round
 
 
@@ -198,10 +199,10 @@ def test_snapshot_really_short_circuits_replay(sqlite_url: str) -> None:
         )
     ]
     assert snap_versions and snap_versions[-1] >= head - 2
-    con = sqlite3.connect(sqlite_url)
+    con = raw_connection(sqlite_url)
     with con:
         con.execute(
-            "UPDATE stored_events SET state = CAST(json_set(CAST(state AS TEXT), "
+            "UPDATE stored_events SET state = CAST(json_set(CAST(unpack(state) AS TEXT), "
             "'$.data.participant.name', 'renamed') AS BLOB) WHERE originator_version = 2"
         )
     con.close()

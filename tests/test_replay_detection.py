@@ -15,8 +15,7 @@ import importlib
 import json
 import shutil
 import socket
-import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,12 +29,13 @@ from forge_ledger.domain.hashing import chain_hash
 from forge_ledger.domain.values import ParticipantRole, Persona, SessionConfig
 from forge_ledger.engine import prompts, steps
 from forge_ledger.ledger import Ledger, RecordedEvent
-from forge_ledger.ledger.texts import TEXT_TABLE, resolve
+from forge_ledger.ledger.texts import resolve
 from forge_ledger.ledger.verify import verify_session
 from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.providers import get_provider
 from forge_ledger.replay import ReplayResult, replay_session
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
+from helpers_store import raw_connection, unpack
 
 convergence_rules = importlib.import_module("forge_ledger.engine.convergence")
 """The module (``forge_ledger.engine.convergence`` is also the name of a re-exported function)."""
@@ -138,7 +138,8 @@ def _tamper_content(url: str, sid: UUID, position: int, content: str, *, rehash:
     the chain format, which hashes the texts an event refers to): the chain verifies again,
     only replay can tell.
     """
-    conn = sqlite3.connect(url)
+    texts = Ledger(url, create=False)  # reads stored texts as the ledger stores them
+    conn = raw_connection(url)
     try:
         rows = conn.execute(
             "SELECT rowid, originator_version, topic, state FROM stored_events "
@@ -147,7 +148,7 @@ def _tamper_content(url: str, sid: UUID, position: int, content: str, *, rehash:
         ).fetchall()
         prev_hash: str | None = None
         for rowid, version, topic, blob in rows:
-            state = json.loads(blob)
+            state = json.loads(unpack(blob))
             if version == position - 1:
                 prev_hash = state["hash"]
                 continue
@@ -162,7 +163,7 @@ def _tamper_content(url: str, sid: UUID, position: int, content: str, *, rehash:
                     position=version,
                     type_name=topic.removeprefix("forge_ledger:"),
                     timestamp=datetime.fromisoformat(state["timestamp"]["_data_"]),
-                    data=resolve(state["data"], lambda a: _stored_texts(conn, a)),
+                    data=resolve(state["data"], texts.texts),
                     prev_hash=state["prev_hash"],
                 )
                 prev_hash = state["hash"]
@@ -173,12 +174,7 @@ def _tamper_content(url: str, sid: UUID, position: int, content: str, *, rehash:
         conn.commit()
     finally:
         conn.close()
-
-
-def _stored_texts(conn: sqlite3.Connection, addresses: Sequence[str]) -> dict[str, str]:
-    marks = ",".join("?" * len(addresses))
-    sql = f"SELECT sha256, body FROM {TEXT_TABLE} WHERE sha256 IN ({marks})"
-    return dict(conn.execute(sql, list(addresses)).fetchall())
+        texts.close()
 
 
 # --------------------------------------------------------------------------- baseline

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import sqlite3
 import subprocess
 import sys
 import uuid
@@ -24,6 +23,7 @@ from forge_ledger.report import ReportModel, gather, render_html
 from forge_ledger.report._charts import agree_share
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
 from helpers_sessions import build_session, seal_session
+from helpers_store import raw_connection
 from promises_builder import SessionBuilder
 from report_sessions import HOSTILE_DOC, IMG, SCRIPT, audited, demo, hostile
 from test_audit_sessions import _run as run_demo_session
@@ -237,9 +237,9 @@ def test_a_broken_chain_is_reported_in_the_page_and_the_exit_code(
     store.write_bytes(audited_store.read_bytes())
     with Ledger(str(store), create=False) as ledger:
         pos = next(e.position for e in ledger.events(SID) if e.type == "ContributionRecorded")
-    con = sqlite3.connect(store, isolation_level=None)
+    con = raw_connection(store, isolation_level=None)
     con.execute(
-        "UPDATE stored_events SET state = CAST(json_set(CAST(state AS TEXT), "
+        "UPDATE stored_events SET state = CAST(json_set(CAST(unpack(state) AS TEXT), "
         "'$.data.response.content', 'quietly changed') AS BLOB) "
         "WHERE originator_id = ? AND originator_version = ?",
         (SID.hex, pos),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import uuid
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from forge_ledger.domain.hashing import keyed_digest
 from forge_ledger.errors import ChainBrokenError, ImportValidationError, InvariantViolation
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.sealing import seal_session, verify_export
+from helpers_store import raw_connection, unpack
 from promises_builder import THREE_ITERATIONS, build
 
 SID = uuid.UUID(int=1)
@@ -51,11 +51,11 @@ def test_live_session_cannot_be_sealed(store_url: str) -> None:
 
 
 def _tamper(path: str, position: int, old: str, new: str) -> None:
-    with sqlite3.connect(path) as conn:
+    with raw_connection(path) as conn:
         (state,) = conn.execute(
             "SELECT state FROM stored_events WHERE originator_version = ?", (position,)
         ).fetchone()
-        text = bytes(state).decode("utf-8")
+        text = unpack(bytes(state)).decode("utf-8")
         assert old in text
         conn.execute(
             "UPDATE stored_events SET state = ? WHERE originator_version = ?",

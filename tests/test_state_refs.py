@@ -17,6 +17,7 @@ from forge_ledger.domain.texts import TextPool, text_address
 from forge_ledger.domain.values import RoundKind
 from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger
+from forge_ledger.ledger.compression import unpack, unpack_text
 from forge_ledger.ledger.texts import TEXT_TABLE
 from strategies import StepClock, contribute, new_session
 
@@ -56,7 +57,7 @@ def _snapshot_rows(store_url: str, ledger: Ledger) -> list[tuple[int, bytes]]:
     if ledger.location.kind == "sqlite":
         with sqlite3.connect(store_url) as conn:
             rows = conn.execute(f"SELECT originator_version, state FROM {table}").fetchall()
-        return [(int(v), bytes(s)) for v, s in rows]
+        return [(int(v), unpack(bytes(s))) for v, s in rows]
     with recorder.datastore.transaction(commit=False) as curs:
         curs.execute(
             f'SELECT originator_version, state FROM "{ledger.location.schema}"."{table}"'
@@ -65,8 +66,9 @@ def _snapshot_rows(store_url: str, ledger: Ledger) -> list[tuple[int, bytes]]:
 
 
 def test_a_snapshot_holds_no_answer_text(store_url: str) -> None:
-    """The snapshot row has the answers' addresses, not their bytes; the store's text table
-    has every text a snapshot refers to, the short ones (inline in their events) too."""
+    """The snapshot row (uncompressed) has the answers' addresses, not their bytes; the
+    store's text table has every text a snapshot refers to, the short ones (inline in their
+    events) too."""
     with Ledger(store_url, snapshot_interval=5) as ledger:
         agg = _session(ledger, StepClock())
         rows = _snapshot_rows(store_url, ledger)
@@ -111,19 +113,21 @@ def _rewrite_snapshots_inline(path: Path) -> int:
     held by reference (each answer's text inline under ``response.content``), and drop the
     short texts from the text table (a store written before never had them there)."""
     conn = sqlite3.connect(path)
+    short: set[str] = set()
     with conn:
         rows = conn.execute("SELECT originator_id, originator_version, state FROM stored_snapshots")
         for oid, version, blob in rows.fetchall():
-            outer = json.loads(blob)
+            outer = json.loads(unpack(blob))
             box = outer["state"]["state"]
             state = SessionState.load(box["_data_"], fallback=_StoreTexts(path))
             box["_data_"] = json.dumps(state.model_dump_with_answers())
+            short.update(a for a in state.answer_addresses() if len(state.text_pool.text(a)) < 96)
             conn.execute(
                 "UPDATE stored_snapshots SET state = ? WHERE originator_id = ? AND "
                 "originator_version = ?",
                 (json.dumps(outer).encode(), oid, version),
             )
-        conn.execute(f"DELETE FROM {TEXT_TABLE} WHERE LENGTH(body) < 96")
+        conn.executemany(f"DELETE FROM {TEXT_TABLE} WHERE sha256 = ?", [(a,) for a in short])
     count = conn.execute("SELECT COUNT(*) FROM stored_snapshots").fetchone()[0]
     conn.close()
     return int(count)
@@ -138,7 +142,7 @@ class _StoreTexts:
             row = conn.execute(
                 f"SELECT body FROM {TEXT_TABLE} WHERE sha256 = ?", (address,)
             ).fetchone()
-        return str(row[0])
+        return unpack_text(row[0])
 
 
 def test_a_snapshot_written_before_loads(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from forge_ledger.clock import FixedStepClock
 from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger
 from helpers_sessions import BuiltSession, build_session
+from helpers_store import raw_connection
 from hostile_inputs import fingerprint, one_error_line, run_cli
 
 PG_BASE = "postgresql://postgres@127.0.0.1:5432/test"
@@ -171,10 +172,10 @@ def _tamper_vote(path: Path, built: BuiltSession, field: str = "vote.score",
                  value: object = 100) -> int:
     with Ledger(str(path), create=False) as ledger:
         position = next(e.position for e in ledger.events(built.id) if e.type == "VoteRecorded")
-    con = sqlite3.connect(path)
+    con = raw_connection(path)
     with con:
         cur = con.execute(
-            "UPDATE stored_events SET state = CAST(json_set(CAST(state AS TEXT), "
+            "UPDATE stored_events SET state = CAST(json_set(CAST(unpack(state) AS TEXT), "
             f"'$.data.{field}', ?) AS BLOB) "
             "WHERE originator_id = ? AND originator_version = ?",
             (value, built.id.hex, position),

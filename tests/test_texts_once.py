@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from forge_ledger.domain import events as ev
 from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.values import ChatMessage, ModelResponse, RoundKind, SessionStatus
 from forge_ledger.ledger import Ledger, resolve_store, texts, verify_session
+from helpers_store import raw_connection
 from strategies import StepClock, new_session
 
 SYSTEM = "You deliberate on a specification. Answer as JSON: " + "{schema} " * 40
@@ -81,8 +81,8 @@ def _outputs(url: str, tmp: Path) -> dict[str, str]:
 def _text_rows(url: str) -> list[tuple[str, str]]:
     loc = resolve_store(url)
     if loc.kind == "sqlite":
-        with sqlite3.connect(url) as con:
-            return list(con.execute(f"SELECT sha256, body FROM {texts.TEXT_TABLE}"))
+        with raw_connection(url) as con:
+            return list(con.execute(f"SELECT sha256, unpack_text(body) FROM {texts.TEXT_TABLE}"))
     with psycopg.connect(dbname=loc.dbname, host=loc.host, port=loc.port, user=loc.user) as con:
         return list(con.execute(f"SELECT sha256, body FROM {loc.schema}.{texts.TEXT_TABLE}"))
 
@@ -90,7 +90,7 @@ def _text_rows(url: str) -> list[tuple[str, str]]:
 def _execute(url: str, sql_sqlite: str, sql_pg: str, *params: Any) -> None:
     loc = resolve_store(url)
     if loc.kind == "sqlite":
-        with sqlite3.connect(url) as con:
+        with raw_connection(url) as con:
             con.execute(sql_sqlite, params)
         return
     with psycopg.connect(dbname=loc.dbname, host=loc.host, port=loc.port, user=loc.user) as con:
@@ -129,7 +129,7 @@ def test_verify_reports_a_missing_or_altered_text(store_url: str) -> None:
     address = texts.text_address(SYSTEM)
     _execute(
         store_url,
-        f"UPDATE {texts.TEXT_TABLE} SET body = body || 'x' WHERE sha256 = ?",
+        f"UPDATE {texts.TEXT_TABLE} SET body = unpack_text(body) || 'x' WHERE sha256 = ?",
         f"UPDATE {{schema}}.{texts.TEXT_TABLE} SET body = body || 'x' WHERE sha256 = %s",
         address,
     )

@@ -85,15 +85,13 @@ class Deliberation(Aggregate):
         TOPIC = "forge_ledger:Created"
 
         def apply(self, aggregate: Any) -> None:
-            payload = self.payload()
-            sid = str(self.originator_id)
-            if isinstance(payload, ev.SessionForked):
-                state = SessionState.forked(sid, payload, self.timestamp)
-            else:
-                state = SessionState.initial(sid, cast(ev.SessionStarted, payload), self.timestamp)
-            state.version = self.originator_version
-            state.head_hash = self.hash
-            aggregate.state = state
+            aggregate.state = SessionState.begin(
+                str(self.originator_id),
+                self.payload(),
+                position=self.originator_version,
+                at=self.timestamp,
+                hash_=self.hash,
+            )
 
     def __init__(self) -> None:
         """State is set by the created event's ``apply``."""

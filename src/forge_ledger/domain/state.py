@@ -41,6 +41,7 @@ __all__ = [
     "HumanInput",
     "RoundState",
     "SessionState",
+    "fold",
 ]
 
 
@@ -477,6 +478,24 @@ class SessionState(_State):
         state.budget_exhausted = None
         return state
 
+    @classmethod
+    def begin(
+        cls, session_id: str, payload: ev.Payload, *, position: int, at: datetime, hash_: str
+    ) -> SessionState:
+        """The state after a session's first event (``SessionStarted`` or ``SessionForked``)."""
+        if isinstance(payload, ev.SessionForked):
+            state = cls.forked(session_id, payload, at)
+        elif isinstance(payload, ev.SessionStarted):
+            state = cls.initial(session_id, payload, at)
+        else:
+            raise ValueError(
+                f"event {position} of session {session_id} ({type(payload).__name__}) "
+                "has no prior state"
+            )
+        state.version = position
+        state.head_hash = hash_
+        return state
+
     def apply(self, payload: ev.Payload, *, position: int, at: datetime, hash_: str) -> None:
         """Evolve this state by one recorded event (in place)."""
         handler = _HANDLERS.get(type(payload))
@@ -485,6 +504,27 @@ class SessionState(_State):
         self.version = position
         self.updated_at = at
         self.head_hash = hash_
+
+
+def fold(
+    state: SessionState | None,
+    payload: ev.Payload,
+    *,
+    session_id: str,
+    position: int,
+    at: datetime,
+    hash_: str,
+) -> SessionState:
+    """The one fold of a session's events: the state after this event, given the state before
+    it (None before the first). The aggregate, the projections, time travel and the YAML export
+    all fold through here, so they cannot disagree on what a session's state is.
+
+    Mutates and returns ``state``, except at a session's first event.
+    """
+    if state is None or isinstance(payload, ev.SessionStarted | ev.SessionForked):
+        return SessionState.begin(session_id, payload, position=position, at=at, hash_=hash_)
+    state.apply(payload, position=position, at=at, hash_=hash_)
+    return state
 
 
 # --------------------------------------------------------------------------- handlers

@@ -9,10 +9,15 @@ in place of the text; the mapper swaps the texts back when an event is read, so 
 store (state, replay, audit, export) sees exactly the recorded texts. The hash chain covers
 the texts themselves: ``verify`` resolves every reference, checks that the text exists and
 hashes to its address, then hashes the event — old stores (texts inline) verify unchanged.
+
+On SQLite a text's body is stored zlib-compressed when that is smaller (see
+:mod:`~forge_ledger.ledger.compression`); PostgreSQL compresses long values itself (TOAST).
 """
 
 from __future__ import annotations
 
+import json
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +27,8 @@ from eventsourcing.sqlite import SQLiteAggregateRecorder, SQLiteApplicationRecor
 
 from ..domain.texts import text_address
 from ..errors import StoreError
+from .compression import StateCompressor, pack_text, unpack, unpack_text
+from .quotes import QuotedAnswers, pack_with, unpack_with
 
 __all__ = [
     "TEXT_KEYS",
@@ -36,12 +43,14 @@ __all__ = [
 ]
 
 TEXT_TABLE = "forge_texts"
-TEXT_KEYS = frozenset({"content", "partial_text", "text"})
+TEXT_KEYS = frozenset({"content", "partial_text", "reasoning", "text"})
 """Payload keys whose string values are texts (chat message and answer contents, partial
-answers, human input)."""
+answers, human input, and the reasoning of a parsed opinion or vote, which repeats its
+answer's prose)."""
 MIN_LENGTH = 96
 """Shorter texts stay inline: a reference costs about as much as they do."""
 _REF = "sha256"
+_REF_KEY = b'"sha256"'
 _CACHE_SIZE = 4096
 _PREFIX = "forge_ledger:"
 
@@ -104,7 +113,7 @@ def resolve(data: Any, lookup: Lookup, *, check: bool = False) -> Any:
     for address in wanted:
         if address not in texts:
             raise StoreError(
-                f"text {address[:12]} is referenced but missing from the store",
+                f"text {address[:12]} is referenced but missing from the store, or unreadable",
                 hint="restore the store from a backup",
             )
         if check and text_address(texts[address]) != address:
@@ -120,6 +129,8 @@ class StoredEventWithTexts(StoredEvent):
     """A stored event and the texts its state refers to, for the recorder to write with it."""
 
     texts: dict[str, str] = field(default_factory=dict)
+    dictionaries: dict[str, list[str]] = field(default_factory=dict)
+    """Prompt address → the addresses of the answers it quotes (see :mod:`.quotes`)."""
 
 
 class TextMapper(Mapper[Any]):
@@ -133,6 +144,12 @@ class TextMapper(Mapper[Any]):
 
     lookup: Lookup | None = None
 
+    def __init__(self, transcoder: Any, *, compress: bool = True) -> None:
+        # Reading always goes through the compressor, which passes plain JSON through, so a
+        # store holds both forms; ``compress`` only decides how new states are written.
+        super().__init__(transcoder=transcoder, compressor=StateCompressor(write=compress))
+        self.quotes = QuotedAnswers()
+
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         state = vars(domain_event)
         data = state.get("data")
@@ -144,6 +161,8 @@ class TextMapper(Mapper[Any]):
         stored_data = externalise(data, texts)
         if not texts:
             return super().to_stored_event(domain_event)
+        dictionaries = self._dictionaries(data, texts)
+        self._remember_answer(data)
         proxy = object.__new__(type(domain_event))
         object.__setattr__(proxy, "__dict__", {**state, "data": stored_data})
         stored = super().to_stored_event(proxy)
@@ -153,16 +172,54 @@ class TextMapper(Mapper[Any]):
             topic=stored.topic,
             state=stored.state,
             texts=texts,
+            dictionaries=dictionaries,
         )
 
+    def _dictionaries(self, data: dict[str, Any], texts: dict[str, str]) -> dict[str, list[str]]:
+        """For each long text of the event but its own answer (a prompt, the reasoning parsed
+        from an answer), the recent answers it quotes; those are added to ``texts`` so they
+        are certainly stored with it."""
+        response = data.get("response")
+        answer = response.get("content") if isinstance(response, dict) else None
+        out: dict[str, list[str]] = {}
+        for address, text in list(texts.items()):
+            if text == answer:
+                continue
+            quoted = [(a, t) for a, t in self.quotes.quoted_in(text) if a != address]
+            if quoted:
+                out[address] = [a for a, _ in quoted]
+                texts.update(quoted)
+        return out
+
+    def _remember_answer(self, data: dict[str, Any]) -> None:
+        response = data.get("response")
+        content = response.get("content") if isinstance(response, dict) else None
+        if isinstance(content, str):
+            self.quotes.remember(text_address(content), content)
+
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
-        domain_event = super().to_domain_event(stored_event)
-        if not stored_event.topic.startswith(_PREFIX) or self.lookup is None:
+        plain = unpack(stored_event.state)
+        domain_event = super().to_domain_event(
+            StoredEvent(
+                originator_id=stored_event.originator_id,
+                originator_version=stored_event.originator_version,
+                topic=stored_event.topic,
+                state=plain,
+            )
+        )
+        # Most events hold no reference; finding that out by walking the decoded payload cost
+        # more than decoding it, so look for the reference's key in the bytes first.
+        if (
+            not stored_event.topic.startswith(_PREFIX)
+            or self.lookup is None
+            or _REF_KEY not in plain
+        ):
             return domain_event
         state = domain_event.__dict__
         data = state.get("data")
         if isinstance(data, dict):
             state["data"] = resolve(data, self._cached_lookup)
+            self._remember_answer(state["data"])
         return domain_event
 
     def _cached_lookup(self, addresses: Sequence[str]) -> dict[str, str]:
@@ -184,30 +241,36 @@ def texts_of(stored_events: Iterable[StoredEvent]) -> list[tuple[str, str]]:
     return list(rows.items())
 
 
+def dictionaries_of(stored_events: Iterable[StoredEvent]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for s in stored_events:
+        out.update(getattr(s, "dictionaries", None) or {})
+    return out
+
+
 class TextsSQLiteRecorder(SQLiteApplicationRecorder):
     """Writes an event's texts in the transaction that inserts the event."""
 
     def construct_create_table_statements(self) -> list[str]:
-        return [*super().construct_create_table_statements(), _SQLITE_DDL]
+        return [*super().construct_create_table_statements(), _SQLITE_DDL, _DICTIONARIES_DDL]
 
     def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
         _insert_texts(c, stored_events)
         return super()._insert_events(c, stored_events, **kwargs)
 
-    def select_texts(self, addresses: Sequence[str]) -> dict[str, str]:
-        out: dict[str, str] = {}
+    def select_texts(self, addresses: Sequence[str], *, _depth: int = 0) -> dict[str, str]:
+        rows: list[tuple[str, bytes, int, str | None]] = []
         unique = sorted(set(addresses))
         with self.datastore.transaction(commit=False) as c:
             for i in range(0, len(unique), 500):
-                chunk = unique[i : i + 500]
-                marks = ",".join("?" * len(chunk))
-                try:
-                    c.execute(
-                        f"SELECT sha256, body FROM {TEXT_TABLE} WHERE sha256 IN ({marks})", chunk
-                    )
-                except Exception:  # no text table: an old store, or a damaged one
-                    return out
-                out.update({row[0]: row[1] for row in c.fetchall()})
+                rows += _select_rows(c, unique[i : i + 500])
+        out = _readable((a, body, z) for a, body, z, members in rows if members is None)
+        quoting = [(a, body, json.loads(m)) for a, body, _, m in rows if m is not None]
+        # A text's quoted answers were stored before it, so there is no cycle; the bound only
+        # keeps a damaged table from recursing.
+        if quoting and _depth < _MAX_DEPTH:
+            wanted = sorted({m for _, _, ms in quoting for m in ms})
+            out.update(_unquoted(quoting, self.select_texts(wanted, _depth=_depth + 1)))
         return out
 
 
@@ -222,13 +285,100 @@ class TextsSQLiteSnapshotRecorder(SQLiteAggregateRecorder):
 
 
 def _insert_texts(c: Any, stored_events: Sequence[StoredEvent]) -> None:
+    """The texts of ``stored_events`` not stored yet, in the caller's transaction."""
     rows = texts_of(stored_events)
     if rows:
         c.execute(_SQLITE_DDL)
-        c.executemany(f"INSERT OR IGNORE INTO {TEXT_TABLE} (sha256, body) VALUES (?, ?)", rows)
+        c.execute(_DICTIONARIES_DDL)
+        new = _absent(c, dict(rows))
+        dictionaries = dictionaries_of(stored_events)
+        c.executemany(
+            f"INSERT OR IGNORE INTO {TEXT_TABLE} (sha256, body) VALUES (?, ?)",
+            [(a, _body(t, dictionaries.get(a), dict(rows))) for a, t in new.items()],
+        )
+        c.executemany(
+            f"INSERT OR IGNORE INTO {DICTIONARIES_TABLE} (sha256, members) VALUES (?, ?)",
+            [(a, json.dumps(dictionaries[a])) for a in new if a in dictionaries],
+        )
 
 
-_SQLITE_DDL = (
-    f"CREATE TABLE IF NOT EXISTS {TEXT_TABLE} (sha256 TEXT PRIMARY KEY, body TEXT NOT NULL) "
-    "WITHOUT ROWID"
+def _select_rows(c: Any, chunk: Sequence[str]) -> list[tuple[str, bytes, int, str | None]]:
+    """Stored rows (address, body as bytes, compressed?, quoted answers as JSON or None)."""
+    marks = ",".join("?" * len(chunk))
+    body = "CAST(t.body AS BLOB), typeof(t.body) = 'blob'"
+    try:
+        c.execute(
+            f"SELECT t.sha256, {body}, d.members FROM {TEXT_TABLE} t "
+            f"LEFT JOIN {DICTIONARIES_TABLE} d ON d.sha256 = t.sha256 "
+            f"WHERE t.sha256 IN ({marks})",
+            chunk,
+        )
+        return list(c.fetchall())
+    except Exception:  # a store from before prompts were stored against their quotes
+        pass
+    try:
+        c.execute(f"SELECT t.sha256, {body} FROM {TEXT_TABLE} t WHERE t.sha256 IN ({marks})", chunk)
+    except Exception:  # no text table: an old store, or a damaged one
+        return []
+    return [(a, b, z, None) for a, b, z in c.fetchall()]
+
+
+def _unquoted(
+    quoting: Iterable[tuple[str, bytes, list[str]]], members: dict[str, str]
+) -> dict[str, str]:
+    """Prompts packed against the answers they quote; one whose answers are missing or which
+    does not unpack is left out (reported as missing or unreadable)."""
+    out: dict[str, str] = {}
+    for address, body, quoted in quoting:
+        if all(m in members for m in quoted):
+            try:
+                out[address] = unpack_with(body, [members[m] for m in quoted])
+            except (zlib.error, UnicodeDecodeError):
+                continue
+    return out
+
+
+def _absent(c: Any, texts: dict[str, str]) -> dict[str, str]:
+    """The texts not stored yet: packing one costs more than looking it up (a system prompt is
+    in every event of a session)."""
+    present: set[str] = set()
+    addresses = list(texts)
+    for i in range(0, len(addresses), 500):
+        chunk = addresses[i : i + 500]
+        marks = ",".join("?" * len(chunk))
+        c.execute(f"SELECT sha256 FROM {TEXT_TABLE} WHERE sha256 IN ({marks})", chunk)
+        present.update(row[0] for row in c.fetchall())
+    return {a: t for a, t in texts.items() if a not in present}
+
+
+def _body(text: str, quoted: list[str] | None, texts: dict[str, str]) -> str | bytes:
+    """A text's stored body: packed against the answers it quotes, or on its own."""
+    if quoted:
+        return pack_with(text, [texts[m] for m in quoted])
+    return pack_text(text)
+
+
+def _readable(rows: Iterable[tuple[str, bytes, int]]) -> dict[str, str]:
+    """Stored texts by address, each read as bytes (a damaged TEXT body is not valid UTF-8,
+    which the driver would refuse to fetch); one that cannot be read is left out, and is then
+    reported as missing or unreadable."""
+    out: dict[str, str] = {}
+    for address, body, compressed in rows:
+        try:
+            out[address] = unpack_text(body) if compressed else bytes(body).decode("utf-8")
+        except (zlib.error, UnicodeDecodeError):
+            continue
+    return out
+
+
+_MAX_DEPTH = 4
+DICTIONARIES_TABLE = "forge_text_quotes"
+_DICTIONARIES_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {DICTIONARIES_TABLE} "
+    "(sha256 TEXT PRIMARY KEY, members TEXT NOT NULL) WITHOUT ROWID"
 )
+"""A prompt packed against the answers it quotes: their addresses, in dictionary order."""
+_SQLITE_DDL = f"CREATE TABLE IF NOT EXISTS {TEXT_TABLE} (sha256 TEXT PRIMARY KEY, body NOT NULL)"
+"""A rowid table: a text is a few KB, and SQLite packs such rows into overflow pages far better
+in a rowid table than in a WITHOUT ROWID one (which held 466 KB of texts in 1.2 MB of pages).
+The body has no declared type: a compressed body is a BLOB, a plain one TEXT."""

@@ -23,7 +23,7 @@ import yaml
 
 from ..domain import events as ev
 from ..domain.recorded import EventLike
-from ..domain.state import RoundState, SessionState
+from ..domain.state import RoundState, SessionState, fold
 from ..domain.values import Mode, RoundKind, SessionStatus
 from ..engine.ems import ems_score
 from .schema import FORMAT_VERSION, iso
@@ -81,13 +81,14 @@ class _Fold:
         payload = ev.payload_class(event.type).model_validate(event.data)
         at = event.timestamp
         if self.state is None:
-            if isinstance(payload, ev.SessionForked):
-                self.state = SessionState.forked(event.session_id, payload, at)
-            else:
-                assert isinstance(payload, ev.SessionStarted)
-                self.state = SessionState.initial(event.session_id, payload, at)
-            self.state.version = event.position
-            self.state.head_hash = event.hash
+            self.state = fold(
+                None,
+                payload,
+                session_id=event.session_id,
+                position=event.position,
+                at=at,
+                hash_=event.hash,
+            )
             self.last_at = at
             return
         if self.imported is not None:

@@ -1,0 +1,93 @@
+"""Prompts stored against the answers they quote.
+
+A prompt quotes earlier answers (the draft to critique, the critiques received, the previous
+synthesis), so stored whole, the prompts of a session hold every answer several times over:
+half of a session's stored text. On SQLite a prompt is instead compressed with zlib using the
+answers it quotes as the preset dictionary, and the row lists those answers' addresses: a
+quoted answer then costs a few bytes per 258 quoted characters, and the prompt is, in effect,
+its own words plus references to the answers it quotes. The answers themselves are stored once,
+under their own addresses, in the same transaction (they are written with the prompt if they
+are not there yet).
+
+Which answers a prompt quotes is found by looking, not by being told: each recent answer (the
+last :data:`RECENT` this process wrote or read) is probed with a few short windows of its text,
+and the answers whose windows occur in the prompt form the dictionary. A wrong guess costs only
+compression; the text read back is always exactly the prompt (``verify`` hashes it).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import OrderedDict
+from collections.abc import Sequence
+
+__all__ = ["MIN_PROMPT", "RECENT", "QuotedAnswers", "pack_with", "unpack_with"]
+
+RECENT = 64
+"""Answers remembered per process (a few rounds of a large panel)."""
+MIN_PROMPT = 512
+"""Shorter prompts are compressed on their own."""
+MIN_ANSWER = 256
+"""Shorter answers are not worth a dictionary entry."""
+_WINDOW = 48
+_DICTIONARY_BYTES = 32 * 1024
+"""zlib looks back at most 32 KiB, so a longer dictionary would only cost time."""
+_LEVEL = 6
+
+
+class QuotedAnswers:
+    """The recent answers a prompt may quote (address → text), most recent last."""
+
+    def __init__(self) -> None:
+        self._answers: OrderedDict[str, str] = OrderedDict()
+
+    def remember(self, address: str, text: str) -> None:
+        if len(text) < MIN_ANSWER:
+            return
+        self._answers[address] = text
+        self._answers.move_to_end(address)
+        while len(self._answers) > RECENT:
+            self._answers.popitem(last=False)
+
+    def quoted_in(self, prompt: str) -> list[tuple[str, str]]:
+        """The remembered answers that ``prompt`` appears to quote, newest first, up to
+        zlib's window."""
+        if len(prompt) < MIN_PROMPT:
+            return []
+        found: list[tuple[str, str]] = []
+        size = 0
+        for address, text in reversed(self._answers.items()):
+            if _probes_hit(text, prompt):
+                found.append((address, text))
+                size += len(text.encode("utf-8"))
+                if size >= _DICTIONARY_BYTES:
+                    break
+        return found
+
+
+def _probes_hit(answer: str, prompt: str) -> bool:
+    """Whether a window from the first, middle or last part of ``answer`` occurs in ``prompt``
+    (a quote may be the whole answer or one field of a structured one)."""
+    n = len(answer)
+    for start in (n // 8, n // 2, (7 * n) // 8 - _WINDOW):
+        window = answer[max(0, start) : max(0, start) + _WINDOW]
+        if len(window) == _WINDOW and window in prompt:
+            return True
+    return False
+
+
+def _dictionary(members: Sequence[str]) -> bytes:
+    # The newest answer last: zlib reaches the end of its dictionary most cheaply.
+    return "\n".join(reversed(members)).encode("utf-8")[-_DICTIONARY_BYTES:]
+
+
+def pack_with(text: str, members: Sequence[str]) -> bytes:
+    """``text`` compressed with ``members`` (the quoted answers' texts) as the dictionary."""
+    packer = zlib.compressobj(_LEVEL, zdict=_dictionary(members))
+    return packer.compress(text.encode("utf-8")) + packer.flush()
+
+
+def unpack_with(body: bytes, members: Sequence[str]) -> str:
+    """The text :func:`pack_with` packed, given the same members in the same order."""
+    unpacker = zlib.decompressobj(zdict=_dictionary(members))
+    return (unpacker.decompress(body) + unpacker.flush()).decode("utf-8")

@@ -1,0 +1,184 @@
+"""Prompts (and parsed reasoning) stored against the answers they quote, on SQLite.
+
+A prompt that quotes earlier answers is packed with those answers as its zlib dictionary and
+lists their addresses; everything read back is the exact text, a fresh process reads it too, and
+losing or altering what it depends on is reported, never read as a different text.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+import zlib
+from datetime import datetime
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from forge_ledger.domain import events as ev
+from forge_ledger.domain.aggregate import Deliberation
+from forge_ledger.domain.values import (
+    ChatMessage,
+    ConvergenceVote,
+    ModelResponse,
+    RoundKind,
+    SessionStatus,
+)
+from forge_ledger.ledger import Ledger, texts, verify_session
+from forge_ledger.ledger.quotes import QuotedAnswers, pack_with, unpack_with
+from helpers_store import raw_connection
+from strategies import StepClock, new_session
+
+SID = uuid.UUID("00000000-0000-4000-8000-0000000000ab")
+_WORDS = [
+    "ledger", "event", "replay", "vote", "draft", "critique", "synthesis", "retention", "schema",
+    "audit",
+]
+
+
+def _prose(seed: str, words: int = 300) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(_WORDS) + str(rng.randint(0, 999)) for _ in range(words))
+
+
+def _record(agg: Deliberation, n: int, who: str, prompt: str, answer: str, at: datetime) -> None:
+    msgs = [
+        ChatMessage(role="system", content="You deliberate on a specification."),
+        ChatMessage(role="user", content=prompt),
+    ]
+    agg.record_contribution(
+        round=n,
+        participant=who,
+        model="openai/scripted",
+        messages=msgs,
+        params=ev.CallParams(temperature=0.2, max_tokens=256),
+        prompt_hash=ev.prompt_hash(msgs),
+        response=ModelResponse(content=answer, model="openai/scripted"),
+        at=at,
+    )
+
+
+def _build() -> tuple[Deliberation, dict[str, str]]:
+    """Drafts, critique prompts quoting the other's draft, and a vote whose reasoning is
+    quoted from its answer."""
+    clock = StepClock()
+    agg = new_session(2, clock=clock, session_id=SID)
+    a, b = agg.state.participant_names
+    drafts = {who: _prose(f"draft/{who}") for who in (a, b)}
+    n = agg.start_round(kind=RoundKind.DRAFT, iteration=1, participants=[a, b], at=clock())
+    for who in (a, b):
+        _record(agg, n, who, f"Write a draft, {who}. " * 4, drafts[who], clock())
+    agg.complete_round(round=n, at=clock())
+    prompts = {}
+    n = agg.start_round(
+        kind=RoundKind.CRITIQUE, iteration=1, participants=[a, b], at=clock(),
+        targets={a: b, b: a},
+    )
+    for who, other in ((a, b), (b, a)):
+        prompts[who] = f"## Draft by {other} to critique\n\n{drafts[other]}\n\nReview it."
+        _record(agg, n, who, prompts[who], _prose(f"critique/{who}", 60), clock())
+    agg.complete_round(round=n, at=clock())
+    n = agg.start_round(kind=RoundKind.CONVERGENCE, iteration=1, participants=[a, b], at=clock())
+    for who in (a, b):
+        reasoning = _prose(f"vote/{who}", 80)
+        answer = json.dumps({"agrees": True, "score": 90, "reasoning": reasoning})
+        _record(agg, n, who, f"Vote, {who}. " * 4, answer, clock())
+        agg.record_vote(
+            round=n, participant=who,
+            vote=ConvergenceVote(agrees=True, score=90, reasoning=reasoning), at=clock(),
+        )
+    agg.complete_round(round=n, at=clock())
+    agg.finish(SessionStatus.CONVERGED, at=clock())
+    return agg, drafts | {f"prompt/{k}": v for k, v in prompts.items()}
+
+
+def _payloads(url: str) -> list[dict[str, object]]:
+    with Ledger(url, create=False) as ledger:  # a fresh mapper: nothing remembered
+        return [e.data for e in ledger.events(SID)]
+
+
+def test_a_prompt_is_stored_against_the_answer_it_quotes(sqlite_url: str) -> None:
+    agg, parts = _build()
+    written = [dict(e.data) for e in agg.pending_events if hasattr(e, "data")]
+    with Ledger(sqlite_url) as ledger:
+        ledger.save(agg)
+        assert verify_session(ledger, SID).ok
+    assert _payloads(sqlite_url) == written
+
+    with raw_connection(sqlite_url) as con:
+        quotes = dict(con.execute(f"SELECT sha256, members FROM {texts.DICTIONARIES_TABLE}"))
+        bodies = dict(con.execute(f"SELECT sha256, body FROM {texts.TEXT_TABLE}"))
+    a, b = agg.state.participant_names
+    prompt = texts.text_address(parts[f"prompt/{a}"])
+    assert json.loads(quotes[prompt]) == [texts.text_address(parts[b])]
+    alone = len(zlib.compress(parts[f"prompt/{a}"].encode()))
+    assert len(bodies[prompt]) < alone / 5, (len(bodies[prompt]), alone)
+
+
+def test_parsed_reasoning_is_a_reference_packed_against_its_answer(sqlite_url: str) -> None:
+    agg, _ = _build()
+    with Ledger(sqlite_url) as ledger:
+        ledger.save(agg)
+    votes = [e for e in _payloads(sqlite_url) if "vote" in e]
+    reasoning = votes[0]["vote"]["reasoning"]  # type: ignore[index]
+    with raw_connection(sqlite_url) as con:
+        rows = [
+            json.loads(unpack_state)
+            for (unpack_state,) in con.execute(
+                "SELECT unpack(state) FROM stored_events WHERE topic = 'forge_ledger:VoteRecorded'"
+            )
+        ]
+        members = con.execute(
+            f"SELECT members FROM {texts.DICTIONARIES_TABLE} WHERE sha256 = ?",
+            (texts.text_address(reasoning),),
+        ).fetchone()
+    assert rows[0]["data"]["vote"]["reasoning"] == {"sha256": texts.text_address(reasoning)}
+    assert members is not None  # packed against the vote's answer, which quotes it
+
+
+def test_losing_the_quote_list_or_a_quoted_answer_is_reported(sqlite_url: str) -> None:
+    agg, parts = _build()
+    with Ledger(sqlite_url) as ledger:
+        ledger.save(agg)
+    a = agg.state.participant_names[0]
+    prompt = texts.text_address(parts[f"prompt/{a}"])
+    with raw_connection(sqlite_url) as con:
+        con.execute(f"DELETE FROM {texts.DICTIONARIES_TABLE} WHERE sha256 = ?", (prompt,))
+    with Ledger(sqlite_url, create=False) as ledger:
+        report = verify_session(ledger, SID)
+    assert not report.ok and "missing from the store, or unreadable" in report.problem
+
+
+def test_an_altered_quoted_answer_is_reported(sqlite_url: str) -> None:
+    agg, parts = _build()
+    with Ledger(sqlite_url) as ledger:
+        ledger.save(agg)
+    _, b = agg.state.participant_names
+    with raw_connection(sqlite_url) as con:
+        con.execute(
+            f"UPDATE {texts.TEXT_TABLE} SET body = ? WHERE sha256 = ?",
+            (parts[b].replace("vote", "veto", 1), texts.text_address(parts[b])),
+        )
+    with Ledger(sqlite_url, create=False) as ledger:
+        report = verify_session(ledger, SID)
+    assert not report.ok and report.position is not None
+    assert report.position <= 7  # at the draft itself, before any prompt quoting it
+
+
+def test_the_quoted_answers_are_found_by_looking() -> None:
+    quotes = QuotedAnswers()
+    answers = {f"a{i}": _prose(f"answer/{i}") for i in range(5)}
+    for address, text in answers.items():
+        quotes.remember(address, text)
+    middle = answers["a2"][len(answers["a2"]) // 3 : 2 * len(answers["a2"]) // 3]
+    prompt = f"Intro.\n{answers['a3']}\nA field quoted: {middle}\nEnd."
+    assert [a for a, _ in quotes.quoted_in(prompt)] == ["a3", "a2"]
+    assert quotes.quoted_in("short") == []
+    assert quotes.quoted_in(_prose("unrelated")) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(min_size=0, max_size=3000), st.lists(st.text(max_size=500), max_size=4))
+def test_packing_against_members_round_trips(text: str, members: list[str]) -> None:
+    assert unpack_with(pack_with(text, members), members) == text
