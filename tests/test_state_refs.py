@@ -224,3 +224,13 @@ def test_text_pool_falls_back_and_is_shared_by_copies() -> None:
     import copy
 
     assert copy.deepcopy(pool) is pool
+
+
+def test_a_restored_state_reads_its_answers_after_the_ledger_is_closed(store_url: str) -> None:
+    """A command may print a state after closing the store it loaded it from."""
+    with Ledger(store_url, snapshot_interval=4) as ledger:
+        agg = _session(ledger, StepClock())
+    with Ledger(store_url, snapshot_interval=4, create=False) as ledger:
+        state = ledger.state(agg.id)
+        assert state.text_pool.fallback is not None
+    assert _answers(state) == _answers(agg.state)

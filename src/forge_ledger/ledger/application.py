@@ -316,6 +316,7 @@ class Ledger:
     ) -> None:
         self.location = store if isinstance(store, StoreLocation) else resolve_store(store)
         self.read_only = False
+        self._closed = False
         env = self.location.eventsourcing_env()
         if self.location.kind == "sqlite":
             assert self.location.path is not None
@@ -364,6 +365,7 @@ class Ledger:
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
+        self._closed = True
         with contextlib.suppress(Exception):
             self.app.close()
 
@@ -577,7 +579,15 @@ class Ledger:
         )
 
     def texts(self, addresses: Sequence[str]) -> dict[str, str]:
-        """The stored texts at these addresses (address → text); missing ones are absent."""
+        """The stored texts at these addresses (address → text); missing ones are absent.
+
+        A session state restored from a snapshot reads its answers through here when asked,
+        and may be asked after this ledger is closed (a command prints what it loaded once
+        the store is closed); the texts are then read through a short-lived reopening.
+        """
+        if self._closed:
+            with Ledger(self.location, create=False, snapshot_interval=0) as reopened:
+                return reopened.texts(addresses)
         recorder = cast(TextsSQLiteRecorder, self.app.recorder)  # or TextsPostgresRecorder
         return recorder.select_texts(addresses)
 
