@@ -86,6 +86,9 @@ class ContributionState(_State):
     @model_validator(mode="before")
     @classmethod
     def _drop_inline_texts(cls, data: Any, info: ValidationInfo) -> Any:
+        """A state written before holds the prompt and the answer inline: the prompt is in its
+        event already, the answer moves into the loading state's pool (see
+        :meth:`SessionState.load`); without a pool the text would be lost, so that fails."""
         if not isinstance(data, dict):
             return data
         if "messages" in data:
@@ -99,7 +102,7 @@ class ContributionState(_State):
             data = {
                 **data,
                 "response": {k: v for k, v in response.items() if k != "content"},
-                "answer_sha256": pool.add(text if isinstance(text, str) else ""),
+                "answer_sha256": pool.add(str(text)),
             }
         return data
 
