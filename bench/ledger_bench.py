@@ -46,7 +46,7 @@ from forge_ledger.domain.values import (
 )
 from forge_ledger.ledger import Ledger, resolve_store
 
-APPEND_RATIO_GOAL = 0.4
+APPEND_RATIO_GOAL = 0.5
 STATE_LATENCY_GOAL_MS = 10.0
 DEFAULT_PG = os.environ.get("FORGE_LEDGER_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 

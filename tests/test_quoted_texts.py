@@ -182,3 +182,25 @@ def test_the_quoted_answers_are_found_by_looking() -> None:
 @given(st.text(min_size=0, max_size=3000), st.lists(st.text(max_size=500), max_size=4))
 def test_packing_against_members_round_trips(text: str, members: list[str]) -> None:
     assert unpack_with(pack_with(text, members), members) == text
+
+
+def test_the_top_level_decoder_agrees_with_the_full_one() -> None:
+    """Typed values are decoded at the top level; anything deeper goes to the full decoder."""
+    from datetime import UTC
+
+    from eventsourcing.persistence import DatetimeAsISO, JSONTranscoder
+
+    from forge_ledger.ledger.compression import TopLevelTranscoder
+
+    inner = JSONTranscoder()
+    inner.register(DatetimeAsISO())
+    fast = TopLevelTranscoder(inner)
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    docs = [
+        {"timestamp": at, "data": {"text": 'a "_type_" in a text', "n": 1}},
+        {"data": {"nested": {"when": at}}},  # deeper: the full decoder
+        {"plain": [1, 2, {"x": None}]},
+    ]
+    for doc in docs:
+        raw = inner.encode(doc)
+        assert fast.decode(raw) == inner.decode(raw) == doc

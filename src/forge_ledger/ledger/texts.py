@@ -17,6 +17,7 @@ On SQLite a text's body is stored zlib-compressed when that is smaller (see
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from eventsourcing.sqlite import SQLiteAggregateRecorder, SQLiteApplicationRecor
 
 from ..domain.texts import text_address
 from ..errors import StoreError
-from .compression import StateCompressor, pack_text, unpack, unpack_text
+from .compression import StateCompressor, TopLevelTranscoder, pack_text, unpack, unpack_text
 from .quotes import QuotedAnswers, pack_with, unpack_with
 
 __all__ = [
@@ -51,6 +52,12 @@ MIN_LENGTH = 96
 """Shorter texts stay inline: a reference costs about as much as they do."""
 _REF = "sha256"
 _REF_KEY = b'"sha256"'
+_REF_PATTERN = re.compile(
+    rb'"(' + b"|".join(re.escape(k.encode()) for k in sorted(TEXT_KEYS))
+    + rb')"\s*:\s*\{\s*"sha256"\s*:\s*"([0-9a-f]{64})"\s*\}'
+)
+"""A reference under a text key, as any JSON writer spaces it (a PostgreSQL row may have been
+re-serialised through ``jsonb``)."""
 _CACHE_SIZE = 4096
 _PREFIX = "forge_ledger:"
 
@@ -112,16 +119,20 @@ def resolve(data: Any, lookup: Lookup, *, check: bool = False) -> Any:
     texts = lookup(wanted)
     for address in wanted:
         if address not in texts:
-            raise StoreError(
-                f"text {address[:12]} is referenced but missing from the store, or unreadable",
-                hint="restore the store from a backup",
-            )
+            raise _missing(address)
         if check and text_address(texts[address]) != address:
             raise StoreError(
                 f"text {address[:12]} does not hash to its address (the text was altered)",
                 hint="restore the store from a backup",
             )
     return _substitute(data, texts)
+
+
+def _missing(address: str) -> StoreError:
+    return StoreError(
+        f"text {address[:12]} is referenced but missing from the store, or unreadable",
+        hint="restore the store from a backup",
+    )
 
 
 @dataclass(frozen=True)
@@ -147,7 +158,10 @@ class TextMapper(Mapper[Any]):
     def __init__(self, transcoder: Any, *, compress: bool = True) -> None:
         # Reading always goes through the compressor, which passes plain JSON through, so a
         # store holds both forms; ``compress`` only decides how new states are written.
-        super().__init__(transcoder=transcoder, compressor=StateCompressor(write=compress))
+        super().__init__(
+            transcoder=TopLevelTranscoder(transcoder),
+            compressor=StateCompressor(write=compress),
+        )
         self.quotes = QuotedAnswers()
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
@@ -199,6 +213,8 @@ class TextMapper(Mapper[Any]):
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         plain = unpack(stored_event.state)
+        if self.lookup is not None and stored_event.topic.startswith(_PREFIX):
+            plain = self._inline(plain)
         domain_event = super().to_domain_event(
             StoredEvent(
                 originator_id=stored_event.originator_id,
@@ -207,20 +223,33 @@ class TextMapper(Mapper[Any]):
                 state=plain,
             )
         )
-        # Most events hold no reference; finding that out by walking the decoded payload cost
-        # more than decoding it, so look for the reference's key in the bytes first.
-        if (
-            not stored_event.topic.startswith(_PREFIX)
-            or self.lookup is None
-            or _REF_KEY not in plain
-        ):
-            return domain_event
-        state = domain_event.__dict__
-        data = state.get("data")
+        data = domain_event.__dict__.get("data")
         if isinstance(data, dict):
-            state["data"] = resolve(data, self._cached_lookup)
-            self._remember_answer(state["data"])
+            self._remember_answer(data)
         return domain_event
+
+    def _inline(self, plain: bytes) -> bytes:
+        """The stored JSON with each reference replaced by its text, as JSON, before decoding.
+
+        Substituting in the bytes costs a search; walking the decoded payload for references
+        (most events have none) cost more than decoding it. A reference can only be the whole
+        value of a text key: inside a JSON string its quotes would be escaped.
+        """
+        if _REF_KEY not in plain:
+            return plain
+        addresses = [m.group(2).decode("ascii") for m in _REF_PATTERN.finditer(plain)]
+        if not addresses:
+            return plain
+        texts = self._cached_lookup(addresses)
+        for address in addresses:
+            if address not in texts:
+                raise _missing(address)
+
+        def text(m: re.Match[bytes]) -> bytes:
+            body = json.dumps(texts[m.group(2).decode("ascii")], ensure_ascii=False)
+            return b'"' + m.group(1) + b'":' + body.encode("utf-8")
+
+        return _REF_PATTERN.sub(text, plain)
 
     def _cached_lookup(self, addresses: Sequence[str]) -> dict[str, str]:
         """Texts never change under their address, so recently read ones are kept (a system
