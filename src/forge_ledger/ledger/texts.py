@@ -255,12 +255,17 @@ class TextMapper(Mapper[Any]):
         """Texts never change under their address, so recently read ones are kept (a system
         prompt is referred to by every call of a session); ``verify`` reads the store itself."""
         cache: dict[str, str] = self.__dict__.setdefault("_cache", {})
-        missing = [a for a in addresses if a not in cache]
+        found = {a: cache[a] for a in addresses if a in cache}
+        missing = [a for a in addresses if a not in found]
         if missing and self.lookup is not None:
-            if len(cache) > _CACHE_SIZE:
+            fetched = self.lookup(missing)
+            found.update(fetched)
+            # Evict after answering: clearing first dropped texts this very call had found in
+            # the cache (a long session's events then read as missing their texts).
+            if len(cache) + len(fetched) > _CACHE_SIZE:
                 cache.clear()
-            cache.update(self.lookup(missing))
-        return {a: cache[a] for a in addresses if a in cache}
+            cache.update(fetched)
+        return found
 
 
 def texts_of(stored_events: Iterable[StoredEvent]) -> list[tuple[str, str]]:
