@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from forge_ledger.domain import RoundKind, RoundState, SessionState
+from forge_ledger.domain import RoundKind, RoundState, SessionState, canonical_json
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
 from forge_ledger.domain.values import ConvergenceVote
@@ -30,7 +30,7 @@ from forge_ledger.engine.conformity import (
     round_changes,
 )
 
-from .base import EventLike, Op, Projection, Put, dumps
+from .base import EventLike, Op, Projection, Put
 from .session_state import fold_events
 
 __all__ = [
@@ -330,7 +330,7 @@ class ConsensusProjection(Projection):
                 "stance": v.stance,
                 "agrees": int(v.agrees),
                 "score": v.score,
-                "concerns_json": dumps(list(v.concerns)),
+                "concerns_json": canonical_json(list(v.concerns)),
                 "previous_round": v.previous_round,
                 "previous_stance": v.previous_stance,
                 "changed": int(v.changed),
