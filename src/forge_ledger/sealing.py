@@ -27,7 +27,7 @@ import yaml
 from .bounded_yaml import load_yaml, read_yaml_file
 from .clock import Clock
 from .domain.hashing import keyed_digest
-from .errors import ChainBrokenError, ImportValidationError, InvariantViolation
+from .errors import ChainBrokenError, ImportValidationError
 from .ledger import ChainReport, Ledger, verify_session
 
 __all__ = ["ExportReport", "check_stored_chain", "seal_session", "verify_export"]
@@ -44,16 +44,7 @@ def seal_session(
     sid = ledger.resolve(session_id)
     agg = ledger.get(sid)
     state = agg.state
-    if not state.status.terminal:
-        raise InvariantViolation(
-            f"session {sid} is {state.status.value}; only a finished session can be sealed",
-            hint="finish it first (converged, complete, aborted or timed out)",
-        )
-    if state.seal is not None:
-        raise InvariantViolation(
-            f"session {sid} is already sealed (root hash {str(state.seal['root_hash'])[:16]}…)",
-            hint="'forge-ledger verify' checks the existing seal",
-        )
+    agg.require_sealable()
     before = verify_session(ledger, sid)
     if not before.ok:
         raise ChainBrokenError(
