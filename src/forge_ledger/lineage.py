@@ -169,14 +169,10 @@ def fork(
     pid = ledger.resolve(parent_id)
     position = fork_position(ledger, pid, at_iteration=at_iteration, at_event=at_event)
     parent = ledger.state(pid, at_event=position)
-    if parent.open_round is not None:
-        r = parent.open_round
-        raise InvariantViolation(
-            f"cannot fork at event {position}: round {r.number} ({r.kind.value}) is still open "
-            "there",
-            hint=f"fork at an iteration boundary (--at-iteration {max(parent.iteration - 1, 1)}) "
-            f"or at event {_round_end(ledger, pid, r.number) or 'after the round completed'}",
-        )
+    try:
+        Deliberation.require_forkable(parent)
+    except InvariantViolation as e:
+        raise InvariantViolation(e.message, hint=_fork_hint(ledger, pid, parent)) from None
     people = list(parent.participants)
     if participants is not None:
         people = _checked_participants(parent, participants)
@@ -209,6 +205,16 @@ def _checked_participants(
         )
     order = {n: i for i, n in enumerate(parent.participant_names)}
     return sorted(participants, key=lambda p: order[p.name])
+
+
+def _fork_hint(ledger: Ledger, pid: UUID, parent: SessionState) -> str:
+    """Where to fork instead of inside the open round: the store knows where it ends."""
+    r = parent.open_round
+    end = _round_end(ledger, pid, r.number) if r is not None else None
+    return (
+        f"fork at an iteration boundary (--at-iteration {max(parent.iteration - 1, 1)}) "
+        f"or at event {end or 'after the round completed'}"
+    )
 
 
 def _round_end(ledger: Ledger, session_id: UUID, number: int) -> int | None:

@@ -120,6 +120,22 @@ class Deliberation(Aggregate):
             agg.join(p, at=at)
         return agg
 
+    @staticmethod
+    def require_forkable(parent: SessionState) -> None:
+        """Refuse to fork where a round is open: the fork would inherit a half-run round.
+
+        The one place of that rule: :meth:`fork` checks it, and so does forking a stored
+        session before it resolves participants and config (it adds a hint naming the events
+        to fork at instead).
+        """
+        r = parent.open_round
+        if r is not None:
+            raise InvariantViolation(
+                f"cannot fork at event {parent.version}: round {r.number} ({r.kind.value}) is "
+                "still open there",
+                hint="fork at an iteration boundary or at an event after the round completed",
+            )
+
     @classmethod
     def fork(
         cls,
@@ -130,12 +146,7 @@ class Deliberation(Aggregate):
         participants: Sequence[Participant] = (),
         at: datetime,
     ) -> Deliberation:
-        if parent.open_round is not None:
-            raise InvariantViolation(
-                f"cannot fork at position {parent.version}: round {parent.open_round.number} "
-                "is still open there",
-                hint="fork at an iteration boundary or at a position after the round completed",
-            )
+        cls.require_forkable(parent)
         origin = ev.ForkOrigin(
             parent_id=parent.id,
             parent_position=parent.version,
