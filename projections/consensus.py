@@ -22,6 +22,7 @@ from typing import Any
 from forge_ledger.domain import RoundKind, RoundState, SessionState, canonical_json
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
+from forge_ledger.domain.text import text_key
 from forge_ledger.domain.values import ConvergenceVote
 from forge_ledger.engine.conformity import (
     Influence,
@@ -183,10 +184,6 @@ def _between(state: SessionState, after: int, before: int) -> list[RoundState]:
     return [r for r in rounds if after < r.number < before]
 
 
-def _norm(text: str) -> str:
-    return " ".join(text.lower().split())
-
-
 def influence_json(i: Influence) -> dict[str, Any]:
     """An influence edge as the trail and the audit print it: who moved whom, with a quote."""
     return {"from": i.author, "to": i.participant, "round": i.round, "topic": i.topic,
@@ -247,7 +244,7 @@ def trail_round(state: SessionState, number: int) -> TrailRound | None:
         after = prev_round.number if prev_round is not None else 0
         stance = vote.effective_stance
         changed = prev_vote is not None and prev_vote.effective_stance is not stance
-        reasoning_changed = prev_vote is not None and _norm(prev_vote.reasoning) != _norm(
+        reasoning_changed = prev_vote is not None and text_key(prev_vote.reasoning) != text_key(
             vote.reasoning
         )
         trail.append(
