@@ -26,6 +26,7 @@ from rich.text import Text
 
 from ..domain import events as ev
 from ..domain.state import ContributionState, DivergenceState, RoundState, SessionState
+from ..domain.text import clip
 from ..errors import ChainBrokenError, UsageError
 from ..ledger import ChainReport, Ledger, RecordedEvent, SessionSummary
 from ..ledger import verify_session as _verify_session
@@ -241,8 +242,7 @@ def event_json(e: RecordedEvent) -> dict[str, Any]:
 def _preview(text: str, width: int = _PREVIEW_CHARS) -> str:
     """The first non-empty line of ``text``, whitespace-collapsed and cut to ``width``."""
     first = next((ln for ln in text.splitlines() if ln.strip()), "")
-    line = " ".join(first.split())
-    return line if len(line) <= width else line[: width - 1] + "…"
+    return clip(first, width)
 
 
 def _row(table: Table, *cells: str) -> None:
