@@ -32,7 +32,13 @@ from .clock import Clock, IdSource
 from .domain.aggregate import Deliberation
 from .domain.state import SessionState
 from .domain.values import ModelProvider, Participant, RoundKind, SessionConfig, Stance
-from .errors import ConfigError, InvariantViolation, SessionNotFoundError, UsageError
+from .errors import (
+    ConfigError,
+    InvariantViolation,
+    SessionNotFoundError,
+    UsageError,
+    validation_summary,
+)
 from .ledger import Ledger
 
 __all__ = [
@@ -140,9 +146,7 @@ def override_config(config: SessionConfig, overrides: Mapping[str, Any]) -> Sess
     try:
         return SessionConfig.model_validate({**config.model_dump(), **overrides})
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise ConfigError(f"invalid config override {where}: {first['msg']}") from None
+        raise ConfigError(f"invalid config override {validation_summary(e)}") from None
 
 
 def fork(
