@@ -32,6 +32,7 @@ from .clock import Clock, IdSource
 from .domain.aggregate import Deliberation
 from .domain.state import SessionState
 from .domain.values import ModelProvider, Participant, RoundKind, SessionConfig, Stance
+from .engine.ems import ems_score
 from .errors import (
     ConfigError,
     InvariantViolation,
@@ -269,7 +270,8 @@ class SessionDiff(_Model):
     iterations: tuple[int, ...]
     path_a: dict[int, IterationPoint]
     path_b: dict[int, IterationPoint]
-    ems_available: bool
+    ems_available: bool = True
+    """Always true (the EMS ships with the engine); kept so ``diff --json`` keeps its keys."""
 
 
 def _vote_stances(state: SessionState, iteration: int) -> dict[str, Stance]:
@@ -331,18 +333,6 @@ def consensus_path(
     return path
 
 
-def _ems_function() -> Callable[[SessionState], int | None] | None:
-    try:
-        from .engine.ems import ems_score
-    except ImportError:
-        return None
-
-    def score(state: SessionState) -> int | None:
-        return int(ems_score(state).score)
-
-    return score
-
-
 def _state_at_iteration(ledger: Ledger, sid: UUID, k: int) -> SessionState | None:
     """State at the end of iteration ``k``; for a fork's inherited iterations, the parent's."""
     own = ledger.state(sid, at_event=1)
@@ -362,10 +352,9 @@ def diff_sessions(ledger: Ledger, a: UUID | str, b: UUID | str) -> SessionDiff:
     """Compare the consensus paths of sessions ``a`` and ``b`` iteration by iteration."""
     ids = (ledger.resolve(a), ledger.resolve(b))
     finals = [ledger.state(i) for i in ids]
-    ems_fn = _ems_function()
 
-    def ems(state: SessionState) -> int | None:
-        return ems_fn(state) if ems_fn is not None else None
+    def ems(state: SessionState) -> int:
+        return int(ems_score(state).score)
 
     paths = []
     for sid, final in zip(ids, finals, strict=True):
@@ -394,5 +383,4 @@ def diff_sessions(ledger: Ledger, a: UUID | str, b: UUID | str) -> SessionDiff:
         iterations=tuple(sorted(set(paths[0]) | set(paths[1]))),
         path_a=paths[0],
         path_b=paths[1],
-        ems_available=ems_fn is not None,
     )

@@ -201,12 +201,10 @@ def _interrupted(session_id: Any) -> RunInterrupted:
 def _autosaver(ledger: Ledger) -> Any:
     """The YAML export and the document file, beside the store, on every phase change and at
     the end of a session."""
-    try:
-        from ..spec import write_spec
-        from ..yaml_format import autosave
-    except ImportError:  # the YAML format package is optional for running
-        return None
     from uuid import UUID
+
+    from ..spec import write_spec
+    from ..yaml_format import autosave
 
     def save(state: SessionState) -> None:
         try:

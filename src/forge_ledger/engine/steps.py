@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..domain.state import RoundState, SessionState
-from ..domain.values import Participant, ParticipantRole, RoundKind, SessionStatus
+from ..domain.values import ParticipantRole, RoundKind, SessionStatus
 from ..errors import InvariantViolation
 from .convergence import convergence
 from .votes import counted_votes
@@ -379,10 +379,3 @@ def _questions(state: SessionState, score: float, remaining: list[str]) -> tuple
         )
     return tuple(questions[:_MAX_QUESTIONS])
 
-
-def participant_of(state: SessionState, name: str) -> Participant:
-    """The named participant (the engine only names members of the session)."""
-    p = state.participant(name)
-    if p is None:
-        raise InvariantViolation(f"unknown participant {name!r}")
-    return p
