@@ -16,17 +16,17 @@ On SQLite a text's body is stored zlib-compressed when that is smaller (see
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from eventsourcing.persistence import Mapper, StoredEvent
-from eventsourcing.sqlite import SQLiteApplicationRecorder
+from eventsourcing.sqlite import SQLiteAggregateRecorder, SQLiteApplicationRecorder
 
+from ..domain.texts import text_address
 from ..errors import StoreError
 from .compression import StateCompressor, TopLevelTranscoder, pack_text, unpack, unpack_text
 from .quotes import QuotedAnswers, pack_with, unpack_with
@@ -36,6 +36,7 @@ __all__ = [
     "TEXT_TABLE",
     "TextMapper",
     "TextsSQLiteRecorder",
+    "TextsSQLiteSnapshotRecorder",
     "externalise",
     "resolve",
     "text_address",
@@ -51,6 +52,8 @@ MIN_LENGTH = 96
 """Shorter texts stay inline: a reference costs about as much as they do."""
 _REF = "sha256"
 _REF_KEY = b'"sha256"'
+_WINDOW = 256
+"""Events whose texts are read together (a few hundred texts: well inside the text cache)."""
 _REF_PATTERN = re.compile(
     rb'"(' + b"|".join(re.escape(k.encode()) for k in sorted(TEXT_KEYS))
     + rb')"\s*:\s*\{\s*"sha256"\s*:\s*"([0-9a-f]{64})"\s*\}'
@@ -61,10 +64,6 @@ _CACHE_SIZE = 4096
 _PREFIX = "forge_ledger:"
 
 Lookup = Callable[[Sequence[str]], dict[str, str]]
-
-
-def text_address(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _is_ref(value: Any) -> bool:
@@ -151,8 +150,9 @@ class TextMapper(Mapper[Any]):
     """Swaps texts for references on the way to the store and back on the way out.
 
     Only ledger events (``forge_ledger:`` topics with a ``data`` payload) are touched;
-    snapshots keep their state whole. ``lookup`` is set by the ledger once the recorder
-    exists.
+    a snapshot's state holds answers by reference already (the ledger's mapper adds the texts
+    it refers to, see ``ledger.application``). ``lookup`` is set by the ledger once the
+    recorder exists.
     """
 
     lookup: Lookup | None = None
@@ -214,7 +214,33 @@ class TextMapper(Mapper[Any]):
             self.quotes.remember(text_address(content), content)
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
-        plain = unpack(stored_event.state)
+        return self._decoded(stored_event, unpack(stored_event.state))
+
+    def to_domain_events(self, stored_events: Iterable[StoredEvent]) -> Iterator[Any]:
+        """Many events, their texts read a window at a time: one query for a window's texts
+        instead of one (or two, for a prompt and the answers it quotes) per event."""
+        window: list[tuple[StoredEvent, bytes]] = []
+        for stored_event in stored_events:
+            window.append((stored_event, unpack(stored_event.state)))
+            if len(window) == _WINDOW:
+                yield from self._decoded_window(window)
+                window = []
+        yield from self._decoded_window(window)
+
+    def _decoded_window(self, window: list[tuple[StoredEvent, bytes]]) -> Iterator[Any]:
+        if self.lookup is not None:
+            wanted = {
+                m.group(2).decode("ascii")
+                for stored_event, plain in window
+                if stored_event.topic.startswith(_PREFIX) and _REF_KEY in plain
+                for m in _REF_PATTERN.finditer(plain)
+            }
+            if wanted:
+                self._cached_lookup(sorted(wanted))
+        for stored_event, plain in window:
+            yield self._decoded(stored_event, plain)
+
+    def _decoded(self, stored_event: StoredEvent, plain: bytes) -> Any:
         if self.lookup is not None and stored_event.topic.startswith(_PREFIX):
             plain = self._inline(plain)
         domain_event = super().to_domain_event(
@@ -257,12 +283,17 @@ class TextMapper(Mapper[Any]):
         """Texts never change under their address, so recently read ones are kept (a system
         prompt is referred to by every call of a session); ``verify`` reads the store itself."""
         cache: dict[str, str] = self.__dict__.setdefault("_cache", {})
-        missing = [a for a in addresses if a not in cache]
+        found = {a: cache[a] for a in addresses if a in cache}
+        missing = [a for a in addresses if a not in found]
         if missing and self.lookup is not None:
-            if len(cache) > _CACHE_SIZE:
+            fetched = self.lookup(missing)
+            found.update(fetched)
+            # Evict after answering: clearing first dropped texts this very call had found in
+            # the cache (a long session's events then read as missing their texts).
+            if len(cache) + len(fetched) > _CACHE_SIZE:
                 cache.clear()
-            cache.update(self.lookup(missing))
-        return {a: cache[a] for a in addresses if a in cache}
+            cache.update(fetched)
+        return found
 
 
 def texts_of(stored_events: Iterable[StoredEvent]) -> list[tuple[str, str]]:
@@ -286,20 +317,7 @@ class TextsSQLiteRecorder(SQLiteApplicationRecorder):
         return [*super().construct_create_table_statements(), _SQLITE_DDL, _DICTIONARIES_DDL]
 
     def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
-        rows = texts_of(stored_events)
-        if rows:
-            c.execute(_SQLITE_DDL)
-            c.execute(_DICTIONARIES_DDL)
-            new = _absent(c, dict(rows))
-            dictionaries = dictionaries_of(stored_events)
-            c.executemany(
-                f"INSERT OR IGNORE INTO {TEXT_TABLE} (sha256, body) VALUES (?, ?)",
-                [(a, _body(t, dictionaries.get(a), dict(rows))) for a, t in new.items()],
-            )
-            c.executemany(
-                f"INSERT OR IGNORE INTO {DICTIONARIES_TABLE} (sha256, members) VALUES (?, ?)",
-                [(a, json.dumps(dictionaries[a])) for a in new if a in dictionaries],
-            )
+        _insert_texts(c, stored_events)
         return super()._insert_events(c, stored_events, **kwargs)
 
     def select_texts(self, addresses: Sequence[str], *, _depth: int = 0) -> dict[str, str]:
@@ -316,6 +334,34 @@ class TextsSQLiteRecorder(SQLiteApplicationRecorder):
             wanted = sorted({m for _, _, ms in quoting for m in ms})
             out.update(_unquoted(quoting, self.select_texts(wanted, _depth=_depth + 1)))
         return out
+
+
+class TextsSQLiteSnapshotRecorder(SQLiteAggregateRecorder):
+    """Writes the texts a snapshot refers to in the transaction that inserts the snapshot: a
+    snapshot holds answers by reference, and the events it stands for may hold a text inline
+    (a short one, or any in a store written before texts were stored apart)."""
+
+    def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
+        _insert_texts(c, stored_events)
+        return super()._insert_events(c, stored_events, **kwargs)
+
+
+def _insert_texts(c: Any, stored_events: Sequence[StoredEvent]) -> None:
+    """The texts of ``stored_events`` not stored yet, in the caller's transaction."""
+    rows = texts_of(stored_events)
+    if rows:
+        c.execute(_SQLITE_DDL)
+        c.execute(_DICTIONARIES_DDL)
+        new = _absent(c, dict(rows))
+        dictionaries = dictionaries_of(stored_events)
+        c.executemany(
+            f"INSERT OR IGNORE INTO {TEXT_TABLE} (sha256, body) VALUES (?, ?)",
+            [(a, _body(t, dictionaries.get(a), dict(rows))) for a, t in new.items()],
+        )
+        c.executemany(
+            f"INSERT OR IGNORE INTO {DICTIONARIES_TABLE} (sha256, members) VALUES (?, ?)",
+            [(a, json.dumps(dictionaries[a])) for a in new if a in dictionaries],
+        )
 
 
 def _select_rows(c: Any, chunk: Sequence[str]) -> list[tuple[str, bytes, int, str | None]]:
