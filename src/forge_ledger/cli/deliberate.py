@@ -28,7 +28,15 @@ from ..domain.values import (
     Topic,
     slugify,
 )
-from ..errors import ConfigError, ProviderError, RunInterrupted, SessionPausedError, UsageError
+from ..errors import (
+    ConfigError,
+    Loc,
+    ProviderError,
+    RunInterrupted,
+    SessionPausedError,
+    UsageError,
+    validation_summary,
+)
 from . import cli
 from ._common import (
     emit_json,
@@ -80,9 +88,7 @@ def load_participants(path: Path, api_base: str | None = None) -> list[Participa
         try:
             out.append(Participant.model_validate(item))
         except ValidationError as e:
-            err = e.errors()[0]
-            loc = ".".join(str(x) for x in err["loc"])
-            raise ConfigError(f"{path}: participants[{i}].{loc}: {err['msg']}") from None
+            raise ConfigError(f"{path}: participants[{i}].{validation_summary(e)}") from None
     return out
 
 
@@ -195,12 +201,10 @@ def _interrupted(session_id: Any) -> RunInterrupted:
 def _autosaver(ledger: Ledger) -> Any:
     """The YAML export and the document file, beside the store, on every phase change and at
     the end of a session."""
-    try:
-        from ..spec import write_spec
-        from ..yaml_format import autosave
-    except ImportError:  # the YAML format package is optional for running
-        return None
     from uuid import UUID
+
+    from ..spec import write_spec
+    from ..yaml_format import autosave
 
     def save(state: SessionState) -> None:
         try:
@@ -304,11 +308,12 @@ def _session_config(settings: dict[str, Any], **flags: bool) -> SessionConfig:
     try:
         return SessionConfig(**overrides)
     except ValidationError as e:
-        err = e.errors()[0]
-        field = str(err["loc"][0])
-        raise UsageError(
-            f"invalid {_OPTION_OF_FIELD.get(field, field)} {overrides.get(field)!r}: {err['msg']}"
-        ) from None
+
+        def option(loc: Loc) -> str:
+            field = str(loc[0])
+            return f"{_OPTION_OF_FIELD.get(field, field)} {overrides.get(field)!r}"
+
+        raise UsageError(f"invalid {validation_summary(e, where=option)}") from None
 
 
 def _topic(title: str, description: str, constraints: tuple[str, ...],
@@ -320,8 +325,8 @@ def _topic(title: str, description: str, constraints: tuple[str, ...],
         if output_type:
             topic_value = topic_value.model_copy(update={"output_type": output_type})
     except ValidationError as e:
-        err = e.errors()[0]
-        raise UsageError(f"invalid {err['loc'][0]}: {err['msg']}") from None
+        problem = validation_summary(e, where=lambda loc: str(loc[0]))
+        raise UsageError(f"invalid {problem}") from None
     return topic_value
 
 

@@ -14,7 +14,6 @@ people and may change.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -26,6 +25,8 @@ from rich.text import Text
 
 from ..domain import events as ev
 from ..domain.state import ContributionState, DivergenceState, RoundState, SessionState
+from ..domain.text import clip
+from ..engine.ems import ems_score
 from ..errors import ChainBrokenError, UsageError
 from ..ledger import ChainReport, Ledger, RecordedEvent, SessionSummary
 from ..ledger import verify_session as _verify_session
@@ -60,28 +61,15 @@ __all__ = [
     "verify",
 ]
 
-_EMS_MODULE = "forge_ledger.engine.ems"
 _PREVIEW_CHARS = 72
 
 
 # --------------------------------------------------------------------------- EMS (one place)
 
 
-def ems_of(state: SessionState) -> int | None:
-    """The session's EMS (0–100) from the engine, or ``None`` while the engine has none.
-
-    The EMS rules live in ``forge_ledger.engine.ems`` (``ems_score(state) -> EmsReport`` with an
-    ``int`` ``score``). It is looked up when a command runs, not at import, so the read side keeps
-    working on builds without it; an error *inside* that module is a bug and is not hidden.
-    """
-    try:
-        module = importlib.import_module(_EMS_MODULE)
-    except ModuleNotFoundError as e:
-        if e.name in (_EMS_MODULE, "forge_ledger.engine"):
-            return None
-        raise
-    report = module.ems_score(state)
-    return int(report.score)
+def ems_of(state: SessionState) -> int:
+    """The session's EMS (0–100): the engine's rule (``engine.ems``), as a whole number."""
+    return int(ems_score(state).score)
 
 
 # --------------------------------------------------------------------------- JSON documents
@@ -241,8 +229,7 @@ def event_json(e: RecordedEvent) -> dict[str, Any]:
 def _preview(text: str, width: int = _PREVIEW_CHARS) -> str:
     """The first non-empty line of ``text``, whitespace-collapsed and cut to ``width``."""
     first = next((ln for ln in text.splitlines() if ln.strip()), "")
-    line = " ".join(first.split())
-    return line if len(line) <= width else line[: width - 1] + "…"
+    return clip(first, width)
 
 
 def _row(table: Table, *cells: str) -> None:
