@@ -11,7 +11,6 @@ rows.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -20,7 +19,7 @@ from forge_ledger.domain import SessionState
 from forge_ledger.domain.events import Payload
 from forge_ledger.domain.recorded import EventLike
 
-__all__ = ["EventLike", "Op", "Patch", "Projection", "Put", "dumps"]
+__all__ = ["EventLike", "Op", "Patch", "Projection", "Put"]
 
 
 @dataclass(frozen=True)
@@ -41,32 +40,6 @@ class Patch:
 
 
 Op = Put | Patch
-
-
-_CANONICAL = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-)
-_C_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
-_C_CANONICAL: Any = (
-    _C_MAKE_ENCODER(
-        None, _CANONICAL.default, json.encoder.encode_basestring, None, ":", ",", True, False,
-        False,
-    )
-    if _C_MAKE_ENCODER is not None
-    else None
-)
-
-
-def dumps(value: Any) -> str:
-    """JSON text for a column: canonical (sorted keys), so equal values give equal bytes.
-
-    The same bytes as :func:`forge_ledger.domain.canonical_json` (tests compare them), from
-    one C encoder made once: ``json.dumps`` with options builds a new encoder per call, which
-    showed in rebuild profiles. NaN and infinities are refused, as canonical JSON does.
-    """
-    if _C_CANONICAL is None or isinstance(value, str):
-        return _CANONICAL.encode(value)
-    return "".join(_C_CANONICAL(value, 0))
 
 
 class Projection:

@@ -19,9 +19,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from forge_ledger.domain import RoundKind, RoundState, SessionState
+from forge_ledger.domain import RoundKind, RoundState, SessionState, canonical_json
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
+from forge_ledger.domain.text import text_key
 from forge_ledger.domain.values import ConvergenceVote
 from forge_ledger.engine.conformity import (
     Influence,
@@ -30,7 +31,7 @@ from forge_ledger.engine.conformity import (
     round_changes,
 )
 
-from .base import EventLike, Op, Projection, Put, dumps
+from .base import EventLike, Op, Projection, Put
 from .session_state import fold_events
 
 __all__ = [
@@ -183,10 +184,6 @@ def _between(state: SessionState, after: int, before: int) -> list[RoundState]:
     return [r for r in rounds if after < r.number < before]
 
 
-def _norm(text: str) -> str:
-    return " ".join(text.lower().split())
-
-
 def influence_json(i: Influence) -> dict[str, Any]:
     """An influence edge as the trail and the audit print it: who moved whom, with a quote."""
     return {"from": i.author, "to": i.participant, "round": i.round, "topic": i.topic,
@@ -247,7 +244,7 @@ def trail_round(state: SessionState, number: int) -> TrailRound | None:
         after = prev_round.number if prev_round is not None else 0
         stance = vote.effective_stance
         changed = prev_vote is not None and prev_vote.effective_stance is not stance
-        reasoning_changed = prev_vote is not None and _norm(prev_vote.reasoning) != _norm(
+        reasoning_changed = prev_vote is not None and text_key(prev_vote.reasoning) != text_key(
             vote.reasoning
         )
         trail.append(
@@ -330,7 +327,7 @@ class ConsensusProjection(Projection):
                 "stance": v.stance,
                 "agrees": int(v.agrees),
                 "score": v.score,
-                "concerns_json": dumps(list(v.concerns)),
+                "concerns_json": canonical_json(list(v.concerns)),
                 "previous_round": v.previous_round,
                 "previous_stance": v.previous_stance,
                 "changed": int(v.changed),

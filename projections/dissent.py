@@ -15,11 +15,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from forge_ledger.domain import DivergenceState, DivergenceStatus, SessionState
+from forge_ledger.domain import DivergenceState, DivergenceStatus, SessionState, canonical_json
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
 
-from .base import EventLike, Op, Patch, Projection, Put, dumps
+from .base import EventLike, Op, Patch, Projection, Put
 from .session_state import fold_events
 
 __all__ = ["DissentEntry", "DissentProjection", "LifecycleStep", "dissent_log"]
@@ -192,7 +192,7 @@ class DissentProjection(Projection):
                 "addressed_position": e.addressed_position,
                 "closed_position": e.closed_position,
                 "closed_by": e.closed_by,
-                "positions_json": dumps([p.model_dump(mode="json") for p in d.positions]),
+                "positions_json": canonical_json([p.model_dump(mode="json") for p in d.positions]),
             })
         ]
         for p in d.positions:

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from forge_ledger.domain import RoundState, SessionState
+from forge_ledger.domain import RoundState, SessionState, canonical_json
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
 
-from .base import EventLike, Op, Patch, Projection, Put, dumps
+from .base import EventLike, Op, Patch, Projection, Put
 
 __all__ = ["ReadModelProjection"]
 
@@ -33,9 +33,9 @@ def _round_row(sid: str, r: RoundState) -> Put:
         "technique": r.technique,
         "status": r.status.value,
         "superseded": int(r.superseded),
-        "expected_json": dumps(r.expected),
-        "targets_json": dumps(r.targets),
-        "abstained_json": dumps(r.abstained),
+        "expected_json": canonical_json(r.expected),
+        "targets_json": canonical_json(r.targets),
+        "abstained_json": canonical_json(r.abstained),
         "started_position": r.started_position,
         "started_at": r.started_at.isoformat(),
         "completed_at": r.completed_at.isoformat() if r.completed_at else None,
@@ -60,7 +60,7 @@ def _session_row(s: SessionState) -> Put:
         "parent_id": s.fork_origin.parent_id if s.fork_origin else None,
         "parent_position": s.fork_origin.parent_position if s.fork_origin else None,
         "source": s.source,
-        "config_json": dumps(s.config.model_dump(mode="json")),
+        "config_json": canonical_json(s.config.model_dump(mode="json")),
         "head_hash": s.head_hash,
         "created_at": s.created_at.isoformat(),
         "updated_at": s.updated_at.isoformat(),
@@ -99,7 +99,7 @@ class ReadModelProjection(Projection):
         return [Patch("participants", f"{event.session_id}:{p.name}", {
             "model": p.model,
             "provider": p.provider.value,
-            "participant_json": dumps(p.model_dump(mode="json")),
+            "participant_json": canonical_json(p.model_dump(mode="json")),
         })]
 
     def _on_forked(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
@@ -171,7 +171,7 @@ class ReadModelProjection(Projection):
             "agrees": int(v.agrees),
             "stance": v.effective_stance.value,
             "score": v.score,
-            "concerns_json": dumps(list(v.concerns)),
+            "concerns_json": canonical_json(list(v.concerns)),
             "reasoning": v.reasoning,
             "position": event.position,
         })]
@@ -200,7 +200,7 @@ class ReadModelProjection(Projection):
             "provider": p.provider.value,
             "role": p.role.value,
             "joined_position": pos,
-            "participant_json": dumps(p.model_dump(mode="json")),
+            "participant_json": canonical_json(p.model_dump(mode="json")),
         })
 
     @staticmethod
@@ -220,7 +220,7 @@ class ReadModelProjection(Projection):
                 "purpose": p.purpose,
                 "model": p.model,
                 "content": r.content,
-                "messages_json": dumps([m.model_dump(mode="json") for m in p.messages]),
+                "messages_json": canonical_json([m.model_dump(mode="json") for m in p.messages]),
                 "prompt_hash": p.prompt_hash,
                 "stop_reason": r.stop_reason.value,
                 "duration_ms": r.duration_ms,
@@ -264,8 +264,8 @@ class ReadModelProjection(Projection):
             "participant": p.participant,
             "target": cr.target,
             "score": cr.score,
-            "strengths_json": dumps(list(cr.strengths)),
-            "weaknesses_json": dumps(list(cr.weaknesses)),
+            "strengths_json": canonical_json(list(cr.strengths)),
+            "weaknesses_json": canonical_json(list(cr.weaknesses)),
             "position": pos,
         })]
         for i, s in enumerate(cr.suggestions, start=1):

@@ -17,11 +17,7 @@ from forge_ledger.domain import events as ev
 from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.values import (
     PARTICIPANT_NAME_RE,
-    Change,
-    ChangeType,
     ChatMessage,
-    ConflictPosition,
-    ConflictResolution,
     ConvergenceVote,
     Critique,
     DivergentPosition,
@@ -174,21 +170,6 @@ votes = st.builds(
     stance=st.none() | st.sampled_from(Stance),
     reasoning=text,
 )
-changes = st.builds(
-    Change,
-    section=text,
-    change_type=st.sampled_from(ChangeType),
-    description=text,
-    based_on_suggestions=small_tuple(st.integers(0, 100)),
-)
-conflict_positions = st.builds(ConflictPosition, participant=names, position=text)
-conflict_resolutions = st.builds(
-    ConflictResolution,
-    issue=text,
-    positions=small_tuple(conflict_positions),
-    resolution=text,
-    rationale=text,
-)
 divergent_positions = st.builds(
     DivergentPosition, participant=names, position=text, stance=st.sampled_from(Stance)
 )
@@ -206,9 +187,6 @@ VALUE_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     Critique: critiques,
     Opinion: opinions,
     ConvergenceVote: votes,
-    Change: changes,
-    ConflictPosition: conflict_positions,
-    ConflictResolution: conflict_resolutions,
     DivergentPosition: divergent_positions,
 }
 

@@ -124,26 +124,6 @@ def test_topic_title_is_required() -> None:
 
 
 @pytest.mark.parametrize(
-    ("preset", "name", "model", "provider"),
-    [
-        (Participant.claude_opus, "Claude Opus", "anthropic/claude-3-opus-20240229",
-         ModelProvider.ANTHROPIC),
-        (Participant.claude_sonnet, "Claude Sonnet", "anthropic/claude-3-5-sonnet-20241022",
-         ModelProvider.ANTHROPIC),
-        (Participant.gpt4, "GPT-4 Turbo", "gpt-4-turbo", ModelProvider.OPENAI),
-        (Participant.gemini_pro, "Gemini Pro", "gemini/gemini-pro", ModelProvider.GOOGLE),
-    ],
-)
-def test_participant_presets(preset: Any, name: str, model: str, provider: ModelProvider) -> None:
-    p = preset()
-    assert (p.name, p.model, p.provider) == (name, model, provider)
-    assert p.role is ParticipantRole.GENERALIST
-    assert p.display_name == name
-    critic = p.with_role(ParticipantRole.CRITIC)
-    assert critic.role is ParticipantRole.CRITIC and p.role is ParticipantRole.GENERALIST
-
-
-@pytest.mark.parametrize(
     ("model", "provider"),
     [
         ("ollama/llama3", ModelProvider.LOCAL),

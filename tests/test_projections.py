@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlite_utils import Database
 
-from forge_ledger.domain import SessionState
+from forge_ledger.domain import SessionState, canonical_json
 from forge_ledger.domain.events import Payload
 from forge_ledger.ledger import Ledger
 from forge_ledger.projections import (
@@ -29,7 +29,6 @@ from forge_ledger.projections import (
     rebuild,
     status,
 )
-from forge_ledger.projections.base import dumps
 from forge_ledger.projections.migrations import MIGRATIONS
 from forge_ledger.projections.session_state import summary_row
 from test_projections_support import build_ledger
@@ -317,7 +316,7 @@ class _FullStateV1(Projection):
         return [Put("session_states", {
             "id": s.id, "status": s.status.value, "iteration": s.iteration,
             "version": s.version, "head_hash": s.head_hash,
-            "state_json": dumps(s.model_dump(mode="json")),
+            "state_json": canonical_json(s.model_dump(mode="json")),
         }) for s in touched]
 
 

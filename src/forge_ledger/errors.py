@@ -8,7 +8,11 @@ instead of showing a traceback. Anything that is *not* a ``ForgeLedgerError`` is
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 __all__ = [
     "ArgumentError",
@@ -21,6 +25,7 @@ __all__ = [
     "InputLimitError",
     "InvariantViolation",
     "LeaseHeldError",
+    "Loc",
     "NonDeterminismError",
     "ProviderError",
     "RunInterrupted",
@@ -28,7 +33,11 @@ __all__ = [
     "SessionPausedError",
     "StoreError",
     "UsageError",
+    "dotted_loc",
+    "validation_summary",
 ]
+
+Loc = Sequence[int | str]
 
 
 class ForgeLedgerError(Exception):
@@ -149,3 +158,28 @@ class NonDeterminismError(ForgeLedgerError):
     """A replay produced an event different from the recorded one."""
 
     exit_code = 1
+
+
+def dotted_loc(loc: Loc) -> str:
+    """A pydantic error location as ``field.sub.0``; ``value`` for the value as a whole."""
+    return ".".join(str(x) for x in loc) or "value"
+
+
+def validation_summary(
+    err: ValidationError,
+    *,
+    most: int = 1,
+    where: Callable[[Loc], str] = dotted_loc,
+    count_more: bool = False,
+) -> str:
+    """pydantic's problems as ``where: what`` for the first ``most``, joined by ``; ``.
+
+    The one way a rejected value is explained, so a config file, a command-line option, an
+    import and a model's answer all say what was wrong in the same words. ``where`` names the
+    place in the caller's terms (an option, a YAML path with its line); ``count_more`` adds
+    how many problems were left out.
+    """
+    problems = err.errors()
+    text = "; ".join(f"{where(p['loc'])}: {p['msg']}" for p in problems[:most])
+    more = len(problems) - most
+    return f"{text}; {more} more problem(s)" if count_more and more > 0 else text

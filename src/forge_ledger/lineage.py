@@ -32,7 +32,14 @@ from .clock import Clock, IdSource
 from .domain.aggregate import Deliberation
 from .domain.state import SessionState
 from .domain.values import ModelProvider, Participant, RoundKind, SessionConfig, Stance
-from .errors import ConfigError, InvariantViolation, SessionNotFoundError, UsageError
+from .engine.ems import ems_score
+from .errors import (
+    ConfigError,
+    InvariantViolation,
+    SessionNotFoundError,
+    UsageError,
+    validation_summary,
+)
 from .ledger import Ledger
 
 __all__ = [
@@ -130,9 +137,7 @@ def override_config(config: SessionConfig, overrides: Mapping[str, Any]) -> Sess
     try:
         return SessionConfig.model_validate({**config.model_dump(), **overrides})
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise ConfigError(f"invalid config override {where}: {first['msg']}") from None
+        raise ConfigError(f"invalid config override {validation_summary(e)}") from None
 
 
 def fork(
@@ -159,14 +164,10 @@ def fork(
     pid = ledger.resolve(parent_id)
     position = fork_position(ledger, pid, at_iteration=at_iteration, at_event=at_event)
     parent = ledger.state(pid, at_event=position)
-    if parent.open_round is not None:
-        r = parent.open_round
-        raise InvariantViolation(
-            f"cannot fork at event {position}: round {r.number} ({r.kind.value}) is still open "
-            "there",
-            hint=f"fork at an iteration boundary (--at-iteration {max(parent.iteration - 1, 1)}) "
-            f"or at event {_round_end(ledger, pid, r.number) or 'after the round completed'}",
-        )
+    try:
+        Deliberation.require_forkable(parent)
+    except InvariantViolation as e:
+        raise InvariantViolation(e.message, hint=_fork_hint(ledger, pid, parent)) from None
     people = list(parent.participants)
     if participants is not None:
         people = _checked_participants(parent, participants)
@@ -199,6 +200,16 @@ def _checked_participants(
         )
     order = {n: i for i, n in enumerate(parent.participant_names)}
     return sorted(participants, key=lambda p: order[p.name])
+
+
+def _fork_hint(ledger: Ledger, pid: UUID, parent: SessionState) -> str:
+    """Where to fork instead of inside the open round: the store knows where it ends."""
+    r = parent.open_round
+    end = _round_end(ledger, pid, r.number) if r is not None else None
+    return (
+        f"fork at an iteration boundary (--at-iteration {max(parent.iteration - 1, 1)}) "
+        f"or at event {end or 'after the round completed'}"
+    )
 
 
 def _round_end(ledger: Ledger, session_id: UUID, number: int) -> int | None:
@@ -249,7 +260,8 @@ class SessionDiff(_Model):
     iterations: tuple[int, ...]
     path_a: dict[int, IterationPoint]
     path_b: dict[int, IterationPoint]
-    ems_available: bool
+    ems_available: bool = True
+    """Always true (the EMS ships with the engine); kept so ``diff --json`` keeps its keys."""
 
 
 def _vote_stances(state: SessionState, iteration: int) -> dict[str, Stance]:
@@ -311,18 +323,6 @@ def consensus_path(
     return path
 
 
-def _ems_function() -> Callable[[SessionState], int | None] | None:
-    try:
-        from .engine.ems import ems_score
-    except ImportError:
-        return None
-
-    def score(state: SessionState) -> int | None:
-        return int(ems_score(state).score)
-
-    return score
-
-
 def _state_at_iteration(ledger: Ledger, sid: UUID, k: int) -> SessionState | None:
     """State at the end of iteration ``k``; for a fork's inherited iterations, the parent's."""
     own = ledger.state(sid, at_event=1)
@@ -342,10 +342,9 @@ def diff_sessions(ledger: Ledger, a: UUID | str, b: UUID | str) -> SessionDiff:
     """Compare the consensus paths of sessions ``a`` and ``b`` iteration by iteration."""
     ids = (ledger.resolve(a), ledger.resolve(b))
     finals = [ledger.state(i) for i in ids]
-    ems_fn = _ems_function()
 
-    def ems(state: SessionState) -> int | None:
-        return ems_fn(state) if ems_fn is not None else None
+    def ems(state: SessionState) -> int:
+        return int(ems_score(state).score)
 
     paths = []
     for sid, final in zip(ids, finals, strict=True):
@@ -374,5 +373,4 @@ def diff_sessions(ledger: Ledger, a: UUID | str, b: UUID | str) -> SessionDiff:
         iterations=tuple(sorted(set(paths[0]) | set(paths[1]))),
         path_a=paths[0],
         path_b=paths[1],
-        ems_available=ems_fn is not None,
     )

@@ -31,7 +31,7 @@ from .domain import events as ev
 from .domain.aggregate import Deliberation, event_class_for
 from .domain.state import SessionState
 from .domain.values import ModelResponse, Participant, Price
-from .errors import ForgeLedgerError, NonDeterminismError
+from .errors import ForgeLedgerError
 from .ledger import Ledger, RecordedEvent
 from .orchestrator import NoSeal, NoWallTime, Orchestrator
 from .providers import ProviderCall, ProviderCallError
@@ -516,7 +516,3 @@ def _is_import_history(state: SessionState) -> bool:
 async def _no_sleep(_: float) -> None:
     await asyncio.sleep(0)
 
-
-def require_identical(result: ReplayResult) -> None:
-    if result.difference is not None:
-        raise NonDeterminismError(result.difference.message)

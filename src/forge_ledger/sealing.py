@@ -15,7 +15,6 @@ content equals a fresh export).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ import yaml
 from .bounded_yaml import load_yaml, read_yaml_file
 from .clock import Clock
 from .domain.hashing import seal_hmac
-from .errors import ChainBrokenError, ImportValidationError, InvariantViolation
+from .errors import ChainBrokenError, ImportValidationError
 from .ledger import ChainReport, Ledger, verify_session
 
 __all__ = ["ExportReport", "check_stored_chain", "seal_session", "verify_export"]
@@ -44,16 +43,7 @@ def seal_session(
     sid = ledger.resolve(session_id)
     agg = ledger.get(sid)
     state = agg.state
-    if not state.status.terminal:
-        raise InvariantViolation(
-            f"session {sid} is {state.status.value}; only a finished session can be sealed",
-            hint="finish it first (converged, complete, aborted or timed out)",
-        )
-    if state.seal is not None:
-        raise InvariantViolation(
-            f"session {sid} is already sealed (root hash {str(state.seal['root_hash'])[:16]}…)",
-            hint="'forge-ledger verify' checks the existing seal",
-        )
+    agg.require_sealable()
     before = verify_session(ledger, sid)
     if not before.ok:
         raise ChainBrokenError(
@@ -116,20 +106,11 @@ class ExportReport:
 Exporter = Callable[[Ledger, UUID], str]
 
 
-def _default_exporter() -> Exporter | None:
-    """A fresh export by ``forge_ledger.yaml_format.export_events`` when that module is there."""
-    try:
-        mod = importlib.import_module("forge_ledger.yaml_format")
-    except ImportError:
-        return None
-    export_events = getattr(mod, "export_events", None)
-    if not callable(export_events):
-        return None
+def _fresh_export(ledger: Ledger, session_id: UUID) -> str:
+    """A fresh YAML export of the stored session, to compare a file's content with."""
+    from .yaml_format import export_events
 
-    def fresh(ledger: Ledger, session_id: UUID) -> str:
-        return str(export_events(list(ledger.events(session_id))))
-
-    return fresh
+    return export_events(list(ledger.events(session_id)))
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -213,7 +194,7 @@ def verify_export(
         )
         if not report.hmac_ok:
             report.problems.append("the export's HMAC does not match its root hash under the key")
-    fresh = exporter or _default_exporter()
+    fresh = exporter or _fresh_export
     if fresh is not None:
         report.content_checked = True
         try:

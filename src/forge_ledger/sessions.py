@@ -32,7 +32,7 @@ from .domain.values import (
     Topic,
     slugify,
 )
-from .errors import ConfigError, UsageError
+from .errors import ConfigError, UsageError, validation_summary
 from .ledger import Ledger
 from .lineage import apply_model_swaps
 from .lineage import fork as _fork
@@ -95,9 +95,7 @@ def load_participants(path: Path, api_base: str | None = None) -> list[Participa
         try:
             out.append(Participant.model_validate(item))
         except ValidationError as e:
-            err = e.errors()[0]
-            loc = ".".join(str(x) for x in err["loc"])
-            raise ConfigError(f"{path}: participants[{i}].{loc}: {err['msg']}") from None
+            raise ConfigError(f"{path}: participants[{i}].{validation_summary(e)}") from None
     return out
 
 

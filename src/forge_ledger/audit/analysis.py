@@ -206,8 +206,7 @@ def _failed_calls(state: SessionState, events: Sequence[EventLike]) -> list[Fail
             and int(e.data["attempt"]) == f.attempt
         )
         out.append(FailedCall(
-            round=f.round, participant=f.participant, attempt=f.attempt, position=f.position,
-            error_type=f.error_type, message=f.message, will_retry=f.will_retry,
+            **f.model_dump(),
             model=str(e.data["model"]) if same and e is not None else None,
             cost_usd=float(e.data.get("cost_usd", 0.0)) if same and e is not None else None,
         ))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..domain.events import ForkOrigin
-from ..domain.state import DivergenceChange
+from ..domain.state import CallFailure, DivergenceChange
 from ..domain.values import RoundKind, Stance
 
 __all__ = [
@@ -185,14 +185,13 @@ class RoundUsage(Usage):
     iteration: int
 
 
-class FailedCall(_Model):
-    round: int
-    participant: str
-    attempt: int
-    position: int
-    error_type: str
-    message: str
-    will_retry: bool
+class FailedCall(CallFailure):
+    """The session state's :class:`CallFailure`, with what only its event tells: the model
+    called and the cost. The partial answer stays out of the report (it is in the ledger)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    partial_text: str = Field(default="", exclude=True)
     model: str | None = None
     cost_usd: float | None = None
 

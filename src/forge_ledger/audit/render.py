@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..domain.text import clip
 from .model import AuditReport, DeliberationEffect, VoteSummary
 
 __all__ = ["excerpt", "render_markdown"]
@@ -19,8 +20,7 @@ _EXCERPT_CHARS = 160
 
 def excerpt(text: str, limit: int = _EXCERPT_CHARS) -> str:
     """Whitespace collapsed, cut at ``limit`` characters with an ellipsis."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+    return clip(text, limit, rstrip=True)
 
 
 def _cell(text: object) -> str:

@@ -28,7 +28,14 @@ from ..domain.values import (
     SessionStatus,
     Topic,
 )
-from ..errors import ProviderError, RunInterrupted, SessionPausedError, UsageError
+from ..errors import (
+    Loc,
+    ProviderError,
+    RunInterrupted,
+    SessionPausedError,
+    UsageError,
+    validation_summary,
+)
 from ..sessions import (
     Runtime,
     add_participants,
@@ -146,12 +153,10 @@ def _interrupted(session_id: Any) -> RunInterrupted:
 def _autosaver(ledger: Ledger) -> Any:
     """The YAML export and the document file, beside the store, on every phase change and at
     the end of a session."""
-    try:
-        from ..spec import write_spec
-        from ..yaml_format import autosave
-    except ImportError:  # the YAML format package is optional for running
-        return None
     from uuid import UUID
+
+    from ..spec import write_spec
+    from ..yaml_format import autosave
 
     def save(state: SessionState) -> None:
         try:
@@ -255,11 +260,12 @@ def _session_config(settings: dict[str, Any], **flags: bool) -> SessionConfig:
     try:
         return SessionConfig(**overrides)
     except ValidationError as e:
-        err = e.errors()[0]
-        field = str(err["loc"][0])
-        raise UsageError(
-            f"invalid {_OPTION_OF_FIELD.get(field, field)} {overrides.get(field)!r}: {err['msg']}"
-        ) from None
+
+        def option(loc: Loc) -> str:
+            field = str(loc[0])
+            return f"{_OPTION_OF_FIELD.get(field, field)} {overrides.get(field)!r}"
+
+        raise UsageError(f"invalid {validation_summary(e, where=option)}") from None
 
 
 def _topic(title: str, description: str, constraints: tuple[str, ...],
@@ -271,8 +277,8 @@ def _topic(title: str, description: str, constraints: tuple[str, ...],
         if output_type:
             topic_value = topic_value.model_copy(update={"output_type": output_type})
     except ValidationError as e:
-        err = e.errors()[0]
-        raise UsageError(f"invalid {err['loc'][0]}: {err['msg']}") from None
+        problem = validation_summary(e, where=lambda loc: str(loc[0]))
+        raise UsageError(f"invalid {problem}") from None
     return topic_value
 
 

@@ -154,8 +154,6 @@ def _print_diff(d: SessionDiff) -> None:
     print_table(table)
     if d.common_ancestor:
         out_console.print(f"shared history up to {d.common_ancestor}")
-    if not d.ems_available:
-        err_console.print("EMS is not available in this installation")
 
 
 @cli.command()

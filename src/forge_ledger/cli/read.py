@@ -25,6 +25,7 @@ from rich.text import Text
 
 from ..domain import events as ev
 from ..domain.state import ContributionState, DivergenceState, RoundState, SessionState
+from ..domain.text import clip
 from ..engine.ems import ems_score
 from ..errors import ChainBrokenError, UsageError
 from ..ledger import ChainReport, Ledger, RecordedEvent, SessionSummary
@@ -68,9 +69,8 @@ _LOG_OMITS = ("session_id", "notification_id")
 
 
 def ems_of(state: SessionState) -> int:
-    """The session's EMS (0–100), by the engine's one rule
-    (:func:`~forge_ledger.engine.ems.ems_score`)."""
-    return ems_score(state).score
+    """The session's EMS (0–100): the engine's rule (``engine.ems``), as a whole number."""
+    return int(ems_score(state).score)
 
 
 # --------------------------------------------------------------------------- JSON documents
@@ -218,8 +218,7 @@ def session_json(state: SessionState, *, ems: int | None) -> dict[str, Any]:
 def _preview(text: str, width: int = _PREVIEW_CHARS) -> str:
     """The first non-empty line of ``text``, whitespace-collapsed and cut to ``width``."""
     first = next((ln for ln in text.splitlines() if ln.strip()), "")
-    line = " ".join(first.split())
-    return line if len(line) <= width else line[: width - 1] + "…"
+    return clip(first, width)
 
 
 def _row(table: Table, *cells: str) -> None:

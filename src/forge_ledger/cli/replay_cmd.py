@@ -12,6 +12,7 @@ import sys
 
 import click
 
+from ..domain.text import clip
 from . import cli
 from ._common import emit_json, err_console, json_option, open_ledger, out_console, store_option
 
@@ -98,5 +99,4 @@ def _print(result: object) -> None:
 
 
 def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 120 else text[:117] + "..."
+    return clip(repr(value), 120, ellipsis="...", collapse=False)

@@ -120,6 +120,22 @@ class Deliberation(Aggregate):
             agg.join(p, at=at)
         return agg
 
+    @staticmethod
+    def require_forkable(parent: SessionState) -> None:
+        """Refuse to fork where a round is open: the fork would inherit a half-run round.
+
+        The one place of that rule: :meth:`fork` checks it, and so does forking a stored
+        session before it resolves participants and config (it adds a hint naming the events
+        to fork at instead).
+        """
+        r = parent.open_round
+        if r is not None:
+            raise InvariantViolation(
+                f"cannot fork at event {parent.version}: round {r.number} ({r.kind.value}) is "
+                "still open there",
+                hint="fork at an iteration boundary or at an event after the round completed",
+            )
+
     @classmethod
     def fork(
         cls,
@@ -130,12 +146,7 @@ class Deliberation(Aggregate):
         participants: Sequence[Participant] = (),
         at: datetime,
     ) -> Deliberation:
-        if parent.open_round is not None:
-            raise InvariantViolation(
-                f"cannot fork at position {parent.version}: round {parent.open_round.number} "
-                "is still open there",
-                hint="fork at an iteration boundary or at a position after the round completed",
-            )
+        cls.require_forkable(parent)
         origin = ev.ForkOrigin(
             parent_id=parent.id,
             parent_position=parent.version,
@@ -582,11 +593,29 @@ class Deliberation(Aggregate):
             raise InvariantViolation("an abort needs the person's name and a reason")
         self._record(ev.SessionAborted(reason=reason, by=by), at)
 
+    def require_sealable(self) -> None:
+        """Refuse a session that is still live or already sealed: the one place of that rule.
+
+        :meth:`seal` checks it before recording, and sealing a stored session checks it before
+        verifying the chain, so both refuse with the same words.
+        """
+        state = self.state
+        if not state.status.terminal:
+            raise InvariantViolation(
+                f"session {self.id} is {state.status.value}; only a finished session can be "
+                "sealed",
+                hint="finish it first (converged, complete, aborted or timed out)",
+            )
+        if state.seal is not None:
+            root = str(state.seal["root_hash"])[:16]
+            raise InvariantViolation(
+                f"session {self.id} is already sealed (root hash {root}…)",
+                hint="'forge-ledger verify' checks the existing seal",
+            )
+
     def seal(self, *, at: datetime, hmac: str | None = None) -> None:
-        if not self.state.status.terminal:
-            raise InvariantViolation("only a finished session can be sealed")
-        if self.state.seal is not None:
-            raise InvariantViolation("the session is already sealed")
+        """Close a finished session with the chain's root hash (and its HMAC when keyed)."""
+        self.require_sealable()
         self._record(
             ev.SessionSealed(root_hash=self.state.head_hash, events=self.version, hmac=hmac), at
         )

@@ -9,6 +9,7 @@ old stored dict into the new one, so old ledgers keep loading.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
@@ -21,6 +22,7 @@ from pydantic import (
 )
 
 from ..errors import StoreError
+from .hashing import canonical_json
 from .values import (
     ChatMessage,
     ConvergenceVote,
@@ -547,12 +549,8 @@ Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
 def prompt_hash(messages: Any) -> str:
     """SHA-256 of the exact prompt (a list of ``{role, content}``): replay's lookup key."""
-    import hashlib
-    import json
-
     plain = [m if isinstance(m, dict) else m.model_dump(mode="json") for m in messages]
-    body = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+    return hashlib.sha256(canonical_json(plain).encode("utf-8")).hexdigest()
 
 
 def _contribution_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:

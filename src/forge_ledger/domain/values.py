@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -29,11 +29,7 @@ __all__ = [
     "MAX_TITLE_CHARS",
     "MAX_TOKENS_LIMIT",
     "PARTICIPANT_NAME_RE",
-    "Change",
-    "ChangeType",
     "ChatMessage",
-    "ConflictPosition",
-    "ConflictResolution",
     "ConvergenceVote",
     "Critique",
     "DivergenceStatus",
@@ -229,13 +225,6 @@ class SuggestionCategory(StrEnum):
     OTHER = "other"
 
 
-class ChangeType(StrEnum):
-    ADDITION = "addition"
-    MODIFICATION = "modification"
-    DELETION = "deletion"
-    RESTRUCTURE = "restructure"
-
-
 class Stance(StrEnum):
     STRONGLY_AGREE = "strongly_agree"
     AGREE = "agree"
@@ -427,30 +416,6 @@ class Participant(Value):
             data = {**data, "provider": ModelProvider.from_model(str(data["model"]))}
         return data
 
-    @property
-    def display_name(self) -> str:
-        return self.name
-
-    def with_role(self, role: ParticipantRole) -> Participant:
-        return self.model_copy(update={"role": role})
-
-    # Presets from the seed (model ids in litellm's naming).
-    @classmethod
-    def claude_opus(cls) -> Self:
-        return cls(name="Claude Opus", model="anthropic/claude-3-opus-20240229")
-
-    @classmethod
-    def claude_sonnet(cls) -> Self:
-        return cls(name="Claude Sonnet", model="anthropic/claude-3-5-sonnet-20241022")
-
-    @classmethod
-    def gpt4(cls) -> Self:
-        return cls(name="GPT-4 Turbo", model="gpt-4-turbo")
-
-    @classmethod
-    def gemini_pro(cls) -> Self:
-        return cls(name="Gemini Pro", model="gemini/gemini-pro")
-
 
 # --------------------------------------------------------------------------- model I/O
 
@@ -556,25 +521,6 @@ class ConvergenceVote(Value):
         if self.stance is not None:
             return self.stance
         return Stance.AGREE if self.agrees else Stance.DISAGREE
-
-
-class Change(Value):
-    section: str
-    change_type: ChangeType
-    description: str
-    based_on_suggestions: tuple[int, ...] = ()
-
-
-class ConflictPosition(Value):
-    participant: str
-    position: str
-
-
-class ConflictResolution(Value):
-    issue: str
-    positions: tuple[ConflictPosition, ...] = ()
-    resolution: str = ""
-    rationale: str = ""
 
 
 class DivergentPosition(Value):

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from ..domain.state import ContributionState, RoundState, SessionState
 from ..domain.values import DivergenceStatus, RoundKind, Stance
 from .topics import mentions, same_topic
+from .votes import counted_votes
 
 __all__ = [
     "QUOTE_CHARS",
@@ -117,12 +118,9 @@ def _side(s: Stance) -> int:
 
 
 def _votes(r: RoundState) -> dict[str, ContributionState]:
-    """Contributions carrying a counted vote (abstentions excluded), by participant."""
-    out: dict[str, ContributionState] = {}
-    for c in r.contributions:
-        if c.vote is not None and c.participant not in r.abstained:
-            out[c.participant] = c
-    return out
+    """The counted votes (:func:`counted_votes`), in the order the participants first answered."""
+    counted = counted_votes(r)
+    return {name: counted[name] for name in r.contributors if name in counted}
 
 
 def plain_majority(r: RoundState) -> bool:

@@ -44,6 +44,7 @@ from ..domain.values import (
 from .conformity import plain_majority
 from .divergence import plan_divergences, project_open
 from .topics import mentions, same_topic
+from .votes import counted_votes
 
 __all__ = [
     "DEFAULT_ROLE_WEIGHTS",
@@ -91,23 +92,19 @@ def weighted_score(votes: list[tuple[Stance, float]]) -> float:
     return min(1.0, max(0.0, value))
 
 
-def _votes(state: SessionState, r: RoundState) -> tuple[list[tuple[str, Stance]], int]:
-    voters: list[tuple[str, Stance]] = []
-    abstain = 0
-    for name in r.expected:
-        c = r.contribution_of(name)
-        if c is None or c.vote is None or name in r.abstained:
-            abstain += 1
-            continue
-        voters.append((name, c.vote.effective_stance))
-    return voters, abstain
+def _votes(r: RoundState) -> tuple[list[tuple[str, Stance]], int]:
+    """The counted voters' stances in expected order, and how many expected did not vote."""
+    counted = counted_votes(r)
+    voters = [(name, c.vote.effective_stance) for name, c in counted.items()
+              if c.vote is not None]
+    return voters, len(r.expected) - len(voters)
 
 
 def convergence(state: SessionState, round: RoundState) -> ev.ConvergenceEvaluated:
     """Evaluate a completed convergence round (blocking dissent as it stands after the
     divergence events :func:`after_round` plans for this round)."""
     cfg = state.config
-    voters, abstain = _votes(state, round)
+    voters, abstain = _votes(round)
     weights: dict[str, float] = {}
     for name, _ in voters:
         p = state.participant(name)
@@ -133,11 +130,8 @@ def convergence(state: SessionState, round: RoundState) -> ev.ConvergenceEvaluat
         and not blocking
     )
     remaining: list[str] = []
-    for name in round.expected:
-        c = round.contribution_of(name)
-        if c is None or c.vote is None or name in round.abstained:
-            continue
-        if c.vote.effective_stance.agrees:
+    for name, c in counted_votes(round).items():
+        if c.vote is None or c.vote.effective_stance.agrees:
             continue
         for concern in c.vote.concerns:
             item = f"{name}: {concern}"

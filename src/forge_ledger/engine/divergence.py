@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from ..domain import events as ev
 from ..domain.state import DivergenceState, RoundState, SessionState
+from ..domain.text import clip
 from ..domain.values import DivergenceStatus, DivergentPosition, RoundKind, Stance
 from .topics import OVERALL, mentions, normalize, same_topic
 
@@ -57,11 +58,6 @@ class DivergenceView:
     topic: str
     strongest: Stance
     open: bool
-
-
-def _clip(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _POSITION_CHARS else text[: _POSITION_CHARS - 1] + "…"
 
 
 def _remarks(r: RoundState) -> list[_Remark]:
@@ -255,7 +251,7 @@ def _critique_groups(r: RoundState) -> list[tuple[str, list[DivergentPosition]]]
     groups: list[tuple[str, list[DivergentPosition]]] = []
     for key in order:
         positions = [
-            DivergentPosition(participant=n, position=_clip(" / ".join(texts)),
+            DivergentPosition(participant=n, position=clip(" / ".join(texts), _POSITION_CHARS),
                               stance=Stance.DISAGREE)
             for n, texts in critics[key].items()
         ]
@@ -287,12 +283,12 @@ def _opinion_groups(r: RoundState) -> list[tuple[str, list[DivergentPosition]]]:
             if m.participant not in raised.setdefault(key, {}):
                 text = label if label != OVERALL else (m.reasoning or "disagrees overall")
                 raised[key][m.participant] = DivergentPosition(
-                    participant=m.participant, position=_clip(text), stance=m.stance
+                    participant=m.participant, position=clip(text, _POSITION_CHARS), stance=m.stance
                 )
     supporters = [
         DivergentPosition(
             participant=m.participant,
-            position=_clip(m.reasoning or "agrees with the current text"),
+            position=clip(m.reasoning or "agrees with the current text", _POSITION_CHARS),
             stance=m.stance,
         )
         for m in remarks

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from ..domain import events as ev
 from ..domain.state import DivergenceState, SessionState
+from ..domain.text import text_key
 from ..domain.values import DivergenceStatus, RoundKind
 from .techniques import Technique, get_technique
 
@@ -87,10 +88,6 @@ def _clarity(state: SessionState) -> int:
     return max(0, min(100, round(sum(scores) / len(scores))))
 
 
-def _norm(text: str) -> str:
-    return " ".join(text.casefold().split())
-
-
 def _coverage(state: SessionState) -> int:
     rounds = state.active_rounds
     first_seen: dict[str, int] = {}
@@ -99,7 +96,7 @@ def _coverage(state: SessionState) -> int:
             if c.critique is None:
                 continue
             for s in c.critique.suggestions:
-                first_seen.setdefault(_norm(s.text), r.number)
+                first_seen.setdefault(text_key(s.text), r.number)
     if not first_seen:
         return 0
     follow_ups = [r.number for r in rounds if r.kind in _FOLLOW_UP and r.contributions]

@@ -27,6 +27,7 @@ from ..domain.values import (
     Stance,
     SuggestionCategory,
 )
+from ..errors import validation_summary
 
 __all__ = ["ParsedOutput", "json_candidates", "output_schema", "parse_output"]
 
@@ -351,14 +352,6 @@ def _normalise(kind: RoundKind, obj: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- entry point
 
 
-def _short(err: ValidationError) -> str:
-    parts = []
-    for e in err.errors()[:3]:
-        loc = ".".join(str(x) for x in e["loc"]) or "value"
-        parts.append(f"{loc}: {e['msg']}")
-    return "; ".join(parts)
-
-
 def parse_output(kind: RoundKind, text: str) -> ParsedOutput:
     """Parse ``text`` as the structure ``kind`` asks for; never raises (see module docstring)."""
     schema = _SCHEMAS.get(kind)
@@ -382,7 +375,8 @@ def parse_output(kind: RoundKind, text: str) -> ParsedOutput:
             try:
                 value = schema.model_validate(_normalise(kind, obj))
             except ValidationError as exc:
-                errors.append(f"{schema.__name__} does not validate ({_short(exc)})")
+                problems = validation_summary(exc, most=3)
+                errors.append(f"{schema.__name__} does not validate ({problems})")
                 continue
             assert isinstance(value, Critique | Opinion | ConvergenceVote)
             return ParsedOutput(value, None)

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..domain.state import RoundState, SessionState
-from ..domain.values import Participant, ParticipantRole, RoundKind, SessionStatus
+from ..domain.values import ParticipantRole, RoundKind, SessionStatus
 from ..errors import InvariantViolation
 from .convergence import convergence
+from .votes import counted_votes
 
 __all__ = [
     "ROUNDS_PER_LATER_ITERATION",
@@ -347,14 +348,12 @@ def _after_vote(state: SessionState, vote_round: RoundState, elapsed_secs: float
 
 def _dissenters(state: SessionState, vote_round: RoundState) -> tuple[str, ...]:
     """Voters who did not agree; when nobody voted against, those who could not vote."""
-    against: set[str] = set()
-    silent: set[str] = set()
-    for name in vote_round.expected:
-        c = vote_round.contribution_of(name)
-        if c is None or c.vote is None or name in vote_round.abstained:
-            silent.add(name)
-        elif not c.vote.effective_stance.agrees:
-            against.add(name)
+    counted = counted_votes(vote_round)
+    against = {
+        name for name, c in counted.items()
+        if c.vote is not None and not c.vote.effective_stance.agrees
+    }
+    silent = {name for name in vote_round.expected if name not in counted}
     return _ordered(state, against or silent)
 
 
@@ -380,10 +379,3 @@ def _questions(state: SessionState, score: float, remaining: list[str]) -> tuple
         )
     return tuple(questions[:_MAX_QUESTIONS])
 
-
-def participant_of(state: SessionState, name: str) -> Participant:
-    """The named participant (the engine only names members of the session)."""
-    p = state.participant(name)
-    if p is None:
-        raise InvariantViolation(f"unknown participant {name!r}")
-    return p

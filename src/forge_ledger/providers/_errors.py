@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Literal
 
+from ..domain.text import clip
 from ..domain.values import TokenCount
 from ..errors import ProviderError
 
@@ -84,8 +85,7 @@ def scrub_secrets(text: str, environ: Mapping[str, str] | None = None) -> str:
 
 def one_line(text: str, limit: int = _MAX_MESSAGE) -> str:
     """Collapse whitespace and cap the length, so an error fits one terminal line."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return clip(text, limit)
 
 
 class ProviderCallError(ProviderError):

@@ -18,6 +18,7 @@ import altair as alt
 import vl_convert
 
 from ..audit.model import ConsensusPoint, DissentRecord
+from ..domain.text import clip
 from ..domain.values import DivergenceStatus
 from ._model import STANCES, ReportModel
 
@@ -85,8 +86,7 @@ def _ordinal_axis(count: int) -> alt.Axis:
 
 
 def _short(text: str, limit: int = _LABEL_CHARS) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+    return clip(text, limit, rstrip=True)
 
 
 def agree_share(c: ConsensusPoint) -> float:

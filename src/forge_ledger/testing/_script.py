@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..bounded_yaml import load_yaml, read_yaml_file
-from ..errors import ConfigError
+from ..errors import ConfigError, dotted_loc, validation_summary
 
 __all__ = [
     "Fault",
@@ -136,10 +136,11 @@ class Script(BaseModel):
         try:
             return cls.model_validate(payload)
         except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first["loc"][1:]) or "script"
+            problem = validation_summary(
+                e, where=lambda loc: dotted_loc(loc[1:]) if loc[1:] else "script"
+            )
             raise ScriptError(
-                f"invalid fake-server script at {where}: {first['msg']}",
+                f"invalid fake-server script at {problem}",
                 hint="each model maps to a list of rules with match/content/times/latency/"
                 "chunk_delay/fault/retry_after/finish_reason",
             ) from None

@@ -24,6 +24,7 @@ import yaml
 from ..domain import events as ev
 from ..domain.recorded import EventLike
 from ..domain.state import RoundState, SessionState, fold
+from ..domain.text import text_key
 from ..domain.values import Mode, RoundKind, SessionStatus
 from ..engine.ems import ems_score
 from .schema import FORMAT_VERSION, iso
@@ -185,15 +186,11 @@ def _technique_rows(state: SessionState) -> list[dict[str, Any]]:
     ]
 
 
-def _norm(text: str) -> str:
-    return " ".join(text.casefold().split())
-
-
 def _ideas(state: SessionState) -> list[dict[str, Any]]:
     """Recorded ideas, then distinct critique suggestions: score 10 (priority 1) … 2
     (priority 5), +1 per further critic raising the same point, at most 10."""
     out = [dict(i) for i in sorted(state.ideas, key=lambda i: int(i["id"]))]
-    seen = {_norm(str(i["content"])) for i in out}
+    seen = {text_key(str(i["content"])) for i in out}
     next_id = max((int(i["id"]) for i in out), default=0) + 1
     derived: dict[str, dict[str, Any]] = {}
     for r in state.active_rounds:
@@ -201,7 +198,7 @@ def _ideas(state: SessionState) -> list[dict[str, Any]]:
             if c.critique is None:
                 continue
             for s in c.critique.suggestions:
-                key = _norm(s.text)
+                key = text_key(s.text)
                 if not key or key in seen:
                     continue
                 base = 2 * (6 - s.priority)

@@ -23,7 +23,7 @@ from ..clock import Clock, IdSource
 from ..domain import Deliberation
 from ..domain import events as ev
 from ..domain.values import SessionConfig, Topic
-from ..errors import ImportValidationError
+from ..errors import ImportValidationError, Loc, validation_summary
 from ..ledger import Ledger
 from .lines import format_path, line_of, path_lines
 from .migrate import migrate
@@ -72,14 +72,13 @@ def parse_session_file(text: str, *, source: str = "session file") -> tuple[Sess
     try:
         model = SessionFile.model_validate(doc)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = [p for p in err["loc"] if isinstance(p, str | int)]
-        line = line_of(path_lines(text), loc)
-        at_line = f" (line {line})" if line is not None else ""
-        more = len(e.errors()) - 1
-        extra = f"; {more} more problem(s)" if more else ""
+
+        def place(loc: Loc) -> str:
+            line = line_of(path_lines(text), loc)
+            return format_path(loc) + (f" (line {line})" if line is not None else "")
+
         raise ImportValidationError(
-            f"{source}: {format_path(loc)}{at_line}: {err['msg']}{extra}",
+            f"{source}: {validation_summary(e, where=place, count_more=True)}",
             hint="fix that field and import again; nothing was written",
         ) from None
     return model, version
