@@ -23,7 +23,7 @@ from forge_ledger.domain.values import (
     Topic,
 )
 from forge_ledger.errors import InvariantViolation
-from strategies import StepClock, contribute, make_participants, new_session, run_round
+from support.strategies import StepClock, contribute, make_participants, new_session, run_round
 
 
 @pytest.fixture

@@ -32,15 +32,15 @@ from forge_ledger.domain.values import (
 )
 from forge_ledger.errors import InputLimitError, InvariantViolation, StoreError, UsageError
 from forge_ledger.ledger import Ledger
-from helpers_sessions import build_session, make_participants
-from hostile_inputs import (
+from support.hostile_inputs import (
     BILLION_LAUGHS,
     fingerprint,
     measure_cli,
     one_error_line,
     run_cli,
 )
-from strategies import new_session
+from support.sessions import build_session, make_participants
+from support.strategies import new_session
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

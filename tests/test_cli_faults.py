@@ -24,7 +24,7 @@ import yaml
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer
-from test_orchestrator_support import voice
+from support.orchestrator import voice
 
 NAMES = ("ana", "ben", "cleo")
 ROLES = ("drafter", "critic", "synthesizer")

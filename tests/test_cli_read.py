@@ -1,7 +1,7 @@
 """The read-side CLI (``sessions``, ``show``, ``log``, ``verify``) against real stores.
 
 Sessions are recorded through the aggregate into a real SQLite file (and PostgreSQL for the
-``postgres`` tests) by the builders in ``helpers_sessions``; expected values are computed from
+``postgres`` tests) by the stories in ``support.sessions``; expected values are computed from
 what the builders report or from the raw event log, never typed in by hand. Commands run
 in-process (click's CliRunner, and ``main`` for the error path) and as real subprocesses of the
 ``forge-ledger`` console script and ``python -m forge_ledger``.
@@ -29,14 +29,14 @@ from forge_ledger.cli.read import ems_of
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.domain.hashing import GENESIS
 from forge_ledger.ledger import Ledger
-from helpers_sessions import (
+from support.sessions import (
     BuiltSession,
     build_session,
     fork_session,
     make_participants,
     seal_session,
 )
-from helpers_store import raw_connection
+from support.store import raw_connection
 
 VENV_BIN = Path(sys.executable).parent
 CONSOLE_SCRIPT = str(VENV_BIN / "forge-ledger")

@@ -11,8 +11,8 @@ import pytest
 
 from forge_ledger.ledger import Ledger
 from forge_ledger.testing import FakeOpenAIServer
-from test_cli_run import assert_one_error_line, one_json, run_cli, write_participants
-from test_orchestrator_support import opinion_json, voice, vote_json
+from support.cli import assert_one_error_line, one_json, run_cli, write_participants
+from support.orchestrator import opinion_json, voice, vote_json
 
 NAMES = ("ana", "ben", "cleo", "dov")
 TOPIC = "Attended retries"

@@ -18,7 +18,7 @@ from forge_ledger.domain.values import RoundKind
 from forge_ledger.ledger import Ledger, resolve_store
 from forge_ledger.ledger.outputs import store_outputs
 from forge_ledger.spec import split_spec, write_spec
-from helpers_sessions import BuiltSession, build_session, contribution_text
+from support.sessions import BuiltSession, build_session, contribution_text
 
 
 def forge(

@@ -28,8 +28,8 @@ import pytest
 from forge_ledger.domain.values import SessionConfig
 from forge_ledger.ledger import Ledger
 from forge_ledger.testing import FakeOpenAIServer
-from test_cli_run import assert_one_error_line, one_json, run_cli, write_participants
-from test_orchestrator_support import opinion_json, voice, vote_json
+from support.cli import assert_one_error_line, one_json, run_cli, write_participants
+from support.orchestrator import opinion_json, voice, vote_json
 
 CONSOLE_SCRIPT = str(Path(sys.executable).parent / "forge-ledger")
 HOSTILE = "[red]alarm[/red] [link=https://evil.example]click[/link] [/] [bold]"

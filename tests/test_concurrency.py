@@ -21,7 +21,7 @@ import pytest
 from forge_ledger.domain.values import RoundKind
 from forge_ledger.errors import ConcurrencyConflictError
 from forge_ledger.ledger import Ledger, verify_session
-from strategies import StepClock, new_session, run_round
+from support.strategies import StepClock, new_session, run_round
 
 WORKER = textwrap.dedent(
     """

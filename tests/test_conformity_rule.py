@@ -30,7 +30,7 @@ from forge_ledger.domain.values import (
     TokenCount,
     Topic,
 )
-from test_projections_support import PARAMS
+from support.random_sessions import PARAMS
 
 S = Stance
 

@@ -25,7 +25,7 @@ import yaml
 
 from forge_ledger.ledger import Ledger, RecordedEvent, verify_session
 from forge_ledger.testing import FakeOpenAIServer
-from test_orchestrator_support import voice
+from support.orchestrator import voice
 
 pytestmark = pytest.mark.slow
 

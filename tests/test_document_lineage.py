@@ -9,7 +9,6 @@ import uuid
 from hypothesis import given
 from hypothesis import strategies as st
 
-from _yaml_sessions import _contribute, clock
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.domain import Deliberation
 from forge_ledger.domain import events as ev
@@ -32,6 +31,7 @@ from forge_ledger.projections.document import (
     fold_lineage,
     segment,
 )
+from support.yaml_sessions import _contribute, clock
 
 NAMES = ("alice", "bob", "carol")
 

@@ -23,7 +23,7 @@ from forge_ledger.domain.values import (
     TokenCount,
     Topic,
 )
-from strategies import PAYLOAD_STRATEGIES, VALUE_STRATEGIES, any_payload
+from support.strategies import PAYLOAD_STRATEGIES, VALUE_STRATEGIES, any_payload
 
 any_value = st.sampled_from(sorted(VALUE_STRATEGIES, key=lambda c: c.__name__)).flatmap(
     lambda cls: VALUE_STRATEGIES[cls]

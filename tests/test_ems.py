@@ -8,9 +8,9 @@ from importlib import resources
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _yaml_sessions import build_session
 from forge_ledger.engine.ems import AXES, AXIS_TECHNIQUES, ems_score, suggest_techniques
 from forge_ledger.engine.techniques import all_techniques, get_technique
+from support.yaml_sessions import build_session
 
 
 def test_catalogue_has_seed_techniques_and_matches_csv() -> None:

@@ -23,7 +23,7 @@ from forge_ledger.domain.values import (
 )
 from forge_ledger.engine.techniques import all_techniques
 from forge_ledger.errors import InvariantViolation
-from test_engine_sim import draft_text, drive, play_round, prompt_of, scripted, start
+from support.engine_sim import draft_text, drive, play_round, prompt_of, scripted, start
 
 
 def kinds(agg: object) -> list[str]:

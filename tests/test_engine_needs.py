@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from forge_ledger import engine
 from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.values import ParticipantRole, RoundKind
-from strategies import StepClock, contribute, new_session
+from support.strategies import StepClock, contribute, new_session
 
 
 def _open_round(

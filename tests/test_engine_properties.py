@@ -19,7 +19,7 @@ from forge_ledger.domain.values import (
     SessionStatus,
     Stance,
 )
-from test_engine_sim import drive, prompt_of, start
+from support.engine_sim import drive, prompt_of, start
 
 stances = st.sampled_from(list(Stance))
 weights = st.floats(min_value=0, max_value=10, allow_nan=False)

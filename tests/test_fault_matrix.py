@@ -1,5 +1,5 @@
 """The fault matrix: every provider fault kind in every round kind, through the real litellm
-client and the real HTTP test server (see ``fault_matrix_cells`` for how a cell runs).
+client and the real HTTP test server (see ``support.fault_matrix`` for how a cell runs).
 
 Each cell must end converged with an identical replay and a verifying chain, and must have got
 there the way its fault kind dictates: a transient fault is retried up to ``max_attempts``,
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fault_matrix_cells import (
+from support.fault_matrix import (
     FALLBACK_KINDS,
     FAULTED,
     FAULTS,

@@ -13,7 +13,7 @@ from forge_ledger.domain.values import Stance
 from forge_ledger.engine.ems import ems_score
 from forge_ledger.ledger import Ledger
 from forge_ledger.lineage import diff_sessions, fork
-from promises_builder import THREE_ITERATIONS, Iteration, SessionBuilder, build
+from support.stories import THREE_ITERATIONS, Iteration, build, continued, play
 
 PARENT = uuid.UUID(int=1)
 
@@ -23,18 +23,16 @@ def _parent_and_fork(path: str) -> uuid.UUID:
     with Ledger(path) as ledger:
         ledger.save(build(PARENT, THREE_ITERATIONS))
         fid = fork(ledger, PARENT, clock=FixedStepClock(), ids=SequentialIds(), at_iteration=2)
-        agg = ledger.get(fid)
-        b = SessionBuilder.__new__(SessionBuilder)
-        b.agg, b.clock, b.names, b.iteration = agg, FixedStepClock(), ["alice", "bob", "carol"], 2
-        agg.resume(at=b.clock.now())
-        b.iterate(
+        b = continued(ledger.get(fid)).resume()
+        play(
+            b,
             Iteration(
                 votes={"alice": Stance.AGREE, "bob": Stance.STRONGLY_DISAGREE,
                        "carol": Stance.PARTIAL},
                 open_dissent=[("f1", "fairness across tenants", "bob")],
             )
         )
-        ledger.save(agg)
+        ledger.save(b.aggregate)
         return fid
 
 

@@ -19,8 +19,8 @@ from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.hashing import GENESIS, chain_hash, keyed_digest
 from forge_ledger.domain.values import RoundKind, SessionStatus
 from forge_ledger.ledger import Ledger, resolve_store, verify_session, verify_store
-from helpers_store import raw_connection, unpack
-from strategies import StepClock, new_session, run_round
+from support.store import raw_connection, unpack
+from support.strategies import StepClock, new_session, run_round
 
 
 def _build(ledger: Ledger, *, finish: bool = False, key: bytes | None = None) -> Deliberation:

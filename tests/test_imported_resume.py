@@ -15,7 +15,7 @@ import yaml
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
-from test_cli_run import assert_one_error_line, one_json, run_cli, write_participants
+from support.cli import assert_one_error_line, one_json, run_cli, write_participants
 
 SEED = Path(__file__).parent / "fixtures" / "seed_standard.yaml"
 

@@ -28,7 +28,7 @@ from forge_ledger.errors import LeaseHeldError
 from forge_ledger.ledger import Ledger, RecordedEvent, verify_session
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer
-from test_orchestrator_support import voice
+from support.orchestrator import voice
 
 NAMES = ("ana", "ben", "cleo")
 HANG = 120.0

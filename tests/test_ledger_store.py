@@ -14,8 +14,8 @@ from forge_ledger.domain.values import RoundKind, SessionStatus
 from forge_ledger.errors import SessionNotFoundError, StoreError, UsageError
 from forge_ledger.ledger import Ledger, resolve_store
 from forge_ledger.ledger.application import snapshot_due
-from helpers_store import raw_connection
-from strategies import StepClock, new_session, run_round
+from support.store import raw_connection
+from support.strategies import StepClock, new_session, run_round
 
 
 def _grown_session(ledger: Ledger, clock: StepClock, iterations: int = 2) -> Deliberation:

@@ -14,7 +14,7 @@ from forge_ledger.domain.values import Price, SessionConfig
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.orchestrator.live import LiveEvent, RoundComplete
 from forge_ledger.testing import FakeOpenAIServer
-from test_orchestrator_support import participants, run_session, voice
+from support.orchestrator import participants, run_session, voice
 
 NAMES = ("ana", "ben", "cleo")
 DEAR = Price(input_cost_per_token=1e-4, output_cost_per_token=1e-4)

@@ -18,7 +18,7 @@ from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.providers import LiteLLMProvider
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer
-from test_orchestrator_support import (
+from support.orchestrator import (
     draft_text,
     participants,
     round_events,

@@ -13,7 +13,7 @@ import pytest
 from forge_ledger.domain.values import SessionConfig
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.testing import FakeOpenAIServer, RecordedRequest
-from test_orchestrator_support import (
+from support.orchestrator import (
     event_view,
     participants,
     round_events,

@@ -32,23 +32,8 @@ from forge_ledger.projections import (
 from forge_ledger.projections.base import dumps
 from forge_ledger.projections.migrations import MIGRATIONS
 from forge_ledger.projections.session_state import summary_row
-from test_projections_support import build_ledger
-
-VIEW_TABLES = sorted({t for p in DEFAULT_PROJECTIONS for t in p.tables})
-
-
-def canonical_dump(db_path: Path) -> str:
-    """Every view table's rows, ordered by primary key, as text (byte-comparable)."""
-    con = sqlite3.connect(db_path)
-    try:
-        lines = []
-        for table in VIEW_TABLES:
-            lines.append(f"-- {table}")
-            for row in con.execute(f'SELECT * FROM "{table}" ORDER BY id'):
-                lines.append(repr(row))
-        return "\n".join(lines)
-    finally:
-        con.close()
+from support.projections import canonical_dump
+from support.random_sessions import build_ledger
 
 
 def positions(db_path: Path) -> dict[str, int]:

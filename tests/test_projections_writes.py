@@ -27,8 +27,8 @@ from forge_ledger.projections import (
 )
 from forge_ledger.projections.base import dumps
 from forge_ledger.projections.writes import BULK_FTS_MIN_ROWS
-from test_projections import canonical_dump
-from test_projections_support import SessionScript, build_ledger
+from support.projections import canonical_dump
+from support.random_sessions import SessionScript, build_ledger
 
 TERMS = ["caching", "sourcing", "queue", "budget", "audit"]
 

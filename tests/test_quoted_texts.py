@@ -27,8 +27,8 @@ from forge_ledger.domain.values import (
 )
 from forge_ledger.ledger import Ledger, texts, verify_session
 from forge_ledger.ledger.quotes import QuotedAnswers, pack_with, unpack_with
-from helpers_store import raw_connection
-from strategies import StepClock, new_session
+from support.store import raw_connection
+from support.strategies import StepClock, new_session
 
 SID = uuid.UUID("00000000-0000-4000-8000-0000000000ab")
 _WORDS = [

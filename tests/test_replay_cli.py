@@ -35,8 +35,13 @@ from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.providers import get_provider
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
-from test_replay_detection import _AGREEING_VOTE, _first_dissenting_vote, _tamper_content
-from test_replay_generated import assert_identical, recorded_calls
+from support.replay import (
+    AGREEING_VOTE,
+    assert_identical,
+    first_dissenting_vote,
+    recorded_calls,
+    tamper_content,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -166,8 +171,8 @@ def test_replay_all_with_fork_and_import_then_a_forged_session(
 
     with Ledger(sqlite_url) as ledger:
         events = list(ledger.events(other))
-    contribution, vote = _first_dissenting_vote(events)
-    _tamper_content(sqlite_url, other, contribution.position, _AGREEING_VOTE, rehash=True)
+    contribution, vote = first_dissenting_vote(events)
+    tamper_content(sqlite_url, other, contribution.position, AGREEING_VOTE, rehash=True)
 
     bad = _invoke("replay", "--all", "--store", sqlite_url)
     assert bad.exit_code == 1

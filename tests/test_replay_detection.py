@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import importlib
-import json
 import shutil
 import socket
 from collections.abc import Iterator
@@ -25,17 +24,15 @@ import pytest
 
 from forge_ledger.cli.demo import DEMO_SCRIPT, demo_participants, demo_topic
 from forge_ledger.clock import FixedStepClock, SequentialIds
-from forge_ledger.domain.hashing import chain_hash
 from forge_ledger.domain.values import ParticipantRole, Persona, SessionConfig
 from forge_ledger.engine import prompts, steps
 from forge_ledger.ledger import Ledger, RecordedEvent
-from forge_ledger.ledger.texts import resolve
 from forge_ledger.ledger.verify import verify_session
 from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.providers import get_provider
 from forge_ledger.replay import ReplayResult, replay_session
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
-from helpers_store import raw_connection, unpack
+from support.replay import AGREEING_VOTE, first_dissenting_vote, tamper_content
 
 convergence_rules = importlib.import_module("forge_ledger.engine.convergence")
 """The module (``forge_ledger.engine.convergence`` is also the name of a re-exported function)."""
@@ -112,71 +109,6 @@ def _round_kinds(events: list[RecordedEvent]) -> dict[int, str]:
     return {e.data["number"]: e.data["kind"] for e in events if e.type == "RoundStarted"}
 
 
-def _first_dissenting_vote(events: list[RecordedEvent]) -> tuple[RecordedEvent, RecordedEvent]:
-    """(the ContributionRecorded of the first vote that disagrees, its VoteRecorded)."""
-    vote = next(e for e in events if e.type == "VoteRecorded" and not e.data["vote"]["agrees"])
-    contribution = [
-        e
-        for e in events
-        if e.type == "ContributionRecorded"
-        and e.data["round"] == vote.data["round"]
-        and e.data["participant"] == vote.data["participant"]
-        and e.position < vote.position
-    ][-1]
-    return contribution, vote
-
-
-_AGREEING_VOTE = json.dumps(
-    {"agrees": True, "score": 90, "stance": "agree", "concerns": [], "reasoning": "fine now"}
-)
-
-
-def _tamper_content(url: str, sid: UUID, position: int, content: str, *, rehash: bool) -> None:
-    """Edit ``data.response.content`` of the event at ``position`` in the SQLite row.
-
-    With ``rehash`` the editor also recomputes every later hash and link (a forger who knows
-    the chain format, which hashes the texts an event refers to): the chain verifies again,
-    only replay can tell.
-    """
-    texts = Ledger(url, create=False)  # reads stored texts as the ledger stores them
-    conn = raw_connection(url)
-    try:
-        rows = conn.execute(
-            "SELECT rowid, originator_version, topic, state FROM stored_events "
-            "WHERE originator_id = ? AND originator_version >= ? ORDER BY originator_version",
-            (sid.hex, position - 1),
-        ).fetchall()
-        prev_hash: str | None = None
-        for rowid, version, topic, blob in rows:
-            state = json.loads(unpack(blob))
-            if version == position - 1:
-                prev_hash = state["hash"]
-                continue
-            if version == position:
-                state["data"]["response"]["content"] = content
-            if not rehash and version > position:
-                break
-            if rehash:
-                state["prev_hash"] = prev_hash
-                state["hash"] = chain_hash(
-                    session_id=str(sid),
-                    position=version,
-                    type_name=topic.removeprefix("forge_ledger:"),
-                    timestamp=datetime.fromisoformat(state["timestamp"]["_data_"]),
-                    data=resolve(state["data"], texts.texts),
-                    prev_hash=state["prev_hash"],
-                )
-                prev_hash = state["hash"]
-            conn.execute(
-                "UPDATE stored_events SET state = ? WHERE rowid = ?",
-                (json.dumps(state, separators=(",", ":")).encode(), rowid),
-            )
-        conn.commit()
-    finally:
-        conn.close()
-        texts.close()
-
-
 # --------------------------------------------------------------------------- baseline
 
 
@@ -194,8 +126,8 @@ def test_tamper_helper_recomputes_the_stored_hashes_exactly(demo_copy: tuple[str
     """The forger's re-hash, applied without a change, reproduces the stored chain."""
     url, sid = demo_copy
     events = _events(url, sid)
-    contribution, _ = _first_dissenting_vote(events)
-    _tamper_content(
+    contribution, _ = first_dissenting_vote(events)
+    tamper_content(
         url, sid, contribution.position, contribution.data["response"]["content"], rehash=True
     )
     assert [e.hash for e in _events(url, sid)] == [e.hash for e in events]
@@ -209,8 +141,8 @@ def test_edited_response_without_rehash_is_reported_at_the_edited_event(
 ) -> None:
     url, sid = demo_copy
     events = _events(url, sid)
-    contribution, _ = _first_dissenting_vote(events)
-    _tamper_content(url, sid, contribution.position, _AGREEING_VOTE, rehash=False)
+    contribution, _ = first_dissenting_vote(events)
+    tamper_content(url, sid, contribution.position, AGREEING_VOTE, rehash=False)
 
     result = _replay(url, sid)
     d = result.difference
@@ -234,8 +166,8 @@ def test_edited_vote_with_rewritten_chain_is_reported_at_the_parsed_vote(
     edited answer into a vote that differs from the recorded ``VoteRecorded``."""
     url, sid = demo_copy
     events = _events(url, sid)
-    contribution, vote = _first_dissenting_vote(events)
-    _tamper_content(url, sid, contribution.position, _AGREEING_VOTE, rehash=True)
+    contribution, vote = first_dissenting_vote(events)
+    tamper_content(url, sid, contribution.position, AGREEING_VOTE, rehash=True)
 
     result = _replay(url, sid)
     d = result.difference

@@ -44,8 +44,9 @@ from forge_ledger.domain.values import (
 from forge_ledger.ledger import Ledger, RecordedEvent
 from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.providers import get_provider
-from forge_ledger.replay import ReplayResult, replay_session
+from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer
+from support.replay import assert_identical, recorded_calls
 
 PRICE = Price(input_cost_per_token=3e-6, output_cost_per_token=15e-6, source="user")
 _WORDS = [
@@ -306,31 +307,6 @@ def run_scenario(
 
     sid, state, given = asyncio.run(go())
     return Run(sid, state, len(server.requests) - before, given)
-
-
-def recorded_calls(events: list[RecordedEvent]) -> tuple[int, int]:
-    """(calls a replay must serve, calls that reached the server) from the record."""
-    served = sent = 0
-    for e in events:
-        if e.type == "ContributionRecorded":
-            served += 1
-            sent += 1
-        elif e.type == "ProviderCallFailed":
-            kind = e.data["error_type"]
-            if kind != "budget_cost":
-                served += 1
-            if kind not in ("budget_cost", "budget_time"):
-                sent += 1
-    return served, sent
-
-
-def assert_identical(result: ReplayResult, events: list[RecordedEvent]) -> None:
-    assert result.difference is None, result.difference and result.difference.as_json()
-    assert result.ok
-    assert result.events == len(events)
-    assert result.matched == result.events
-    assert result.generated + result.external == result.events
-    assert result.calls_served == recorded_calls(events)[0]
 
 
 def _check_faults_happened(scenario: Scenario, events: list[RecordedEvent]) -> None:

@@ -22,11 +22,11 @@ from forge_ledger.projections.document import fold_lineage
 from forge_ledger.report import ReportModel, gather, render_html
 from forge_ledger.report._charts import agree_share
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
-from helpers_sessions import build_session, seal_session
-from helpers_store import raw_connection
-from promises_builder import SessionBuilder
-from report_sessions import HOSTILE_DOC, IMG, SCRIPT, audited, demo, hostile
-from test_audit_sessions import _run as run_demo_session
+from support.orchestrator import run_demo_session
+from support.report_sessions import HOSTILE_DOC, IMG, SCRIPT, audited, demo, hostile
+from support.sessions import build_session, seal_session
+from support.store import raw_connection
+from support.stories import SessionBuilder
 
 SID = uuid.UUID(int=11)
 CONSOLE_SCRIPT = str(Path(sys.executable).parent / "forge-ledger")

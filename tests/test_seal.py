@@ -15,8 +15,8 @@ from forge_ledger.domain.hashing import keyed_digest
 from forge_ledger.errors import ChainBrokenError, ImportValidationError, InvariantViolation
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.sealing import seal_session, verify_export
-from helpers_store import raw_connection, unpack
-from promises_builder import THREE_ITERATIONS, build
+from support.store import raw_connection, unpack
+from support.stories import THREE_ITERATIONS, build
 
 SID = uuid.UUID(int=1)
 KEY = b"operator secret"

@@ -23,14 +23,14 @@ from uuid import UUID
 
 import pytest
 
-from fault_matrix_cells import base_script, cell_participants
 from forge_ledger.domain.values import SessionConfig
 from forge_ledger.ledger import Ledger
 from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.providers import LiteLLMProvider
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer
-from test_orchestrator_support import TOPIC
+from support.fault_matrix import base_script, cell_participants
+from support.orchestrator import TOPIC
 
 pytestmark = pytest.mark.slow
 

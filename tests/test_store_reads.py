@@ -19,9 +19,9 @@ import pytest
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger
-from helpers_sessions import BuiltSession, build_session
-from helpers_store import raw_connection
-from hostile_inputs import fingerprint, one_error_line, run_cli
+from support.hostile_inputs import fingerprint, one_error_line, run_cli
+from support.sessions import BuiltSession, build_session
+from support.store import raw_connection
 
 PG_BASE = "postgresql://postgres@127.0.0.1:5432/test"
 READ_COMMANDS = [

@@ -23,8 +23,8 @@ from forge_ledger.domain import events as ev
 from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.values import ChatMessage, ModelResponse, RoundKind, SessionStatus
 from forge_ledger.ledger import Ledger, resolve_store, texts, verify_session
-from helpers_store import raw_connection
-from strategies import StepClock, new_session
+from support.store import raw_connection
+from support.strategies import StepClock, new_session
 
 SYSTEM = "You deliberate on a specification. Answer as JSON: " + "{schema} " * 40
 SID = uuid.UUID("00000000-0000-4000-8000-0000000000aa")

@@ -38,7 +38,7 @@ from forge_ledger.domain.values import (
 )
 from forge_ledger.errors import UsageError
 from forge_ledger.ledger import Ledger
-from strategies import T0, StepClock, contribute, make_participants, new_session, run_round
+from support.strategies import T0, StepClock, contribute, make_participants, new_session, run_round
 
 Command = Callable[[], None]
 

@@ -16,7 +16,6 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _yaml_sessions import build_session, clock
 from forge_ledger.cli import cli
 from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.values import Mode, SessionStatus
@@ -32,6 +31,7 @@ from forge_ledger.yaml_format import (
     parse_session_file,
     write_export,
 )
+from support.yaml_sessions import build_session, clock
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEEDS = ("seed_standard.yaml", "seed_party.yaml", "seed_panel.yaml")
