@@ -1,4 +1,4 @@
-"""Builders of realistic sessions for tests: real aggregate commands, real ledger saves.
+"""Stories of realistic sessions for the read-side tests: real aggregate commands, real saves.
 
 Tests of the read side (CLI, projections, YAML export, replay checks) need sessions that look
 like what the orchestrator records, without running the orchestrator or any model. These
@@ -23,7 +23,8 @@ A ``converge=True`` session ends with ``SessionConverged`` (status ``converged``
 stays ``in_progress`` with the last divergence open. Contents are deterministic: they name the
 participant, round and iteration, so tests can compute what to expect instead of hard-coding.
 
-Helpers return a :class:`BuiltSession` describing what was built (id, positions where each
+The session is told with :class:`forge_ledger.testing.SessionBuilder`. Helpers return a
+:class:`BuiltSession` describing what was built (id, positions where each
 iteration ends, the per-contribution token/cost figures), so tests can compare CLI output
 with independently computed values.
 """
@@ -35,16 +36,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from forge_ledger.clock import Clock, FixedStepClock
-from forge_ledger.domain import Deliberation
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.values import (
     ChatMessage,
-    ConvergenceVote,
-    Critique,
     DivergenceStatus,
-    DivergentPosition,
-    ModelResponse,
-    Opinion,
     Participant,
     ParticipantRole,
     RoundKind,
@@ -57,6 +52,7 @@ from forge_ledger.domain.values import (
     Topic,
 )
 from forge_ledger.ledger import Ledger
+from forge_ledger.testing import SessionBuilder
 
 __all__ = [
     "INPUT_TOKENS",
@@ -130,60 +126,6 @@ class BuiltSession:
         return self.id.hex[:8]
 
 
-class _Builder:
-    def __init__(self, ledger: Ledger, agg: Deliberation, clock: Clock, built: BuiltSession):
-        self.ledger = ledger
-        self.agg = agg
-        self.clock = clock
-        self.built = built
-
-    def round(
-        self,
-        kind: RoundKind,
-        iteration: int,
-        *,
-        names: list[str],
-        targets: dict[str, str] | None = None,
-    ) -> int:
-        number = self.agg.start_round(
-            kind=kind, iteration=iteration, participants=names, targets=targets,
-            at=self.clock.now(),
-        )
-        for name in names:
-            self.contribute(number, kind, name, iteration)
-        return number
-
-    def contribute(self, number: int, kind: RoundKind, name: str, iteration: int) -> None:
-        b = self.built
-        b.contributions += 1
-        i = b.contributions
-        tokens = TokenCount(input=INPUT_TOKENS + i, output=OUTPUT_TOKENS + 2 * i)
-        cost = cost_of(tokens)
-        participant = next(p for p in b.participants if p.name == name)
-        messages = [
-            ChatMessage(role="system", content=f"You are {name}."),
-            ChatMessage(role="user", content=f"{kind.value} round {number} on {b.title!r}"),
-        ]
-        self.agg.record_contribution(
-            round=number,
-            participant=name,
-            model=participant.model,
-            messages=messages,
-            params=ev.CallParams(temperature=participant.temperature, max_tokens=512),
-            prompt_hash=ev.prompt_hash(messages),
-            response=ModelResponse(
-                content=contribution_text(kind, name, iteration),
-                model=participant.model,
-                tokens=tokens,
-                cost_usd=cost,
-                duration_ms=100 * i,
-            ),
-            at=self.clock.now(),
-        )
-        b.tokens = b.tokens + tokens
-        b.cost_usd += cost
-
-
 def build_session(
     ledger: Ledger,
     *,
@@ -202,147 +144,102 @@ def build_session(
     """
     if iterations < 1 or participants < 2:
         raise ValueError("a session needs at least one iteration and two participants")
-    clock = clock or FixedStepClock()
-    sid = session_id or uuid.uuid4()
     people = make_participants(participants)
-    names = [p.name for p in people]
-    agg = Deliberation.start(
-        session_id=sid,
-        topic=Topic(title=title, description="How should the service limit request rates?"),
-        config=SessionConfig(convergence_threshold=0.8, min_consensus=2),
+    b = SessionBuilder(clock=clock or FixedStepClock(), store=ledger).start(
+        Topic(title=title, description="How should the service limit request rates?"),
         participants=people,
-        at=clock.now(),
+        config=SessionConfig(convergence_threshold=0.8, min_consensus=2),
+        session_id=session_id or uuid.uuid4(),
     )
     built = BuiltSession(
-        id=sid, title=title, participants=people, iterations=iterations, converged=converge
+        id=b.id, title=title, participants=people, iterations=iterations, converged=converge,
+        timestamps=b.saved_at,
     )
-    b = _Builder(ledger, agg, clock, built)
-    _save(b)
-    open_div: str | None = None
+    b.save()
     for k in range(1, iterations + 1):
-        last = k == iterations
-        agrees = converge and last
-        if k == 1:
-            r = b.round(RoundKind.DRAFT, k, names=names)
-        else:
-            r = b.round(RoundKind.REFINEMENT, k, names=names)
-            for i, name in enumerate(names):
-                stance = Stance.AGREE if i % 2 == 0 else Stance.PARTIAL
-                agg.record_opinion(
-                    round=r,
-                    participant=name,
-                    opinion=Opinion(
-                        stance=stance,
-                        reasoning=f"{name} on iteration {k}",
-                        concerns=(f"concern of {name}",),
-                        strength=0.6,
-                        topics=("limits",),
-                    ),
-                    at=clock.now(),
-                )
-        agg.complete_round(round=r, at=clock.now())
-        if open_div is not None:
-            agg.change_divergence(
-                open_div, DivergenceStatus.RESOLVED, at=clock.now(), round=r, note="settled"
-            )
-            open_div = None
-        _save(b)
-
-        targets = {names[i]: names[(i + 1) % len(names)] for i in range(len(names))}
-        r = b.round(RoundKind.CRITIQUE, k, names=names, targets=targets)
-        for i, name in enumerate(names):
-            agg.record_critique(
-                round=r,
-                participant=name,
-                critique=Critique(
-                    target=targets[name],
-                    strengths=(f"clear structure ({targets[name]})",),
-                    weaknesses=(f"missing burst handling (iteration {k})",),
-                    suggestions=(
-                        Suggestion(
-                            text="add a token bucket",
-                            section="Section B",
-                            priority=1 + i % 5,
-                            category=SuggestionCategory.COMPLETENESS,
-                        ),
-                    ),
-                    score=60 + 10 * k + i,
-                ),
-                at=clock.now(),
-            )
-        agg.complete_round(round=r, at=clock.now())
-        if not agrees:
-            open_div = f"div-{k}"
-            agg.detect_divergence(
-                ev.DivergenceDetected(
-                    divergence_id=open_div,
-                    round=r,
-                    topic=f"burst size (iteration {k})",
-                    positions=(
-                        DivergentPosition(
-                            participant=names[0], position="fixed bursts", stance=Stance.AGREE
-                        ),
-                        DivergentPosition(
-                            participant=names[1],
-                            position="adaptive bursts",
-                            stance=Stance.STRONGLY_DISAGREE,
-                        ),
-                    ),
-                    strongest=Stance.STRONGLY_DISAGREE,
-                ),
-                at=clock.now(),
-            )
-        _save(b)
-
-        r = b.round(RoundKind.SYNTHESIS, k, names=names[:1])
-        agg.complete_round(round=r, at=clock.now())
-        _save(b)
-
-        r = b.round(RoundKind.CONVERGENCE, k, names=names)
-        agree_count = 0
-        for i, name in enumerate(names):
-            yes = agrees or i == 0
-            agree_count += int(yes)
-            agg.record_vote(
-                round=r,
-                participant=name,
-                vote=ConvergenceVote(
-                    agrees=yes,
-                    score=90 if yes else 40,
-                    concerns=() if yes else ("bursts",),
-                ),
-                at=clock.now(),
-            )
-        agg.complete_round(round=r, at=clock.now())
-        n = len(names)
-        agg.evaluate_convergence(
-            ev.ConvergenceEvaluated(
-                round=r,
-                iteration=k,
-                score=round(agree_count / n, 4),
-                converged=agrees,
-                majority_agrees=agree_count * 2 > n,
-                agree=agree_count,
-                disagree=n - agree_count,
-                partial=0,
-                threshold=0.8,
-                blocking=() if agrees else (names[1],),
-                remaining_issues=() if agrees else ("burst size",),
-            ),
-            at=clock.now(),
-        )
-        if agrees:
-            agg.finish(SessionStatus.CONVERGED, at=clock.now(), reason="all agree", score=1.0)
-        _save(b)
-        built.iteration_end[k] = agg.version
+        _iteration(b, built, k, agrees=converge and k == iterations)
+        built.iteration_end[k] = b.aggregate.version
     return built
 
 
-def _save(b: _Builder) -> None:
-    """Save the round's pending events, remembering each event's recorded timestamp."""
-    for e in b.agg.pending_events:
-        b.built.timestamps[int(e.originator_version)] = e.timestamp
-    b.ledger.save(b.agg)
+def _round(b: SessionBuilder, built: BuiltSession, kind: RoundKind, iteration: int,
+           names: list[str], targets: dict[str, str] | None = None) -> None:
+    """Start a round where each of ``names`` contributes; contribution number ``i`` (counted
+    session-wide) costs INPUT_TOKENS + i tokens in and OUTPUT_TOKENS + 2*i out."""
+    b.round(kind, iteration=iteration, participants=names, targets=targets)
+    for name in names:
+        built.contributions += 1
+        i = built.contributions
+        tokens = TokenCount(input=INPUT_TOKENS + i, output=OUTPUT_TOKENS + 2 * i)
+        participant = next(p for p in built.participants if p.name == name)
+        b.answer(
+            name,
+            contribution_text(kind, name, iteration),
+            messages=[
+                ChatMessage(role="system", content=f"You are {name}."),
+                ChatMessage(role="user",
+                            content=f"{kind.value} round {b.round_number} on {built.title!r}"),
+            ],
+            params=ev.CallParams(temperature=participant.temperature, max_tokens=512),
+            tokens=tokens, cost_usd=cost_of(tokens), duration_ms=100 * i,
+        )
+        built.tokens = built.tokens + tokens
+        built.cost_usd += cost_of(tokens)
+
+
+def _iteration(b: SessionBuilder, built: BuiltSession, k: int, *, agrees: bool) -> None:
+    """Iteration ``k``: draft or refinement, critique, synthesis, convergence (saved after each)."""
+    names = b.names
+    if k == 1:
+        _round(b, built, RoundKind.DRAFT, k, names)
+    else:
+        _round(b, built, RoundKind.REFINEMENT, k, names)
+        for i, name in enumerate(names):
+            b.opinion(name, stance=Stance.AGREE if i % 2 == 0 else Stance.PARTIAL,
+                      reasoning=f"{name} on iteration {k}", concerns=(f"concern of {name}",),
+                      strength=0.6, topics=("limits",))
+    b.close_round()
+    if k > 1:
+        b.settle(f"div-{k - 1}", DivergenceStatus.RESOLVED, note="settled")
+    b.save()
+
+    targets = {names[i]: names[(i + 1) % len(names)] for i in range(len(names))}
+    _round(b, built, RoundKind.CRITIQUE, k, names, targets)
+    for i, name in enumerate(names):
+        b.critique(
+            name, target=targets[name], strengths=(f"clear structure ({targets[name]})",),
+            weaknesses=(f"missing burst handling (iteration {k})",),
+            suggestions=(Suggestion(text="add a token bucket", section="Section B",
+                                    priority=1 + i % 5,
+                                    category=SuggestionCategory.COMPLETENESS),),
+            score=60 + 10 * k + i,
+        )
+    b.close_round()
+    if not agrees:
+        b.diverge(f"div-{k}", f"burst size (iteration {k})",
+                  {names[0]: ("fixed bursts", Stance.AGREE),
+                   names[1]: ("adaptive bursts", Stance.STRONGLY_DISAGREE)},
+                  strongest=Stance.STRONGLY_DISAGREE)
+    b.save()
+
+    _round(b, built, RoundKind.SYNTHESIS, k, names[:1])
+    b.close_round().save()
+
+    _round(b, built, RoundKind.CONVERGENCE, k, names)
+    votes = [agrees or i == 0 for i in range(len(names))]
+    for name, yes in zip(names, votes, strict=True):
+        b.vote(name, agrees=yes, score=90 if yes else 40, concerns=() if yes else ("bursts",))
+    b.close_round()
+    n, agree_count = len(names), sum(votes)
+    b.evaluate(
+        iteration=k, score=round(agree_count / n, 4), converged=agrees,
+        majority_agrees=agree_count * 2 > n, agree=agree_count, disagree=n - agree_count,
+        partial=0, threshold=0.8, blocking=() if agrees else (names[1],),
+        remaining_issues=() if agrees else ("burst size",),
+    )
+    if agrees:
+        b.finish(SessionStatus.CONVERGED, reason="all agree", score=1.0)
+    b.save()
 
 
 def fork_session(
@@ -357,11 +254,8 @@ def fork_session(
 
     The fork is saved with no further events, so it is ``paused`` with reason ``forked``.
     """
-    parent = ledger.state(parent_id, at_iteration=at_iteration)
-    sid = session_id or uuid.uuid4()
-    agg = Deliberation.fork(session_id=sid, parent=parent, at=clock.now())
-    ledger.save(agg)
-    return sid
+    parent = SessionBuilder.of(ledger.get(parent_id), clock=clock, store=ledger)
+    return parent.fork(at_iteration=at_iteration, session_id=session_id or uuid.uuid4()).id
 
 
 def seal_session(
@@ -371,10 +265,4 @@ def seal_session(
 
     Returns the sealed root hash (the head hash before the seal).
     """
-    from forge_ledger.domain.hashing import keyed_digest
-
-    agg = ledger.get(session_id)
-    root = agg.state.head_hash
-    agg.seal(at=clock.now(), hmac=keyed_digest(key, root) if key is not None else None)
-    ledger.save(agg)
-    return root
+    return SessionBuilder.of(ledger.get(session_id), clock=clock, store=ledger).seal(key=key)

@@ -22,7 +22,7 @@ pending, round by round as the orchestrator does; :meth:`SessionBuilder.fork` an
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -72,6 +72,7 @@ class SessionBuilder:
         ids: IdSource | None = None,
         store: SessionStoreLike | None = None,
         answer_defaults: Mapping[str, Any] | None = None,
+        prompt: Callable[[int, str], Sequence[ChatMessage]] | None = None,
     ) -> None:
         self.clock: Clock = clock or FixedStepClock()
         self.ids: IdSource = ids or SequentialIds()
@@ -79,6 +80,8 @@ class SessionBuilder:
         self.answer_defaults = dict(answer_defaults or {})
         """Keyword arguments of :meth:`answer` every answer gets unless it says otherwise
         (e.g. ``params`` or ``tokens``): a story states its accounting once."""
+        self.prompt = prompt or _default_prompt
+        """(round, participant) → the prompt recorded when an answer names none."""
         self._agg: Deliberation | None = None
         self.round_number = 0
         """The current round: the last one started."""
@@ -177,15 +180,13 @@ class SessionBuilder:
 
         ``given`` (over :attr:`answer_defaults`) may hold ``response`` (a whole
         :class:`ModelResponse`, else one is made of ``text``, ``tokens``, ``cost_usd`` and
-        ``duration_ms``), ``messages`` (one user message naming the round by default),
+        ``duration_ms``), ``messages`` (by default :attr:`prompt`'s),
         ``params``, ``model`` (the participant's) and the aggregate's ``attempt``/``purpose``.
         """
         number = round or self.round_number
         o: dict[str, Any] = {**self.answer_defaults, **given}
         model: str = o.pop("model", None) or self._model_of(participant)
-        msgs = list(o.pop("messages", None) or [
-            ChatMessage(role="user", content=f"round {number} prompt for {participant}")
-        ])
+        msgs = list(o.pop("messages", None) or self.prompt(number, participant))
         response = o.pop("response", None) or ModelResponse(
             content=text,
             model=model,
@@ -372,6 +373,10 @@ class SessionBuilder:
         if p is None:
             raise KeyError(f"{name!r} is not a participant")
         return p.model
+
+
+def _default_prompt(number: int, participant: str) -> list[ChatMessage]:
+    return [ChatMessage(role="user", content=f"round {number} prompt for {participant}")]
 
 
 def _participant(p: str | Participant) -> Participant:
