@@ -156,7 +156,7 @@ OPENER = textwrap.dedent(
     """
     import sys
     from forge_ledger.ledger import Ledger
-    from strategies import new_session
+    from support.strategies import new_session
 
     store = sys.argv[1]
     print("ready", flush=True)

@@ -130,7 +130,7 @@ def test_any_run_terminates_within_max_rounds_and_never_self_critiques(
 @settings(max_examples=25, deadline=None)
 @given(n=st.integers(1, 4), min_consensus=st.integers(1, 6))
 def test_unanimity_converges_when_no_strong_dissent(n: int, min_consensus: int) -> None:
-    from test_engine_sim import scripted
+    from support.engine_sim import scripted
 
     agg, clock = start(n, SessionConfig(min_consensus=min_consensus))
     run = drive(agg, scripted(), clock)

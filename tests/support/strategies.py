@@ -1,6 +1,6 @@
 """Hypothesis strategies for forge-ledger's value types and event payloads, plus small builders.
 
-Other test modules reuse these (``from strategies import ...``): every value type and every
+Other test modules reuse these (``from support.strategies import ...``): every value type and every
 event payload has a strategy generating valid instances, so round-trip and fold properties can
 range over the whole catalogue rather than hand-picked examples.
 """

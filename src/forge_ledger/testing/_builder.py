@@ -50,6 +50,17 @@ from ..domain.values import (
 
 __all__ = ["SessionBuilder", "SessionStoreLike"]
 
+_Settled = (
+    ev.DivergenceAddressed | ev.DivergenceResolved | ev.DivergenceWithdrawn
+    | ev.DivergenceOverruled
+)
+_SETTLED: dict[type[ev.Payload], DivergenceStatus] = {
+    ev.DivergenceAddressed: DivergenceStatus.ADDRESSED,
+    ev.DivergenceResolved: DivergenceStatus.RESOLVED,
+    ev.DivergenceWithdrawn: DivergenceStatus.WITHDRAWN,
+    ev.DivergenceOverruled: DivergenceStatus.OVERRULED,
+}
+
 DEFAULT_PARAMS = ev.CallParams(temperature=0.0, max_tokens=256)
 """Call parameters recorded when a test does not care about them."""
 
@@ -307,6 +318,20 @@ class SessionBuilder:
             round=self.round_number if round is None else round, note=note, by=by,
         )
         return self
+
+    def apply(self, payload: ev.Payload) -> SessionBuilder:
+        """Record what the engine planned after a round (``engine.after_round``): a divergence
+        detected or changed, or a convergence evaluation."""
+        if isinstance(payload, ev.ConvergenceEvaluated):
+            return self.evaluate(payload)
+        if isinstance(payload, ev.DivergenceDetected):
+            self.aggregate.detect_divergence(payload, at=self.clock.now())
+            return self
+        status = _SETTLED.get(type(payload))
+        if status is None or not isinstance(payload, _Settled):
+            raise TypeError(f"the builder cannot apply a {type(payload).__name__}")
+        return self.settle(payload.divergence_id, status, round=payload.round,
+                           note=payload.note, by=payload.by)
 
     def ask(self, *questions: str) -> SessionBuilder:
         self.aggregate.ask(questions, at=self.clock.now())
