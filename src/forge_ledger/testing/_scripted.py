@@ -8,10 +8,10 @@ serves them in order, recording every call it received::
     provider.enqueue(["ok", "fine"])                      # anyone's, in order
     provider.enqueue([ProviderCallError("rate_limit", "429", retryable=True)])
 
-A participant's own queue is served before the global one. An entry is a text (answered whole,
-streamed to ``on_delta`` in one piece), a full :class:`ModelResponse`, or a
-:class:`ProviderCallError` (raised). An empty queue is an error naming the call, so a test never
-hangs waiting for an answer it did not script.
+A participant's own queue is served before the global one. An entry is a text (streamed to
+``on_delta`` a word at a time and counted a token per word, as the fake server does), a full
+:class:`ModelResponse`, or a :class:`ProviderCallError` (raised). An empty queue is an error
+naming the call, so a test never hangs waiting for an answer it did not script.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from ..domain.values import ModelResponse, Participant, Price, StopReason, TokenCount
 from ..providers import ProviderCall, ProviderCallError, cost_of
+from ._server import split_chunks, word_count
 
 __all__ = ["ScriptedAnswer", "ScriptedProvider"]
 
@@ -61,8 +62,9 @@ class ScriptedProvider:
         if isinstance(answer, ProviderCallError):
             raise answer
         response = answer if isinstance(answer, ModelResponse) else self._respond(call, answer)
-        if on_delta is not None and response.content:
-            on_delta(response.content)
+        if on_delta is not None:
+            for piece in split_chunks(response.content):
+                on_delta(piece)
         return response
 
     def price(self, participant: Participant) -> Price | None:
@@ -83,9 +85,9 @@ class ScriptedProvider:
         )
 
     def _respond(self, call: ProviderCall, text: str) -> ModelResponse:
-        """A text answer with deterministic accounting: a token per word in and out."""
-        words_in = sum(len(m.content.split()) for m in call.messages)
-        tokens = TokenCount(input=words_in, output=len(text.split()))
+        """A text answer counted as the fake server counts it: a token per word in and out."""
+        tokens = TokenCount(input=sum(word_count(m.content) for m in call.messages),
+                            output=word_count(text))
         price = self.price(call.participant)
         return ModelResponse(
             content=text,
