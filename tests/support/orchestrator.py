@@ -1,8 +1,9 @@
 """Shared pieces of the orchestrator tests (no tests here): scripted voices, runs, event views.
 
-Every run goes through the real orchestrator, the real LiteLLMProvider (litellm over HTTP),
-the fake OpenAI-compatible server on 127.0.0.1 and a real ledger. The scripts pick replies
-by the prompt's first line, ``Round N · kind · iteration K``.
+Every run goes through the real orchestrator and a real ledger; the provider is the real
+LiteLLMProvider over HTTP to the fake OpenAI-compatible server on 127.0.0.1, or, where HTTP is
+not the subject, ``ScriptedProvider.from_script`` answering by the same script in-process.
+The scripts pick replies by the prompt's first line, ``Round N · kind · iteration K``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from forge_ledger.domain.values import Participant, Price, SessionConfig, Topic
 from forge_ledger.ledger import Ledger
 from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.orchestrator.live import LiveEvent
-from forge_ledger.providers import LiteLLMProvider, get_provider
+from forge_ledger.providers import LiteLLMProvider, Provider, get_provider
 from forge_ledger.testing import FakeOpenAIServer
 
 TIMING_KEYS = frozenset({"duration_ms", "ttft_ms", "root_hash"})
@@ -123,8 +124,9 @@ def voice(
 
 
 def participants(
-    api_base: str, names: Sequence[str], *, price: Price | None = PRICE
+    api_base: str | None, names: Sequence[str], *, price: Price | None = PRICE
 ) -> list[Participant]:
+    """Generalists on ``openai/NAME`` (at ``api_base``: None for an in-process provider)."""
     return [
         Participant(name=n, model=f"openai/{n}", api_base=api_base, price=price, temperature=0.2)
         for n in names
@@ -142,9 +144,11 @@ def run_session(
     monotonic: Callable[[], float] | None = None,
     deterministic: bool = True,
     clock: Clock | None = None,
+    provider: Provider | None = None,
 ) -> tuple[UUID, SessionState]:
-    """Start a session and run it to its end (or pause) through the real provider."""
-    provider = LiteLLMProvider()
+    """Start a session and run it to its end (or pause) through ``provider`` (the real one
+    over HTTP unless told otherwise)."""
+    provider = provider or LiteLLMProvider()
     kwargs: dict[str, Any] = {"subscribers": list(subscribers)}
     if deterministic:
         kwargs.update(clock=clock or FixedStepClock(), ids=SequentialIds())

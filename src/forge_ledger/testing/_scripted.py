@@ -8,7 +8,8 @@ serves them in order, recording every call it received::
     provider.enqueue(["ok", "fine"])                      # anyone's, in order
     provider.enqueue([ProviderCallError("rate_limit", "429", retryable=True)])
 
-A participant's own queue is served before the global one. An entry is a text (streamed to
+A participant's own queue is served before the global one, and a fake-server script (if any)
+after both: :meth:`ScriptedProvider.from_script`. An entry is a text (streamed to
 ``on_delta`` a word at a time and counted a token per word, as the fake server does), a full
 :class:`ModelResponse`, or a :class:`ProviderCallError` (raised). An empty queue is an error
 naming the call, so a test never hangs waiting for an answer it did not script.
@@ -17,11 +18,14 @@ naming the call, so a test never hangs waiting for an answer it did not script.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from ..domain.values import ModelResponse, Participant, Price, StopReason, TokenCount
-from ..providers import ProviderCall, ProviderCallError, cost_of
+from ..domain.values import ModelResponse, Participant, Price, TokenCount
+from ..providers import ProviderCall, ProviderCallError, cost_of, stop_reason_for
+from ._script import Script, ScriptError, load_script, pick_rule
 from ._server import split_chunks, word_count
 
 __all__ = ["ScriptedAnswer", "ScriptedProvider"]
@@ -38,8 +42,19 @@ class ScriptedProvider:
     """Per participant name; a participant's own price wins, as with the real provider."""
     calls: list[ProviderCall] = field(default_factory=list)
     """Every call received, in order (failed ones included)."""
+    script: Script | None = None
+    """Answers calls no queue holds, by the fake server's rules (see :meth:`from_script`)."""
     closed: bool = False
     _queues: dict[str | None, deque[ScriptedAnswer]] = field(default_factory=dict)
+    _used: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    @classmethod
+    def from_script(cls, source: Script | Mapping[str, Any] | str | Path,
+                    **options: Any) -> ScriptedProvider:
+        """A provider answering as :class:`FakeOpenAIServer` would with the same script (the
+        rule matching the last user message, ``times`` counted), without HTTP. A rule with a
+        ``fault`` is refused: faults are the HTTP server's subject."""
+        return cls(script=load_script(source), **options)
 
     def enqueue(self, answers: Iterable[ScriptedAnswer], *,
                 participant: str | None = None) -> ScriptedProvider:
@@ -79,12 +94,31 @@ class ScriptedProvider:
             queue = self._queues.get(key)
             if queue:
                 return queue.popleft()
+        if self.script is not None:
+            return self._by_script(call)
         raise ProviderCallError(
             "bad_request",
             f"no scripted answer left for {name} (round {call.round}, attempt {call.attempt})",
         )
 
-    def _respond(self, call: ProviderCall, text: str) -> ModelResponse:
+    def _by_script(self, call: ProviderCall) -> ModelResponse:
+        assert self.script is not None
+        text = next((m.content for m in reversed(call.messages) if m.role == "user"), "")
+        picked = pick_rule(self.script, self._used, call.participant.model, text)
+        if picked is None:
+            raise ProviderCallError(
+                "bad_request", f"the script has no reply for {call.participant.model}"
+            )
+        rule = picked[1]
+        if rule.fault is not None:
+            raise ScriptError(
+                f"fault {rule.fault.value!r} needs the HTTP server",
+                hint="use FakeOpenAIServer for tests whose subject is a provider fault",
+            )
+        return self._respond(call, rule.content, rule.finish_reason)
+
+    def _respond(self, call: ProviderCall, text: str,
+                 finish_reason: str = "stop") -> ModelResponse:
         """A text answer counted as the fake server counts it: a token per word in and out."""
         tokens = TokenCount(input=sum(word_count(m.content) for m in call.messages),
                             output=word_count(text))
@@ -95,5 +129,6 @@ class ScriptedProvider:
             tokens=tokens,
             cost_usd=cost_of(price, tokens),
             price=price,
-            stop_reason=StopReason.END_TURN,
+            stop_reason=stop_reason_for(finish_reason),
+            finish_reason=finish_reason,
         )
