@@ -70,7 +70,7 @@ def test_dissent_minority_report_failures_and_usage(ledger: Ledger) -> None:
     resolved_at = next(e.position for e in events if e.type == "DivergenceResolved")
     assert (d2.status, d2.closed_position) == (DivergenceStatus.RESOLVED, resolved_at)
     assert [(m.who, m.divergence_id, m.since_iteration) for m in r.minority_report] == [
-        (("bob",), "d1", 1)
+        (("bob",), "d1", 1),
     ]
     failed = [e for e in events if e.type == "ProviderCallFailed"]
     assert [(f.position, f.model, f.error_type) for f in r.failed_calls] == [
@@ -166,7 +166,7 @@ stances = st.sampled_from(list(Stance))
         ),
         min_size=1,
         max_size=4,
-    )
+    ),
 )
 def test_conformity_on_generated_sessions(script: list[Iteration]) -> None:
     """The rule restated for the builder's sessions: critiques and syntheses never mention a

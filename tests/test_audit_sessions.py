@@ -38,10 +38,9 @@ def _json(*args: str) -> Any:
 
 @pytest.mark.parametrize("anonymize", [False, True], ids=["named", "anonymized"])
 def test_trail_and_audit_tell_one_story(
-    store_url: str, fake_openai: FakeOpenAIServer, anonymize: bool
+    store_url: str, anonymize: bool,
 ) -> None:
-    fake_openai.set_script(bundled_script("four-voices"))
-    sid = run_demo_session(store_url, fake_openai, anonymize=anonymize)
+    sid = run_demo_session(store_url, anonymize=anonymize)
     trail = _json("trail", str(sid), "--store", store_url)
     audit = _json("audit", str(sid), "--store", store_url)
     assert audit["conformity"] == trail["conformity"]
@@ -70,9 +69,8 @@ def test_trail_and_audit_tell_one_story(
     assert_identical(replay_session(Ledger(store_url, create=False), sid), events)
 
 
-def test_anonymized_prompts_name_no_one(store_url: str, fake_openai: FakeOpenAIServer) -> None:
-    fake_openai.set_script(bundled_script("four-voices"))
-    sid = run_demo_session(store_url, fake_openai, anonymize=True)
+def test_anonymized_prompts_name_no_one(store_url: str) -> None:
+    sid = run_demo_session(store_url, anonymize=True)
     with Ledger(store_url, create=False) as ledger:
         state = ledger.state(sid)
         events = list(ledger.events(sid))
@@ -106,10 +104,9 @@ def test_anonymized_prompts_name_no_one(store_url: str, fake_openai: FakeOpenAIS
 
 
 def test_named_prompts_unchanged_without_anonymize(
-    sqlite_url: str, fake_openai: FakeOpenAIServer
+    sqlite_url: str,
 ) -> None:
-    fake_openai.set_script(bundled_script("four-voices"))
-    sid = run_demo_session(sqlite_url, fake_openai, anonymize=False)
+    sid = run_demo_session(sqlite_url, anonymize=False)
     with Ledger(sqlite_url, create=False) as ledger:
         state = ledger.state(sid)
         critique = next(r for r in state.rounds if r.kind is RoundKind.CRITIQUE)
@@ -121,10 +118,9 @@ def test_named_prompts_unchanged_without_anonymize(
 
 
 def test_deliberation_effect_and_self_preference(
-    store_url: str, fake_openai: FakeOpenAIServer
+    store_url: str,
 ) -> None:
-    fake_openai.set_script(bundled_script("four-voices"))
-    sid = run_demo_session(store_url, fake_openai, anonymize=True)
+    sid = run_demo_session(store_url, anonymize=True)
     with Ledger(store_url, create=False) as ledger:
         events = list(ledger.events(sid))
         report = audit_report(events)
@@ -175,7 +171,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("how", ["flag", "participants file"])
 def test_run_anonymize_from_the_command_line(
-    store_url: str, fake_openai: FakeOpenAIServer, tmp_path: Path, how: str
+    store_url: str, fake_openai: FakeOpenAIServer, tmp_path: Path, how: str,
 ) -> None:
     """``run --anonymize`` (or ``anonymize: true`` in the participants file) records labels;
     ``audit --json`` names the authors behind them; ``replay`` finds the session identical."""
@@ -205,7 +201,7 @@ def test_run_anonymize_from_the_command_line(
 
 
 def test_one_session_yields_the_same_flags_in_trail_and_audit(
-    store_url: str, tmp_path: Path
+    store_url: str, tmp_path: Path,
 ) -> None:
     """The session that once got three different answers (trail: C; audit: nobody; the
     engine: B and C) now gets one: C moved to the majority with nothing on its point."""

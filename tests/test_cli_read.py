@@ -247,7 +247,7 @@ def test_show_at_event_matches_the_log(store: Store) -> None:
 
 
 @settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(data=st.data())
 def test_show_at_any_event_agrees_with_a_fold_of_the_log(store: Store, data: st.DataObject) -> None:
@@ -324,7 +324,7 @@ def test_prefix_resolution(tmp_path: Path) -> None:
 
 
 def test_ambiguous_prefix_is_a_user_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     url = str(tmp_path / "ambiguous.sqlite")
     clock = FixedStepClock()
@@ -406,7 +406,7 @@ def _tamper(path: Path, session: uuid.UUID, position: int) -> None:
 
 
 def test_verify_names_the_first_tampered_position(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     built = _build_store(tmp_path / "tampered.sqlite")
     with Ledger(built.url, create=False) as ledger:
@@ -427,7 +427,7 @@ def test_verify_names_the_first_tampered_position(
     assert doc["ok"] is False
     bad = [r for r in doc["sessions"] if not r["ok"]]
     assert [(r["session_id"], r["first_bad_position"]) for r in bad] == [
-        (str(built.b.id), position)
+        (str(built.b.id), position),
     ]
 
     # The untouched session still verifies on its own.
@@ -448,21 +448,21 @@ def test_verify_checks_seal_hmac_with_the_key_from_the_environment(tmp_path: Pat
         seal_session(ledger, built.id, clock=clock, key=b"s3cret")
 
     good = CliRunner(env={"FORGE_LEDGER_HMAC_KEY": "s3cret"}).invoke(
-        cli, ["verify", "--json", "--store", url]
+        cli, ["verify", "--json", "--store", url],
     )
     assert good.exit_code == 0, good.stderr
     report = json.loads(good.stdout)["sessions"][0]
     assert report["sealed"] is True and report["hmac_ok"] is True
 
     other = CliRunner(env={"OTHER_KEY": "wrong"}).invoke(
-        cli, ["verify", "--json", "--key-env", "OTHER_KEY", "--store", url]
+        cli, ["verify", "--json", "--key-env", "OTHER_KEY", "--store", url],
     )
     assert other.exit_code == 1
     report = json.loads(other.stdout)["sessions"][0]
     assert report["hmac_ok"] is False and report["first_bad_position"] == report["events"] + 1
 
     unkeyed = CliRunner(env={"FORGE_LEDGER_HMAC_KEY": None}).invoke(
-        cli, ["verify", "--json", "--store", url]
+        cli, ["verify", "--json", "--store", url],
     )
     assert unkeyed.exit_code == 0
     assert json.loads(unkeyed.stdout)["sessions"][0]["hmac_ok"] is None
@@ -507,7 +507,7 @@ MISTAKES = [
 
 @pytest.mark.parametrize("case", MISTAKES)
 def test_user_mistakes_are_one_line_and_exit_2(
-    case: str, store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    case: str, store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     args = _mistakes(store, tmp_path)[case]
     code, out, err = run_main(capsys, *args)
@@ -518,7 +518,7 @@ def test_user_mistakes_are_one_line_and_exit_2(
 
 @pytest.mark.parametrize(
     "case", ["unknown session", "bad url scheme", "missing store", "foreign sqlite",
-             "conflicting --at", "bad iso time"]
+             "conflicting --at", "bad iso time"],
 )
 def test_user_mistakes_in_a_real_process(case: str, store: Store, tmp_path: Path) -> None:
     args = [*_mistakes(store, tmp_path)[case], "--json"]

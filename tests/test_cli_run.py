@@ -17,7 +17,7 @@ SUMMARY_KEYS = {"session_id", "status", "iterations", "rounds", "events", "cost_
 
 
 def test_run_with_models_and_api_base_prints_one_summary(
-    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     fake_openai.set_script({"ana": voice("ana"), "ben": voice("ben")})
     store = str(tmp_path / "run.sqlite")
@@ -52,7 +52,7 @@ def state_id(ledger: Ledger, doc: dict[str, Any]) -> Any:
 
 
 def test_run_with_participants_file_records_prices(
-    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     names = ("ana", "ben", "cleo")
     fake_openai.set_script({n: voice(n) for n in names})
@@ -84,7 +84,7 @@ def test_run_with_participants_file_records_prices(
 
 
 def test_demo_converges_in_iteration_two_after_a_refinement(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     store = str(tmp_path / "demo.sqlite")
     code, out, _ = run_cli(capsys, "demo", "--latency", "0.01", "--store", store, "--json")
@@ -103,7 +103,7 @@ def test_demo_converges_in_iteration_two_after_a_refinement(
 
 
 def test_missing_api_key_is_one_clear_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for var in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
         monkeypatch.delenv(var, raising=False)
@@ -126,7 +126,7 @@ def test_missing_api_key_is_one_clear_line(
 
 
 def test_unreachable_provider_is_one_clear_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     store = str(tmp_path / "down.sqlite")
     code, out, err = run_cli(
@@ -157,7 +157,7 @@ def test_unreachable_provider_is_one_clear_line(
     ],
 )
 def test_bad_participants_file_is_one_line_exit_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, expected: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, expected: str,
 ) -> None:
     pfile = tmp_path / "bad.yaml"
     pfile.write_text(content, encoding="utf-8")
@@ -176,7 +176,7 @@ def test_bad_participants_file_is_one_line_exit_2(
 
 
 def test_missing_participants_file_is_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     code, _, err = run_cli(
         capsys,

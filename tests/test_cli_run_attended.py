@@ -66,7 +66,7 @@ def _types(store: str, sid: str) -> list[str]:
 
 
 def test_pause_answer_overrule_resume_converges(
-    setup: tuple[Path, str], fake_openai: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+    setup: tuple[Path, str], fake_openai: FakeOpenAIServer, capsys: pytest.CaptureFixture[str],
 ) -> None:
     pfile, store = setup
     doc = _start(capsys, pfile, store, fake_openai.url)
@@ -111,7 +111,7 @@ def test_pause_answer_overrule_resume_converges(
 
 
 def test_without_overrule_the_strong_dissent_blocks(
-    setup: tuple[Path, str], fake_openai: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+    setup: tuple[Path, str], fake_openai: FakeOpenAIServer, capsys: pytest.CaptureFixture[str],
 ) -> None:
     pfile, store = setup
     sid = _start(capsys, pfile, store, fake_openai.url)["session_id"]
@@ -144,7 +144,7 @@ def test_without_overrule_the_strong_dissent_blocks(
 
 
 def test_resume_of_a_finished_session_is_one_line_and_success(
-    setup: tuple[Path, str], fake_openai: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+    setup: tuple[Path, str], fake_openai: FakeOpenAIServer, capsys: pytest.CaptureFixture[str],
 ) -> None:
     pfile, store = setup
     code, out, err = run_cli(

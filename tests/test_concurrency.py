@@ -52,7 +52,7 @@ WORKER = textwrap.dedent(
             out["retry"] = "saved"
         out["final"] = ledger.head_version(agg.id)
     print(json.dumps(out), flush=True)
-    """
+    """,
 )
 
 
@@ -165,7 +165,7 @@ OPENER = textwrap.dedent(
         agg = new_session(2)
         ledger.save(agg)
         print(agg.id, ledger.head_version(agg.id), flush=True)
-    """
+    """,
 )
 
 

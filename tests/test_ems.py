@@ -73,7 +73,7 @@ def test_suggestions_target_weak_axes_and_skip_used_techniques() -> None:
     votes=st.lists(st.booleans(), min_size=1, max_size=3),
 )
 def test_ems_bounded_and_deterministic(
-    iterations: int, scores: list[int], votes: list[bool]
+    iterations: int, scores: list[int], votes: list[bool],
 ) -> None:
     a = build_session(iterations=iterations, critique_scores=tuple(scores), vote_agree=tuple(votes))
     b = build_session(iterations=iterations, critique_scores=tuple(scores), vote_agree=tuple(votes))

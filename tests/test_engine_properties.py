@@ -32,7 +32,7 @@ def test_score_is_in_unit_interval(votes: list[tuple[Stance, float]]) -> None:
 
 @given(st.lists(st.tuples(stances, weights), min_size=1, max_size=12), st.data())
 def test_score_is_monotone_in_agreement(
-    votes: list[tuple[Stance, float]], data: st.DataObject
+    votes: list[tuple[Stance, float]], data: st.DataObject,
 ) -> None:
     i = data.draw(st.integers(0, len(votes) - 1))
     lower = list(votes)
@@ -166,7 +166,7 @@ JSONISH = st.recursive(
 
 @given(KINDS, JSONISH, st.text(max_size=30), st.text(max_size=30))
 def test_parse_output_never_raises_on_json_like_noise(
-    kind: RoundKind, obj: object, before: str, after: str
+    kind: RoundKind, obj: object, before: str, after: str,
 ) -> None:
     text = before + "```json\n" + json.dumps(obj) + "\n```" + after
     out = engine.parse_output(kind, text)
@@ -176,7 +176,7 @@ def test_parse_output_never_raises_on_json_like_noise(
 @given(stances, st.lists(st.text(min_size=1, max_size=20), max_size=3),
        st.text(max_size=60), st.text(max_size=60))
 def test_vote_survives_prose_and_fences(
-    stance: Stance, concerns: list[str], before: str, after: str
+    stance: Stance, concerns: list[str], before: str, after: str,
 ) -> None:
     body = json.dumps({"agrees": stance.agrees, "stance": stance.value, "concerns": concerns})
     for text in (f"{before}\n```json\n{body}\n```\n{after}", f"Sure! {body} Hope it helps."):

@@ -64,7 +64,7 @@ def test_forked_session_can_continue(parent_ledger: Ledger) -> None:
     clock = FixedStepClock()
     agg.resume(at=clock.now(), reason="continue the fork")
     number = agg.start_round(
-        kind=RoundKind.SYNTHESIS, iteration=2, participants=["carol"], at=clock.now()
+        kind=RoundKind.SYNTHESIS, iteration=2, participants=["carol"], at=clock.now(),
     )
     assert number == len(ledger.state(PARENT, at_iteration=1).rounds) + 1
     ledger.save(agg)
@@ -169,7 +169,7 @@ def test_cli_fork(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "exactly one of" in err
     code, out, err = _run(
-        ["fork", str(PARENT), "--at-iteration", "1", "-m", "zed=x", "--store", sqlite_url], capsys
+        ["fork", str(PARENT), "--at-iteration", "1", "-m", "zed=x", "--store", sqlite_url], capsys,
     )
     assert code == 2 and "no participant named 'zed'" in err and "Traceback" not in err
 

@@ -30,7 +30,7 @@ def _parent_and_fork(path: str) -> uuid.UUID:
                 votes={"alice": Stance.AGREE, "bob": Stance.STRONGLY_DISAGREE,
                        "carol": Stance.PARTIAL},
                 open_dissent=[("f1", "fairness across tenants", "bob")],
-            )
+            ),
         )
         ledger.save(b.aggregate)
         return fid
@@ -61,7 +61,7 @@ def test_diff_compares_paths_iteration_by_iteration(sqlite_url: str) -> None:
         assert "fairness across tenants" in b3.open_dissent_topics
         assert {c.participant for c in a3.changed_stance} == {"bob"}
         assert {(c.participant, c.after) for c in b3.changed_stance} == {
-            ("bob", Stance.STRONGLY_DISAGREE), ("carol", Stance.PARTIAL)
+            ("bob", Stance.STRONGLY_DISAGREE), ("carol", Stance.PARTIAL),
         }
 
 

@@ -51,7 +51,7 @@ def test_snapshot_really_short_circuits_replay(sqlite_url: str) -> None:
     snap_versions = [
         r[0]
         for r in sqlite3.connect(sqlite_url).execute(
-            "SELECT originator_version FROM stored_snapshots ORDER BY originator_version"
+            "SELECT originator_version FROM stored_snapshots ORDER BY originator_version",
         )
     ]
     assert snap_versions and snap_versions[-1] >= head - 2
@@ -59,7 +59,7 @@ def test_snapshot_really_short_circuits_replay(sqlite_url: str) -> None:
     with con:
         con.execute(
             "UPDATE stored_events SET state = CAST(json_set(CAST(unpack(state) AS TEXT), "
-            "'$.data.participant.name', 'renamed') AS BLOB) WHERE originator_version = 2"
+            "'$.data.participant.name', 'renamed') AS BLOB) WHERE originator_version = 2",
         )
     con.close()
     with Ledger(sqlite_url, snapshot_interval=2, create=False) as ledger:
@@ -129,7 +129,7 @@ def test_bad_postgres_urls(url: str, match: str) -> None:
 def test_postgres_url_display_hides_password() -> None:
     loc = resolve_store("postgresql://bob:s3cret@db.example:6543/forge?schema=team_a")
     assert (loc.host, loc.port, loc.dbname, loc.user, loc.schema) == (
-        "db.example", 6543, "forge", "bob", "team_a"
+        "db.example", 6543, "forge", "bob", "team_a",
     )
     assert "s3cret" not in loc.display
 

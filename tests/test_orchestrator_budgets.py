@@ -33,7 +33,7 @@ def ledger(tmp_path: Path) -> Any:
 
 
 def test_cost_budget_refuses_calls_beyond_the_reservation(
-    voices: ScriptedProvider, ledger: Ledger
+    voices: ScriptedProvider, ledger: Ledger,
 ) -> None:
     # worst case per draft call ≈ (prompt ≈ 100-250 tokens + 100 answer tokens) · 1e-4 ≈ $0.03:
     # $0.07 reserves two of the three draft calls and refuses the third before it is made.
@@ -77,7 +77,7 @@ def test_cost_budget_refuses_calls_beyond_the_reservation(
 
 def test_max_rounds_ends_the_session(voices: ScriptedProvider, ledger: Ledger) -> None:
     sid, state = run_session(
-        ledger, participants(None, NAMES), SessionConfig(max_rounds=2), provider=voices
+        ledger, participants(None, NAMES), SessionConfig(max_rounds=2), provider=voices,
     )
     assert state.status.value == "complete"
     assert [r.kind.value for r in state.rounds] == ["draft", "critique"]

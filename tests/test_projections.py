@@ -56,7 +56,7 @@ def _count(ledger: Ledger, type_name: str) -> int:
 
 
 @settings(
-    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     seed=st.integers(0, 10_000),
@@ -64,7 +64,7 @@ def _count(ledger: Ledger, type_name: str) -> int:
     batches=st.lists(st.integers(1, 40), min_size=1, max_size=6),
 )
 def test_incremental_catch_up_in_any_batches_equals_rebuild(
-    tmp_path_factory: pytest.TempPathFactory, seed: int, sessions: int, batches: list[int]
+    tmp_path_factory: pytest.TempPathFactory, seed: int, sessions: int, batches: list[int],
 ) -> None:
     tmp = tmp_path_factory.mktemp("prop")
     with Ledger(str(tmp / "ledger.sqlite")) as ledger:
@@ -85,7 +85,7 @@ def test_incremental_catch_up_in_any_batches_equals_rebuild(
         # and the dump is not trivially empty: contributions match the ledger
         con = sqlite3.connect(inc)
         assert con.execute("SELECT count(*) FROM contributions").fetchone()[0] == _count(
-            ledger, "ContributionRecorded"
+            ledger, "ContributionRecorded",
         )
         con.close()
 
@@ -148,10 +148,10 @@ def test_crash_mid_batch_applies_nothing_and_the_next_run_completes_exactly_once
         db.close()
         con = sqlite3.connect(path)
         assert con.execute("SELECT count(*) FROM contributions").fetchone()[0] == _count(
-            ledger, "ContributionRecorded"
+            ledger, "ContributionRecorded",
         )
         assert con.execute("SELECT count(*) FROM costs").fetchone()[0] == _count(
-            ledger, "ContributionRecorded"
+            ledger, "ContributionRecorded",
         ) + _count(ledger, "ProviderCallFailed")
         con.close()
         full = tmp_path / "full.views.sqlite"
@@ -239,13 +239,13 @@ def test_runner_on_both_backends(store_url: str, tmp_path: Path) -> None:
         assert n == ledger.max_notification_id()
         db.close()
         assert canonical_dump(tmp_path / "a.views.sqlite") == _full_rebuild(
-            ledger, tmp_path / "b.views.sqlite"
+            ledger, tmp_path / "b.views.sqlite",
         )
     with Ledger(str(tmp_path / "ref.sqlite")) as ref:
         build_ledger(ref, 11, 2)
         # same sessions built on a SQLite file give the same read model
         assert _full_rebuild(ref, tmp_path / "c.views.sqlite") == canonical_dump(
-            tmp_path / "a.views.sqlite"
+            tmp_path / "a.views.sqlite",
         )
 
 
@@ -325,6 +325,6 @@ def test_old_full_state_rows_are_replaced_by_summaries(tmp_path: Path) -> None:
         assert runner.catch_up() == head
         for sid in ids:
             assert db["session_states"].get(sid) == summary_row(  # type: ignore[union-attr]
-                ledger.state(sid)
+                ledger.state(sid),
             )
         db.close()

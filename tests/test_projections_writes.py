@@ -148,7 +148,7 @@ class _CountingSource:
         self.state_loads = 0
 
     def notifications(
-        self, *, after: int = 0, limit: int = 1000, topics: Sequence[str] = ()
+        self, *, after: int = 0, limit: int = 1000, topics: Sequence[str] = (),
     ) -> Sequence[EventLike]:
         return self.ledger.notifications(after=after, limit=limit, topics=topics)
 
@@ -160,7 +160,7 @@ class _CountingSource:
         return self.ledger.state(session_id, at_event=at_event)
 
     def events(
-        self, session_id: UUID, *, after: int = 0, upto: int | None = None
+        self, session_id: UUID, *, after: int = 0, upto: int | None = None,
     ) -> Iterable[EventLike]:
         return self.ledger.events(session_id, after=after, upto=upto)
 

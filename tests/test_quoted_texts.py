@@ -126,7 +126,7 @@ def test_parsed_reasoning_is_a_reference_packed_against_its_answer(sqlite_url: s
         rows = [
             json.loads(unpack_state)
             for (unpack_state,) in con.execute(
-                "SELECT unpack(state) FROM stored_events WHERE topic = 'forge_ledger:VoteRecorded'"
+                "SELECT unpack(state) FROM stored_events WHERE topic = 'forge_ledger:VoteRecorded'",
             )
         ]
         members = con.execute(

@@ -128,7 +128,7 @@ def test_tamper_helper_recomputes_the_stored_hashes_exactly(demo_copy: tuple[str
     events = _events(url, sid)
     contribution, _ = first_dissenting_vote(events)
     tamper_content(
-        url, sid, contribution.position, contribution.data["response"]["content"], rehash=True
+        url, sid, contribution.position, contribution.data["response"]["content"], rehash=True,
     )
     assert [e.hash for e in _events(url, sid)] == [e.hash for e in events]
 
@@ -189,7 +189,7 @@ def _alt_header(round: Any) -> str:
 
 
 def test_changed_prompt_header_is_reported_at_the_first_contribution_with_a_text_diff(
-    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch
+    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, sid = demo_copy
     events = _events(url, sid)
@@ -209,7 +209,7 @@ def test_changed_prompt_header_is_reported_at_the_first_contribution_with_a_text
 
 
 def test_changed_persona_text_is_reported_at_the_first_synthesis_contribution(
-    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch
+    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Only the synthesizer's system prompt holds the persona: the first difference is the
     first contribution of the first synthesis round, everything before it matches."""
@@ -238,7 +238,7 @@ def test_changed_persona_text_is_reported_at_the_first_synthesis_contribution(
 
 
 def test_changed_role_weight_is_reported_at_the_first_convergence_evaluation(
-    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch
+    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, sid = demo_copy
     events = _events(url, sid)
@@ -263,7 +263,7 @@ def test_changed_role_weight_is_reported_at_the_first_convergence_evaluation(
 
 
 def test_changed_critique_rotation_is_reported_at_the_critique_round_start(
-    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch
+    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, sid = demo_copy
     events = _events(url, sid)
@@ -271,7 +271,7 @@ def test_changed_critique_rotation_is_reported_at_the_critique_round_start(
     original = steps.critique_targets
 
     def last_critic_skips(
-        participants: tuple[str, ...], authors: tuple[str, ...]
+        participants: tuple[str, ...], authors: tuple[str, ...],
     ) -> dict[str, str]:
         """A changed rotation: the last critic in participant order no longer critiques."""
         targets = original(participants, authors)
@@ -291,7 +291,7 @@ def test_changed_critique_rotation_is_reported_at_the_critique_round_start(
 
 
 def test_stricter_convergence_rule_is_reported_where_the_session_converged(
-    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch
+    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A rule change that flips the final decision: the last ``ConvergenceEvaluated`` now says
     "not converged"."""
@@ -332,7 +332,7 @@ def _digest(path: Path) -> dict[str, str]:
 
 
 def test_replay_opens_no_connection_and_writes_nothing(
-    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch
+    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, sid = demo_copy
     attempts: list[Any] = []

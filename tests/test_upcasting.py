@@ -53,7 +53,7 @@ def _stored_rows(path: str) -> list[tuple[str, int, str, dict[str, Any]]]:
             (oid, ver, topic, json.loads(unpack(bytes(state)).decode("utf-8")))
             for oid, ver, topic, state in con.execute(
                 "SELECT originator_id, originator_version, topic, state FROM stored_events "
-                "ORDER BY rowid"
+                "ORDER BY rowid",
             )
         ]
     finally:

@@ -107,7 +107,7 @@ def test_v1_0_file_is_migrated_as_the_seed_says(sqlite_url: str) -> None:
     ],
 )
 def test_validation_names_path_and_line_and_writes_nothing(
-    old: str, new: str, path: str, marker: str, sqlite_url: str
+    old: str, new: str, path: str, marker: str, sqlite_url: str,
 ) -> None:
     good = (FIXTURES / "seed_standard.yaml").read_text("utf-8")
     bad = good.replace(old, new, 1)

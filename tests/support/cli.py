@@ -50,8 +50,8 @@ def write_participants(path: Path, url: str, names: tuple[str, ...]) -> Path:
                         "price": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6},
                     }
                     for n in names
-                ]
-            }
+                ],
+            },
         ),
         encoding="utf-8",
     )

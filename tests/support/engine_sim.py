@@ -69,7 +69,7 @@ def record(agg: Deliberation, payload: ev.Payload, clock: FixedStepClock) -> Non
 
 
 def play_round(
-    agg: Deliberation, step: engine.StartRound, answer: Answer, clock: FixedStepClock
+    agg: Deliberation, step: engine.StartRound, answer: Answer, clock: FixedStepClock,
 ) -> int:
     """The round ``step`` plans: each expected participant answers what ``answer`` says to the
     prompt the engine builds, the answer is parsed as the orchestrator does, the round closes
@@ -182,7 +182,7 @@ def scripted(
         stance, topics = opinion(rnd, name)
         return "My answer. " + json.dumps(
             {"stance": stance, "reasoning": f"{name} on round {rnd.number}",
-             "concerns": topics, "topics": topics}
+             "concerns": topics, "topics": topics},
         )
 
     return answer

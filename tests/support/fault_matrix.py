@@ -152,7 +152,7 @@ def base_script() -> dict[str, list[dict[str, Any]]]:
 
 
 def cell_script(
-    fault: FaultKind, kind: RoundKind, *, fallback: bool = False
+    fault: FaultKind, kind: RoundKind, *, fallback: bool = False,
 ) -> dict[str, list[dict[str, Any]]]:
     """The server's script for one cell: the fault first in the faulted participant's rules
     (for a fallback cell, a fault that never clears)."""
@@ -251,7 +251,7 @@ def _swap_model(orch: Orchestrator, ledger: Ledger, sid: UUID, name: str) -> Non
     assert who is not None
     model = who.model + SWAP_SUFFIX
     agg.update_participant(
-        who.model_copy(update={"model": model}), at=orch.clock.now(), reason=f"-m {name}={model}"
+        who.model_copy(update={"model": model}), at=orch.clock.now(), reason=f"-m {name}={model}",
     )
     ledger.save(agg)
 

@@ -84,7 +84,7 @@ class LedgerContract:
             sa, sb = summaries[str(a.id)], summaries[str(b.id)]
             assert (sa.status, sa.iteration, sa.events) == ("in_progress", 1, a.version)
             assert (sb.status, sb.title, sb.slug, sb.events) == (
-                "aborted", "Second topic", "second-topic", b.version
+                "aborted", "Second topic", "second-topic", b.version,
             )
             assert sb.as_json()["parent_id"] is None
             assert ledger.session_ids() == [a.id, b.id]
@@ -135,7 +135,7 @@ class LedgerContract:
     def test_snapshots_are_used_and_state_equal(self, store_url: str) -> None:
         clock = StepClock()
         with Ledger(store_url, snapshot_interval=4) as snap, Ledger(
-            store_url, snapshot_interval=0
+            store_url, snapshot_interval=0,
         ) as plain:
             agg = grown_session(snap, clock, iterations=3)
             assert snap.app.snapshots is not None and plain.app.snapshots is None
@@ -145,7 +145,7 @@ class LedgerContract:
             assert max(s.originator_version for s in snapshots) > agg.version - 4
             for v in range(1, agg.version + 1):
                 assert snap.get(agg.id, version=v).state.model_dump() == plain.get(
-                    agg.id, version=v
+                    agg.id, version=v,
                 ).state.model_dump()
             assert snap.state(agg.id).model_dump() == agg.state.model_dump()
 
@@ -155,7 +155,7 @@ class LedgerContract:
         still answers the same state at every position."""
         clock = StepClock()
         with Ledger(store_url, snapshot_interval=3) as snap, Ledger(
-            store_url, snapshot_interval=0
+            store_url, snapshot_interval=0,
         ) as plain:
             agg = grown_session(snap, clock, iterations=4)
             assert snap.app.snapshots is not None

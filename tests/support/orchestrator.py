@@ -23,8 +23,8 @@ from forge_ledger.domain.values import Participant, Price, SessionConfig, Topic
 from forge_ledger.ledger import Ledger
 from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.orchestrator.live import LiveEvent
-from forge_ledger.providers import LiteLLMProvider, Provider, get_provider
-from forge_ledger.testing import FakeOpenAIServer
+from forge_ledger.providers import LiteLLMProvider, Provider
+from forge_ledger.testing import ScriptedProvider, bundled_script
 
 TIMING_KEYS = frozenset({"duration_ms", "ttft_ms", "root_hash"})
 """Wall-clock measurements, and the seal's root hash (it covers the events' durations)."""
@@ -47,15 +47,15 @@ def critique_json(author: str, score: int = 75) -> str:
                     "section": "Retries",
                     "priority": 2,
                     "category": "completeness",
-                }
+                },
             ],
             "score": score,
-        }
+        },
     )
 
 
 def opinion_json(
-    stance: str = "agree", concerns: Sequence[str] = (), topics: Sequence[str] = ("retries",)
+    stance: str = "agree", concerns: Sequence[str] = (), topics: Sequence[str] = ("retries",),
 ) -> str:
     return json.dumps(
         {
@@ -64,12 +64,12 @@ def opinion_json(
             "concerns": list(concerns),
             "strength": 0.6,
             "topics": list(topics),
-        }
+        },
     )
 
 
 def vote_json(
-    agrees: bool = True, stance: str = "agree", score: int = 90, concerns: Sequence[str] = ()
+    agrees: bool = True, stance: str = "agree", score: int = 90, concerns: Sequence[str] = (),
 ) -> str:
     return json.dumps(
         {
@@ -80,7 +80,7 @@ def vote_json(
             "reasoning": "The synthesis covers retries and their records."
             if agrees
             else "The synthesis ignores what happens when every attempt fails.",
-        }
+        },
     )
 
 
@@ -124,7 +124,7 @@ def voice(
 
 
 def participants(
-    api_base: str | None, names: Sequence[str], *, price: Price | None = PRICE
+    api_base: str | None, names: Sequence[str], *, price: Price | None = PRICE,
 ) -> list[Participant]:
     """Generalists on ``openai/NAME`` (at ``api_base``: None for an in-process provider)."""
     return [
@@ -202,9 +202,11 @@ async def _no_sleep(_: float) -> None:
     """Back-off is recorded, not waited for."""
 
 
-def run_demo_session(store: str, server: FakeOpenAIServer, *, anonymize: bool) -> uuid.UUID:
+def run_demo_session(store: str, *, anonymize: bool) -> uuid.UUID:
+    """The four-voices demo run into ``store``, its voices answering in-process."""
+
     async def go() -> uuid.UUID:
-        provider = get_provider()
+        provider = ScriptedProvider.from_script(bundled_script("four-voices"))
         try:
             with Ledger(store) as ledger:
                 clock = FixedStepClock(DEMO_START, timedelta(seconds=1))
@@ -212,7 +214,8 @@ def run_demo_session(store: str, server: FakeOpenAIServer, *, anonymize: bool) -
                                     sleep=_no_sleep)
                 sid = orch.start(demo_topic(),
                                  SessionConfig(max_cost_usd=1.0, anonymize=anonymize),
-                                 demo_participants(server.url))
+                                 [p.model_copy(update={"api_base": None})
+                                  for p in demo_participants("")])
                 await orch.run(sid)
                 return sid
         finally:

@@ -65,7 +65,7 @@ class SessionScript:
         if rng.random() < 0.1:
             self.b.fail(name, message="429", cost_usd=0.0)
         text = f"{kind.value} by {name} in iteration {it}: " + rng.choice(
-            ["caching layer", "event sourcing", "sharded queue", "retry budget", "audit trail"]
+            ["caching layer", "event sourcing", "sharded queue", "retry budget", "audit trail"],
         )
         response = _answer(text, rng)
         self.b.answer(name, response=response, params=PARAMS,

@@ -53,7 +53,7 @@ def first_dissenting_vote(events: list[RecordedEvent]) -> tuple[RecordedEvent, R
 
 
 AGREEING_VOTE = json.dumps(
-    {"agrees": True, "score": 90, "stance": "agree", "concerns": [], "reasoning": "fine now"}
+    {"agrees": True, "score": 90, "stance": "agree", "concerns": [], "reasoning": "fine now"},
 )
 
 

@@ -259,7 +259,7 @@ def fork_session(
 
 
 def seal_session(
-    ledger: Ledger, session_id: uuid.UUID, *, clock: Clock, key: bytes | None = None
+    ledger: Ledger, session_id: uuid.UUID, *, clock: Clock, key: bytes | None = None,
 ) -> str:
     """Append ``SessionSealed`` to a finished session (HMAC under ``key`` if given).
 
