@@ -11,10 +11,11 @@ Prints one JSON object on stdout (progress on stderr):
   ``file_ratio`` (the SQLite file, WAL checkpointed: what a user's disk holds, including
   snapshots and indexes) and ``rows_ratio`` (the ``stored_events`` row payloads only: what the
   event format itself costs, texts by reference). ``texts_ratio``: the distinct texts, each
-  stored once (``forge_texts``). Goal ≤ 2 on ``file_ratio``, the figure a user sees.
+  stored once (``forge_texts``); ``snapshots_ratio``: the snapshots kept (states with answers
+  by reference). Goal ≤ 2 on ``file_ratio``, the figure a user sees.
   ``checkpoint_per_step`` is measured in the same run for comparison: the full session state
-  JSON stored after every event in a scratch SQLite table (as LangGraph's ``SqliteSaver``
-  stores a checkpoint per step), its file size over the same model text.
+  JSON (answers inline) stored after every event in a scratch SQLite table (as LangGraph's
+  ``SqliteSaver`` stores a checkpoint per step), its file size over the same model text.
 
 Sessions are produced by the real :class:`~forge_ledger.orchestrator.Orchestrator` with an
 in-process scripted provider (no HTTP, no latency), so their events are exactly what a live
@@ -279,6 +280,9 @@ def measure_storage(rounds: int, workdir: Path) -> dict[str, Any]:
     texts_bytes = conn.execute(
         f"SELECT COALESCE(SUM(LENGTH(CAST(body AS BLOB))), 0) FROM {TEXT_TABLE}"
     ).fetchone()[0]
+    snapshots_bytes = conn.execute(
+        "SELECT COALESCE(SUM(LENGTH(state)), 0) FROM stored_snapshots"
+    ).fetchone()[0]
     conn.close()
     text = sum(
         len(e.data["response"]["content"].encode("utf-8"))
@@ -297,7 +301,7 @@ def measure_storage(rounds: int, workdir: Path) -> dict[str, Any]:
     for e, st in zip(events, states, strict=True):
         cp.execute(
             "INSERT INTO checkpoints VALUES (?, ?, ?)",
-            (str(sid), e.position, st.model_dump_json().encode("utf-8")),
+            (str(sid), e.position, json.dumps(st.model_dump_with_answers()).encode("utf-8")),
         )
         cp.commit()
     cp.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -313,6 +317,8 @@ def measure_storage(rounds: int, workdir: Path) -> dict[str, Any]:
         "rows_ratio": round(rows_bytes / text, 3),
         "texts_bytes": texts_bytes,
         "texts_ratio": round(texts_bytes / text, 3),
+        "snapshots_bytes": snapshots_bytes,
+        "snapshots_ratio": round(snapshots_bytes / text, 3),
         "checkpoint_per_step": {
             "file_bytes": cp_bytes,
             "ratio": round(cp_bytes / text, 3),

@@ -257,7 +257,7 @@ def document_versions(state: SessionState) -> list[DocumentVersion]:
         found = state.model_copy(update={"rounds": rounds[: i + 1]}).document_source
         if found is not None and found[1].position != last:
             last = found[1].position
-            out.append(DocumentVersion(source=_ref(*found), text=found[1].response.content))
+            out.append(DocumentVersion(source=_ref(*found), text=state.answer(found[1])))
     return out
 
 
@@ -484,8 +484,8 @@ def _text_contributions(state: SessionState) -> list[_Contribution]:
             continue
         for name in r.contributors:
             c = r.contribution_of(name)
-            if c is not None and not c.abstained and c.response.content:
-                keys = tuple(s.key for s in segment(c.response.content))
+            if c is not None and not c.abstained and not c.blank:
+                keys = tuple(s.key for s in segment(state.answer(c)))
                 out.append(_Contribution(_ref(r, c), keys))
     return sorted(out, key=lambda c: c.ref.position)
 

@@ -157,7 +157,7 @@ def test_conformity_rule(case: Case) -> None:
     assert case.reason in c.reason
     for i in c.influences:  # quotes are verbatim
         source = next(
-            (x.response.content for r in state.rounds for x in r.contributions
+            (state.answer(x) for r in state.rounds for x in r.contributions
              if x.position == i.position),
             next((h.text for h in state.human_inputs if h.position == i.position), ""),
         )

@@ -206,7 +206,8 @@ def test_build_messages_is_deterministic_and_uses_state_at_round_start() -> None
     agg, clock = start(3)
     drive(agg, scripted(vote=lambda r, n: "disagree" if n == "P1" else "agree"), clock)
     state = agg.state
-    copy = type(state).model_validate(json.loads(state.model_dump_json()))
+    # as restored from a snapshot: the state's JSON, its answers read from a text source
+    copy = type(state).load(state.model_dump_json(), fallback=state.text_pool)
     for r in state.rounds:
         for c in r.contributions:
             rebuilt = engine.build_messages(state, r, c.participant)

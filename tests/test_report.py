@@ -108,7 +108,7 @@ def test_the_document_is_the_document_source_with_its_lineage(
     assert found is not None and model.document is not None
     rnd, c = found
     doc = model.document
-    assert doc.source is not None and doc.text == c.response.content == state.latest_text
+    assert doc.source is not None and doc.text == state.answer(c) == state.latest_text
     assert (doc.source.participant, doc.source.round, doc.source.position) == (
         c.participant, rnd.number, c.position,
     )

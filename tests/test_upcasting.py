@@ -130,7 +130,7 @@ def test_v1_contribution_is_upcast_on_load(sqlite_url: str) -> None:
         c = state.rounds[0].contribution_of("p0")
         assert c is not None
         assert [m.model_dump() for m in ledger.prompt(agg.id, c)] == expected_messages
-        assert c.response.content == "Use a write-through cache."
+        assert state.answer(c) == "Use a write-through cache."
         assert state.tokens.input == 20 and state.cost_usd == pytest.approx(0.002)
 
         # verification hashes what is stored (v1), not the upcast v2 dict

@@ -73,7 +73,7 @@ def _document(state: SessionState) -> _Document:
     if source is None:
         return (None, None, "")
     rnd, c = source
-    return (rnd.number, c.participant, c.response.content)
+    return (rnd.number, c.participant, state.answer(c))
 
 
 def _fold(events: Iterable[EventLike]) -> tuple[SessionState, dict[int, _Document]]:

@@ -117,7 +117,7 @@ def session_summary_json(summary: SessionSummary) -> dict[str, Any]:
     return summary.as_json()
 
 
-def _contribution_json(c: ContributionState) -> dict[str, Any]:
+def _contribution_json(state: SessionState, c: ContributionState) -> dict[str, Any]:
     r = c.response
     out: dict[str, Any] = {
         "participant": c.participant,
@@ -130,7 +130,7 @@ def _contribution_json(c: ContributionState) -> dict[str, Any]:
         "cost_usd": r.cost_usd,
         "duration_ms": r.duration_ms,
         "stop_reason": r.stop_reason.value,
-        "content": r.content,
+        "content": state.answer(c),
     }
     if c.critique is not None:
         out["critique"] = c.critique.model_dump(mode="json")
@@ -143,7 +143,7 @@ def _contribution_json(c: ContributionState) -> dict[str, Any]:
     return out
 
 
-def _round_json(r: RoundState) -> dict[str, Any]:
+def _round_json(state: SessionState, r: RoundState) -> dict[str, Any]:
     return {
         "number": r.number,
         "kind": r.kind.value,
@@ -154,7 +154,7 @@ def _round_json(r: RoundState) -> dict[str, Any]:
         "expected": list(r.expected),
         "targets": dict(r.targets),
         "abstained": list(r.abstained),
-        "contributions": [_contribution_json(c) for c in r.contributions],
+        "contributions": [_contribution_json(state, c) for c in r.contributions],
     }
 
 
@@ -210,7 +210,7 @@ def session_json(state: SessionState, *, ems: int | None) -> dict[str, Any]:
         "participants": [
             {"name": p.name, "model": p.model, "role": p.role.value} for p in state.participants
         ],
-        "rounds": [_round_json(r) for r in state.rounds],
+        "rounds": [_round_json(state, r) for r in state.rounds],
         "convergence": convergence,
         "open_dissent": [_dissent_json(d) for d in state.open_divergences],
         "tokens": {"input": state.tokens.input, "output": state.tokens.output},
@@ -396,7 +396,7 @@ def _print_session(state: SessionState, ems: int | None, *, as_of: str | None) -
         width = max((len(c.participant) for c in r.contributions), default=0)
         for c in r.contributions:
             line = Text(f"    {c.participant:<{width}}  {c.response.tokens.total:>6} tok  ")
-            line.append_text(_contribution_preview(c))
+            line.append_text(_contribution_preview(state, c))
             out_console.print(line)
     latest = state.latest_convergence
     if latest is None:
@@ -426,18 +426,19 @@ def _print_session(state: SessionState, ems: int | None, *, as_of: str | None) -
     print_table(table)
 
 
-def _contribution_preview(c: ContributionState) -> Text:
+def _contribution_preview(state: SessionState, c: ContributionState) -> Text:
     if c.parse_error is not None:
         return Text(f"[unparsed: {_preview(c.parse_error, 40)}]", style="red")
+    text = state.answer(c)
     if c.vote is not None:
         word = "agrees" if c.vote.agrees else "disagrees"
-        return Text(f"vote: {word} ({c.vote.score}) — {_preview(c.response.content, 40)}")
+        return Text(f"vote: {word} ({c.vote.score}) — {_preview(text, 40)}")
     if c.critique is not None:
         target = f" → {c.critique.target}" if c.critique.target else ""
-        return Text(f"critique{target} ({c.critique.score}): {_preview(c.response.content, 40)}")
+        return Text(f"critique{target} ({c.critique.score}): {_preview(text, 40)}")
     if c.opinion is not None:
-        return Text(f"{c.opinion.stance.value}: {_preview(c.response.content, 48)}")
-    return Text(_preview(c.response.content))
+        return Text(f"{c.opinion.stance.value}: {_preview(text, 48)}")
+    return Text(_preview(text))
 
 
 # --------------------------------------------------------------------------- log

@@ -144,7 +144,7 @@ class Deliberation(Aggregate):
         )
         payload = ev.SessionForked(
             origin=origin,
-            state=parent.model_dump(mode="json"),
+            state=parent.model_dump_with_answers(),
             config=config or parent.config,
             participants=tuple(participants),
         )

@@ -11,9 +11,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, model_validator
 
 from . import events as ev
+from .texts import TextPool, TextSource, text_address
 from .values import (
     ConvergenceVote,
     Critique,
@@ -22,6 +23,7 @@ from .values import (
     ModelResponse,
     Opinion,
     Participant,
+    ResponseAccounting,
     RoundKind,
     RoundStatus,
     SessionConfig,
@@ -47,8 +49,11 @@ class _State(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
 
 
+_EMPTY = text_address("")
+
+
 class ContributionState(_State):
-    """One recorded answer, by reference to its prompt.
+    """One recorded answer, by reference to its prompt and to its text.
 
     The prompt (system prompt, schema, quoted answers: most of a session's bytes) stays in
     the ``ContributionRecorded`` event at ``position``; the state keeps only its
@@ -56,6 +61,11 @@ class ContributionState(_State):
     load grow several times faster than the answers themselves, so a long live session
     cost more per round the longer it ran. States written before (snapshots, a fork's
     copied state) still carry ``messages``; they are dropped on load.
+
+    The answer's text is held the same way: ``response`` is its accounting only and
+    ``answer_sha256`` the text's address; :meth:`SessionState.answer` reads the text. States
+    written before hold the text inline (``response.content``); :meth:`SessionState.load`
+    moves it into the state's text pool.
     """
 
     participant: str
@@ -64,7 +74,9 @@ class ContributionState(_State):
     at: datetime
     model: str
     prompt_hash: str
-    response: ModelResponse
+    response: ResponseAccounting
+    answer_sha256: str
+    """Address of the answer's text (:func:`~forge_ledger.domain.texts.text_address`)."""
     purpose: str = "answer"
     critique: Critique | None = None
     opinion: Opinion | None = None
@@ -73,14 +85,35 @@ class ContributionState(_State):
 
     @model_validator(mode="before")
     @classmethod
-    def _drop_inline_prompt(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "messages" in data:
+    def _drop_inline_texts(cls, data: Any, info: ValidationInfo) -> Any:
+        """A state written before holds the prompt and the answer inline: the prompt is in its
+        event already, the answer moves into the loading state's pool (see
+        :meth:`SessionState.load`); without a pool the text would be lost, so that fails."""
+        if not isinstance(data, dict):
+            return data
+        if "messages" in data:
             data = {k: v for k, v in data.items() if k != "messages"}
+        response = data.get("response")
+        if isinstance(response, dict) and "content" in response:
+            pool = info.context.get(_POOL) if isinstance(info.context, dict) else None
+            if not isinstance(pool, TextPool):
+                raise ValueError("a state with inline answers loads through SessionState.load")
+            text = response["content"]
+            data = {
+                **data,
+                "response": {k: v for k, v in response.items() if k != "content"},
+                "answer_sha256": pool.add(str(text)),
+            }
         return data
 
     @property
     def abstained(self) -> bool:
         return self.parse_error is not None
+
+    @property
+    def blank(self) -> bool:
+        """Whether the answer's text is empty (known from its address, without reading it)."""
+        return self.answer_sha256 == _EMPTY
 
 
 class CallFailure(_State):
@@ -210,8 +243,18 @@ class Rewind(_State):
     at: datetime
 
 
+_POOL = "forge_ledger.text_pool"
+"""Validation-context key of the pool that inline answers of an older state move into."""
+
+
 class SessionState(_State):
-    """Everything known about one session after some prefix of its events."""
+    """Everything known about one session after some prefix of its events.
+
+    Answers are held by address; their texts live in a private :class:`TextPool` (never
+    serialized: a snapshot holds references only) that the fold fills and that falls back
+    to the store's texts for a state restored from a snapshot. :meth:`answer` is the one way
+    to read an answer's text.
+    """
 
     id: str
     slug: str
@@ -251,6 +294,66 @@ class SessionState(_State):
     updated_at: datetime
     version: int = 0
     head_hash: str = ""
+    _texts: TextPool = PrivateAttr(default_factory=TextPool)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal fields are equal states: the text pool is a cache of what the answers'
+        addresses name (a restored state reads from the store what a folded one holds)."""
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    # ------------------------------------------------------------------ texts
+
+    @classmethod
+    def load(
+        cls, data: str | bytes | dict[str, Any], fallback: TextSource | None = None
+    ) -> SessionState:
+        """A stored state (a snapshot's JSON, a fork's copy), its answers read from ``fallback``.
+
+        A state written before answers were held by address carries each text inline; the
+        texts move into the pool here, so such states load as they did.
+        """
+        pool = TextPool(fallback)
+        context = {_POOL: pool}
+        if isinstance(data, dict):
+            state = cls.model_validate(data, context=context)
+        else:
+            state = cls.model_validate_json(data, context=context)
+        state._texts = pool
+        return state
+
+    @property
+    def text_pool(self) -> TextPool:
+        """The texts this state has folded or read (for the ledger's snapshots)."""
+        return self._texts
+
+    def answer(self, c: ContributionState) -> str:
+        """The text of a recorded answer (``c`` is one of this state's contributions)."""
+        return self._texts.text(c.answer_sha256)
+
+    def response(self, c: ContributionState) -> ModelResponse:
+        """A recorded answer as the :class:`ModelResponse` it was (accounting and text)."""
+        return c.response.with_content(self.answer(c))
+
+    def answer_addresses(self) -> list[str]:
+        """Addresses of every answer the state refers to, in recorded order (no repeats)."""
+        seen: dict[str, None] = {}
+        for r in self.rounds:
+            for c in r.contributions:
+                seen[c.answer_sha256] = None
+        return list(seen)
+
+    def model_dump_with_answers(self) -> dict[str, Any]:
+        """The state as JSON with every answer's text inline (``response.content``), as a
+        fork's ``SessionForked`` carries it: the fork stays self-contained, and the ledger
+        stores those texts by reference like any event's (``content`` is a text key)."""
+        data = self.model_dump(mode="json")
+        for r, rd in zip(self.rounds, data["rounds"], strict=True):
+            for c, cd in zip(r.contributions, rd["contributions"], strict=True):
+                del cd["answer_sha256"]
+                cd["response"] = {"content": self.answer(c), **cd["response"]}
+        return data
 
     # ------------------------------------------------------------------ queries
 
@@ -329,7 +432,7 @@ class SessionState(_State):
     def latest_text(self) -> str | None:
         """The forged document's text as of this state (see :attr:`document_source`)."""
         source = self.document_source
-        return source[1].response.content if source is not None else None
+        return self.answer(source[1]) if source is not None else None
 
     @property
     def phase(self) -> str:
@@ -360,7 +463,7 @@ class SessionState(_State):
 
     @classmethod
     def forked(cls, session_id: str, payload: ev.SessionForked, at: datetime) -> SessionState:
-        state = cls.model_validate(payload.state)
+        state = cls.load(payload.state)
         state.id = session_id
         state.fork_origin = payload.origin
         state.config = payload.config
@@ -487,7 +590,8 @@ def _contribution(s: SessionState, p: ev.ContributionRecorded, pos: int, at: dat
             at=at,
             model=p.model,
             prompt_hash=p.prompt_hash,
-            response=p.response,
+            response=ResponseAccounting.of(p.response),
+            answer_sha256=s._texts.add(p.response.content),
             purpose=p.purpose,
         )
     )
@@ -757,6 +861,6 @@ _HANDLERS: dict[type[ev.Payload], Any] = {
 def _last_answer(rnd: RoundState) -> ContributionState | None:
     """The round's last contribution that answered (not a failed parse)."""
     for c in reversed(rnd.contributions):
-        if not c.abstained and c.response.content:
+        if not c.abstained and not c.blank:
             return c
     return None

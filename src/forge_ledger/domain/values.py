@@ -49,6 +49,7 @@ __all__ = [
     "Price",
     "Reference",
     "ReferenceType",
+    "ResponseAccounting",
     "RoundKind",
     "RoundStatus",
     "SessionConfig",
@@ -459,10 +460,17 @@ class ChatMessage(Value):
     content: str
 
 
-class ModelResponse(Value):
-    """What one completed (or failed mid-stream) call returned, with its accounting."""
-
+class _Content(Value):
     content: str
+
+
+class ResponseAccounting(Value):
+    """What a call cost and how it ended: a :class:`ModelResponse` without its text.
+
+    The session state keeps this for every answer and the text by its address (see
+    :mod:`forge_ledger.domain.texts`), so loading a state does not load every answer.
+    """
+
     model: str
     """The model that answered, as the provider resolved it."""
     tokens: TokenCount = TokenCount()
@@ -479,6 +487,31 @@ class ModelResponse(Value):
     @property
     def truncated(self) -> bool:
         return self.stop_reason in (StopReason.TRUNCATED, StopReason.MAX_TOKENS)
+
+    @classmethod
+    def of(cls, response: ResponseAccounting) -> ResponseAccounting:
+        """The accounting of ``response`` alone (a :class:`ModelResponse` is one, with text)."""
+        if type(response) is cls:
+            return response
+        return cls.model_construct(
+            response.model_fields_set - {"content"},
+            **{name: getattr(response, name) for name in cls.model_fields},
+        )
+
+    def with_content(self, content: str) -> ModelResponse:
+        """The whole response again, for the consumers that want one (see
+        ``SessionState.response``)."""
+        return ModelResponse.model_construct(
+            self.model_fields_set | {"content"}, content=content, **dict(self)
+        )
+
+
+class ModelResponse(ResponseAccounting, _Content):
+    """What one completed (or failed mid-stream) call returned, with its accounting.
+
+    ``_Content`` comes last among the bases so ``content`` stays the first field: a
+    response's JSON (in every event) keeps the key order it always had.
+    """
 
 
 # --------------------------------------------------------------------------- parsed outputs

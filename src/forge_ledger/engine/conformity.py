@@ -198,15 +198,16 @@ def _contribution_influences(
     found: list[Influence] = []
     for r in between:
         for c in r.contributions:
-            if c.participant == name or c.abstained or not c.response.content:
+            if c.participant == name or c.abstained or c.blank:
                 continue
             direction = _direction(r, c)
             for topic in topics:
                 quote, match = None, "text"
                 if direction == (1 if up else -1):
-                    quote = _quote(c.response.content, topic)
+                    quote = _quote(state.answer(c), topic)
                 if quote is None and up and _answered_in(state, name, topic, r.number):
-                    quote = _quote(c.response.content, topic) or _quote(c.response.content, None)
+                    text = state.answer(c)
+                    quote = _quote(text, topic) or _quote(text, None)
                     match = "divergence"
                 if quote is not None:
                     found.append(Influence(c.participant, name, r.number, r.kind.value, topic,

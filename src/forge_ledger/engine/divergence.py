@@ -99,7 +99,7 @@ def plan_divergences(state: SessionState, round_number: int) -> tuple[ev.Payload
     if r is None or r.superseded or _already_planned(state, r):
         return ()
     earlier = [d for d in state.divergences if d.is_open and d.opened_round < r.number]
-    changes = _lifecycle(r, earlier)
+    changes = _lifecycle(state, r, earlier)
     closed = {
         p.divergence_id
         for p in changes
@@ -113,7 +113,9 @@ def plan_divergences(state: SessionState, round_number: int) -> tuple[ev.Payload
 # --------------------------------------------------------------------------- lifecycle
 
 
-def _lifecycle(r: RoundState, earlier: list[DivergenceState]) -> list[ev.Payload]:
+def _lifecycle(
+    state: SessionState, r: RoundState, earlier: list[DivergenceState]
+) -> list[ev.Payload]:
     out: list[ev.Payload] = []
     if r.kind is RoundKind.SYNTHESIS:
         author = r.expected[0] if r.expected else ""
@@ -122,7 +124,7 @@ def _lifecycle(r: RoundState, earlier: list[DivergenceState]) -> list[ev.Payload
             return out
         for d in earlier:
             if d.status is DivergenceStatus.OPEN and (
-                d.topic == OVERALL or mentions(c.response.content, d.topic)
+                d.topic == OVERALL or mentions(state.answer(c), d.topic)
             ):
                 out.append(
                     ev.DivergenceAddressed(

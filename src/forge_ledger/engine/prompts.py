@@ -150,10 +150,10 @@ def _answer(r: RoundState, name: str) -> ContributionState | None:
     return None if c is None or name in r.abstained else c
 
 
-def _critique_text(c: ContributionState) -> str:
+def _critique_text(state: SessionState, c: ContributionState) -> str:
     cr = c.critique
     if cr is None:
-        return c.response.content.strip()
+        return state.answer(c).strip()
     return _render_critique(cr)
 
 
@@ -171,10 +171,10 @@ def _render_critique(cr: Critique) -> str:
     return "\n".join(lines)
 
 
-def _opinion_text(c: ContributionState) -> str:
+def _opinion_text(state: SessionState, c: ContributionState) -> str:
     o = c.opinion
     if o is None:
-        return c.response.content.strip()
+        return state.answer(c).strip()
     lines = [f"Stance: {o.stance.value}"]
     if o.reasoning:
         lines.append(f"Reasoning: {o.reasoning}")
@@ -287,7 +287,7 @@ def _critique(state: SessionState, round: RoundState, name: str) -> list[str]:
     target = round.targets.get(name, "")
     draft_round = _latest(_before(state, round), RoundKind.DRAFT)
     c = _answer(draft_round, target) if draft_round is not None and target else None
-    draft = c.response.content if c is not None else "(the draft is missing)"
+    draft = state.answer(c) if c is not None else "(the draft is missing)"
     label = label_for(state, target) if target else None
     if label is not None:
         target = label
@@ -316,12 +316,12 @@ def _response(state: SessionState, round: RoundState, name: str) -> list[str]:
             if c is None:
                 continue
             k += 1
-            received += [f"### Reviewer {k}", _critique_text(c)]
+            received += [f"### Reviewer {k}", _critique_text(state, c)]
     draft_round = _latest(before, RoundKind.DRAFT)
     own = _answer(draft_round, name) if draft_round is not None else None
     return [
         _topic(state.topic),
-        *_section("Your draft", [own.response.content if own else "(missing)"]),
+        *_section("Your draft", [state.answer(own) if own else "(missing)"]),
         *_section("Critiques of your draft", received or ["(none)"]),
         *_json_request(
             RoundKind.RESPONSE,
@@ -340,7 +340,7 @@ def _synthesis(state: SessionState, round: RoundState, name: str) -> list[str]:
     previous = _latest([r for r in before if r.iteration < round.iteration], RoundKind.SYNTHESIS)
     if previous is not None:
         c = _answer(previous, previous.expected[0])
-        body += _section("Previous synthesis", [c.response.content if c else "(missing)"])
+        body += _section("Previous synthesis", [state.answer(c) if c else "(missing)"])
     for r in current:
         items: list[str] = []
         for p in r.expected:
@@ -348,12 +348,12 @@ def _synthesis(state: SessionState, round: RoundState, name: str) -> list[str]:
             if c is None:
                 continue
             if r.kind is RoundKind.DRAFT:
-                items += [f"### Draft by {p}", c.response.content]
+                items += [f"### Draft by {p}", state.answer(c)]
             elif r.kind is RoundKind.CRITIQUE:
                 items += [f"### Critique by {p} of {r.targets.get(p, '?')}'s draft",
-                          _critique_text(c)]
+                          _critique_text(state, c)]
             elif r.kind in (RoundKind.RESPONSE, RoundKind.REFINEMENT):
-                items += [f"### {p}", _opinion_text(c)]
+                items += [f"### {p}", _opinion_text(state, c)]
         title = {
             RoundKind.DRAFT: "Drafts",
             RoundKind.CRITIQUE: "Critiques",
@@ -395,7 +395,7 @@ def _refinement(state: SessionState, round: RoundState, name: str) -> list[str]:
     ]
     return [
         _topic(state.topic),
-        *_section("Current synthesis", [c.response.content if c else "(missing)"]),
+        *_section("Current synthesis", [state.answer(c) if c else "(missing)"]),
         *_section("Your concerns", own or ["(none recorded)"]),
         *_section("Open divergences you are part of", mine),
         *(["", f"Focus on: {round.focus}"] if round.focus else []),
@@ -423,7 +423,7 @@ def _convergence(state: SessionState, round: RoundState, name: str) -> list[str]
     title = f"Proposed final text ({label})" if label else "Proposed final text"
     return [
         _topic(state.topic),
-        *_section(title, [c.response.content if c else "(missing)"]),
+        *_section(title, [state.answer(c) if c else "(missing)"]),
         *_section("Open dissent", _open_dissent(state, round.started_position, anonymous)),
         *_json_request(
             RoundKind.CONVERGENCE,

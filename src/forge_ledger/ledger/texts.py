@@ -16,7 +16,6 @@ On SQLite a text's body is stored zlib-compressed when that is smaller (see
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import zlib
@@ -25,8 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eventsourcing.persistence import Mapper, StoredEvent
-from eventsourcing.sqlite import SQLiteApplicationRecorder
+from eventsourcing.sqlite import SQLiteAggregateRecorder, SQLiteApplicationRecorder
 
+from ..domain.texts import text_address
 from ..errors import StoreError
 from .compression import StateCompressor, TopLevelTranscoder, pack_text, unpack, unpack_text
 from .quotes import QuotedAnswers, pack_with, unpack_with
@@ -36,6 +36,7 @@ __all__ = [
     "TEXT_TABLE",
     "TextMapper",
     "TextsSQLiteRecorder",
+    "TextsSQLiteSnapshotRecorder",
     "externalise",
     "resolve",
     "text_address",
@@ -61,10 +62,6 @@ _CACHE_SIZE = 4096
 _PREFIX = "forge_ledger:"
 
 Lookup = Callable[[Sequence[str]], dict[str, str]]
-
-
-def text_address(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _is_ref(value: Any) -> bool:
@@ -151,8 +148,9 @@ class TextMapper(Mapper[Any]):
     """Swaps texts for references on the way to the store and back on the way out.
 
     Only ledger events (``forge_ledger:`` topics with a ``data`` payload) are touched;
-    snapshots keep their state whole. ``lookup`` is set by the ledger once the recorder
-    exists.
+    a snapshot's state holds answers by reference already (the ledger's mapper adds the texts
+    it refers to, see ``ledger.application``). ``lookup`` is set by the ledger once the
+    recorder exists.
     """
 
     lookup: Lookup | None = None
@@ -286,20 +284,7 @@ class TextsSQLiteRecorder(SQLiteApplicationRecorder):
         return [*super().construct_create_table_statements(), _SQLITE_DDL, _DICTIONARIES_DDL]
 
     def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
-        rows = texts_of(stored_events)
-        if rows:
-            c.execute(_SQLITE_DDL)
-            c.execute(_DICTIONARIES_DDL)
-            new = _absent(c, dict(rows))
-            dictionaries = dictionaries_of(stored_events)
-            c.executemany(
-                f"INSERT OR IGNORE INTO {TEXT_TABLE} (sha256, body) VALUES (?, ?)",
-                [(a, _body(t, dictionaries.get(a), dict(rows))) for a, t in new.items()],
-            )
-            c.executemany(
-                f"INSERT OR IGNORE INTO {DICTIONARIES_TABLE} (sha256, members) VALUES (?, ?)",
-                [(a, json.dumps(dictionaries[a])) for a in new if a in dictionaries],
-            )
+        _insert_texts(c, stored_events)
         return super()._insert_events(c, stored_events, **kwargs)
 
     def select_texts(self, addresses: Sequence[str], *, _depth: int = 0) -> dict[str, str]:
@@ -316,6 +301,34 @@ class TextsSQLiteRecorder(SQLiteApplicationRecorder):
             wanted = sorted({m for _, _, ms in quoting for m in ms})
             out.update(_unquoted(quoting, self.select_texts(wanted, _depth=_depth + 1)))
         return out
+
+
+class TextsSQLiteSnapshotRecorder(SQLiteAggregateRecorder):
+    """Writes the texts a snapshot refers to in the transaction that inserts the snapshot: a
+    snapshot holds answers by reference, and the events it stands for may hold a text inline
+    (a short one, or any in a store written before texts were stored apart)."""
+
+    def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
+        _insert_texts(c, stored_events)
+        return super()._insert_events(c, stored_events, **kwargs)
+
+
+def _insert_texts(c: Any, stored_events: Sequence[StoredEvent]) -> None:
+    """The texts of ``stored_events`` not stored yet, in the caller's transaction."""
+    rows = texts_of(stored_events)
+    if rows:
+        c.execute(_SQLITE_DDL)
+        c.execute(_DICTIONARIES_DDL)
+        new = _absent(c, dict(rows))
+        dictionaries = dictionaries_of(stored_events)
+        c.executemany(
+            f"INSERT OR IGNORE INTO {TEXT_TABLE} (sha256, body) VALUES (?, ?)",
+            [(a, _body(t, dictionaries.get(a), dict(rows))) for a, t in new.items()],
+        )
+        c.executemany(
+            f"INSERT OR IGNORE INTO {DICTIONARIES_TABLE} (sha256, members) VALUES (?, ?)",
+            [(a, json.dumps(dictionaries[a])) for a in new if a in dictionaries],
+        )
 
 
 def _select_rows(c: Any, chunk: Sequence[str]) -> list[tuple[str, bytes, int, str | None]]:

@@ -7,16 +7,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from eventsourcing.persistence import StoredEvent
-from eventsourcing.postgres import PostgresApplicationRecorder
+from eventsourcing.postgres import PostgresAggregateRecorder, PostgresApplicationRecorder
 
 from .texts import TEXT_TABLE, texts_of
 
-__all__ = ["TextsPostgresRecorder"]
+__all__ = ["TextsPostgresRecorder", "TextsPostgresSnapshotRecorder"]
 
 
-class TextsPostgresRecorder(PostgresApplicationRecorder):
-    """Writes an event's texts in the transaction that inserts the event (same schema)."""
+class _WritesTexts:
+    """The text table of a PostgreSQL store, written in the caller's transaction."""
 
+    datastore: Any
     _texts_table_ready = False
 
     @property
@@ -29,6 +30,29 @@ class TextsPostgresRecorder(PostgresApplicationRecorder):
             "(sha256 text PRIMARY KEY, body text NOT NULL)"
         )
 
+    def _insert_texts(self, curs: Any, stored_events: Sequence[StoredEvent]) -> None:
+        rows = texts_of(stored_events)
+        if not rows:
+            return
+        if not self._texts_table_ready:
+            # A store created before texts were stored apart has no table yet; two writers'
+            # first saves must not race on CREATE TABLE, hence the lock (this transaction).
+            curs.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                (f"forge_texts:{self.datastore.schema}",),
+            )
+            curs.execute(self._ddl())
+            self._texts_table_ready = True
+        curs.executemany(
+            f"INSERT INTO {self._text_table} (sha256, body) VALUES (%s, %s) "
+            "ON CONFLICT (sha256) DO NOTHING",
+            rows,
+        )
+
+
+class TextsPostgresRecorder(_WritesTexts, PostgresApplicationRecorder):
+    """Writes an event's texts in the transaction that inserts the event (same schema)."""
+
     def create_table(self) -> None:
         super().create_table()
         with self.datastore.transaction(commit=True) as curs:
@@ -36,22 +60,7 @@ class TextsPostgresRecorder(PostgresApplicationRecorder):
         self._texts_table_ready = True
 
     def _insert_events(self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
-        rows = texts_of(stored_events)
-        if rows:
-            if not self._texts_table_ready:
-                # A store created before texts were stored apart has no table yet; two writers'
-                # first saves must not race on CREATE TABLE, hence the lock (this transaction).
-                curs.execute(
-                    "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                    (f"forge_texts:{self.datastore.schema}",),
-                )
-                curs.execute(self._ddl())
-                self._texts_table_ready = True
-            curs.executemany(
-                f"INSERT INTO {self._text_table} (sha256, body) VALUES (%s, %s) "
-                "ON CONFLICT (sha256) DO NOTHING",
-                rows,
-            )
+        self._insert_texts(curs, stored_events)
         return super()._insert_events(curs, stored_events, **kwargs)
 
     def select_texts(self, addresses: Sequence[str]) -> dict[str, str]:
@@ -65,3 +74,20 @@ class TextsPostgresRecorder(PostgresApplicationRecorder):
             except Exception:  # no text table: an old store
                 return {}
             return {row["sha256"]: row["body"] for row in curs.fetchall()}
+
+
+class TextsPostgresSnapshotRecorder(_WritesTexts, PostgresAggregateRecorder):
+    """Writes the texts a snapshot refers to in the transaction that inserts the snapshot
+    (see ``texts.TextsSQLiteSnapshotRecorder``). eventsourcing inserts a snapshot on an
+    autocommit connection; with texts to write, both go in one explicit transaction."""
+
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        if not texts_of(stored_events):
+            ids: Sequence[int] | None = super().insert_events(stored_events, **kwargs)
+            return ids
+        with self.datastore.transaction(commit=True) as curs:
+            self._insert_texts(curs, stored_events)
+            self._insert_stored_events(curs, stored_events, **kwargs)
+        return None

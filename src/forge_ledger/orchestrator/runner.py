@@ -739,7 +739,7 @@ class _Plan:
                 or c.parse_error is not None
             )
             if schema is None or parsed:
-                return cls(True, next_attempt, answer.response.content, None, 0)
+                return cls(True, next_attempt, state.answer(answer), None, 0)
         if gave_up or name in rnd.abstained or name in rnd.replaced:
             return cls(True, next_attempt, None, None, 0)
         if answer is None:
@@ -747,8 +747,8 @@ class _Plan:
         return cls(
             False,
             next_attempt,
-            answer.response.content,
-            repair.response.content if repair else None,
+            state.answer(answer),
+            state.answer(repair) if repair else None,
             0 if repair else 1,
         )
 

@@ -219,7 +219,7 @@ def _references(text: str, me: str, names: list[str]) -> list[str]:
     return [n for n in names if n != me and n.casefold() in low]
 
 
-def _key_points(r: RoundState, name: str) -> list[str]:
+def _key_points(state: SessionState, r: RoundState, name: str) -> list[str]:
     c = r.contribution_of(name)
     if c is None:
         return []
@@ -232,7 +232,7 @@ def _key_points(r: RoundState, name: str) -> list[str]:
         if not points and c.opinion.reasoning:
             points.append(c.opinion.reasoning)
     if not points:
-        first = c.response.content.strip().splitlines()
+        first = state.answer(c).strip().splitlines()
         points = first[:1]
     return points
 
@@ -241,7 +241,7 @@ def _iteration_context(state: SessionState, iteration: int) -> tuple[str, str]:
     synthesis = ""
     for r in state.active_rounds:
         if r.iteration == iteration and r.kind is RoundKind.SYNTHESIS and r.contributions:
-            synthesis = r.contributions[-1].response.content.strip()
+            synthesis = state.answer(r.contributions[-1]).strip()
     question = next((qs[0] for it, qs in state.asked if it == iteration and qs), "")
     return synthesis, question
 
@@ -273,8 +273,8 @@ def _party(state: SessionState) -> list[dict[str, Any]]:
             contributions.append(
                 {
                     "persona": name,
-                    "key_points": _key_points(r, name),
-                    "references": _references(c.response.content, name, names),
+                    "key_points": _key_points(state, r, name),
+                    "references": _references(state.answer(c), name, names),
                 }
             )
         out.append(
@@ -306,7 +306,7 @@ def _panel(state: SessionState) -> list[dict[str, Any]]:
             if c.opinion is not None and c.opinion.reasoning:
                 position = c.opinion.reasoning
             else:
-                lines = c.response.content.strip().splitlines()
+                lines = state.answer(c).strip().splitlines()
                 position = lines[0] if lines else ""
             if c.critique is not None:
                 convergent.extend(s for s in c.critique.strengths if s not in convergent)
@@ -315,7 +315,7 @@ def _panel(state: SessionState) -> list[dict[str, Any]]:
                     "expert": name,
                     "framework": framework,
                     "position": position,
-                    "references": _references(c.response.content, name, names),
+                    "references": _references(state.answer(c), name, names),
                 }
             )
         tensions = [d.topic for d in state.divergences if d.opened_round == r.number]
