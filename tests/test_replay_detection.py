@@ -2,9 +2,9 @@
 
 Issue "The promises", items 1–2: the offline demo deliberation (four scripted participants,
 a strong dissent in iteration 1, convergence in iteration 2) is run once through the real
-orchestrator, the real ``LiteLLMProvider`` and the fake OpenAI-compatible server into a SQLite
-file; each test works on its own copy. Expected positions are read from the recorded log
-(the first event of the kind the change affects), never hard-coded.
+orchestrator into a SQLite file, its voices answering in-process by the demo's script
+(``ScriptedProvider``); each test works on its own copy. Expected positions are read from the
+recorded log (the first event of the kind the change affects), never hard-coded.
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ from uuid import UUID
 
 import pytest
 
-from forge_ledger.cli.demo import DEMO_SCRIPT, demo_participants, demo_topic
+from forge_ledger.cli.demo import DEMO_SCRIPT, demo_topic
 from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.values import ParticipantRole, Persona, SessionConfig
 from forge_ledger.engine import prompts, steps
 from forge_ledger.ledger import Ledger, RecordedEvent
 from forge_ledger.ledger.verify import verify_session
 from forge_ledger.orchestrator import Orchestrator
-from forge_ledger.providers import get_provider
 from forge_ledger.replay import ReplayResult, replay_session
-from forge_ledger.testing import FakeOpenAIServer, bundled_script
+from forge_ledger.testing import ScriptedProvider, bundled_script
+from support.orchestrator import offline_demo_participants
 from support.replay import AGREEING_VOTE, first_dissenting_vote, tamper_content
 
 convergence_rules = importlib.import_module("forge_ledger.engine.convergence")
@@ -44,15 +44,13 @@ async def _no_sleep(_: float) -> None:
 
 @pytest.fixture(scope="module")
 def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, UUID]]:
-    """One demo deliberation recorded in a SQLite file (copied by each test)."""
+    """One demo deliberation recorded in a SQLite file (copied by each test), its voices
+    answering in-process by the demo's script: how it was recorded is not the subject."""
     path = tmp_path_factory.mktemp("replay-demo") / "demo.sqlite"
-    with (
-        FakeOpenAIServer(bundled_script(DEMO_SCRIPT), latency=0.0) as server,
-        Ledger(str(path)) as ledger,
-    ):
+    with Ledger(str(path)) as ledger:
 
         async def go() -> UUID:
-            provider = get_provider()
+            provider = ScriptedProvider.from_script(bundled_script(DEMO_SCRIPT))
             try:
                 orch = Orchestrator(
                     ledger,
@@ -64,7 +62,7 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path,
                 sid = orch.start(
                     demo_topic(),
                     SessionConfig(max_cost_usd=1.0, max_rounds=12),
-                    demo_participants(server.url),
+                    offline_demo_participants(),
                 )
                 state = await orch.run(sid)
                 assert state.status.value == "converged"

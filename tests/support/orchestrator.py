@@ -202,6 +202,11 @@ async def _no_sleep(_: float) -> None:
     """Back-off is recorded, not waited for."""
 
 
+def offline_demo_participants() -> list[Participant]:
+    """The four-voices demo's participants, for an in-process provider (no endpoint)."""
+    return [p.model_copy(update={"api_base": None}) for p in demo_participants("")]
+
+
 def run_demo_session(store: str, *, anonymize: bool) -> uuid.UUID:
     """The four-voices demo run into ``store``, its voices answering in-process."""
 
@@ -214,8 +219,7 @@ def run_demo_session(store: str, *, anonymize: bool) -> uuid.UUID:
                                     sleep=_no_sleep)
                 sid = orch.start(demo_topic(),
                                  SessionConfig(max_cost_usd=1.0, anonymize=anonymize),
-                                 [p.model_copy(update={"api_base": None})
-                                  for p in demo_participants("")])
+                                 offline_demo_participants())
                 await orch.run(sid)
                 return sid
         finally:
