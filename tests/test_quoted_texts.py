@@ -204,3 +204,21 @@ def test_the_top_level_decoder_agrees_with_the_full_one() -> None:
     for doc in docs:
         raw = inner.encode(doc)
         assert fast.decode(raw) == inner.decode(raw) == doc
+
+
+def test_the_text_cache_never_forgets_what_it_is_answering() -> None:
+    """A long session outgrows the mapper's text cache; eviction must not drop the texts the
+    same lookup had just found in it (events then read as missing their texts)."""
+    from forge_ledger.ledger.texts import _CACHE_SIZE, TextMapper
+
+    addresses = [f"{i:064x}" for i in range(_CACHE_SIZE + 1000)]
+    stored = {a: f"text {i}" for i, a in enumerate(addresses)}
+    mapper = TextMapper(transcoder=None)
+    mapper.lookup = lambda wanted: {a: stored[a] for a in wanted}
+    filled = 0
+    while filled <= _CACHE_SIZE:  # the cache now holds more than its size
+        chunk = addresses[filled : filled + 100]
+        assert mapper._cached_lookup(chunk) == {a: stored[a] for a in chunk}
+        filled += len(chunk)
+    mixed = [addresses[filled - 1], addresses[filled]]  # one cached, one not
+    assert mapper._cached_lookup(mixed) == {a: stored[a] for a in mixed}

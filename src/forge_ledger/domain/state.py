@@ -295,6 +295,8 @@ class SessionState(_State):
     version: int = 0
     head_hash: str = ""
     _texts: TextPool = PrivateAttr(default_factory=TextPool)
+    _active: list[RoundState] = PrivateAttr(default_factory=list)
+    _active_key: tuple[int, int] = PrivateAttr(default=(-1, -1))
 
     def __eq__(self, other: object) -> bool:
         """Equal fields are equal states: the text pool is a cache of what the answers'
@@ -369,8 +371,18 @@ class SessionState(_State):
 
     @property
     def active_rounds(self) -> list[RoundState]:
-        """Rounds not undone by a rewind: what the deliberation builds on."""
-        return [r for r in self.rounds if not r.superseded]
+        """Rounds not undone by a rewind: what the deliberation builds on.
+
+        Asked several times per step, so kept until the rounds change: a round is only ever
+        appended (``RoundStarted``) and only a rewind supersedes one, so the pair of counts
+        says when the list is stale. Rebuilding it every time made each step cost as much as
+        the session was long.
+        """
+        key = (len(self.rounds), len(self.rewinds))
+        if self._active_key != key:
+            self._active = [r for r in self.rounds if not r.superseded]
+            self._active_key = key
+        return self._active
 
     @property
     def open_round(self) -> RoundState | None:

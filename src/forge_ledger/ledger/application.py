@@ -165,6 +165,25 @@ def _project(aggregate: Any, domain_events: Iterable[Any]) -> Any:
     return aggregate
 
 
+class _WindowedEventStore(EventStore[UUID]):
+    """eventsourcing's event store, decoding a read through :meth:`TextMapper.to_domain_events`
+    (its own maps events one by one, so each event's texts cost a query)."""
+
+    def get(
+        self,
+        originator_id: UUID,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[Any]:
+        stored = self.recorder.select_events(
+            originator_id=originator_id, gt=gt, lte=lte, desc=desc, limit=limit
+        )
+        return cast(TextMapper, self.mapper).to_domain_events(stored)
+
+
 class _App(Application[UUID]):
     name = "ForgeLedger"
     SNAPSHOT_RECORDER_TOPIC = "FORGE_SNAPSHOT_RECORDER_TOPIC"
@@ -181,6 +200,10 @@ class _App(Application[UUID]):
         JSON, queryable in place, and compresses long values itself (TOAST)."""
         compress = type(self.factory).__module__.startswith("eventsourcing.sqlite")
         return _SnapshotTextsMapper(transcoder=self.construct_transcoder(), compress=compress)
+
+    def construct_event_store(self) -> EventStore[UUID]:
+        """An event store whose reads fetch texts a window of events at a time."""
+        return _WindowedEventStore(mapper=self.mapper, recorder=self.recorder)
 
     def construct_snapshot_store(self) -> EventStore[UUID]:
         """The snapshot table of eventsourcing, through a recorder that also writes the texts a

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 
 __all__ = ["MIN_PROMPT", "RECENT", "QuotedAnswers", "pack_with", "unpack_with"]
 
-RECENT = 64
-"""Answers remembered per process (a few rounds of a large panel)."""
+RECENT = 32
+"""Answers remembered per process: the last rounds of a large panel, which is what a prompt
+quotes (the draft to critique, the critiques received, the previous synthesis, the votes)."""
 MIN_PROMPT = 512
 """Shorter prompts are compressed on their own."""
 MIN_ANSWER = 256
@@ -39,12 +40,12 @@ class QuotedAnswers:
     """The recent answers a prompt may quote (address → text), most recent last."""
 
     def __init__(self) -> None:
-        self._answers: OrderedDict[str, str] = OrderedDict()
+        self._answers: OrderedDict[str, tuple[str, tuple[str, ...]]] = OrderedDict()
 
     def remember(self, address: str, text: str) -> None:
         if len(text) < MIN_ANSWER:
             return
-        self._answers[address] = text
+        self._answers[address] = (text, _probes(text))
         self._answers.move_to_end(address)
         while len(self._answers) > RECENT:
             self._answers.popitem(last=False)
@@ -56,8 +57,8 @@ class QuotedAnswers:
             return []
         found: list[tuple[str, str]] = []
         size = 0
-        for address, text in reversed(self._answers.items()):
-            if _probes_hit(text, prompt):
+        for address, (text, probes) in reversed(self._answers.items()):
+            if any(probe in prompt for probe in probes):
                 found.append((address, text))
                 size += len(text.encode("utf-8"))
                 if size >= _DICTIONARY_BYTES:
@@ -65,15 +66,14 @@ class QuotedAnswers:
         return found
 
 
-def _probes_hit(answer: str, prompt: str) -> bool:
-    """Whether a window from the first, middle or last part of ``answer`` occurs in ``prompt``
-    (a quote may be the whole answer or one field of a structured one)."""
+def _probes(answer: str) -> tuple[str, ...]:
+    """Windows from the first, middle and last part of ``answer``: a prompt holding one of
+    them quotes it (a quote may be the whole answer or one field of a structured one)."""
     n = len(answer)
-    for start in (n // 8, n // 2, (7 * n) // 8 - _WINDOW):
-        window = answer[max(0, start) : max(0, start) + _WINDOW]
-        if len(window) == _WINDOW and window in prompt:
-            return True
-    return False
+    starts = (n // 8, n // 2, max(0, (7 * n) // 8 - _WINDOW))
+    return tuple(
+        w for w in dict.fromkeys(answer[i : i + _WINDOW] for i in starts) if len(w) == _WINDOW
+    )
 
 
 def _dictionary(members: Sequence[str]) -> bytes:

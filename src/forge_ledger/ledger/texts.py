@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,8 @@ MIN_LENGTH = 96
 """Shorter texts stay inline: a reference costs about as much as they do."""
 _REF = "sha256"
 _REF_KEY = b'"sha256"'
+_WINDOW = 256
+"""Events whose texts are read together (a few hundred texts: well inside the text cache)."""
 _REF_PATTERN = re.compile(
     rb'"(' + b"|".join(re.escape(k.encode()) for k in sorted(TEXT_KEYS))
     + rb')"\s*:\s*\{\s*"sha256"\s*:\s*"([0-9a-f]{64})"\s*\}'
@@ -212,7 +214,33 @@ class TextMapper(Mapper[Any]):
             self.quotes.remember(text_address(content), content)
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
-        plain = unpack(stored_event.state)
+        return self._decoded(stored_event, unpack(stored_event.state))
+
+    def to_domain_events(self, stored_events: Iterable[StoredEvent]) -> Iterator[Any]:
+        """Many events, their texts read a window at a time: one query for a window's texts
+        instead of one (or two, for a prompt and the answers it quotes) per event."""
+        window: list[tuple[StoredEvent, bytes]] = []
+        for stored_event in stored_events:
+            window.append((stored_event, unpack(stored_event.state)))
+            if len(window) == _WINDOW:
+                yield from self._decoded_window(window)
+                window = []
+        yield from self._decoded_window(window)
+
+    def _decoded_window(self, window: list[tuple[StoredEvent, bytes]]) -> Iterator[Any]:
+        if self.lookup is not None:
+            wanted = {
+                m.group(2).decode("ascii")
+                for stored_event, plain in window
+                if stored_event.topic.startswith(_PREFIX) and _REF_KEY in plain
+                for m in _REF_PATTERN.finditer(plain)
+            }
+            if wanted:
+                self._cached_lookup(sorted(wanted))
+        for stored_event, plain in window:
+            yield self._decoded(stored_event, plain)
+
+    def _decoded(self, stored_event: StoredEvent, plain: bytes) -> Any:
         if self.lookup is not None and stored_event.topic.startswith(_PREFIX):
             plain = self._inline(plain)
         domain_event = super().to_domain_event(
@@ -255,12 +283,17 @@ class TextMapper(Mapper[Any]):
         """Texts never change under their address, so recently read ones are kept (a system
         prompt is referred to by every call of a session); ``verify`` reads the store itself."""
         cache: dict[str, str] = self.__dict__.setdefault("_cache", {})
-        missing = [a for a in addresses if a not in cache]
+        found = {a: cache[a] for a in addresses if a in cache}
+        missing = [a for a in addresses if a not in found]
         if missing and self.lookup is not None:
-            if len(cache) > _CACHE_SIZE:
+            fetched = self.lookup(missing)
+            found.update(fetched)
+            # Evict after answering: clearing first dropped texts this very call had found in
+            # the cache (a long session's events then read as missing their texts).
+            if len(cache) + len(fetched) > _CACHE_SIZE:
                 cache.clear()
-            cache.update(self.lookup(missing))
-        return {a: cache[a] for a in addresses if a in cache}
+            cache.update(fetched)
+        return found
 
 
 def texts_of(stored_events: Iterable[StoredEvent]) -> list[tuple[str, str]]:
