@@ -35,7 +35,7 @@ def _drop_schema(schema: str) -> None:
     import psycopg
 
     with psycopg.connect(
-        PG_BASE.replace("postgresql://", "postgresql://", 1), autocommit=True
+        PG_BASE.replace("postgresql://", "postgresql://", 1), autocommit=True,
     ) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 

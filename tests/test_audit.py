@@ -15,7 +15,7 @@ from forge_ledger.audit import AuditReport, audit_report, render_markdown
 from forge_ledger.cli import main
 from forge_ledger.domain.values import DivergenceStatus, SessionStatus, Stance
 from forge_ledger.ledger import Ledger, RecordedEvent
-from promises_builder import THREE_ITERATIONS, Iteration, SessionBuilder, build
+from support.stories import THREE_ITERATIONS, Iteration, build, play, story
 
 SID = uuid.UUID(int=1)
 
@@ -70,7 +70,7 @@ def test_dissent_minority_report_failures_and_usage(ledger: Ledger) -> None:
     resolved_at = next(e.position for e in events if e.type == "DivergenceResolved")
     assert (d2.status, d2.closed_position) == (DivergenceStatus.RESOLVED, resolved_at)
     assert [(m.who, m.divergence_id, m.since_iteration) for m in r.minority_report] == [
-        (("bob",), "d1", 1)
+        (("bob",), "d1", 1),
     ]
     failed = [e for e in events if e.type == "ProviderCallFailed"]
     assert [(f.position, f.model, f.error_type) for f in r.failed_calls] == [
@@ -87,21 +87,19 @@ def test_dissent_minority_report_failures_and_usage(ledger: Ledger) -> None:
 
 def test_human_interventions_overrule_rewind_and_vote_minority(sqlite_url: str) -> None:
     sid = uuid.UUID(int=2)
-    b = SessionBuilder(sid)
-    b.iterate(Iteration(votes={"alice": Stance.AGREE, "bob": Stance.DISAGREE,
+    b = story(sid)
+    play(b, Iteration(votes={"alice": Stance.AGREE, "bob": Stance.DISAGREE,
                                "carol": Stance.AGREE},
                         open_dissent=[("d1", "burst limits", "bob")]))
-    b.iterate(Iteration(votes={"alice": Stance.AGREE, "bob": Stance.DISAGREE,
+    play(b, Iteration(votes={"alice": Stance.AGREE, "bob": Stance.DISAGREE,
                                "carol": Stance.DISAGREE},
                         close_dissent=[("d1", DivergenceStatus.OVERRULED, "dana")]))
-    target = b.agg.rewind(1, at=b.clock.now())
-    b.agg.resume(at=b.clock.now())
-    b.iteration = target
-    b.iterate(Iteration(votes={"alice": Stance.AGREE, "bob": Stance.STRONGLY_DISAGREE,
-                               "carol": Stance.AGREE}, critiques=False, synthesis=False))
-    b.finish(SessionStatus.COMPLETE)
+    b.rewind(1).resume()
+    play(b, Iteration(votes={"alice": Stance.AGREE, "bob": Stance.STRONGLY_DISAGREE,
+                             "carol": Stance.AGREE}, critiques=False, synthesis=False))
+    b.finish(SessionStatus.COMPLETE, reason="test script ended")
     with Ledger(sqlite_url) as led:
-        led.save(b.agg)
+        led.save(b.aggregate)
         r = _report(led, sid)
         events = list(led.events(sid))
     kinds = [(h.kind, h.author) for h in r.human_interventions]
@@ -168,7 +166,7 @@ stances = st.sampled_from(list(Stance))
         ),
         min_size=1,
         max_size=4,
-    )
+    ),
 )
 def test_conformity_on_generated_sessions(script: list[Iteration]) -> None:
     """The rule restated for the builder's sessions: critiques and syntheses never mention a

@@ -4,13 +4,10 @@ self-preference, and anonymized review (labels in prompts, recorded, replayed id
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
 import sys
-import uuid
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,44 +18,16 @@ from click.testing import CliRunner
 from forge_ledger import engine
 from forge_ledger.audit import audit_report, document_similarity, render_markdown
 from forge_ledger.cli import cli
-from forge_ledger.cli.demo import demo_participants, demo_topic
-from forge_ledger.clock import FixedStepClock, SequentialIds
-from forge_ledger.domain.values import RoundKind, SessionConfig
+from forge_ledger.domain.values import RoundKind
 from forge_ledger.engine import review_labels
 from forge_ledger.ledger import Ledger
-from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.projections import catch_up, open_views
-from forge_ledger.providers import get_provider
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
-from test_projections_views import SID as SCRIPTED_SID
-from test_projections_views import _scripted
-from test_replay_generated import assert_identical
-
-START = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
-
-
-async def _no_sleep(_: float) -> None:
-    """Back-off is recorded, not waited for."""
-
-
-def _run(store: str, server: FakeOpenAIServer, *, anonymize: bool) -> uuid.UUID:
-    async def go() -> uuid.UUID:
-        provider = get_provider()
-        try:
-            with Ledger(store) as ledger:
-                clock = FixedStepClock(START, timedelta(seconds=1))
-                orch = Orchestrator(ledger, provider, clock=clock, ids=SequentialIds("audit"),
-                                    sleep=_no_sleep)
-                sid = orch.start(demo_topic(),
-                                 SessionConfig(max_cost_usd=1.0, anonymize=anonymize),
-                                 demo_participants(server.url))
-                await orch.run(sid)
-                return sid
-        finally:
-            await provider.aclose()
-
-    return asyncio.run(go())
+from support.orchestrator import run_demo_session
+from support.replay import assert_identical
+from support.stories import CACHE_SID as SCRIPTED_SID
+from support.stories import cache_design_session as _scripted
 
 
 def _json(*args: str) -> Any:
@@ -69,10 +38,9 @@ def _json(*args: str) -> Any:
 
 @pytest.mark.parametrize("anonymize", [False, True], ids=["named", "anonymized"])
 def test_trail_and_audit_tell_one_story(
-    store_url: str, fake_openai: FakeOpenAIServer, anonymize: bool
+    store_url: str, anonymize: bool,
 ) -> None:
-    fake_openai.set_script(bundled_script("four-voices"))
-    sid = _run(store_url, fake_openai, anonymize=anonymize)
+    sid = run_demo_session(store_url, anonymize=anonymize)
     trail = _json("trail", str(sid), "--store", store_url)
     audit = _json("audit", str(sid), "--store", store_url)
     assert audit["conformity"] == trail["conformity"]
@@ -101,9 +69,8 @@ def test_trail_and_audit_tell_one_story(
     assert_identical(replay_session(Ledger(store_url, create=False), sid), events)
 
 
-def test_anonymized_prompts_name_no_one(store_url: str, fake_openai: FakeOpenAIServer) -> None:
-    fake_openai.set_script(bundled_script("four-voices"))
-    sid = _run(store_url, fake_openai, anonymize=True)
+def test_anonymized_prompts_name_no_one(store_url: str) -> None:
+    sid = run_demo_session(store_url, anonymize=True)
     with Ledger(store_url, create=False) as ledger:
         state = ledger.state(sid)
         events = list(ledger.events(sid))
@@ -137,10 +104,9 @@ def test_anonymized_prompts_name_no_one(store_url: str, fake_openai: FakeOpenAIS
 
 
 def test_named_prompts_unchanged_without_anonymize(
-    sqlite_url: str, fake_openai: FakeOpenAIServer
+    sqlite_url: str,
 ) -> None:
-    fake_openai.set_script(bundled_script("four-voices"))
-    sid = _run(sqlite_url, fake_openai, anonymize=False)
+    sid = run_demo_session(sqlite_url, anonymize=False)
     with Ledger(sqlite_url, create=False) as ledger:
         state = ledger.state(sid)
         critique = next(r for r in state.rounds if r.kind is RoundKind.CRITIQUE)
@@ -152,10 +118,9 @@ def test_named_prompts_unchanged_without_anonymize(
 
 
 def test_deliberation_effect_and_self_preference(
-    store_url: str, fake_openai: FakeOpenAIServer
+    store_url: str,
 ) -> None:
-    fake_openai.set_script(bundled_script("four-voices"))
-    sid = _run(store_url, fake_openai, anonymize=True)
+    sid = run_demo_session(store_url, anonymize=True)
     with Ledger(store_url, create=False) as ledger:
         events = list(ledger.events(sid))
         report = audit_report(events)
@@ -206,7 +171,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("how", ["flag", "participants file"])
 def test_run_anonymize_from_the_command_line(
-    store_url: str, fake_openai: FakeOpenAIServer, tmp_path: Path, how: str
+    store_url: str, fake_openai: FakeOpenAIServer, tmp_path: Path, how: str,
 ) -> None:
     """``run --anonymize`` (or ``anonymize: true`` in the participants file) records labels;
     ``audit --json`` names the authors behind them; ``replay`` finds the session identical."""
@@ -236,7 +201,7 @@ def test_run_anonymize_from_the_command_line(
 
 
 def test_one_session_yields_the_same_flags_in_trail_and_audit(
-    store_url: str, tmp_path: Path
+    store_url: str, tmp_path: Path,
 ) -> None:
     """The session that once got three different answers (trail: C; audit: nobody; the
     engine: B and C) now gets one: C moved to the majority with nothing on its point."""

@@ -24,7 +24,7 @@ import yaml
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer
-from test_orchestrator_support import voice
+from support.orchestrator import voice
 
 NAMES = ("ana", "ben", "cleo")
 ROLES = ("drafter", "critic", "synthesizer")
@@ -86,7 +86,7 @@ def script(**before: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_a_fault_on_the_only_author_pauses_then_resume_finishes(
-    tmp_path: Path, fake_openai: FakeOpenAIServer
+    tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
     fake_openai.set_script(
         script(
@@ -97,8 +97,8 @@ def test_a_fault_on_the_only_author_pauses_then_resume_finishes(
                 {"match": "· draft ·", "fault": "malformed_chunk", "content": "x y", "times": 1},
                 {"match": "· draft ·", "fault": "unavailable", "times": 1},
                 {"match": "· draft ·", "fault": "empty", "times": 1},
-            ]
-        )
+            ],
+        ),
     )
     pfile = participants_file(tmp_path, fake_openai.url)
     run = cli(tmp_path, "run", "Faulty author", "--participants", str(pfile), "--json")
@@ -138,13 +138,13 @@ def test_a_fault_on_the_only_author_pauses_then_resume_finishes(
 
 
 def test_a_fault_a_person_fixes_names_the_fix_and_a_swap_is_recorded(
-    tmp_path: Path, fake_openai: FakeOpenAIServer
+    tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
     fake_openai.set_script(
         {
             **script(),
             "ghost": [{"fault": "unknown_model"}],
-        }
+        },
     )
     pfile = participants_file(tmp_path, fake_openai.url, {"cleo": "openai/ghost"})
     run = cli(tmp_path, "run", "Unknown model", "--participants", str(pfile), "--json")
@@ -169,7 +169,7 @@ def test_a_fault_a_person_fixes_names_the_fix_and_a_swap_is_recorded(
 
 
 def test_resume_api_base_moves_every_participant(
-    tmp_path: Path, fake_openai: FakeOpenAIServer
+    tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
     fake_openai.set_script(script())
     pfile = participants_file(tmp_path, "http://127.0.0.1:9/v1")
@@ -188,7 +188,7 @@ def test_resume_api_base_moves_every_participant(
 
 
 def test_abort_is_a_person_decision_and_resume_of_it_fails(
-    tmp_path: Path, fake_openai: FakeOpenAIServer
+    tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
     fake_openai.set_script({"*": [{"fault": "server_error"}]})
     pfile = participants_file(tmp_path, fake_openai.url)
@@ -208,7 +208,7 @@ def test_abort_is_a_person_decision_and_resume_of_it_fails(
 
 
 def test_resume_of_an_ended_unsealed_session_seals_and_exports(
-    tmp_path: Path, fake_openai: FakeOpenAIServer
+    tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
     """A crash between the end and the seal: resume seals, exports, exits 0 in one line."""
     import asyncio
@@ -262,7 +262,7 @@ def test_demo_fork_resume_runs_offline(tmp_path: Path) -> None:
 
 
 def test_fork_api_base_and_model_swap_are_recorded_in_the_fork(
-    tmp_path: Path, fake_openai: FakeOpenAIServer
+    tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
     fake_openai.set_script({**script(), "bea": voice("bea")})
     pfile = participants_file(tmp_path, "http://127.0.0.1:9/v1")

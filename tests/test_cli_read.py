@@ -1,9 +1,9 @@
 """The read-side CLI (``sessions``, ``show``, ``log``, ``verify``) against real stores.
 
 Sessions are recorded through the aggregate into a real SQLite file (and PostgreSQL for the
-``postgres`` tests) by the builders in ``helpers_sessions``; expected values are computed from
+``postgres`` tests) by the stories in ``support.sessions``; expected values are computed from
 what the builders report or from the raw event log (the EMS is worked out by hand from the
-builders' documented shape, so a wrong EMS rule cannot pass unnoticed). Commands run
+stories' documented shape, so a wrong EMS rule cannot pass unnoticed). Commands run
 in-process (click's CliRunner, and ``main`` for the error path) and as real subprocesses of the
 ``forge-ledger`` console script and ``python -m forge_ledger``.
 """
@@ -29,14 +29,14 @@ from forge_ledger.cli import cli, main
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.domain.hashing import GENESIS
 from forge_ledger.ledger import Ledger
-from helpers_sessions import (
+from support.sessions import (
     BuiltSession,
     build_session,
     fork_session,
     make_participants,
     seal_session,
 )
-from helpers_store import raw_connection
+from support.store import raw_connection
 
 VENV_BIN = Path(sys.executable).parent
 CONSOLE_SCRIPT = str(VENV_BIN / "forge-ledger")
@@ -257,7 +257,7 @@ def test_show_at_event_matches_the_log(store: Store) -> None:
 
 
 @settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(data=st.data())
 def test_show_at_any_event_agrees_with_a_fold_of_the_log(store: Store, data: st.DataObject) -> None:
@@ -334,7 +334,7 @@ def test_prefix_resolution(tmp_path: Path) -> None:
 
 
 def test_ambiguous_prefix_is_a_user_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     url = str(tmp_path / "ambiguous.sqlite")
     clock = FixedStepClock()
@@ -416,7 +416,7 @@ def _tamper(path: Path, session: uuid.UUID, position: int) -> None:
 
 
 def test_verify_names_the_first_tampered_position(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     built = _build_store(tmp_path / "tampered.sqlite")
     with Ledger(built.url, create=False) as ledger:
@@ -437,7 +437,7 @@ def test_verify_names_the_first_tampered_position(
     assert doc["ok"] is False
     bad = [r for r in doc["sessions"] if not r["ok"]]
     assert [(r["session_id"], r["first_bad_position"]) for r in bad] == [
-        (str(built.b.id), position)
+        (str(built.b.id), position),
     ]
 
     # The untouched session still verifies on its own.
@@ -458,21 +458,21 @@ def test_verify_checks_seal_hmac_with_the_key_from_the_environment(tmp_path: Pat
         seal_session(ledger, built.id, clock=clock, key=b"s3cret")
 
     good = CliRunner(env={"FORGE_LEDGER_HMAC_KEY": "s3cret"}).invoke(
-        cli, ["verify", "--json", "--store", url]
+        cli, ["verify", "--json", "--store", url],
     )
     assert good.exit_code == 0, good.stderr
     report = json.loads(good.stdout)["sessions"][0]
     assert report["sealed"] is True and report["hmac_ok"] is True
 
     other = CliRunner(env={"OTHER_KEY": "wrong"}).invoke(
-        cli, ["verify", "--json", "--key-env", "OTHER_KEY", "--store", url]
+        cli, ["verify", "--json", "--key-env", "OTHER_KEY", "--store", url],
     )
     assert other.exit_code == 1
     report = json.loads(other.stdout)["sessions"][0]
     assert report["hmac_ok"] is False and report["first_bad_position"] == report["events"] + 1
 
     unkeyed = CliRunner(env={"FORGE_LEDGER_HMAC_KEY": None}).invoke(
-        cli, ["verify", "--json", "--store", url]
+        cli, ["verify", "--json", "--store", url],
     )
     assert unkeyed.exit_code == 0
     assert json.loads(unkeyed.stdout)["sessions"][0]["hmac_ok"] is None
@@ -517,7 +517,7 @@ MISTAKES = [
 
 @pytest.mark.parametrize("case", MISTAKES)
 def test_user_mistakes_are_one_line_and_exit_2(
-    case: str, store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    case: str, store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     args = _mistakes(store, tmp_path)[case]
     code, out, err = run_main(capsys, *args)
@@ -528,7 +528,7 @@ def test_user_mistakes_are_one_line_and_exit_2(
 
 @pytest.mark.parametrize(
     "case", ["unknown session", "bad url scheme", "missing store", "foreign sqlite",
-             "conflicting --at", "bad iso time"]
+             "conflicting --at", "bad iso time"],
 )
 def test_user_mistakes_in_a_real_process(case: str, store: Store, tmp_path: Path) -> None:
     args = [*_mistakes(store, tmp_path)[case], "--json"]

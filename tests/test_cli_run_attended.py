@@ -11,8 +11,8 @@ import pytest
 
 from forge_ledger.ledger import Ledger
 from forge_ledger.testing import FakeOpenAIServer
-from test_cli_run import assert_one_error_line, one_json, run_cli, write_participants
-from test_orchestrator_support import opinion_json, voice, vote_json
+from support.cli import assert_one_error_line, one_json, run_cli, write_participants
+from support.orchestrator import opinion_json, voice, vote_json
 
 NAMES = ("ana", "ben", "cleo", "dov")
 TOPIC = "Attended retries"
@@ -66,7 +66,7 @@ def _types(store: str, sid: str) -> list[str]:
 
 
 def test_pause_answer_overrule_resume_converges(
-    setup: tuple[Path, str], fake_openai: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+    setup: tuple[Path, str], fake_openai: FakeOpenAIServer, capsys: pytest.CaptureFixture[str],
 ) -> None:
     pfile, store = setup
     doc = _start(capsys, pfile, store, fake_openai.url)
@@ -111,7 +111,7 @@ def test_pause_answer_overrule_resume_converges(
 
 
 def test_without_overrule_the_strong_dissent_blocks(
-    setup: tuple[Path, str], fake_openai: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+    setup: tuple[Path, str], fake_openai: FakeOpenAIServer, capsys: pytest.CaptureFixture[str],
 ) -> None:
     pfile, store = setup
     sid = _start(capsys, pfile, store, fake_openai.url)["session_id"]
@@ -144,7 +144,7 @@ def test_without_overrule_the_strong_dissent_blocks(
 
 
 def test_resume_of_a_finished_session_is_one_line_and_success(
-    setup: tuple[Path, str], fake_openai: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+    setup: tuple[Path, str], fake_openai: FakeOpenAIServer, capsys: pytest.CaptureFixture[str],
 ) -> None:
     pfile, store = setup
     code, out, err = run_cli(

@@ -18,11 +18,11 @@ from forge_ledger.domain.values import RoundKind
 from forge_ledger.ledger import Ledger, resolve_store
 from forge_ledger.ledger.outputs import store_outputs
 from forge_ledger.spec import split_spec, write_spec
-from helpers_sessions import BuiltSession, build_session, contribution_text
+from support.sessions import BuiltSession, build_session, contribution_text
 
 
 def forge(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
+    *args: str, cwd: Path, env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "forge_ledger", *args],
@@ -61,7 +61,7 @@ def front(text: str) -> dict[str, Any]:
 
 
 def test_spec_at_iteration_one_is_iteration_ones_synthesis(
-    built: tuple[str, BuiltSession], tmp_path: Path
+    built: tuple[str, BuiltSession], tmp_path: Path,
 ) -> None:
     store, s = built
     proc = forge("spec", s.prefix, "--at-iteration", "1", "--store", store, cwd=tmp_path)
@@ -75,7 +75,7 @@ def test_spec_at_iteration_one_is_iteration_ones_synthesis(
 
 
 def test_spec_json_is_the_latest_synthesis_byte_for_byte_and_agreed(
-    built: tuple[str, BuiltSession], tmp_path: Path
+    built: tuple[str, BuiltSession], tmp_path: Path,
 ) -> None:
     store, s = built
     proc = forge("spec", s.prefix, "--store", store, "--json", cwd=tmp_path)
@@ -89,7 +89,7 @@ def test_spec_json_is_the_latest_synthesis_byte_for_byte_and_agreed(
 
 
 def test_spec_provenance_json_traces_every_sentence(
-    built: tuple[str, BuiltSession], tmp_path: Path
+    built: tuple[str, BuiltSession], tmp_path: Path,
 ) -> None:
     store, s = built
     proc = forge("spec", s.prefix, "--provenance", "--json", "--store", store, cwd=tmp_path)
@@ -122,7 +122,7 @@ def test_spec_file_is_tied_to_the_chain(built: tuple[str, BuiltSession], tmp_pat
 
 
 def test_spec_diff_names_who_changed_each_hunk(
-    built: tuple[str, BuiltSession], tmp_path: Path
+    built: tuple[str, BuiltSession], tmp_path: Path,
 ) -> None:
     store, s = built
     proc = forge("spec", s.prefix, "--diff", "--store", store, cwd=tmp_path)
@@ -155,7 +155,7 @@ def test_spec_mistakes_are_one_line(built: tuple[str, BuiltSession], tmp_path: P
 
 
 def test_demo_writes_the_document_beside_the_store_and_nothing_in_the_cwd(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
@@ -200,7 +200,7 @@ def test_outputs_of_a_postgres_store_go_under_home(pg_url: str, tmp_path: Path) 
 
 
 def test_cleanup_removes_old_finished_exports_and_documents_beside_the_store(
-    built: tuple[str, BuiltSession], tmp_path: Path
+    built: tuple[str, BuiltSession], tmp_path: Path,
 ) -> None:
     store, s = built  # converged, with events dated 2026-01-01
     with Ledger(store) as ledger:

@@ -28,8 +28,8 @@ import pytest
 from forge_ledger.domain.values import SessionConfig
 from forge_ledger.ledger import Ledger
 from forge_ledger.testing import FakeOpenAIServer
-from test_cli_run import assert_one_error_line, one_json, run_cli, write_participants
-from test_orchestrator_support import opinion_json, voice, vote_json
+from support.cli import assert_one_error_line, one_json, run_cli, write_participants
+from support.orchestrator import opinion_json, voice, vote_json
 
 CONSOLE_SCRIPT = str(Path(sys.executable).parent / "forge-ledger")
 HOSTILE = "[red]alarm[/red] [link=https://evil.example]click[/link] [/] [bold]"
@@ -115,7 +115,7 @@ def test_a_reader_that_went_away_is_not_a_failure(recorded: Recorded, command: l
     ["show"], ["log"], ["trail"], ["dissent", "--all"], ["audit"], ["audit", "--markdown"],
 ])
 def test_piped_output_is_plain_whole_and_prints_markup_as_typed(
-    recorded: Recorded, command: list[str]
+    recorded: Recorded, command: list[str],
 ) -> None:
     proc = cli(command[0], recorded.session_id, *command[1:], "--store", recorded.store)
     assert proc.returncode == 0, proc.stderr
@@ -214,7 +214,7 @@ def test_at_iteration_error_states_the_range(recorded: Recorded) -> None:
 
 
 def test_call_settings_reach_the_session_config(
-    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     fake_openai.set_script({"ana": voice("ana"), "ben": voice("ben")})
     store = str(tmp_path / "s.sqlite")
@@ -241,7 +241,7 @@ def test_call_settings_reach_the_session_config(
     (["--max-cost", "1"], ["ana (openai/ana): no known price", "ben (openai/ben): no known"]),
 ])
 def test_contradictions_are_refused_before_anything_is_recorded(
-    tmp_path: Path, args: list[str], expected: list[str]
+    tmp_path: Path, args: list[str], expected: list[str],
 ) -> None:
     store = tmp_path / "never.sqlite"
     models = ["-m", "openai/ana", "-m", "openai/ben"]
@@ -290,7 +290,7 @@ def test_missing_keys_reported_through_litellm_one_line_each(tmp_path: Path) -> 
 
 
 def test_price_option_lets_the_budget_bind(
-    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     fake_openai.set_script({"ana": voice("ana"), "ben": voice("ben")})
     store = str(tmp_path / "priced.sqlite")
@@ -311,7 +311,7 @@ def test_price_option_lets_the_budget_bind(
 
 
 def test_allow_unpriced_runs_and_shows_unpriced_not_zero(
-    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     fake_openai.set_script({"ana": voice("ana"), "ben": voice("ben")})
     store = str(tmp_path / "unpriced.sqlite")
@@ -456,7 +456,7 @@ def test_after_back_show_and_the_jump_summary_agree(tmp_path: Path) -> None:
 
 
 def test_back_on_an_ended_session_says_to_fork(
-    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     fake_openai.set_script({"ana": voice("ana"), "ben": voice("ben")})
     store = str(tmp_path / "ended.sqlite")
@@ -486,7 +486,7 @@ def test_imported_phase_is_the_one_shown_and_re_exported(tmp_path: Path) -> None
 
 def test_importing_an_export_keeps_the_title(recorded: Recorded, tmp_path: Path) -> None:
     out = tmp_path / "run.yaml"
-    assert cli("export", recorded.session_id, "-o", str(out), "--store", recorded.store
+    assert cli("export", recorded.session_id, "-o", str(out), "--store", recorded.store,
                ).returncode == 0
     title = _json("show", recorded.session_id, "--store", recorded.store)["title"]
     store = str(tmp_path / "other.sqlite")

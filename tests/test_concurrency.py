@@ -21,7 +21,7 @@ import pytest
 from forge_ledger.domain.values import RoundKind
 from forge_ledger.errors import ConcurrencyConflictError
 from forge_ledger.ledger import Ledger, verify_session
-from strategies import StepClock, new_session, run_round
+from support.strategies import StepClock, new_session, run_round
 
 WORKER = textwrap.dedent(
     """
@@ -52,7 +52,7 @@ WORKER = textwrap.dedent(
             out["retry"] = "saved"
         out["final"] = ledger.head_version(agg.id)
     print(json.dumps(out), flush=True)
-    """
+    """,
 )
 
 
@@ -156,7 +156,7 @@ OPENER = textwrap.dedent(
     """
     import sys
     from forge_ledger.ledger import Ledger
-    from strategies import new_session
+    from support.strategies import new_session
 
     store = sys.argv[1]
     print("ready", flush=True)
@@ -165,7 +165,7 @@ OPENER = textwrap.dedent(
         agg = new_session(2)
         ledger.save(agg)
         print(agg.id, ledger.head_version(agg.id), flush=True)
-    """
+    """,
 )
 
 

@@ -25,7 +25,7 @@ import yaml
 
 from forge_ledger.ledger import Ledger, RecordedEvent, verify_session
 from forge_ledger.testing import FakeOpenAIServer
-from test_orchestrator_support import voice
+from support.orchestrator import voice
 
 pytestmark = pytest.mark.slow
 
@@ -58,8 +58,8 @@ def _participants_file(tmp_path: Path, url: str) -> Path:
                         "price": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6},
                     }
                     for n in NAMES
-                ]
-            }
+                ],
+            },
         ),
         encoding="utf-8",
     )
@@ -76,7 +76,7 @@ def _read_events(store: Path) -> list[RecordedEvent] | None:
 
 
 def _wait_for(
-    store: Path, proc: subprocess.Popen[bytes], point: Callable[[list[RecordedEvent]], bool]
+    store: Path, proc: subprocess.Popen[bytes], point: Callable[[list[RecordedEvent]], bool],
 ) -> list[RecordedEvent]:
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -172,7 +172,7 @@ def _contributors(events: list[RecordedEvent], round_no: int) -> list[str]:
 
 
 def test_kill_mid_round_then_resume(
-    fake_openai_factory: Callable[..., FakeOpenAIServer], tmp_path: Path
+    fake_openai_factory: Callable[..., FakeOpenAIServer], tmp_path: Path,
 ) -> None:
     script = {n: voice(n) for n in NAMES[:-1]}
     script["cleo"] = voice(
@@ -198,7 +198,7 @@ def test_kill_mid_round_then_resume(
 
 
 def test_kill_between_rounds_then_resume(
-    fake_openai_factory: Callable[..., FakeOpenAIServer], tmp_path: Path
+    fake_openai_factory: Callable[..., FakeOpenAIServer], tmp_path: Path,
 ) -> None:
     slow_critique = {"match": "· critique ·", "content": "never seen", "latency": HANG, "times": 1}
     server = fake_openai_factory({n: voice(n, before=[slow_critique]) for n in NAMES})

@@ -9,21 +9,12 @@ import uuid
 from hypothesis import given
 from hypothesis import strategies as st
 
-from _yaml_sessions import _contribute, clock
-from forge_ledger.clock import FixedStepClock
-from forge_ledger.domain import Deliberation
-from forge_ledger.domain import events as ev
 from forge_ledger.domain.state import SessionState
 from forge_ledger.domain.values import (
-    Critique,
-    DivergentPosition,
-    Opinion,
     Participant,
     RoundKind,
-    SessionConfig,
     Stance,
     Suggestion,
-    Topic,
 )
 from forge_ledger.projections.document import (
     document_at_iteration,
@@ -32,6 +23,7 @@ from forge_ledger.projections.document import (
     fold_lineage,
     segment,
 )
+from support.yaml_sessions import builder
 
 NAMES = ("alice", "bob", "carol")
 
@@ -55,35 +47,23 @@ class Script:
     """A session built round by round with chosen texts."""
 
     def __init__(self) -> None:
-        self.c: FixedStepClock = clock()
-        self.agg = Deliberation.start(
+        self.b = builder().start(
+            "Event log", participants=[Participant(name=n, model=f"openai/{n}") for n in NAMES],
             session_id=uuid.uuid4(),
-            topic=Topic(title="Event log"),
-            config=SessionConfig(),
-            participants=[Participant(name=n, model=f"openai/{n}") for n in NAMES],
-            at=self.c.now(),
         )
+        self.agg = self.b.aggregate
 
     def round(self, kind: RoundKind, iteration: int, texts: dict[str, str]) -> int:
-        r = self.agg.start_round(
-            kind=kind, iteration=iteration, participants=tuple(texts), at=self.c.now()
-        )
-        for name, text in texts.items():
-            _contribute(self.agg, r, name, text, self.c)
-        return r
+        self.b.round(kind, iteration=iteration, answers=texts)
+        return self.b.round_number
 
     def critique(self, iteration: int, critic: str, target: str, suggestion: str) -> int:
         r = self.round(RoundKind.CRITIQUE, iteration, {critic: '{"score": 60}'})
-        self.agg.record_critique(
-            round=r,
-            participant=critic,
-            critique=Critique(target=target, suggestions=(Suggestion(text=suggestion),)),
-            at=self.c.now(),
-        )
+        self.b.critique(critic, target=target, suggestions=(Suggestion(text=suggestion),))
         return r
 
     def done(self, r: int) -> None:
-        self.agg.complete_round(round=r, at=self.c.now())
+        self.b.close_round()
 
     @property
     def state(self) -> SessionState:
@@ -95,18 +75,8 @@ def scripted() -> Script:
     s.done(s.round(RoundKind.DRAFT, 1, {"alice": DRAFT}))
     s.done(s.critique(1, "bob", "alice", "Describe the backoff for failed calls"))
     s.done(s.round(RoundKind.SYNTHESIS, 1, {"carol": SYNTHESIS_1}))
-    s.agg.detect_divergence(
-        ev.DivergenceDetected(
-            divergence_id="d-1",
-            round=3,
-            topic="archiving sealed sessions",
-            positions=(
-                DivergentPosition(participant="bob", position="archive", stance=Stance.DISAGREE),
-            ),
-            strongest=Stance.DISAGREE,
-        ),
-        at=s.c.now(),
-    )
+    s.b.diverge("d-1", "archiving sealed sessions", {"bob": ("archive", Stance.DISAGREE)},
+                round=3, strongest=Stance.DISAGREE)
     refinement = {"bob": "- Sealed sessions are archived to cold storage."}
     s.done(s.round(RoundKind.REFINEMENT, 2, refinement))
     s.done(s.round(RoundKind.SYNTHESIS, 2, {"carol": SYNTHESIS_2}))
@@ -227,10 +197,7 @@ def test_a_response_recorded_as_an_opinion_is_not_the_document() -> None:
     s = Script()
     s.done(s.round(RoundKind.DRAFT, 1, {"alice": DRAFT}))
     r = s.round(RoundKind.RESPONSE, 1, {"alice": '{"stance": "agree", "reasoning": "fair"}'})
-    s.agg.record_opinion(
-        round=r, participant="alice", opinion=Opinion(stance=Stance.AGREE, reasoning="fair"),
-        at=s.c.now(),
-    )
+    s.b.opinion("alice", stance=Stance.AGREE, reasoning="fair")
     s.done(r)
     assert s.state.latest_text == DRAFT
     assert [v.text for v in document_versions(s.state)] == [DRAFT]

@@ -23,10 +23,10 @@ from forge_ledger.domain.values import (
     TokenCount,
     Topic,
 )
-from strategies import PAYLOAD_STRATEGIES, VALUE_STRATEGIES, any_payload
+from support.strategies import PAYLOAD_STRATEGIES, VALUE_STRATEGIES, any_payload
 
 any_value = st.sampled_from(sorted(VALUE_STRATEGIES, key=lambda c: c.__name__)).flatmap(
-    lambda cls: VALUE_STRATEGIES[cls]
+    lambda cls: VALUE_STRATEGIES[cls],
 )
 
 
@@ -159,7 +159,7 @@ def test_role_modifiers_exist_for_every_role() -> None:
 
 
 @given(
-    st.integers(0, 2**40), st.integers(0, 2**40), st.integers(0, 2**40), st.integers(0, 2**40)
+    st.integers(0, 2**40), st.integers(0, 2**40), st.integers(0, 2**40), st.integers(0, 2**40),
 )
 def test_token_count_add(a_in: int, a_out: int, b_in: int, b_out: int) -> None:
     a, b = TokenCount(input=a_in, output=a_out), TokenCount(input=b_in, output=b_out)

@@ -8,9 +8,9 @@ from importlib import resources
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _yaml_sessions import build_session
 from forge_ledger.engine.ems import AXES, AXIS_TECHNIQUES, ems_score, suggest_techniques
 from forge_ledger.engine.techniques import all_techniques, get_technique
+from support.yaml_sessions import build_session
 
 
 def test_catalogue_has_seed_techniques_and_matches_csv() -> None:
@@ -73,7 +73,7 @@ def test_suggestions_target_weak_axes_and_skip_used_techniques() -> None:
     votes=st.lists(st.booleans(), min_size=1, max_size=3),
 )
 def test_ems_bounded_and_deterministic(
-    iterations: int, scores: list[int], votes: list[bool]
+    iterations: int, scores: list[int], votes: list[bool],
 ) -> None:
     a = build_session(iterations=iterations, critique_scores=tuple(scores), vote_agree=tuple(votes))
     b = build_session(iterations=iterations, critique_scores=tuple(scores), vote_agree=tuple(votes))

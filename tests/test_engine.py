@@ -23,7 +23,7 @@ from forge_ledger.domain.values import (
 )
 from forge_ledger.engine.techniques import all_techniques
 from forge_ledger.errors import InvariantViolation
-from test_engine_sim import draft_text, drive, play_round, prompt_of, scripted, start
+from support.engine_sim import draft_text, drive, play_round, prompt_of, scripted, start
 
 
 def kinds(agg: object) -> list[str]:
@@ -257,7 +257,7 @@ def test_repair_messages_keep_prompt_and_ask_for_json_only() -> None:
     original = (ChatMessage(role="system", content="sys"),
                 ChatMessage(role="user", content="Round 5 · convergence · iteration 1\nVote."))
     out = engine.repair_messages(
-        original, "I agree!", "no JSON object found", RoundKind.CONVERGENCE
+        original, "I agree!", "no JSON object found", RoundKind.CONVERGENCE,
     )
     assert out[:2] == original
     assert out[2] == ChatMessage(role="assistant", content="I agree!")
@@ -410,7 +410,7 @@ def test_conformity_flag_on_flip_with_identical_reasoning() -> None:
     drive(agg, answer, clock)
     flags = engine.conformity_flags(agg.state)
     assert [(f.participant, f.from_stance, f.to_stance) for f in flags] == [
-        ("P3", Stance.DISAGREE, Stance.AGREE)
+        ("P3", Stance.DISAGREE, Stance.AGREE),
     ]
     assert flags[0].toward_majority and "no new argument" in flags[0].reason
     assert flags[0].influences == () and flags[0].own_arguments == ()
@@ -436,7 +436,7 @@ def test_token_estimate_and_worst_case_cost() -> None:
     assert prompt_tokens == 3 + (2 + 4) + (3 + 4)
     price = Price(input_cost_per_token=1e-6, output_cost_per_token=2e-6)
     assert engine.worst_case_cost(msgs, 100, price) == pytest.approx(
-        prompt_tokens * 1e-6 + 100 * 2e-6
+        prompt_tokens * 1e-6 + 100 * 2e-6,
     )
     assert engine.worst_case_cost(msgs, 100, None) == 0.0
 

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 from forge_ledger import engine
 from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.values import ParticipantRole, RoundKind
-from strategies import StepClock, contribute, new_session
+from support.strategies import StepClock, contribute, new_session
 
 
 def _open_round(
-    kind: RoundKind, who: list[str], answered: list[str], *, n: int = 4, min_consensus: int = 2
+    kind: RoundKind, who: list[str], answered: list[str], *, n: int = 4, min_consensus: int = 2,
 ) -> Deliberation:
     clock = StepClock()
     agg = new_session(n, clock=clock)
@@ -50,12 +50,12 @@ def test_the_synthesis_needs_its_author() -> None:
     min_consensus=st.integers(1, 8),
 )
 def test_a_vote_needs_min_consensus_voters_capped_at_the_voters(
-    voters: int, answered: int, min_consensus: int
+    voters: int, answered: int, min_consensus: int,
 ) -> None:
     answered = min(answered, voters)
     who = [f"p{i}" for i in range(voters)]
     agg = _open_round(
-        RoundKind.CONVERGENCE, who, who[:answered], n=voters, min_consensus=min_consensus
+        RoundKind.CONVERGENCE, who, who[:answered], n=voters, min_consensus=min_consensus,
     )
     rnd = agg.state.open_round
     assert rnd is not None

@@ -19,7 +19,7 @@ from forge_ledger.domain.values import (
     SessionStatus,
     Stance,
 )
-from test_engine_sim import drive, prompt_of, start
+from support.engine_sim import drive, prompt_of, start
 
 stances = st.sampled_from(list(Stance))
 weights = st.floats(min_value=0, max_value=10, allow_nan=False)
@@ -32,7 +32,7 @@ def test_score_is_in_unit_interval(votes: list[tuple[Stance, float]]) -> None:
 
 @given(st.lists(st.tuples(stances, weights), min_size=1, max_size=12), st.data())
 def test_score_is_monotone_in_agreement(
-    votes: list[tuple[Stance, float]], data: st.DataObject
+    votes: list[tuple[Stance, float]], data: st.DataObject,
 ) -> None:
     i = data.draw(st.integers(0, len(votes) - 1))
     lower = list(votes)
@@ -130,7 +130,7 @@ def test_any_run_terminates_within_max_rounds_and_never_self_critiques(
 @settings(max_examples=25, deadline=None)
 @given(n=st.integers(1, 4), min_consensus=st.integers(1, 6))
 def test_unanimity_converges_when_no_strong_dissent(n: int, min_consensus: int) -> None:
-    from test_engine_sim import scripted
+    from support.engine_sim import scripted
 
     agg, clock = start(n, SessionConfig(min_consensus=min_consensus))
     run = drive(agg, scripted(), clock)
@@ -166,7 +166,7 @@ JSONISH = st.recursive(
 
 @given(KINDS, JSONISH, st.text(max_size=30), st.text(max_size=30))
 def test_parse_output_never_raises_on_json_like_noise(
-    kind: RoundKind, obj: object, before: str, after: str
+    kind: RoundKind, obj: object, before: str, after: str,
 ) -> None:
     text = before + "```json\n" + json.dumps(obj) + "\n```" + after
     out = engine.parse_output(kind, text)
@@ -176,7 +176,7 @@ def test_parse_output_never_raises_on_json_like_noise(
 @given(stances, st.lists(st.text(min_size=1, max_size=20), max_size=3),
        st.text(max_size=60), st.text(max_size=60))
 def test_vote_survives_prose_and_fences(
-    stance: Stance, concerns: list[str], before: str, after: str
+    stance: Stance, concerns: list[str], before: str, after: str,
 ) -> None:
     body = json.dumps({"agrees": stance.agrees, "stance": stance.value, "concerns": concerns})
     for text in (f"{before}\n```json\n{body}\n```\n{after}", f"Sure! {body} Hope it helps."):

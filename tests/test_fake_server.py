@@ -27,7 +27,7 @@ from forge_ledger.testing import (
 
 
 def _post(
-    server: FakeOpenAIServer, body: dict[str, Any], path: str = "/v1/chat/completions"
+    server: FakeOpenAIServer, body: dict[str, Any], path: str = "/v1/chat/completions",
 ) -> tuple[int, dict[str, str], bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
     try:
@@ -103,8 +103,8 @@ def test_rules_match_in_order_and_respect_times(fake_openai: FakeOpenAIServer) -
                 {"match": "· critique ·", "content": "critique reply"},
                 {"content": "first", "times": 1},
                 {"content": "later"},
-            ]
-        }
+            ],
+        },
     )
     replies = [
         json.loads(_post(fake_openai, _body("bob", t))[2])["choices"][0]["message"]["content"]

@@ -13,7 +13,7 @@ from forge_ledger.domain.values import Stance
 from forge_ledger.engine.ems import ems_score
 from forge_ledger.ledger import Ledger
 from forge_ledger.lineage import diff_sessions, fork
-from promises_builder import THREE_ITERATIONS, Iteration, SessionBuilder, build
+from support.stories import THREE_ITERATIONS, Iteration, build, continued, play
 
 PARENT = uuid.UUID(int=1)
 
@@ -23,18 +23,16 @@ def _parent_and_fork(path: str) -> uuid.UUID:
     with Ledger(path) as ledger:
         ledger.save(build(PARENT, THREE_ITERATIONS))
         fid = fork(ledger, PARENT, clock=FixedStepClock(), ids=SequentialIds(), at_iteration=2)
-        agg = ledger.get(fid)
-        b = SessionBuilder.__new__(SessionBuilder)
-        b.agg, b.clock, b.names, b.iteration = agg, FixedStepClock(), ["alice", "bob", "carol"], 2
-        agg.resume(at=b.clock.now())
-        b.iterate(
+        b = continued(ledger.get(fid)).resume()
+        play(
+            b,
             Iteration(
                 votes={"alice": Stance.AGREE, "bob": Stance.STRONGLY_DISAGREE,
                        "carol": Stance.PARTIAL},
                 open_dissent=[("f1", "fairness across tenants", "bob")],
-            )
+            ),
         )
-        ledger.save(agg)
+        ledger.save(b.aggregate)
         return fid
 
 
@@ -63,7 +61,7 @@ def test_diff_compares_paths_iteration_by_iteration(sqlite_url: str) -> None:
         assert "fairness across tenants" in b3.open_dissent_topics
         assert {c.participant for c in a3.changed_stance} == {"bob"}
         assert {(c.participant, c.after) for c in b3.changed_stance} == {
-            ("bob", Stance.STRONGLY_DISAGREE), ("carol", Stance.PARTIAL)
+            ("bob", Stance.STRONGLY_DISAGREE), ("carol", Stance.PARTIAL),
         }
 
 

@@ -20,7 +20,7 @@ from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.values import SessionStatus, Stance
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.lineage import fork
-from promises_builder import Iteration, build
+from support.stories import Iteration, build
 
 DIFFERS = {
     "id", "fork_origin", "created_at", "version", "head_hash", "status", "status_reason",

@@ -19,8 +19,8 @@ from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.hashing import GENESIS, chain_hash, keyed_digest
 from forge_ledger.domain.values import RoundKind, SessionStatus
 from forge_ledger.ledger import Ledger, resolve_store, verify_session, verify_store
-from helpers_store import raw_connection, unpack
-from strategies import StepClock, new_session, run_round
+from support.store import raw_connection, unpack
+from support.strategies import StepClock, new_session, run_round
 
 
 def _build(ledger: Ledger, *, finish: bool = False, key: bytes | None = None) -> Deliberation:
@@ -120,7 +120,7 @@ def test_flipped_byte_breaking_json(
     ],
 )
 def test_json_set_edit(
-    sqlite_ledger: tuple[Ledger, Deliberation, sqlite3.Connection], path: str, value: object
+    sqlite_ledger: tuple[Ledger, Deliberation, sqlite3.Connection], path: str, value: object,
 ) -> None:
     ledger, agg, con = sqlite_ledger
     pos = _position_of(ledger, agg.id, "ContributionRecorded")
@@ -165,7 +165,7 @@ def test_edit_with_recomputed_hash_breaks_the_next_link(
 
 @pytest.mark.parametrize("victim", ["first", "middle", "last"])
 def test_deleted_row(
-    sqlite_ledger: tuple[Ledger, Deliberation, sqlite3.Connection], victim: str
+    sqlite_ledger: tuple[Ledger, Deliberation, sqlite3.Connection], victim: str,
 ) -> None:
     ledger, agg, con = sqlite_ledger
     pos = {"first": 1, "middle": agg.version // 2, "last": agg.version}[victim]
@@ -246,7 +246,7 @@ def test_seal_detects_truncation_and_hmac_detects_rewrite(sqlite_url: str) -> No
 def _pg(url: str) -> tuple[psycopg.Connection[tuple[object, ...]], str]:
     loc = resolve_store(url)
     conn = psycopg.connect(
-        host=loc.host, port=loc.port, dbname=loc.dbname, user=loc.user or None, autocommit=True
+        host=loc.host, port=loc.port, dbname=loc.dbname, user=loc.user or None, autocommit=True,
     )
     return conn, f'"{loc.schema}".forgeledger_events'
 

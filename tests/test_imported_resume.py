@@ -15,7 +15,7 @@ import yaml
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
-from test_cli_run import assert_one_error_line, one_json, run_cli, write_participants
+from support.cli import assert_one_error_line, one_json, run_cli, write_participants
 
 SEED = Path(__file__).parent / "fixtures" / "seed_standard.yaml"
 
@@ -27,7 +27,7 @@ def _import(capsys: pytest.CaptureFixture[str], store: str) -> str:
 
 
 def test_imported_session_shows_the_files_ems_and_needs_participants(
-    capsys: pytest.CaptureFixture[str], sqlite_url: str
+    capsys: pytest.CaptureFixture[str], sqlite_url: str,
 ) -> None:
     sid = _import(capsys, sqlite_url)
     code, out, _ = run_cli(capsys, "show", sid, "--store", sqlite_url, "--json")
@@ -43,13 +43,13 @@ def test_imported_session_shows_the_files_ems_and_needs_participants(
 
 
 def test_resume_with_participants_continues_after_the_imported_iterations(
-    capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path,
 ) -> None:
     sid = _import(capsys, sqlite_url)
     with FakeOpenAIServer(bundled_script("demo")) as server:
         team = write_participants(tmp_path / "team.yaml", server.url, ("ana", "ben", "cy"))
         code, out, err = run_cli(
-            capsys, "resume", sid, "--participants", str(team), "--store", sqlite_url, "--json"
+            capsys, "resume", sid, "--participants", str(team), "--store", sqlite_url, "--json",
         )
     assert code == 0, err
     assert one_json(out)["status"] == "converged"
@@ -65,14 +65,14 @@ def test_resume_with_participants_continues_after_the_imported_iterations(
 
 
 def test_the_first_draft_after_import_sees_the_files_questions_answers_and_ideas(
-    capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path,
 ) -> None:
     sid = _import(capsys, sqlite_url)
     seed = yaml.safe_load(SEED.read_text("utf-8"))["session"]
     with FakeOpenAIServer(bundled_script("demo")) as server:
         team = write_participants(tmp_path / "team.yaml", server.url, ("ana", "ben"))
         code, _, err = run_cli(
-            capsys, "resume", sid, "--participants", str(team), "--store", sqlite_url
+            capsys, "resume", sid, "--participants", str(team), "--store", sqlite_url,
         )
         assert code == 0, err
         draft_prompt = next(

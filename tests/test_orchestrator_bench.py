@@ -16,7 +16,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench" / "round_bench.py"
 @pytest.mark.slow
 def test_round_bench_quick_prints_one_json_object() -> None:
     done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick"], capture_output=True, text=True, timeout=240
+        [sys.executable, str(BENCH), "--quick"], capture_output=True, text=True, timeout=240,
     )
     assert done.returncode == 0, done.stderr[-1500:]
     doc = json.loads(done.stdout)

@@ -18,7 +18,7 @@ from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.providers import LiteLLMProvider
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer
-from test_orchestrator_support import (
+from support.orchestrator import (
     draft_text,
     participants,
     round_events,
@@ -44,18 +44,18 @@ def ledger(tmp_path: Path) -> Any:
 
 
 def test_rate_limit_server_errors_and_disconnect_in_one_round(
-    fake_openai: FakeOpenAIServer, ledger: Ledger
+    fake_openai: FakeOpenAIServer, ledger: Ledger,
 ) -> None:
     fake_openai.set_script(
         {
             "ana": voice(
                 "ana",
                 before=[
-                    {"match": "· draft ·", "fault": "rate_limit", "retry_after": 7, "times": 1}
+                    {"match": "· draft ·", "fault": "rate_limit", "retry_after": 7, "times": 1},
                 ],
             ),
             "ben": voice(
-                "ben", before=[{"match": "· draft ·", "fault": "server_error", "times": 3}]
+                "ben", before=[{"match": "· draft ·", "fault": "server_error", "times": 3}],
             ),
             "cleo": voice(
                 "cleo",
@@ -66,11 +66,11 @@ def test_rate_limit_server_errors_and_disconnect_in_one_round(
                         "fault": "disconnect",
                         "content": draft_text("cleo", 12),
                         "times": 1,
-                    }
+                    },
                 ],
             ),
             "dov": voice("dov"),
-        }
+        },
     )
     delays: list[float] = []
 
@@ -119,7 +119,7 @@ def test_rate_limit_server_errors_and_disconnect_in_one_round(
 
 
 def test_all_participants_failing_pauses_with_the_fault(
-    fake_openai: FakeOpenAIServer, ledger: Ledger
+    fake_openai: FakeOpenAIServer, ledger: Ledger,
 ) -> None:
     fake_openai.set_script({"*": [{"fault": "server_error"}]})
 
@@ -150,14 +150,14 @@ def test_all_participants_failing_pauses_with_the_fault(
 
 
 def test_resume_after_a_fault_retries_only_the_missing_author(
-    fake_openai: FakeOpenAIServer, ledger: Ledger
+    fake_openai: FakeOpenAIServer, ledger: Ledger,
 ) -> None:
     """A single-author synthesis fails every attempt: the session pauses with the round open;
     resume calls only the synthesizer (a fresh set of attempts) and the session converges;
     replay of the whole session, pause and resume included, is identical."""
     script = {n: voice(n) for n in NAMES[:3]}
     script["cleo"] = voice(
-        "cleo", before=[{"match": "· synthesis ·", "fault": "unavailable", "times": 3}]
+        "cleo", before=[{"match": "· synthesis ·", "fault": "unavailable", "times": 3}],
     )
     fake_openai.set_script(script)
 
@@ -232,7 +232,7 @@ def test_unparseable_vote_is_repaired_once(fake_openai: FakeOpenAIServer, ledger
 
 
 def test_unparseable_twice_is_a_parse_failure_and_an_abstention(
-    fake_openai: FakeOpenAIServer, ledger: Ledger
+    fake_openai: FakeOpenAIServer, ledger: Ledger,
 ) -> None:
     script = {n: voice(n) for n in NAMES[:3]}
     script["dov"] = voice(
@@ -263,7 +263,7 @@ def test_unparseable_twice_is_a_parse_failure_and_an_abstention(
 
 
 def test_fallback_hands_a_failed_synthesis_to_another_participant(
-    fake_openai: FakeOpenAIServer, ledger: Ledger
+    fake_openai: FakeOpenAIServer, ledger: Ledger,
 ) -> None:
     """With ``fallback`` the synthesizer's failure does not pause: the engine hands the round
     to the other participant of the same role, it writes the synthesis, the vote follows, and
@@ -282,7 +282,7 @@ def test_fallback_hands_a_failed_synthesis_to_another_participant(
         for p, role in zip(participants(fake_openai.url, NAMES), roles, strict=True)
     ]
     sid, state = run_session(
-        ledger, parts, SessionConfig(max_attempts=2, fallback=True), sleep=fast_sleep
+        ledger, parts, SessionConfig(max_attempts=2, fallback=True), sleep=fast_sleep,
     )
     assert state.status.value == "converged", state.status_reason
     chosen = [e for e in ledger.events(sid) if e.type == "FallbackChosen"]

@@ -31,23 +31,8 @@ from forge_ledger.projections import (
 )
 from forge_ledger.projections.migrations import MIGRATIONS
 from forge_ledger.projections.session_state import summary_row
-from test_projections_support import build_ledger
-
-VIEW_TABLES = sorted({t for p in DEFAULT_PROJECTIONS for t in p.tables})
-
-
-def canonical_dump(db_path: Path) -> str:
-    """Every view table's rows, ordered by primary key, as text (byte-comparable)."""
-    con = sqlite3.connect(db_path)
-    try:
-        lines = []
-        for table in VIEW_TABLES:
-            lines.append(f"-- {table}")
-            for row in con.execute(f'SELECT * FROM "{table}" ORDER BY id'):
-                lines.append(repr(row))
-        return "\n".join(lines)
-    finally:
-        con.close()
+from support.projections import canonical_dump
+from support.random_sessions import build_ledger
 
 
 def positions(db_path: Path) -> dict[str, int]:
@@ -70,7 +55,7 @@ def _count(ledger: Ledger, type_name: str) -> int:
 
 
 @settings(
-    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     seed=st.integers(0, 10_000),
@@ -78,7 +63,7 @@ def _count(ledger: Ledger, type_name: str) -> int:
     batches=st.lists(st.integers(1, 40), min_size=1, max_size=6),
 )
 def test_incremental_catch_up_in_any_batches_equals_rebuild(
-    tmp_path_factory: pytest.TempPathFactory, seed: int, sessions: int, batches: list[int]
+    tmp_path_factory: pytest.TempPathFactory, seed: int, sessions: int, batches: list[int],
 ) -> None:
     tmp = tmp_path_factory.mktemp("prop")
     with Ledger(str(tmp / "ledger.sqlite")) as ledger:
@@ -99,7 +84,7 @@ def test_incremental_catch_up_in_any_batches_equals_rebuild(
         # and the dump is not trivially empty: contributions match the ledger
         con = sqlite3.connect(inc)
         assert con.execute("SELECT count(*) FROM contributions").fetchone()[0] == _count(
-            ledger, "ContributionRecorded"
+            ledger, "ContributionRecorded",
         )
         con.close()
 
@@ -162,10 +147,10 @@ def test_crash_mid_batch_applies_nothing_and_the_next_run_completes_exactly_once
         db.close()
         con = sqlite3.connect(path)
         assert con.execute("SELECT count(*) FROM contributions").fetchone()[0] == _count(
-            ledger, "ContributionRecorded"
+            ledger, "ContributionRecorded",
         )
         assert con.execute("SELECT count(*) FROM costs").fetchone()[0] == _count(
-            ledger, "ContributionRecorded"
+            ledger, "ContributionRecorded",
         ) + _count(ledger, "ProviderCallFailed")
         con.close()
         full = tmp_path / "full.views.sqlite"
@@ -253,13 +238,13 @@ def test_runner_on_both_backends(store_url: str, tmp_path: Path) -> None:
         assert n == ledger.max_notification_id()
         db.close()
         assert canonical_dump(tmp_path / "a.views.sqlite") == _full_rebuild(
-            ledger, tmp_path / "b.views.sqlite"
+            ledger, tmp_path / "b.views.sqlite",
         )
     with Ledger(str(tmp_path / "ref.sqlite")) as ref:
         build_ledger(ref, 11, 2)
         # same sessions built on a SQLite file give the same read model
         assert _full_rebuild(ref, tmp_path / "c.views.sqlite") == canonical_dump(
-            tmp_path / "a.views.sqlite"
+            tmp_path / "a.views.sqlite",
         )
 
 
@@ -339,6 +324,6 @@ def test_old_full_state_rows_are_replaced_by_summaries(tmp_path: Path) -> None:
         assert runner.catch_up() == head
         for sid in ids:
             assert db["session_states"].get(sid) == summary_row(  # type: ignore[union-attr]
-                ledger.state(sid)
+                ledger.state(sid),
             )
         db.close()

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,111 +18,20 @@ import yaml
 from click.testing import CliRunner
 
 from forge_ledger.cli import cli
-from forge_ledger.clock import FixedStepClock
 from forge_ledger.domain import Deliberation
-from forge_ledger.domain import events as ev
-from forge_ledger.domain.values import (
-    ChatMessage,
-    ConvergenceVote,
-    Critique,
-    DivergenceStatus,
-    DivergentPosition,
-    ModelResponse,
-    Participant,
-    RoundKind,
-    SessionConfig,
-    Stance,
-    Suggestion,
-    TokenCount,
-    Topic,
-)
 from forge_ledger.ledger import Ledger
 from forge_ledger.projections import catch_up, consensus_trail, dissent_log, open_views
-from test_projections_support import PARAMS, build_ledger
+from support.random_sessions import build_ledger
+from support.stories import CACHE_SID, CACHE_SYNTHESIS_TEXT, cache_design_session
 
 YAML_PATH = Path(__file__).resolve().parents[1] / "projections" / "datasette.yaml"
-SID = uuid.UUID("00000000-0000-4000-8000-00000000abcd")
-SYNTHESIS_TEXT = "One cache per node.\nThe cache uses LRU eviction. Entries expire after a day."
-
-
-def _scripted(ledger: Ledger) -> Deliberation:
-    """A, B, C, D, E vote twice; the first vote's majority agrees (A, D, E). Between the votes
-    A critiques B's draft, then A's synthesis answers B's divergence (eviction, "addressed")
-    but not C's (ttl). B and C both move to agree: B was answered, C was not (conformity)."""
-    clock = FixedStepClock()
-    agg = Deliberation.start(
-        session_id=SID, topic=Topic(title="Cache design"), config=SessionConfig(),
-        participants=[Participant(name=n, model=f"openai/{n}") for n in "ABCDE"], at=clock.now(),
-    )
-
-    def contribute(number: int, names: str, text: str = "") -> None:
-        for n in names:
-            msgs = [ChatMessage(role="user", content="go")]
-            agg.record_contribution(
-                round=number, participant=n, model=f"openai/{n}", messages=msgs, params=PARAMS,
-                prompt_hash=ev.prompt_hash(msgs), at=clock.now(),
-                response=ModelResponse(content=text or f"text of {n}", model=f"openai/{n}",
-                                       tokens=TokenCount(input=10, output=5), cost_usd=0.01),
-            )
-
-    def vote(number: int, stances: dict[str, Stance]) -> None:
-        for n, s in stances.items():
-            agg.record_vote(round=number, participant=n, at=clock.now(), vote=ConvergenceVote(
-                agrees=s.agrees, stance=s, score=70, reasoning="the cache is fine"))
-
-    r1 = agg.start_round(kind=RoundKind.DRAFT, iteration=1, participants="ABC", at=clock.now())
-    contribute(r1, "ABC")
-    agg.complete_round(round=r1, at=clock.now())
-    r2 = agg.start_round(kind=RoundKind.CONVERGENCE, iteration=1, participants="ABCDE",
-                         at=clock.now())
-    contribute(r2, "ABCDE")
-    vote(r2, {"A": Stance.AGREE, "B": Stance.DISAGREE, "C": Stance.DISAGREE, "D": Stance.AGREE,
-              "E": Stance.AGREE})
-    agg.complete_round(round=r2, at=clock.now())
-    agg.evaluate_convergence(ev.ConvergenceEvaluated(
-        round=r2, iteration=1, score=0.6, converged=False, majority_agrees=True, agree=3,
-        disagree=2, partial=0, threshold=0.85), at=clock.now())
-    r3 = agg.start_round(kind=RoundKind.CRITIQUE, iteration=2, participants="A",
-                         targets={"A": "B"}, at=clock.now())
-    contribute(r3, "A")
-    agg.record_critique(round=r3, participant="A", at=clock.now(), critique=Critique(
-        target="B", weaknesses=("ignores eviction",),
-        suggestions=(Suggestion(text="add LRU"),), score=40))
-    agg.complete_round(round=r3, at=clock.now())
-    agg.detect_divergence(ev.DivergenceDetected(
-        divergence_id="d1", round=r3, topic="eviction",
-        positions=(DivergentPosition(participant="A", position="LRU", stance=Stance.AGREE),
-                   DivergentPosition(participant="B", position="none",
-                                     stance=Stance.STRONGLY_DISAGREE)),
-        strongest=Stance.STRONGLY_DISAGREE), at=clock.now())
-    agg.detect_divergence(ev.DivergenceDetected(
-        divergence_id="d2", round=r3, topic="ttl",
-        positions=(DivergentPosition(participant="C", position="1h", stance=Stance.DISAGREE),
-                   DivergentPosition(participant="A", position="1d", stance=Stance.AGREE))),
-        at=clock.now())
-    r4 = agg.start_round(kind=RoundKind.SYNTHESIS, iteration=2, participants="A", at=clock.now())
-    contribute(r4, "A", SYNTHESIS_TEXT)
-    agg.complete_round(round=r4, at=clock.now())
-    agg.change_divergence("d1", DivergenceStatus.ADDRESSED, at=clock.now(), round=r4,
-                          note="synthesis adds LRU")
-    r5 = agg.start_round(kind=RoundKind.CONVERGENCE, iteration=2, participants="ABCDE",
-                         at=clock.now())
-    contribute(r5, "ABCDE")
-    vote(r5, dict.fromkeys("ABCDE", Stance.AGREE))
-    agg.complete_round(round=r5, at=clock.now())
-    agg.evaluate_convergence(ev.ConvergenceEvaluated(
-        round=r5, iteration=2, score=0.9, converged=True, majority_agrees=True, agree=5,
-        disagree=0, partial=0, threshold=0.85), at=clock.now())
-    agg.change_divergence("d1", DivergenceStatus.RESOLVED, at=clock.now(), round=r5, by="B")
-    ledger.save(agg)
-    return agg
 
 
 @pytest.fixture
 def scripted(tmp_path: Path) -> tuple[str, Deliberation]:
     store = str(tmp_path / "forge-ledger.sqlite")
     with Ledger(store) as ledger:
-        agg = _scripted(ledger)
+        agg = cache_design_session(ledger)
     return store, agg
 
 
@@ -132,8 +40,8 @@ def test_consensus_trail_flags_a_flip_without_new_argument(
 ) -> None:
     store, agg = scripted
     with Ledger(store, create=False) as ledger:
-        events = list(ledger.events(SID))
-        from_state = consensus_trail(ledger.state(SID))
+        events = list(ledger.events(CACHE_SID))
+        from_state = consensus_trail(ledger.state(CACHE_SID))
     trail = consensus_trail(events)
     assert [t.as_json() for t in trail] == [t.as_json() for t in from_state]
     first, second = trail
@@ -147,7 +55,7 @@ def test_consensus_trail_flags_a_flip_without_new_argument(
     assert b is not None and not b.conformity and b.toward_majority
     assert [(i.author, i.round, i.topic, i.quote) for i in b.influences] == [
         ("A", 4, "eviction", "The cache uses LRU eviction.")]
-    assert b.influences[0].quote in SYNTHESIS_TEXT
+    assert b.influences[0].quote in CACHE_SYNTHESIS_TEXT
     # C moved to the majority with nothing on its point (ttl) in between: conformity
     assert votes["C"].changed and votes["C"].new_arguments == ()
     assert votes["C"].conformity and second.conformity == ["C"]
@@ -163,7 +71,7 @@ def test_dissent_log_lists_open_divergences_with_lifecycle(
 ) -> None:
     store, agg = scripted
     with Ledger(store, create=False) as ledger:
-        events = list(ledger.events(SID))
+        events = list(ledger.events(CACHE_SID))
     by_type: dict[str, list[int]] = {}
     for e in events:
         by_type.setdefault(e.type, []).append(e.position)
@@ -183,13 +91,13 @@ def test_dissent_log_lists_open_divergences_with_lifecycle(
 def test_cli_dissent_and_trail(scripted: tuple[str, Deliberation]) -> None:
     store, _agg = scripted
     runner = CliRunner()
-    res = runner.invoke(cli, ["dissent", str(SID)[:8], "--store", store, "--json"])
+    res = runner.invoke(cli, ["dissent", str(CACHE_SID)[:8], "--store", store, "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert [d["divergence_id"] for d in doc["divergences"]] == ["d2"]
-    res = runner.invoke(cli, ["dissent", str(SID), "--all", "--store", store, "--json"])
+    res = runner.invoke(cli, ["dissent", str(CACHE_SID), "--all", "--store", store, "--json"])
     assert [d["status"] for d in json.loads(res.stdout)["divergences"]] == ["resolved", "open"]
-    res = runner.invoke(cli, ["trail", str(SID), "--store", store, "--json"])
+    res = runner.invoke(cli, ["trail", str(CACHE_SID), "--store", store, "--json"])
     assert res.exit_code == 0, res.output
     rounds = json.loads(res.stdout)["rounds"]
     assert [[f["participant"] for f in r["conformity"]] for r in rounds] == [[], ["C"]]
@@ -197,7 +105,7 @@ def test_cli_dissent_and_trail(scripted: tuple[str, Deliberation]) -> None:
         {"participant": "C", "round": 5, "from": "disagree", "to": "agree",
          "reason": "moved toward the previous vote's majority (agreeing) with no new argument "
                    "between round 2 and round 5"}]
-    res = runner.invoke(cli, ["trail", str(SID), "--store", store])
+    res = runner.invoke(cli, ["trail", str(CACHE_SID), "--store", store])
     assert res.exit_code == 0 and "conformity" in res.stdout and "0.90" in res.stdout
 
 
@@ -245,7 +153,7 @@ def _queries() -> dict[str, str]:
 def _built(tmp_path: Path) -> tuple[Path, Ledger]:
     ledger = Ledger(str(tmp_path / "forge-ledger.sqlite"))
     build_ledger(ledger, 77, 3)
-    _scripted(ledger)
+    cache_design_session(ledger)
     db = open_views(ledger.location.read_model_path)
     catch_up(ledger, db)
     db.close()
@@ -296,8 +204,8 @@ def test_canned_queries_return_the_right_rows(tmp_path: Path) -> None:
     }
 
     # session timeline of the scripted session: every contribution, vote and round, in order
-    rows = con.execute(queries["session_timeline"], {"session_id": str(SID)}).fetchall()
-    mine = [e for e in events if e.session_id == str(SID)]
+    rows = con.execute(queries["session_timeline"], {"session_id": str(CACHE_SID)}).fetchall()
+    mine = [e for e in events if e.session_id == str(CACHE_SID)]
     wanted = sorted(
         e.position for e in mine
         if e.type in ("RoundStarted", "ContributionRecorded", "DivergenceAddressed",

@@ -90,7 +90,7 @@ def provider() -> LiteLLMProvider:
 
 
 def test_stream_text_usage_cost_and_deltas_in_order(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:
     text = "The draft says alpha, then beta, then gamma."
     fake_openai.set_script({"alice": [{"match": "· draft ·", "content": text}]})
@@ -113,7 +113,7 @@ def test_stream_text_usage_cost_and_deltas_in_order(
 
 
 def test_length_finish_maps_to_max_tokens(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:
     fake_openai.set_script({"alice": [{"content": "cut here", "finish_reason": "length"}]})
     resp = _run(provider, lambda: provider.complete(_call(fake_openai)))
@@ -121,7 +121,7 @@ def test_length_finish_maps_to_max_tokens(
 
 
 def test_unknown_model_without_price_costs_nothing(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:
     fake_openai.set_script({"*": "some words here"})
     call = _call(fake_openai, "no-such-model-anywhere")
@@ -132,7 +132,7 @@ def test_unknown_model_without_price_costs_nothing(
 
 
 def test_table_price_is_recorded_and_schema_passed_where_supported(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:
     fake_openai.set_script({"*": '{"score": 80}'})
     call = _call(fake_openai, "gpt-4o", response_format=Critique)
@@ -164,7 +164,7 @@ def test_mock_response_accounting(provider: LiteLLMProvider) -> None:
 
 
 def test_on_delta_errors_propagate_unchanged(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:
     fake_openai.set_script({"alice": "a b c"})
 
@@ -179,7 +179,7 @@ def test_on_delta_errors_propagate_unchanged(
 
 
 def test_rate_limit_with_retry_after(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:
     fake_openai.set_script({"alice": [{"fault": "rate_limit", "retry_after": 2.5}]})
     err = _fail(provider, _call(fake_openai))
@@ -192,7 +192,7 @@ def test_rate_limit_with_retry_after(
 
 @pytest.mark.parametrize(("fault", "status"), [("server_error", 500), ("unavailable", 503)])
 def test_server_errors_are_retryable(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider, fault: str, status: int
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider, fault: str, status: int,
 ) -> None:
     fake_openai.set_script({"alice": [{"fault": fault}]})
     err = _fail(provider, _call(fake_openai))
@@ -202,7 +202,7 @@ def test_server_errors_are_retryable(
 
 
 def test_hang_times_out_within_the_deadline(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:
     fake_openai.set_script({"alice": [{"fault": "hang"}]})
     err = _fail(provider, _call(fake_openai, timeout=0.5))
@@ -212,7 +212,7 @@ def test_hang_times_out_within_the_deadline(
 
 
 def test_stall_keeps_the_partial_text(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:
     fake_openai.set_script({"alice": [{"fault": "stall", "content": "one two three four"}]})
     err = _fail(provider, _call(fake_openai, timeout=0.6))
@@ -222,7 +222,7 @@ def test_stall_keeps_the_partial_text(
 
 @pytest.mark.parametrize("fault", ["malformed_chunk", "disconnect"])
 def test_broken_streams_are_mid_stream_with_partial_text(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider, fault: str
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider, fault: str,
 ) -> None:
     fake_openai.set_script({"alice": [{"fault": fault, "content": "one two three four"}]})
     deltas: list[str] = []
@@ -235,7 +235,7 @@ def test_broken_streams_are_mid_stream_with_partial_text(
 
 
 def test_empty_body_is_empty_error(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:
     fake_openai.set_script({"alice": [{"fault": "empty"}]})
     err = _fail(provider, _call(fake_openai))
@@ -243,7 +243,7 @@ def test_empty_body_is_empty_error(
 
 
 def test_no_finish_is_a_retryable_fault_keeping_the_partial_text(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:
     """litellm reports a stream cut short as finished ("stop"); the provider reads what the
     server really sent: no finish reason, no usage. The text may be incomplete, so it is a
@@ -266,7 +266,7 @@ def test_connection_refused(provider: LiteLLMProvider) -> None:
 
 
 def test_missing_api_key_is_auth(
-    provider: LiteLLMProvider, monkeypatch: pytest.MonkeyPatch
+    provider: LiteLLMProvider, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
         monkeypatch.delenv(name, raising=False)
@@ -284,7 +284,7 @@ def test_missing_api_key_is_auth(
 
 
 def test_secrets_never_reach_error_messages(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider, monkeypatch: pytest.MonkeyPatch
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     key = "sk-test-0123456789abcdefSECRET"
     monkeypatch.setenv("OPENAI_API_KEY", key)
@@ -293,7 +293,7 @@ def test_secrets_never_reach_error_messages(
         {
             "alice": [{"fault": "unauthorized"}],
             "bob": [{"fault": "server_error", "error_message": "upstream tok-zyxwvut-98765 died"}],
-        }
+        },
     )
     err = _fail(provider, _call(fake_openai))
     assert fake_openai.requests[0].headers["authorization"] == f"Bearer {key}"
@@ -308,7 +308,7 @@ def test_secrets_never_reach_error_messages(
 
 
 def test_concurrent_streams_overlap(
-    fake_openai_factory: Callable[..., FakeOpenAIServer], provider: LiteLLMProvider
+    fake_openai_factory: Callable[..., FakeOpenAIServer], provider: LiteLLMProvider,
 ) -> None:
     server = fake_openai_factory({"*": [{"content": "a b c d e", "chunk_delay": 0.01}]})
     server.latency = 0.5
@@ -343,7 +343,7 @@ def _err(retry_after: float | None = None) -> ProviderCallError:
     st.floats(min_value=0.1, max_value=120),
 )
 def test_retry_delay_is_exponential_capped_and_deterministic(
-    attempt: int, base: float, cap: float
+    attempt: int, base: float, cap: float,
 ) -> None:
     d = retry_delay(attempt, _err(), base=base, cap=cap)
     assert 0 <= d <= cap
@@ -361,7 +361,7 @@ def test_retry_delay_prefers_retry_after_and_rejects_bad_attempts() -> None:
 
 
 _SECRET_CHARS = st.text(
-    alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.", min_size=6
+    alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.", min_size=6,
 )
 
 

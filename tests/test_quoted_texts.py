@@ -27,8 +27,8 @@ from forge_ledger.domain.values import (
 )
 from forge_ledger.ledger import Ledger, texts, verify_session
 from forge_ledger.ledger.quotes import QuotedAnswers, pack_with, unpack_with
-from helpers_store import raw_connection
-from strategies import StepClock, new_session
+from support.store import raw_connection
+from support.strategies import StepClock, new_session
 
 SID = uuid.UUID("00000000-0000-4000-8000-0000000000ab")
 _WORDS = [
@@ -126,7 +126,7 @@ def test_parsed_reasoning_is_a_reference_packed_against_its_answer(sqlite_url: s
         rows = [
             json.loads(unpack_state)
             for (unpack_state,) in con.execute(
-                "SELECT unpack(state) FROM stored_events WHERE topic = 'forge_ledger:VoteRecorded'"
+                "SELECT unpack(state) FROM stored_events WHERE topic = 'forge_ledger:VoteRecorded'",
             )
         ]
         members = con.execute(

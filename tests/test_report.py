@@ -21,12 +21,11 @@ from forge_ledger.ledger import Ledger
 from forge_ledger.projections.document import fold_lineage
 from forge_ledger.report import ReportModel, gather, render_html
 from forge_ledger.report._charts import agree_share
-from forge_ledger.testing import FakeOpenAIServer, bundled_script
-from helpers_sessions import build_session, seal_session
-from helpers_store import raw_connection
-from promises_builder import SessionBuilder
-from report_sessions import HOSTILE_DOC, IMG, SCRIPT, audited, demo, hostile
-from test_audit_sessions import _run as run_demo_session
+from support.orchestrator import run_demo_session
+from support.report_sessions import HOSTILE_DOC, IMG, SCRIPT, audited, demo, hostile
+from support.sessions import build_session, seal_session
+from support.store import raw_connection
+from support.stories import story
 
 SID = uuid.UUID(int=11)
 CONSOLE_SCRIPT = str(Path(sys.executable).parent / "forge-ledger")
@@ -91,7 +90,7 @@ def test_the_model_is_the_audit_and_the_lineage(audited_store: Path, model: Repo
         state = ledger.state(SID)
         events = list(ledger.events(SID))
     assert (model.session_id, model.head_hash, model.position) == (
-        str(SID), state.head_hash, state.version
+        str(SID), state.head_hash, state.version,
     )
     assert model.audit == audit_report(events)
     assert model.document == fold_lineage(state)
@@ -101,7 +100,7 @@ def test_the_model_is_the_audit_and_the_lineage(audited_store: Path, model: Repo
 
 
 def test_the_document_is_the_document_source_with_its_lineage(
-    audited_store: Path, model: ReportModel
+    audited_store: Path, model: ReportModel,
 ) -> None:
     with Ledger(str(audited_store), create=False) as ledger:
         state = ledger.state(SID)
@@ -111,7 +110,7 @@ def test_the_document_is_the_document_source_with_its_lineage(
     doc = model.document
     assert doc.source is not None and doc.text == state.answer(c) == state.latest_text
     assert (doc.source.participant, doc.source.round, doc.source.position) == (
-        c.participant, rnd.number, c.position
+        c.participant, rnd.number, c.position,
     )
     assert "".join(s.text for s in doc.sentences) == doc.text
 
@@ -231,7 +230,7 @@ def test_report_user_errors_are_one_line(audited_store: Path, tmp_path: Path) ->
 
 
 def test_a_broken_chain_is_reported_in_the_page_and_the_exit_code(
-    audited_store: Path, tmp_path: Path
+    audited_store: Path, tmp_path: Path,
 ) -> None:
     store = tmp_path / "ledger.sqlite"
     store.write_bytes(audited_store.read_bytes())
@@ -293,7 +292,7 @@ sys.stderr.write(f"\\nEXIT={code} HEAVY={len(heavy)} LITELLM={len(lite)}\\n")
      (["report", "{sid}", "-o", "{out}"], 1)],
 )
 def test_only_report_imports_the_chart_libraries(
-    command: list[str], heavy: int, audited_store: Path, tmp_path: Path
+    command: list[str], heavy: int, audited_store: Path, tmp_path: Path,
 ) -> None:
     args = [c.format(sid=SID, out=tmp_path / "r.html") for c in command]
     proc = subprocess.run(
@@ -320,7 +319,7 @@ def test_report_on_both_stores(store_url: str, tmp_path: Path) -> None:
 def test_a_session_with_no_round_yet_still_renders(tmp_path: Path) -> None:
     sid = uuid.UUID(int=13)
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
-        ledger.save(SessionBuilder(sid, clock=FixedStepClock()).agg)
+        ledger.save(story(sid).aggregate)
         m = gather(ledger, sid)
     assert m.rounds == 0 and m.document is None and not m.audit.consensus
     html = render_html(m)
@@ -400,11 +399,10 @@ def test_the_effect_of_deliberation_and_self_preference(
 
 
 def test_an_anonymized_review_names_its_labels(
-    tmp_path: Path, fake_openai: FakeOpenAIServer
+    tmp_path: Path,
 ) -> None:
     store = str(tmp_path / "ledger.sqlite")
-    fake_openai.set_script(bundled_script("four-voices"))
-    sid = run_demo_session(store, fake_openai, anonymize=True)
+    sid = run_demo_session(store, anonymize=True)
     with Ledger(store, create=False) as ledger:
         m = gather(ledger, sid)
     assert m.audit.anonymized and m.audit.labels

@@ -22,7 +22,7 @@ from playwright.sync_api import expect, sync_playwright
 
 from forge_ledger.ledger import Ledger
 from forge_ledger.projections.document import fold_lineage
-from report_sessions import HOSTILE_DOC, SCRIPT, demo, hostile
+from support.report_sessions import HOSTILE_DOC, SCRIPT, demo, hostile
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Route

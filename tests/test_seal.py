@@ -15,8 +15,8 @@ from forge_ledger.domain.hashing import keyed_digest
 from forge_ledger.errors import ChainBrokenError, ImportValidationError, InvariantViolation
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.sealing import seal_session, verify_export
-from helpers_store import raw_connection, unpack
-from promises_builder import THREE_ITERATIONS, build
+from support.store import raw_connection, unpack
+from support.stories import THREE_ITERATIONS, build
 
 SID = uuid.UUID(int=1)
 KEY = b"operator secret"
@@ -53,7 +53,7 @@ def test_live_session_cannot_be_sealed(store_url: str) -> None:
 def _tamper(path: str, position: int, old: str, new: str) -> None:
     with raw_connection(path) as conn:
         (state,) = conn.execute(
-            "SELECT state FROM stored_events WHERE originator_version = ?", (position,)
+            "SELECT state FROM stored_events WHERE originator_version = ?", (position,),
         ).fetchone()
         text = unpack(bytes(state)).decode("utf-8")
         assert old in text
@@ -164,7 +164,7 @@ def test_seal_and_verify_export_cli(
     if report["content_checked"]:  # an exporter exists: a hand-written file is not its output
         assert report["content_ok"] is False
     export.write_text(
-        yaml.safe_dump({"ledger": {"session_id": str(SID), **seal, "events": 3}}), "utf-8"
+        yaml.safe_dump({"ledger": {"session_id": str(SID), **seal, "events": 3}}), "utf-8",
     )
     code, out, err = _run(["verify-export", str(export), "--store", sqlite_url], capsys)
     assert code == 1 and "ledger.events" in err and "Traceback" not in err

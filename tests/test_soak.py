@@ -23,14 +23,14 @@ from uuid import UUID
 
 import pytest
 
-from fault_matrix_cells import base_script, cell_participants
 from forge_ledger.domain.values import SessionConfig
 from forge_ledger.ledger import Ledger
 from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.providers import LiteLLMProvider
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer
-from test_orchestrator_support import TOPIC
+from support.fault_matrix import base_script, cell_participants
+from support.orchestrator import TOPIC
 
 pytestmark = pytest.mark.slow
 
@@ -133,7 +133,7 @@ class _LedgerKilledAfterRoundCompleted:
 
 
 def test_kill_between_round_completed_and_its_consequences_replays_identically(
-    fake_openai: FakeOpenAIServer, tmp_path: Path
+    fake_openai: FakeOpenAIServer, tmp_path: Path,
 ) -> None:
     fake_openai.set_script(base_script())
     store = str(tmp_path / "window.sqlite")
@@ -195,7 +195,7 @@ class _LedgerKilledMidRound:
 
 
 def test_an_endpoint_moved_after_a_kill_mid_round_replays_identically(
-    fake_openai: FakeOpenAIServer, tmp_path: Path
+    fake_openai: FakeOpenAIServer, tmp_path: Path,
 ) -> None:
     """A run dies mid-round (Ctrl-C, ``kill -9``); ``resume --api-base`` then records
     ``ParticipantUpdated`` inside the still-open round (the demo does this when its scripted

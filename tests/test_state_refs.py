@@ -19,7 +19,7 @@ from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.compression import unpack, unpack_text
 from forge_ledger.ledger.texts import TEXT_TABLE
-from strategies import StepClock, contribute, new_session
+from support.strategies import StepClock, contribute, new_session
 
 LONG = "A long answer that is well over the inline threshold of the text table. " * 3
 

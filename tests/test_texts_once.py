@@ -23,8 +23,8 @@ from forge_ledger.domain import events as ev
 from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.values import ChatMessage, ModelResponse, RoundKind, SessionStatus
 from forge_ledger.ledger import Ledger, resolve_store, texts, verify_session
-from helpers_store import raw_connection
-from strategies import StepClock, new_session
+from support.store import raw_connection
+from support.strategies import StepClock, new_session
 
 SYSTEM = "You deliberate on a specification. Answer as JSON: " + "{schema} " * 40
 SID = uuid.UUID("00000000-0000-4000-8000-0000000000aa")
@@ -40,7 +40,7 @@ def _build() -> Deliberation:
     for it in (1, 2):
         kind = RoundKind.DRAFT if it == 1 else RoundKind.SYNTHESIS
         n = agg.start_round(
-            kind=kind, iteration=it, participants=agg.state.participant_names, at=clock()
+            kind=kind, iteration=it, participants=agg.state.participant_names, at=clock(),
         )
         for who in agg.state.participant_names:
             msgs = [
@@ -98,7 +98,7 @@ def _execute(url: str, sql_sqlite: str, sql_pg: str, *params: Any) -> None:
 
 
 def test_texts_are_stored_once_and_commands_print_them_unchanged(
-    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     with Ledger(store_url) as ledger:
         agg = _build()

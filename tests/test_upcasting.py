@@ -19,8 +19,8 @@ from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.hashing import chain_hash
 from forge_ledger.domain.values import RoundKind
 from forge_ledger.ledger import Ledger, verify_session
-from helpers_store import unpack
-from strategies import StepClock, contribute, new_session
+from support.store import unpack
+from support.strategies import StepClock, contribute, new_session
 
 V1_DATA: dict[str, Any] = {
     "round": 1,
@@ -53,7 +53,7 @@ def _stored_rows(path: str) -> list[tuple[str, int, str, dict[str, Any]]]:
             (oid, ver, topic, json.loads(unpack(bytes(state)).decode("utf-8")))
             for oid, ver, topic, state in con.execute(
                 "SELECT originator_id, originator_version, topic, state FROM stored_events "
-                "ORDER BY rowid"
+                "ORDER BY rowid",
             )
         ]
     finally:

@@ -16,7 +16,6 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _yaml_sessions import build_session, clock
 from forge_ledger.cli import cli
 from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.values import Mode, SessionStatus
@@ -32,6 +31,7 @@ from forge_ledger.yaml_format import (
     parse_session_file,
     write_export,
 )
+from support.yaml_sessions import build_session, clock
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEEDS = ("seed_standard.yaml", "seed_party.yaml", "seed_panel.yaml")
@@ -107,7 +107,7 @@ def test_v1_0_file_is_migrated_as_the_seed_says(sqlite_url: str) -> None:
     ],
 )
 def test_validation_names_path_and_line_and_writes_nothing(
-    old: str, new: str, path: str, marker: str, sqlite_url: str
+    old: str, new: str, path: str, marker: str, sqlite_url: str,
 ) -> None:
     good = (FIXTURES / "seed_standard.yaml").read_text("utf-8")
     bad = good.replace(old, new, 1)
