@@ -67,12 +67,14 @@ def test_lifecycle_transitions(agg: Deliberation, clock: StepClock) -> None:
     assert agg.state.status_reason == "all agree"
     head = agg.state.head_hash
     agg.seal(at=clock())
-    assert agg.state.seal is not None and agg.state.seal["root_hash"] == head
+    assert agg.state.seal is not None
+    assert agg.state.seal["root_hash"] == head
 
 
 def test_state_accumulates_tokens_and_cost(agg: Deliberation, clock: StepClock) -> None:
     run_round(agg, RoundKind.DRAFT, 1, clock)
-    assert agg.state.tokens.input == 3 * 12 and agg.state.tokens.output == 3 * 34
+    assert agg.state.tokens.input == 3 * 12
+    assert agg.state.tokens.output == 3 * 34
     assert agg.state.cost_usd == pytest.approx(3 * 0.0015)
 
 

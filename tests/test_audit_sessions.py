@@ -55,9 +55,11 @@ def test_trail_and_audit_tell_one_story(
     texts = {e.position: e.data["response"]["content"] for e in events
              if e.type == "ContributionRecorded"}
     for i in audit["influence"]:
-        assert i["quote"] and i["quote"] in texts[i["position"]]
+        assert i["quote"]
+        assert i["quote"] in texts[i["position"]]
     shifts = {s["participant"]: s for s in audit["stance_shifts"]}
-    assert shifts["dave"]["toward_majority"] and not shifts["dave"]["conformity"]
+    assert shifts["dave"]["toward_majority"]
+    assert not shifts["dave"]["conformity"]
     assert set(audit) >= {"anonymized", "labels", "deliberation_effect", "self_preference"}
     assert audit["anonymized"] is anonymize
     labels = [e.data["labels"] for e in events if e.type == "ReviewLabelsAssigned"]
@@ -96,7 +98,8 @@ def test_anonymized_prompts_name_no_one(store_url: str) -> None:
             if r.kind is RoundKind.CRITIQUE:
                 target = r.targets[c.participant]
                 label = next(k for k, v in labels.items() if v == target)
-                assert f"## {label} to critique" in user and f'"target" to "{label}"' in user
+                assert f"## {label} to critique" in user
+                assert f'"target" to "{label}"' in user
             else:
                 assert "## Proposed final text (Response " in user
             seen += 1
@@ -126,18 +129,25 @@ def test_deliberation_effect_and_self_preference(
         report = audit_report(events)
         at = {k: ledger.state(sid, at_iteration=k) for k in (1, 2)}
     effect = report.deliberation_effect
-    assert effect.first_vote is not None and effect.final_vote is not None
+    assert effect.first_vote is not None
+    assert effect.final_vote is not None
     assert (effect.first_vote.round, effect.final_vote.round) == (
         report.consensus[0].round, report.consensus[-1].round)
-    assert effect.first_vote.majority_agrees and not effect.first_vote.converged
-    assert effect.final_vote.converged and effect.outcome == "converged"
+    assert effect.first_vote.majority_agrees
+    assert not effect.first_vote.converged
+    assert effect.final_vote.converged
+    assert effect.outcome == "converged"
     # iteration 1: 3 of 4 agree (majority) but the weighted score is below the threshold
-    assert effect.score_majority_disagreed and effect.disagreement_rounds == (
+    assert effect.score_majority_disagreed
+    assert effect.disagreement_rounds == (
         report.consensus[0].round,)
     docs = {d.iteration: d for d in effect.document_change}
     one, two = at[1].latest_text, at[2].latest_text
-    assert one is not None and two is not None
-    assert docs[1].chars == len(one) and docs[2].chars == len(two) and docs[1].similarity is None
+    assert one is not None
+    assert two is not None
+    assert docs[1].chars == len(one)
+    assert docs[2].chars == len(two)
+    assert docs[1].similarity is None
     assert docs[2].similarity == round(document_similarity(one, two), 4) < 1.0
     assert docs[2].author == at[2].document_source[1].participant  # type: ignore[index]
     assert effect.stance_changes == len(report.stance_shifts) >= 1
@@ -156,11 +166,14 @@ def test_deliberation_effect_and_self_preference(
     bob_critiques = [e.data["critique"]["score"] for e in events
                      if e.type == "CritiqueRecorded" and e.data["participant"] == "bob"]
     bob_all = bob_votes + bob_critiques
-    assert prefs["bob"].own_judgements == 0 and prefs["bob"].own_mean_score is None
+    assert prefs["bob"].own_judgements == 0
+    assert prefs["bob"].own_mean_score is None
     assert prefs["bob"].others_mean_score == round(sum(bob_all) / len(bob_all), 4)
     md = render_markdown(report)
-    assert "## Did deliberation help?" in md and "## Who moved whom" in md
-    assert "Anonymized review" in md and "Response A = " in md
+    assert "## Did deliberation help?" in md
+    assert "## Who moved whom" in md
+    assert "Anonymized review" in md
+    assert "Response A = " in md
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -197,7 +210,8 @@ def test_run_anonymize_from_the_command_line(
     assert sorted(doc["labels"].values()) == sorted(names)
     assert [p["participant"] for p in doc["self_preference"]] == list(names)
     replay = _cli("replay", sid, "--store", store_url)
-    assert replay.returncode == 0 and "identical" in replay.stdout, replay.stdout + replay.stderr
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert "identical" in replay.stdout, replay.stdout + replay.stderr
 
 
 def test_one_session_yields_the_same_flags_in_trail_and_audit(
@@ -244,4 +258,5 @@ def test_audit_of_an_imported_session_compares_no_missing_texts(store_url: str) 
     changes = audit["deliberation_effect"]["document_change"]
     assert [c["iteration"] for c in changes] == list(range(1, state.iteration + 1))
     assert all(c["similarity"] is None and c["chars"] == 0 for c in changes)
-    assert audit["conformity"] == audit["influence"] == [] and audit["anonymized"] is False
+    assert audit["conformity"] == audit["influence"] == []
+    assert audit["anonymized"] is False

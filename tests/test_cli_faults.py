@@ -108,10 +108,12 @@ def test_a_fault_on_the_only_author_pauses_then_resume_finishes(
     line = one_line(run.stderr.splitlines()[-1])
     assert line.startswith(f"error: session {short} paused: round 1 (draft)")
     assert f"forge-ledger resume {short}" in line
-    assert doc["status"] == "paused" and doc["fault"]["attempts"] == 3
+    assert doc["status"] == "paused"
+    assert doc["fault"]["attempts"] == 3
     types = [e.type for e in events_of(tmp_path, sid)]
     assert types[-1] == "SessionPaused"
-    assert "SessionAborted" not in types and "SessionSealed" not in types
+    assert "SessionAborted" not in types
+    assert "SessionSealed" not in types
     shown = cli(tmp_path, "show", short, "--json")
     assert json.loads(shown.stdout)["status"] == "paused"
 
@@ -152,7 +154,8 @@ def test_a_fault_a_person_fixes_names_the_fix_and_a_swap_is_recorded(
     short = doc["session_id"][:8]
     assert run.returncode == 3, run.stderr
     line = one_line(run.stderr.splitlines()[-1])
-    assert doc["fault"]["participant"] == "cleo" and doc["fault"]["kind"] == "synthesis"
+    assert doc["fault"]["participant"] == "cleo"
+    assert doc["fault"]["kind"] == "synthesis"
     assert f"forge-ledger resume {short} -m cleo=MODEL" in line
 
     done = cli(tmp_path, "resume", short, "-m", "cleo=openai/cleo", "--json")
@@ -242,7 +245,8 @@ def test_resume_of_an_ended_unsealed_session_seals_and_exports(
     assert events_of(tmp_path, sid)[-1].type == "SessionSealed"
     assert list(tmp_path.rglob("ended-early*.yaml"))
     twice = cli(tmp_path, "resume", sid[:8], "--json")
-    assert twice.returncode == 0 and json.loads(twice.stdout) == json.loads(done.stdout)
+    assert twice.returncode == 0
+    assert json.loads(twice.stdout) == json.loads(done.stdout)
 
 
 @pytest.mark.slow
@@ -256,7 +260,8 @@ def test_demo_fork_resume_runs_offline(tmp_path: Path) -> None:
     done = cli(tmp_path, "resume", child[:8], "--json")
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
-    assert doc["status"] in ("converged", "complete") and doc["rounds"] > 5
+    assert doc["status"] in ("converged", "complete")
+    assert doc["rounds"] > 5
     assert "scripted server runs again" in done.stderr
     assert_sound(tmp_path, child)
 

@@ -38,10 +38,12 @@ def test_run_with_models_and_api_base_prints_one_summary(
     assert code == 0
     doc = one_json(out)
     assert set(doc) >= SUMMARY_KEYS
-    assert doc["status"] == "converged" and doc["iterations"] == 1
+    assert doc["status"] == "converged"
+    assert doc["iterations"] == 1
     with Ledger(store) as ledger:
         state = ledger.state(doc["session_id"])
-        assert doc["events"] == state.version and doc["rounds"] == len(state.rounds)
+        assert doc["events"] == state.version
+        assert doc["rounds"] == len(state.rounds)
         assert [p.model for p in state.participants] == ["openai/ana", "openai/ben"]
         assert verify_session(ledger, state_id(ledger, doc)).ok
     assert {r.model for r in fake_openai.requests} == {"ana", "ben"}
@@ -91,7 +93,8 @@ def test_demo_converges_in_iteration_two_after_a_refinement(
     assert code == 0
     doc = one_json(out)
     assert set(doc) >= SUMMARY_KEYS
-    assert doc["status"] == "converged" and doc["iterations"] == 2
+    assert doc["status"] == "converged"
+    assert doc["iterations"] == 2
     with Ledger(store) as ledger:
         events = list(ledger.events(state_id(ledger, doc)))
     types = [e.type for e in events]
@@ -120,7 +123,8 @@ def test_missing_api_key_is_one_clear_line(
     )
     assert code == 2
     line = assert_one_error_line(err)
-    assert "ANTHROPIC_API_KEY is not set" in line and "anthropic/claude-3-5-haiku" in line
+    assert "ANTHROPIC_API_KEY is not set" in line
+    assert "anthropic/claude-3-5-haiku" in line
     assert out == ""
     assert not Path(store).exists()  # found before anything was recorded
 
@@ -144,7 +148,8 @@ def test_unreachable_provider_is_one_clear_line(
     assert code == 3
     line = assert_one_error_line(err)
     assert "cannot connect to http://127.0.0.1:9/v1" in line
-    assert "--api-base" in line and "forge-ledger resume" in line
+    assert "--api-base" in line
+    assert "forge-ledger resume" in line
     assert one_json(out)["status"] == "paused"
 
 
@@ -171,7 +176,8 @@ def test_bad_participants_file_is_one_line_exit_2(
         str(tmp_path / "bad.sqlite"),
         "--json",
     )
-    assert code == 2 and out == ""
+    assert code == 2
+    assert out == ""
     assert expected in assert_one_error_line(err)
 
 

@@ -118,7 +118,8 @@ def _check_race(store: str) -> None:
         # the loser's first attempt left no trace
         assert all(e.data.get("text") != f"note from {loser['author']}" for e in events)
         report = verify_session(ledger, agg.id)
-        assert report.ok and report.events == v + 2, report.as_json()
+        assert report.ok, report.as_json()
+        assert report.events == v + 2, report.as_json()
         state = ledger.state(agg.id)
         assert [h.author for h in state.human_inputs] == [winner["author"], loser["author"]]
 

@@ -161,6 +161,7 @@ def test_conformity_rule(case: Case) -> None:
              if x.position == i.position),
             next((h.text for h in state.human_inputs if h.position == i.position), ""),
         )
-        assert i.quote and i.quote in source
+        assert i.quote
+        assert i.quote in source
     flagged = [f.participant for f in engine.conformity_flags(state)]
     assert flagged == (["X"] if case.flagged else [])

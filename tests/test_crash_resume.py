@@ -119,7 +119,8 @@ def _crash_then_resume(
         runner.communicate(timeout=30)
     assert runner.returncode == -9
     after_kill = _read_events(store)
-    assert after_kill is not None and len(after_kill) >= len(before)
+    assert after_kill is not None
+    assert len(after_kill) >= len(before)
     sid = after_kill[0].session_id
     done = subprocess.run(
         _cli("resume", sid[:8], "--json"),
@@ -159,7 +160,8 @@ def _assert_no_duplicates(final: list[RecordedEvent]) -> None:
     assert [k for k, n in keys.items() if n > 1] == []
     started = Counter(e.data["number"] for e in final if e.type == "RoundStarted")
     completed = Counter(e.data["number"] for e in final if e.type == "RoundCompleted")
-    assert max(started.values()) == 1 and max(completed.values()) == 1
+    assert max(started.values()) == 1
+    assert max(completed.values()) == 1
     assert [e.position for e in final] == list(range(1, len(final) + 1))
 
 
@@ -189,7 +191,8 @@ def test_kill_mid_round_then_resume(
     assert summary["status"] == "converged"
     counts = _requests_per_model_round(server)
     draft = "Round 1 · draft · iteration 1"
-    assert counts[("ana", draft)] == 1 and counts[("ben", draft)] == 1
+    assert counts[("ana", draft)] == 1
+    assert counts[("ben", draft)] == 1
     assert counts[("cleo", draft)] == 2  # the killed call, then the resumed one
     assert _contributors(final, 1) == ["ana", "ben", "cleo"]
     _assert_no_duplicates(final)

@@ -62,7 +62,7 @@ class Script:
         self.b.critique(critic, target=target, suggestions=(Suggestion(text=suggestion),))
         return r
 
-    def done(self, r: int) -> None:
+    def done(self, _r: int) -> None:
         self.b.close_round()
 
     @property
@@ -93,8 +93,10 @@ def test_a_drafters_sentence_kept_to_the_end_is_the_drafters() -> None:
     s = scripted()
     lin = fold_lineage(s.state)
     kept = sentence(lin, "Keep every event forever.")
-    assert kept.origin.participant == "alice" and kept.origin.kind is RoundKind.DRAFT
-    assert kept.origin.iteration == 1 and kept.revisions == []
+    assert kept.origin.participant == "alice"
+    assert kept.origin.kind is RoundKind.DRAFT
+    assert kept.origin.iteration == 1
+    assert kept.revisions == []
 
 
 def test_a_sentence_added_by_a_synthesis_after_a_suggestion_answers_it() -> None:
@@ -104,7 +106,8 @@ def test_a_sentence_added_by_a_synthesis_after_a_suggestion_answers_it() -> None
     assert (added.origin.participant, added.origin.kind) == ("carol", RoundKind.SYNTHESIS)
     assert added.origin.iteration == 1
     [answer] = added.answers
-    assert answer.kind == "suggestion" and answer.participant == "bob"
+    assert answer.kind == "suggestion"
+    assert answer.participant == "bob"
     assert answer.text == "Describe the backoff for failed calls"
     assert answer.answered_by == added.origin
 
@@ -113,9 +116,11 @@ def test_a_sentence_rewritten_in_iteration_two_keeps_its_origin_and_gains_a_revi
     s = scripted()
     lin = fold_lineage(s.state)
     hashed = sentence(lin, "Hash each event with SHA-256.")
-    assert hashed.origin.participant == "alice" and hashed.origin.kind is RoundKind.DRAFT
+    assert hashed.origin.participant == "alice"
+    assert hashed.origin.kind is RoundKind.DRAFT
     [rev] = hashed.revisions
-    assert rev.change == "rewrite" and rev.previous == "hash each event."
+    assert rev.change == "rewrite"
+    assert rev.previous == "hash each event."
     assert (rev.contribution.participant, rev.contribution.iteration) == ("carol", 2)
     assert rev.contribution.kind is RoundKind.SYNTHESIS
 
@@ -188,7 +193,8 @@ def test_sentences_cover_the_text_and_origins_are_earlier_contributions(
     recorded = {c.position for r in state.rounds for c in r.contributions}
     assert lin.source is not None
     for x in lin.sentences:
-        assert x.origin.position in recorded and x.origin.position <= lin.source.position
+        assert x.origin.position in recorded
+        assert x.origin.position <= lin.source.position
         assert all(r.contribution.position <= lin.source.position for r in x.revisions)
     assert fold_lineage(state) == lin  # deterministic
 

@@ -90,7 +90,8 @@ def test_topic_builders_return_new_topics() -> None:
     assert built.references == (ref,)
     assert built.output_type is OutputType.DESIGN
     # the original is untouched (values are frozen)
-    assert base.constraints == () and base.references == ()
+    assert base.constraints == ()
+    assert base.references == ()
     assert base.output_type is OutputType.SPECIFICATION
     with pytest.raises(ValidationError):
         base.title = "changed"  # type: ignore[misc]
@@ -112,7 +113,8 @@ def test_topic_slug_is_safe_kebab_case(title: str, slug: str) -> None:
 @given(st.text(min_size=1, max_size=200))
 def test_topic_slug_never_contains_path_characters(title: str) -> None:
     slug = Topic(title=title).slug
-    assert slug and all(c in "abcdefghijklmnopqrstuvwxyz0123456789-" for c in slug)
+    assert slug
+    assert all(c in "abcdefghijklmnopqrstuvwxyz0123456789-" for c in slug)
 
 
 def test_topic_title_is_required() -> None:

@@ -20,7 +20,10 @@ def test_catalogue_has_seed_techniques_and_matches_csv() -> None:
     assert len(rows) >= 15
     for slug in ("5whys", "six-hats", "moscow"):
         t = get_technique(slug)
-        assert t is not None and t.prompt and t.description and t.category
+        assert t is not None
+        assert t.prompt
+        assert t.description
+        assert t.category
     assert get_technique("no-such-technique") is None
     slugs = {t.slug for t in all_techniques()}
     for wanted in AXIS_TECHNIQUES.values():

@@ -35,13 +35,15 @@ def test_one_answer_is_enough_outside_votes(kind: RoundKind) -> None:
     assert engine.round_shortfall(agg.state, rnd) == ("p1", "p2", "p3")
     contribute(agg, rnd.number, "p2", agg.state.updated_at + timedelta(seconds=1))
     rnd = agg.state.open_round
-    assert rnd is not None and engine.round_shortfall(agg.state, rnd) == ()
+    assert rnd is not None
+    assert engine.round_shortfall(agg.state, rnd) == ()
 
 
 def test_the_synthesis_needs_its_author() -> None:
     agg = _open_round(RoundKind.SYNTHESIS, ["p2"], [])
     rnd = agg.state.open_round
-    assert rnd is not None and engine.round_shortfall(agg.state, rnd) == ("p2",)
+    assert rnd is not None
+    assert engine.round_shortfall(agg.state, rnd) == ("p2",)
 
 
 @given(

@@ -49,11 +49,13 @@ def test_fork_at_iteration_records_origin_and_verifies(parent_ledger: Ledger) ->
     assert state.status is SessionStatus.PAUSED
     assert state.config.max_rounds == 20
     bob = state.participant("bob")
-    assert bob is not None and bob.model == "anthropic/claude-x"
+    assert bob is not None
+    assert bob.model == "anthropic/claude-x"
     assert bob.provider is ModelProvider.ANTHROPIC
     parent_at = ledger.state(PARENT, at_iteration=2)
     assert [r.model_dump() for r in state.rounds] == [r.model_dump() for r in parent_at.rounds]
-    assert state.iteration == 2 and len(state.convergence) == 2
+    assert state.iteration == 2
+    assert len(state.convergence) == 2
 
 
 def test_forked_session_can_continue(parent_ledger: Ledger) -> None:
@@ -70,7 +72,8 @@ def test_forked_session_can_continue(parent_ledger: Ledger) -> None:
     ledger.save(agg)
     after = ledger.state(fid)
     assert after.status is SessionStatus.IN_PROGRESS
-    assert after.open_round is not None and after.open_round.number == number
+    assert after.open_round is not None
+    assert after.open_round.number == number
     assert verify_session(ledger, fid).ok
 
 
@@ -140,8 +143,7 @@ def test_config_overrides_are_validated() -> None:
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     with pytest.raises(SystemExit) as exc:
-        main([*argv])
-        raise SystemExit(0)
+        _main_then_exit([*argv])
     out = capsys.readouterr()
     return int(exc.value.code or 0), out.out, out.err
 
@@ -166,12 +168,16 @@ def test_cli_fork(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert state.config.min_consensus == 3
 
     code, out, err = _run(["fork", str(PARENT), "--store", sqlite_url], capsys)
-    assert code == 2 and out == ""
-    assert err.count("\n") == 1 and "exactly one of" in err
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1
+    assert "exactly one of" in err
     code, out, err = _run(
         ["fork", str(PARENT), "--at-iteration", "1", "-m", "zed=x", "--store", sqlite_url], capsys,
     )
-    assert code == 2 and "no participant named 'zed'" in err and "Traceback" not in err
+    assert code == 2
+    assert "no participant named 'zed'" in err
+    assert "Traceback" not in err
 
 
 def test_fork_votes_differ_after_continuing(sqlite_url: str) -> None:
@@ -188,3 +194,9 @@ def test_fork_votes_differ_after_continuing(sqlite_url: str) -> None:
         assert ledger.state(PARENT).convergence[-1].agree == 3
         assert ledger.state(fid).convergence[-1].agree == 2
         assert verify_session(ledger, fid).ok
+
+
+def _main_then_exit(argv: list[str]) -> None:
+    """Run the CLI in-process; a command that returns is exit code 0, as the console script's."""
+    main(argv)
+    raise SystemExit(0)

@@ -54,7 +54,8 @@ def test_diff_compares_paths_iteration_by_iteration(sqlite_url: str) -> None:
             assert d.path_a[k].ems == ems_score(ledger.state(PARENT, at_iteration=k)).score
         # iteration 3 differs: the parent converged unanimously, the fork did not
         a3, b3 = d.path_a[3], d.path_b[3]
-        assert a3.agree == 3 and b3.agree == 1
+        assert a3.agree == 3
+        assert b3.agree == 1
         assert a3.ems == ems_score(ledger.state(PARENT, at_iteration=3)).score
         assert b3.ems == ems_score(ledger.state(fid, at_iteration=3)).score
         assert b3.open_dissent == len(child.open_divergences)
@@ -68,18 +69,26 @@ def test_diff_compares_paths_iteration_by_iteration(sqlite_url: str) -> None:
 def test_diff_cli_json_and_table(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     fid = _parent_and_fork(sqlite_url)
     with pytest.raises(SystemExit) as exc:
-        main(["diff", str(PARENT), str(fid), "--store", sqlite_url, "--json"])
-        raise SystemExit(0)
+        _main_then_exit(["diff", str(PARENT), str(fid), "--store", sqlite_url, "--json"])
     assert exc.value.code == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["a"] == str(PARENT) and doc["b"] == str(fid)
-    assert doc["path_b"]["3"]["agree"] == 1 and doc["path_a"]["3"]["agree"] == 3
+    assert doc["a"] == str(PARENT)
+    assert doc["b"] == str(fid)
+    assert doc["path_b"]["3"]["agree"] == 1
+    assert doc["path_a"]["3"]["agree"] == 3
     with pytest.raises(SystemExit) as exc:
-        main(["diff", str(PARENT), str(fid), "--store", sqlite_url])
-        raise SystemExit(0)
+        _main_then_exit(["diff", str(PARENT), str(fid), "--store", sqlite_url])
     out = capsys.readouterr().out
-    assert exc.value.code == 0 and "fairness" in out and "A=B" in out
+    assert exc.value.code == 0
+    assert "fairness" in out
+    assert "A=B" in out
     with pytest.raises(SystemExit) as exc:
         main(["diff", str(PARENT), "ffff", "--store", sqlite_url])
     assert exc.value.code == 2
     assert "no session matches 'ffff'" in capsys.readouterr().err
+
+
+def _main_then_exit(argv: list[str]) -> None:
+    """Run the CLI in-process; a command that returns is exit code 0, as the console script's."""
+    main(argv)
+    raise SystemExit(0)

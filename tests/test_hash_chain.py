@@ -174,7 +174,8 @@ def test_deleted_row(
     report = verify_session(ledger, agg.id)
     if victim == "last":
         # a truncated tail is only detectable against a seal or a known head hash
-        assert report.ok and report.events == agg.version - 1
+        assert report.ok
+        assert report.events == agg.version - 1
         assert report.head_hash != agg.state.head_hash
     else:
         assert (report.ok, report.position) == (False, pos)
@@ -204,7 +205,10 @@ def test_seal_detects_truncation_and_hmac_detects_rewrite(sqlite_url: str) -> No
     with Ledger(sqlite_url, snapshot_interval=0) as ledger:
         agg = _build(ledger, finish=True, key=key)
         report = verify_session(ledger, agg.id, key=key)
-        assert report.ok and report.sealed and report.seal_ok and report.hmac_ok
+        assert report.ok
+        assert report.sealed
+        assert report.seal_ok
+        assert report.hmac_ok
         wrong = verify_session(ledger, agg.id, key=b"other key")
         assert (wrong.ok, wrong.position) == (False, agg.version)
         assert "HMAC" in wrong.problem

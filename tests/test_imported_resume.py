@@ -33,11 +33,14 @@ def test_imported_session_shows_the_files_ems_and_needs_participants(
     code, out, _ = run_cli(capsys, "show", sid, "--store", sqlite_url, "--json")
     shown: dict[str, Any] = one_json(out)
     expected = yaml.safe_load(SEED.read_text("utf-8"))["session"]
-    assert code == 0 and shown["ems"] == expected["ems"] and shown["iteration"] == 3
+    assert code == 0
+    assert shown["ems"] == expected["ems"]
+    assert shown["iteration"] == 3
     with Ledger(sqlite_url) as ledger:
         before = ledger.head_version(ledger.resolve(sid))
     code, _, err = run_cli(capsys, "resume", sid, "--store", sqlite_url)
-    assert code == 2 and "no participants" in assert_one_error_line(err)
+    assert code == 2
+    assert "no participants" in assert_one_error_line(err)
     with Ledger(sqlite_url) as ledger:
         assert ledger.head_version(ledger.resolve(sid)) == before  # nothing recorded
 
@@ -57,10 +60,13 @@ def test_resume_with_participants_continues_after_the_imported_iterations(
         uid = ledger.resolve(sid)
         state = ledger.state(uid)
         assert [p.name for p in state.participants] == ["ana", "ben", "cy"]
-        assert state.rounds and min(r.iteration for r in state.rounds) == 4
+        assert state.rounds
+        assert min(r.iteration for r in state.rounds) == 4
         assert verify_session(ledger, uid).ok
         result = replay_session(ledger, uid)
-        assert result.ok and result.imported and result.calls_served > 0
+        assert result.ok
+        assert result.imported
+        assert result.calls_served > 0
         assert result.matched == result.events
 
 

@@ -129,7 +129,8 @@ def test_a_second_claimant_is_refused_at_once_and_a_killed_holder_is_taken_over(
             )
             assert second.returncode == 4, second.stderr
             lines = [x for x in second.stderr.splitlines() if x.strip()]
-            assert len(lines) == 1 and "is being run by another process" in lines[0]
+            assert len(lines) == 1
+            assert "is being run by another process" in lines[0]
             assert f"forge-ledger resume {sid[:8]}" in lines[0]
         # nothing spent by the refused claimants: the server saw only the holder's calls
         drafts = [r for r in fake_openai.requests if "· draft ·" in r.last_user_message]
@@ -221,7 +222,7 @@ print("not reached", flush=True)
 """
 
 
-def test_a_second_ctrl_c_exits_at_once(tmp_path: Path) -> None:
+def test_a_second_ctrl_c_exits_at_once() -> None:
     proc = subprocess.Popen(
         [sys.executable, "-c", _TWO_PRESSES],
         stdout=subprocess.PIPE,

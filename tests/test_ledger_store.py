@@ -37,7 +37,8 @@ def test_snapshot_spacing_grows_with_the_session() -> None:
     for k in range(4, 10):
         assert len([m for m in due if 2**k <= m < 2 ** (k + 1)]) == 8
     assert all(2**k in due for k in range(11))
-    assert not snapshot_due(150, 100) and not snapshot_due(0, 100)
+    assert not snapshot_due(150, 100)
+    assert not snapshot_due(0, 100)
     state_size = sum(due)  # a snapshot's size grows with its position
     assert state_size < 20 * 1024
 
@@ -54,7 +55,8 @@ def test_snapshot_really_short_circuits_replay(sqlite_url: str) -> None:
             "SELECT originator_version FROM stored_snapshots ORDER BY originator_version",
         )
     ]
-    assert snap_versions and snap_versions[-1] >= head - 2
+    assert snap_versions
+    assert snap_versions[-1] >= head - 2
     con = raw_connection(sqlite_url)
     with con:
         con.execute(
@@ -95,7 +97,8 @@ def test_foreign_sqlite_database(tmp_path: Path) -> None:
     con.close()
     with pytest.raises(StoreError, match="a SQLite file but not a forge-ledger store") as info:
         Ledger(str(f))
-    assert info.value.hint and "--store" in info.value.hint
+    assert info.value.hint
+    assert "--store" in info.value.hint
     tables = {r[0] for r in sqlite3.connect(f).execute("SELECT name FROM sqlite_master")}
     assert "stored_events" not in tables
 
@@ -110,7 +113,8 @@ def test_bad_url_scheme(url: str) -> None:
     with pytest.raises(StoreError, match="unsupported store URL scheme") as info:
         Ledger(url)
     line = info.value.one_line()
-    assert "\n" not in line and "postgresql://" in line
+    assert "\n" not in line
+    assert "postgresql://" in line
 
 
 @pytest.mark.parametrize(

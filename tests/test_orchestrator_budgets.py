@@ -44,7 +44,8 @@ def test_cost_budget_refuses_calls_beyond_the_reservation(
     types = [e.type for e in events]
     assert state.status.value == "complete"
     exhausted = [e for e in events if e.type == "BudgetExhausted"]
-    assert len(exhausted) == 1 and exhausted[0].data["budget"] == "cost"
+    assert len(exhausted) == 1
+    assert exhausted[0].data["budget"] == "cost"
     refused = [
         e
         for e in events
@@ -55,7 +56,8 @@ def test_cost_budget_refuses_calls_beyond_the_reservation(
     # partial results are kept
     contributions = [e for e in events if e.type == "ContributionRecorded"]
     assert contributions
-    assert "SessionCompleted" in types and "SessionSealed" in types
+    assert "SessionCompleted" in types
+    assert "SessionSealed" in types
     # no call beyond the reservation reached the provider; the spend stays within the budget
     made = [
         e
@@ -119,7 +121,8 @@ def test_time_budget_times_the_session_out(voices: ScriptedProvider, ledger: Led
         if e.type == "ContributionRecorded" and e.data["round"] == 1
     ] == list(NAMES)
     late = [e for e in events if e.data.get("round") == 2 and e.type == "ProviderCallFailed"]
-    assert late and all(e.data["error_type"] == "budget_time" for e in late)
+    assert late
+    assert all(e.data["error_type"] == "budget_time" for e in late)
     assert not any(e.type == "ContributionRecorded" and e.data["round"] == 2 for e in events)
     assert len(voices.calls) == len(NAMES)
     assert "SessionTimedOut" in [e.type for e in events]

@@ -108,7 +108,8 @@ def test_rate_limit_server_errors_and_disconnect_in_one_round(
     cleo = _events_of(ledger, sid, 1, "cleo")
     assert cleo[0].type == "ProviderCallFailed"
     partial = cleo[0].data["partial_text"]
-    assert partial and draft_text("cleo", 12).startswith(partial)
+    assert partial
+    assert draft_text("cleo", 12).startswith(partial)
     assert len(partial) < len(draft_text("cleo", 12))
     assert cleo[-1].type == "ContributionRecorded"
 
@@ -123,7 +124,7 @@ def test_all_participants_failing_pauses_with_the_fault(
 ) -> None:
     fake_openai.set_script({"*": [{"fault": "server_error"}]})
 
-    async def fast_sleep(seconds: float) -> None:
+    async def fast_sleep(_seconds: float) -> None:
         return None
 
     sid, state = run_session(
@@ -142,7 +143,8 @@ def test_all_participants_failing_pauses_with_the_fault(
     assert "HTTP 500" in fault.message
     types = [e.type for e in ledger.events(sid)]
     assert types[-1] == "SessionPaused"
-    assert "SessionAborted" not in types and "SessionSealed" not in types
+    assert "SessionAborted" not in types
+    assert "SessionSealed" not in types
     assert "RoundCompleted" not in types  # the round stays open for resume
     assert types.count("ProviderCallFailed") == 3 * 2
     assert len(fake_openai.requests) == 3 * 2
@@ -161,7 +163,7 @@ def test_resume_after_a_fault_retries_only_the_missing_author(
     )
     fake_openai.set_script(script)
 
-    async def fast_sleep(seconds: float) -> None:
+    async def fast_sleep(_seconds: float) -> None:
         return None
 
     parts = [
@@ -174,7 +176,8 @@ def test_resume_after_a_fault_retries_only_the_missing_author(
     ]
     sid, state = run_session(ledger, parts, SessionConfig(max_attempts=3), sleep=fast_sleep)
     assert state.status.value == "paused"
-    assert state.fault is not None and state.fault.kind.value == "synthesis"
+    assert state.fault is not None
+    assert state.fault.kind.value == "synthesis"
     assert (state.fault.participant, state.fault.attempts) == ("cleo", 3)
     synthesis = state.fault.round
     before = len(fake_openai.requests)
@@ -272,7 +275,7 @@ def test_fallback_hands_a_failed_synthesis_to_another_participant(
     script["cleo"] = voice("cleo", before=[{"match": "· synthesis ·", "fault": "server_error"}])
     fake_openai.set_script(script)
 
-    async def fast_sleep(seconds: float) -> None:
+    async def fast_sleep(_seconds: float) -> None:
         return None
 
     roles = (ParticipantRole.DRAFTER, ParticipantRole.CRITIC, ParticipantRole.SYNTHESIZER,
@@ -286,14 +289,18 @@ def test_fallback_hands_a_failed_synthesis_to_another_participant(
     )
     assert state.status.value == "converged", state.status_reason
     chosen = [e for e in ledger.events(sid) if e.type == "FallbackChosen"]
-    assert chosen and all(
+    assert chosen
+    assert all(
         (e.data["failed"], e.data["participant"]) == ("cleo", "dov") for e in chosen
     )
     first = state.round(chosen[0].data["round"])
-    assert first is not None and first.kind.value == "synthesis"
-    assert first.contributors == ["dov"] and first.replaced == ["cleo"]
+    assert first is not None
+    assert first.kind.value == "synthesis"
+    assert first.contributors == ["dov"]
+    assert first.replaced == ["cleo"]
     source = state.document_source
-    assert source is not None and source[1].participant == "dov"
+    assert source is not None
+    assert source[1].participant == "dov"
     assert verify_session(ledger, sid).ok
     assert replay_session(ledger, sid).ok
 
@@ -301,7 +308,7 @@ def test_fallback_hands_a_failed_synthesis_to_another_participant(
 def test_fallback_with_nobody_left_pauses(fake_openai: FakeOpenAIServer, ledger: Ledger) -> None:
     fake_openai.set_script({"*": [{"match": "· draft ·", "fault": "server_error"}]})
 
-    async def fast_sleep(seconds: float) -> None:
+    async def fast_sleep(_seconds: float) -> None:
         return None
 
     sid, state = run_session(
@@ -312,5 +319,6 @@ def test_fallback_with_nobody_left_pauses(fake_openai: FakeOpenAIServer, ledger:
     )
     # both are drafters: the draft round already asked everyone, so no fallback is possible
     assert state.status.value == "paused"
-    assert state.fault is not None and state.fault.missing == ("ana", "ben")
+    assert state.fault is not None
+    assert state.fault.missing == ("ana", "ben")
     assert not [e for e in ledger.events(sid) if e.type == "FallbackChosen"]

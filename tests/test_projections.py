@@ -178,7 +178,8 @@ def test_version_bump_rebuilds_from_zero(tmp_path: Path) -> None:
         others = [p for p in DEFAULT_PROJECTIONS if p.name != "read_model"]
         runner = ProjectionRunner(ledger, db, [_ReadModelV2(), *others])
         st_ = {s.name: s for s in runner.status()}
-        assert st_["read_model"].stored_version == 1 and st_["read_model"].lag == head
+        assert st_["read_model"].stored_version == 1
+        assert st_["read_model"].lag == head
         assert st_["dissent"].lag == 0
         assert runner.catch_up() == head
         db.close()
@@ -215,9 +216,11 @@ def test_progress_callback_reports_each_committed_batch(tmp_path: Path) -> None:
         runner = ProjectionRunner(ledger, db)
         seen: list[int] = []
         assert runner.catch_up(batch_size=7, on_batch=seen.append) == head
-        assert sum(seen) == head and all(0 < k <= 7 for k in seen)
+        assert sum(seen) == head
+        assert all(0 < k <= 7 for k in seen)
         seen.clear()
-        assert runner.catch_up(batch_size=7, on_batch=seen.append) == 0 and seen == []
+        assert runner.catch_up(batch_size=7, on_batch=seen.append) == 0
+        assert seen == []
         assert runner.rebuild(batch_size=50, on_batch=seen.append) == head
         assert sum(seen) == head
         db.close()
@@ -259,7 +262,8 @@ def test_contribution_search_follows_the_rows(tmp_path: Path) -> None:
             if e.type == "ContributionRecorded" and "caching" in e.data["response"]["content"]
         )
         got = sorted(r["id"] for r in db["contributions"].search("caching"))  # type: ignore[union-attr]
-        assert got == expected and got
+        assert got == expected
+        assert got
         rebuild(ledger, db)
         got2 = sorted(r["id"] for r in db["contributions"].search("caching"))  # type: ignore[union-attr]
         assert got2 == expected
@@ -283,7 +287,8 @@ def test_state_rows_summarise_the_ledger_state(tmp_path: Path) -> None:
             )
             assert row["failures"] == sum(1 for e in events if e.type == "ProviderCallFailed")
             assert row["rounds"] == sum(1 for e in events if e.type == "RoundStarted")
-            assert row["status"] == state.status.value and row["phase"] == state.phase
+            assert row["status"] == state.status.value
+            assert row["phase"] == state.phase
             s = db["sessions"].get(sid)  # type: ignore[union-attr]
             assert s["events"] == ledger.head_version(ledger.resolve(sid))
             assert (s["tokens_in"], s["cost_usd"]) == (row["tokens_in"], row["cost_usd"])
@@ -318,7 +323,8 @@ def test_old_full_state_rows_are_replaced_by_summaries(tmp_path: Path) -> None:
         old.close()
         db = open_views(path)
         cols = {c.name for c in db["session_states"].columns}  # type: ignore[union-attr]
-        assert "state_json" not in cols and "open_divergences" in cols
+        assert "state_json" not in cols
+        assert "open_divergences" in cols
         runner = ProjectionRunner(ledger, db, [SessionStateProjection()])
         assert [s.lag for s in runner.status()] == [head]
         assert runner.catch_up() == head

@@ -48,17 +48,23 @@ def test_consensus_trail_flags_a_flip_without_new_argument(
     assert (first.round, first.majority_agrees, first.weighted_score) == (2, True, 0.6)
     assert (second.round, second.majority_agrees, second.weighted_score) == (5, True, 0.9)
     votes = {v.participant: v for v in second.votes}
-    assert not votes["A"].changed and not votes["A"].conformity
+    assert not votes["A"].changed
+    assert not votes["A"].conformity
     # B's divergence (eviction) was answered by A's synthesis: an influence, no conformity
-    assert votes["B"].changed and votes["B"].previous_stance == "disagree"
+    assert votes["B"].changed
+    assert votes["B"].previous_stance == "disagree"
     b = votes["B"].change
-    assert b is not None and not b.conformity and b.toward_majority
+    assert b is not None
+    assert not b.conformity
+    assert b.toward_majority
     assert [(i.author, i.round, i.topic, i.quote) for i in b.influences] == [
         ("A", 4, "eviction", "The cache uses LRU eviction.")]
     assert b.influences[0].quote in CACHE_SYNTHESIS_TEXT
     # C moved to the majority with nothing on its point (ttl) in between: conformity
-    assert votes["C"].changed and votes["C"].new_arguments == ()
-    assert votes["C"].conformity and second.conformity == ["C"]
+    assert votes["C"].changed
+    assert votes["C"].new_arguments == ()
+    assert votes["C"].conformity
+    assert second.conformity == ["C"]
     synthesis = agg.state.round(4)
     assert synthesis is not None
     assert votes["C"].preceded_by is not None
@@ -77,14 +83,18 @@ def test_dissent_log_lists_open_divergences_with_lifecycle(
         by_type.setdefault(e.type, []).append(e.position)
     open_only = dissent_log(events)
     assert [d.divergence_id for d in open_only] == ["d2"]
-    assert open_only[0].is_open and open_only[0].rounds_open == 2  # rounds 4 and 5 began since
+    assert open_only[0].is_open
+    assert open_only[0].rounds_open == 2
     everything = {d.divergence_id: d for d in dissent_log(agg.state, include_closed=True)}
     d1 = everything["d1"]
-    assert d1.status == "resolved" and d1.strong and not d1.is_open
+    assert d1.status == "resolved"
+    assert d1.strong
+    assert not d1.is_open
     assert [s.status for s in d1.lifecycle] == ["open", "addressed", "resolved"]
     assert d1.opened_position == by_type["DivergenceDetected"][0]
     assert d1.addressed_position == by_type["DivergenceAddressed"][0]
-    assert d1.closed_position == by_type["DivergenceResolved"][0] and d1.closed_by == "B"
+    assert d1.closed_position == by_type["DivergenceResolved"][0]
+    assert d1.closed_by == "B"
     assert d1.rounds_open == 2  # rounds 4 and 5 started between open and resolve
 
 
@@ -106,7 +116,9 @@ def test_cli_dissent_and_trail(scripted: tuple[str, Deliberation]) -> None:
          "reason": "moved toward the previous vote's majority (agreeing) with no new argument "
                    "between round 2 and round 5"}]
     res = runner.invoke(cli, ["trail", str(CACHE_SID), "--store", store])
-    assert res.exit_code == 0 and "conformity" in res.stdout and "0.90" in res.stdout
+    assert res.exit_code == 0
+    assert "conformity" in res.stdout
+    assert "0.90" in res.stdout
 
 
 def test_cli_user_mistakes_are_one_line(tmp_path: Path, scripted: tuple[str, Deliberation]) -> None:
@@ -119,7 +131,8 @@ def test_cli_user_mistakes_are_one_line(tmp_path: Path, scripted: tuple[str, Del
         proc = subprocess.run([sys.executable, "-m", "forge_ledger", *args],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2, proc.stderr
-        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
+        assert proc.stderr.count("\n") == 1
+        assert proc.stderr.startswith("error: ")
         assert "Traceback" not in proc.stderr
 
 
@@ -141,7 +154,8 @@ def test_cli_projections_status_update_rebuild(tmp_path: Path) -> None:
     res = runner.invoke(cli, ["projections", "rebuild", "consensus", "--store", store, "--json"])
     assert json.loads(res.stdout) == {"rebuilt": "consensus", "events": head}
     res = runner.invoke(cli, ["projections", "status", "--store", store])
-    assert res.exit_code == 0 and "current" in res.stdout
+    assert res.exit_code == 0
+    assert "current" in res.stdout
 
 
 def _queries() -> dict[str, str]:
@@ -189,7 +203,8 @@ def test_canned_queries_return_the_right_rows(tmp_path: Path) -> None:
            [r["calls"], r["tokens_in"], r["tokens_out"], r["cost_usd"]] for r in rows}
     assert got.keys() == expected.keys()
     for k, v in expected.items():
-        assert got[k][:3] == v[:3] and got[k][3] == pytest.approx(v[3], abs=1e-6)
+        assert got[k][:3] == v[:3]
+        assert got[k][3] == pytest.approx(v[3], abs=1e-6)
 
     # dissent by participant
     stances: dict[str, list[str]] = {}
@@ -263,7 +278,8 @@ def test_datasette_serves_a_canned_query(tmp_path: Path) -> None:
         con = sqlite3.connect(path)
         expected = con.execute(_queries()["cost_per_participant"]).fetchall()
         con.close()
-        assert [tuple(r.values()) for r in body] == expected and expected
+        assert [tuple(r.values()) for r in body] == expected
+        assert expected
     finally:
         proc.send_signal(signal.SIGINT)  # uvicorn's graceful stop (Ctrl-C)
         try:

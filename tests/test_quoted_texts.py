@@ -147,7 +147,8 @@ def test_losing_the_quote_list_or_a_quoted_answer_is_reported(sqlite_url: str) -
         con.execute(f"DELETE FROM {texts.DICTIONARIES_TABLE} WHERE sha256 = ?", (prompt,))
     with Ledger(sqlite_url, create=False) as ledger:
         report = verify_session(ledger, SID)
-    assert not report.ok and "missing from the store, or unreadable" in report.problem
+    assert not report.ok
+    assert "missing from the store, or unreadable" in report.problem
 
 
 def test_an_altered_quoted_answer_is_reported(sqlite_url: str) -> None:
@@ -162,7 +163,8 @@ def test_an_altered_quoted_answer_is_reported(sqlite_url: str) -> None:
         )
     with Ledger(sqlite_url, create=False) as ledger:
         report = verify_session(ledger, SID)
-    assert not report.ok and report.position is not None
+    assert not report.ok
+    assert report.position is not None
     assert report.position <= 7  # at the draft itself, before any prompt quoting it
 
 
@@ -218,7 +220,7 @@ def test_the_text_cache_never_forgets_what_it_is_answering() -> None:
     filled = 0
     while filled <= _CACHE_SIZE:  # the cache now holds more than its size
         chunk = addresses[filled : filled + 100]
-        assert mapper._cached_lookup(chunk) == {a: stored[a] for a in chunk}
+        assert mapper.cached_lookup(chunk) == {a: stored[a] for a in chunk}
         filled += len(chunk)
     mixed = [addresses[filled - 1], addresses[filled]]  # one cached, one not
-    assert mapper._cached_lookup(mixed) == {a: stored[a] for a in mixed}
+    assert mapper.cached_lookup(mixed) == {a: stored[a] for a in mixed}

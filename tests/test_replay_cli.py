@@ -208,7 +208,8 @@ def test_replay_without_a_session_is_a_one_line_usage_error(
     assert exit_info.value.code == 2
     assert captured.out == ""
     assert len(captured.err.strip().splitlines()) == 1
-    assert "SESSION" in captured.err and "--all" in captured.err
+    assert "SESSION" in captured.err
+    assert "--all" in captured.err
 
 
 # --------------------------------------------------------------------------- fork end to end

@@ -14,7 +14,6 @@ import hashlib
 import importlib
 import shutil
 import socket
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,7 @@ async def _no_sleep(_: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, UUID]]:
+def demo_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, UUID]:
     """One demo deliberation recorded in a SQLite file (copied by each test), its voices
     answering in-process by the demo's script: how it was recorded is not the subject."""
     path = tmp_path_factory.mktemp("replay-demo") / "demo.sqlite"
@@ -71,7 +70,7 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path,
                 await provider.aclose()
 
         sid = asyncio.run(go())
-    yield path, sid
+    return path, sid
 
 
 @pytest.fixture
@@ -154,7 +153,8 @@ def test_edited_response_without_rehash_is_reported_at_the_edited_event(
     assert result.matched == contribution.position - 1
     with Ledger(url) as ledger:
         report = verify_session(ledger, sid)
-    assert not report.ok and report.position == contribution.position
+    assert not report.ok
+    assert report.position == contribution.position
 
 
 def test_edited_vote_with_rewritten_chain_is_reported_at_the_parsed_vote(
@@ -175,7 +175,8 @@ def test_edited_vote_with_rewritten_chain_is_reported_at_the_parsed_vote(
     paths = _paths(result)
     assert {"data.vote.agrees", "data.vote.stance", "data.vote.score"} <= paths
     agrees = next(f for f in d.fields if f["path"] == "data.vote.agrees")
-    assert agrees["recorded"] is False and agrees["replayed"] is True
+    assert agrees["recorded"] is False
+    assert agrees["replayed"] is True
     assert result.matched == vote.position - 1
 
 
@@ -219,7 +220,7 @@ def test_changed_persona_text_is_reported_at_the_first_synthesis_contribution(
         for e in events
         if e.type == "ContributionRecorded" and kinds[e.data["round"]] == "synthesis"
     )
-    changed = dict(prompts._PERSONA_TEXT)
+    changed = dict(vars(prompts)["_PERSONA_TEXT"])
     changed[Persona.ARCHITECTE] = "Facilitator persona: architecte. Be brief."
     monkeypatch.setattr(prompts, "_PERSONA_TEXT", changed)
 
@@ -343,7 +344,7 @@ def test_replay_opens_no_connection_and_writes_nothing(
         before_id = ledger.max_notification_id()
         before_bytes = _digest(Path(url))
 
-        def no_save(*aggregates: Any) -> None:
+        def no_save(*_aggregates: Any) -> None:
             raise AssertionError("replay tried to save")
 
         monkeypatch.setattr(ledger, "save", no_save)

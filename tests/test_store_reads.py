@@ -159,7 +159,8 @@ def test_postgres_connection_problems_name_their_cause(
     with pytest.raises(StoreError) as info:
         Ledger(url)
     line = info.value.one_line()
-    assert cause in line and "couldn't get a connection" not in line
+    assert cause in line
+    assert "couldn't get a connection" not in line
     result = run_cli("sessions", "--store", url, cwd=tmp_path)
     assert result.returncode == 2
     assert cause in one_error_line(result.stderr)
@@ -207,7 +208,8 @@ def test_printing_a_session_whose_chain_does_not_verify_says_so(
     assert result.returncode == 1
     assert result.stdout.strip(), "the session is still printed"
     line = result.stderr.strip().splitlines()[-1]
-    assert line.startswith("error: ") and "Traceback" not in result.stderr
+    assert line.startswith("error: ")
+    assert "Traceback" not in result.stderr
     assert f"session {built.id} does not verify: event {position}" in line
     assert "forge-ledger verify" in line
 
@@ -226,7 +228,8 @@ def test_a_store_made_without_snapshots_is_read_without_creating_them(store_url:
     with Ledger(store_url, snapshot_interval=0) as ledger:
         built = build_session(ledger, iterations=1, participants=2)
     with Ledger(store_url, create=False, snapshot_interval=2) as ledger:
-        assert ledger.app.snapshots is None and ledger.snapshot_interval == 0
+        assert ledger.app.snapshots is None
+        assert ledger.snapshot_interval == 0
         assert ledger.get(built.id).version == built.iteration_end[1]
     if store_url.startswith("postgresql://"):
         schema = store_url.rsplit("schema=", 1)[1]
@@ -234,10 +237,12 @@ def test_a_store_made_without_snapshots_is_read_without_creating_them(store_url:
             row = conn.execute(
                 "SELECT to_regclass(%s)", (f"{schema}.forgeledger_snapshots",),
             ).fetchone()
-        assert row is not None and row[0] is None
+        assert row is not None
+        assert row[0] is None
     else:
         tables = {r[0] for r in sqlite3.connect(store_url).execute(
             "SELECT name FROM sqlite_master WHERE type='table'")}
-        assert "stored_snapshots" not in tables and "stored_events" in tables
+        assert "stored_snapshots" not in tables
+        assert "stored_events" in tables
     with Ledger(store_url, snapshot_interval=2) as ledger:  # a writer may add them
         assert ledger.app.snapshots is not None

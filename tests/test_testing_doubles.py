@@ -76,10 +76,12 @@ def test_a_told_session_is_stored_forked_and_sealed(sqlite_url: str) -> None:
         fork = b.fork(at_iteration=1)
         root = b.finish(SessionStatus.COMPLETE, reason="done").seal(key=b"k")
         state = ledger.state(b.id)
-        assert state.status is SessionStatus.COMPLETE and state.seal is not None
+        assert state.status is SessionStatus.COMPLETE
+        assert state.seal is not None
         assert state.seal["root_hash"] == root
         assert ledger.state(fork.id).status is SessionStatus.PAUSED
         assert [c.vote.agrees for c in state.rounds[1].contributions if c.vote] == [True, False]
         assert b.id == SequentialIds("story").new_id()
-        assert verify_session(ledger, b.id).ok and verify_session(ledger, fork.id).ok
+        assert verify_session(ledger, b.id).ok
+        assert verify_session(ledger, fork.id).ok
         assert sorted(b.saved_at) == list(range(1, state.version + 1))

@@ -108,7 +108,8 @@ def test_texts_are_stored_once_and_commands_print_them_unchanged(
         assert verify_session(ledger, SID).ok
     rows = _text_rows(store_url)
     bodies = [body for _, body in rows]
-    assert SYSTEM in bodies and _answer(1, agg.state.participant_names[0]) in bodies
+    assert SYSTEM in bodies
+    assert _answer(1, agg.state.participant_names[0]) in bodies
     assert len(bodies) == len(set(bodies)) == 1 + 2 * 2 + 2 * 2  # system once; prompts; answers
     assert all(texts.text_address(body) == address for address, body in rows)
     by_reference = _outputs(store_url, tmp_path)
@@ -135,7 +136,8 @@ def test_verify_reports_a_missing_or_altered_text(store_url: str) -> None:
     )
     with Ledger(store_url, create=False) as ledger:
         report = verify_session(ledger, SID)
-    assert not report.ok and "does not hash to its address" in report.problem
+    assert not report.ok
+    assert "does not hash to its address" in report.problem
     first_contribution = 5  # started, 2 joined, round started, then the first answer
     assert report.position == first_contribution, report.as_json()
     _execute(
@@ -146,7 +148,8 @@ def test_verify_reports_a_missing_or_altered_text(store_url: str) -> None:
     )
     with Ledger(store_url, create=False) as ledger:
         report = verify_session(ledger, SID)
-    assert not report.ok and "missing from the store" in report.problem
+    assert not report.ok
+    assert "missing from the store" in report.problem
 
 
 def test_a_store_written_with_texts_inline_takes_new_sessions(tmp_path: Path) -> None:

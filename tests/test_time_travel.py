@@ -210,7 +210,7 @@ class Driver:
         return opts
 
 
-def _start(n: int, clock: StepClock) -> Deliberation:
+def _start(_n: int, clock: StepClock) -> Deliberation:
     """Start with no participants, then one join per command: one event per step."""
     return Deliberation.start(
         session_id=uuid.uuid4(), topic=Topic(title="Time travel"), config=SessionConfig(),
@@ -351,7 +351,8 @@ def test_state_at_past_position_then_fork_keeps_parent_intact(sqlite_url: str) -
         loaded = ledger.get(fork.id).state
         assert loaded.fork_origin is not None
         assert loaded.fork_origin.parent_position == ends[1]
-        assert loaded.iteration == 1 and len(loaded.rounds) == 2
+        assert loaded.iteration == 1
+        assert len(loaded.rounds) == 2
         assert ledger.state(agg.id).version == agg.version
         summaries = {s.id: s for s in ledger.summaries()}
         assert summaries[str(fork.id)].parent_id == str(agg.id)

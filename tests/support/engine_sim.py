@@ -152,13 +152,13 @@ def draft_text(name: str) -> str:
 
 
 def scripted(
-    vote: Callable[[RoundState, str], str] = lambda r, n: "agree",
-    opinion: Callable[[RoundState, str], tuple[str, list[str]]] = lambda r, n: ("agree", []),
+    vote: Callable[[RoundState, str], str] = lambda _r, _n: "agree",
+    opinion: Callable[[RoundState, str], tuple[str, list[str]]] = lambda _r, _n: ("agree", []),
     suggestion_priority: int = 3,
 ) -> Answer:
     """An answer function from small per-kind rules (valid JSON with a little prose)."""
 
-    def answer(state: SessionState, rnd: RoundState, name: str) -> str:
+    def answer(_state: SessionState, rnd: RoundState, name: str) -> str:
         if rnd.kind is RoundKind.DRAFT:
             return draft_text(name)
         if rnd.kind is RoundKind.SYNTHESIS:

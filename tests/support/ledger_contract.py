@@ -119,7 +119,8 @@ class LedgerContract:
             expected_total = a.version + b.version
             assert len(notes) == expected_total
             ids = [n.notification_id for n in notes]
-            assert ids == sorted(ids) and len(set(ids)) == len(ids)
+            assert ids == sorted(ids)
+            assert len(set(ids)) == len(ids)
             assert ledger.max_notification_id() == ids[-1]
             # interleaving by commit order: a's creation, then b's, then a's round
             order = [(n.session_id, n.position) for n in notes]
@@ -138,7 +139,8 @@ class LedgerContract:
             store_url, snapshot_interval=0,
         ) as plain:
             agg = grown_session(snap, clock, iterations=3)
-            assert snap.app.snapshots is not None and plain.app.snapshots is None
+            assert snap.app.snapshots is not None
+            assert plain.app.snapshots is None
             snapshots = list(snap.app.snapshots.get(agg.id))
             assert snapshots, "expected snapshots with a small interval"
             assert all(s.originator_version % 4 == 0 for s in snapshots)

@@ -73,7 +73,8 @@ class ProviderContract:
         provider, who = self.provider_answering(["one two three four"])
         deltas: list[str] = []
         response = self.complete(provider, self.call(who), deltas)
-        assert deltas and "".join(deltas) == response.content == "one two three four"
+        assert deltas
+        assert "".join(deltas) == response.content == "one two three four"
 
     def test_a_failure_is_one_classified_error_and_the_retry_is_answered(self) -> None:
         provider, who = self.provider_answering([RATE_LIMITED, "after the retry"])

@@ -236,7 +236,7 @@ class TextMapper(Mapper[Any]):
                 for m in _REF_PATTERN.finditer(plain)
             }
             if wanted:
-                self._cached_lookup(sorted(wanted))
+                self.cached_lookup(sorted(wanted))
         for stored_event, plain in window:
             yield self._decoded(stored_event, plain)
 
@@ -268,7 +268,7 @@ class TextMapper(Mapper[Any]):
         addresses = [m.group(2).decode("ascii") for m in _REF_PATTERN.finditer(plain)]
         if not addresses:
             return plain
-        texts = self._cached_lookup(addresses)
+        texts = self.cached_lookup(addresses)
         for address in addresses:
             if address not in texts:
                 raise _missing(address)
@@ -279,7 +279,7 @@ class TextMapper(Mapper[Any]):
 
         return _REF_PATTERN.sub(text, plain)
 
-    def _cached_lookup(self, addresses: Sequence[str]) -> dict[str, str]:
+    def cached_lookup(self, addresses: Sequence[str]) -> dict[str, str]:
         """Texts never change under their address, so recently read ones are kept (a system
         prompt is referred to by every call of a session); ``verify`` reads the store itself."""
         cache: dict[str, str] = self.__dict__.setdefault("_cache", {})
