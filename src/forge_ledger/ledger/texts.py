@@ -145,6 +145,22 @@ class StoredEventWithTexts(StoredEvent):
     dictionaries: dict[str, list[str]] = field(default_factory=dict)
     """Prompt address → the addresses of the answers it quotes (see :mod:`.quotes`)."""
 
+    @classmethod
+    def of(
+        cls,
+        stored: StoredEvent,
+        texts: dict[str, str],
+        dictionaries: dict[str, list[str]] | None = None,
+    ) -> StoredEventWithTexts:
+        return cls(
+            originator_id=stored.originator_id,
+            originator_version=stored.originator_version,
+            topic=stored.topic,
+            state=stored.state,
+            texts=texts,
+            dictionaries=dictionaries or {},
+        )
+
 
 class TextMapper(Mapper[Any]):
     """Swaps texts for references on the way to the store and back on the way out.
@@ -181,15 +197,7 @@ class TextMapper(Mapper[Any]):
         self._remember_answer(data)
         proxy = object.__new__(type(domain_event))
         object.__setattr__(proxy, "__dict__", {**state, "data": stored_data})
-        stored = super().to_stored_event(proxy)
-        return StoredEventWithTexts(
-            originator_id=stored.originator_id,
-            originator_version=stored.originator_version,
-            topic=stored.topic,
-            state=stored.state,
-            texts=texts,
-            dictionaries=dictionaries,
-        )
+        return StoredEventWithTexts.of(super().to_stored_event(proxy), texts, dictionaries)
 
     def _dictionaries(self, data: dict[str, Any], texts: dict[str, str]) -> dict[str, list[str]]:
         """For each long text of the event but its own answer (a prompt, the reasoning parsed
