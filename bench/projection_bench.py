@@ -197,7 +197,8 @@ def measure_listing(tmp: Path, sessions: int, batch: int) -> dict[str, Any]:
     baseline = ledger.summaries()
     baseline_s = time.perf_counter() - t0
     ledger.close()
-    assert rows is not None and [r["id"] for r in rows] == [s.id for s in baseline]
+    assert rows is not None
+    assert [r["id"] for r in rows] == [s.id for s in baseline]
     return {
         "sessions": len(rows),
         "read_model_s": round(listed_s, 4),

@@ -124,6 +124,8 @@ class ScriptedProvider:
         cost = tokens.input * _PRICE.input_cost_per_token + (
             tokens.output * _PRICE.output_cost_per_token
         )
+        if on_delta is not None:  # the whole answer as one streamed delta
+            on_delta(content)
         return ModelResponse(
             content=content,
             model=call.participant.model,

@@ -53,9 +53,10 @@ class Projection:
     version: ClassVar[int] = 1
     tables: ClassVar[tuple[str, ...]] = ()
 
-    def apply(self, event: EventLike, payload: Payload, state: SessionState) -> Sequence[Op]:
+    def apply(self, _event: EventLike, _payload: Payload, _state: SessionState) -> Sequence[Op]:
+        """Writes for one event (none by default)."""
         return ()
 
-    def flush(self, touched: Sequence[SessionState]) -> Sequence[Op]:
+    def flush(self, _touched: Sequence[SessionState]) -> Sequence[Op]:
         """Writes for each session the batch touched (in order of first touch)."""
         return ()

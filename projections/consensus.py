@@ -302,7 +302,7 @@ class ConsensusProjection(Projection):
     version = 2
     tables = ("consensus_trail",)
 
-    def apply(self, event: EventLike, payload: Payload, state: SessionState) -> Sequence[Op]:
+    def apply(self, _event: EventLike, payload: Payload, state: SessionState) -> Sequence[Op]:
         # a round's trail is written when it completes and rewritten when it is evaluated
         # (not on every vote: that would recompute the round once per voter)
         if isinstance(payload, ev.ConvergenceEvaluated):

@@ -18,6 +18,7 @@ from typing import Any
 from forge_ledger.domain import DivergenceState, DivergenceStatus, SessionState, canonical_json
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
+from forge_ledger.domain.events import _DivergenceChange as DivergenceChangePayload
 
 from .base import EventLike, Op, Patch, Projection, Put
 from .session_state import fold_events
@@ -142,7 +143,7 @@ class DissentProjection(Projection):
             for d in state.divergences:
                 out.extend(self._divergence_rows(state, d, inherited=True))
             return out
-        if isinstance(payload, ev._DivergenceChange):
+        if isinstance(payload, DivergenceChangePayload):
             d = state.divergence(payload.divergence_id)
             if d is None:
                 return ()

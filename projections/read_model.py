@@ -86,12 +86,12 @@ class ReadModelProjection(Projection):
             handler = _HANDLERS[kind] = _handler_for(kind)
         return handler(self, event, payload, state)
 
-    def _on_joined(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+    def on_joined(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
         assert isinstance(payload, ev.ParticipantJoined)
         return [self._participant(event.session_id, state, payload.participant.name,
                                   event.position)]
 
-    def _on_updated(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+    def on_updated(self, event: EventLike, payload: Payload, _state: SessionState) -> list[Op]:
         """A model or endpoint changed on the way: the row shows the participant as it is now
         (each contribution keeps the model it was made with)."""
         assert isinstance(payload, ev.ParticipantUpdated)
@@ -102,11 +102,11 @@ class ReadModelProjection(Projection):
             "participant_json": canonical_json(p.model_dump(mode="json")),
         })]
 
-    def _on_forked(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+    def on_forked(self, event: EventLike, _payload: Payload, state: SessionState) -> list[Op]:
         sid, pos = event.session_id, event.position
         return [self._participant(sid, state, p.name, pos) for p in state.participants]
 
-    def _on_round(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+    def on_round(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
         if isinstance(payload, ev.RoundStarted | ev.RoundCompleted):
             number = payload.number
         else:
@@ -115,21 +115,21 @@ class ReadModelProjection(Projection):
         r = state.round(number)
         return [_round_row(event.session_id, r)] if r is not None else []
 
-    def _on_rewound(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+    def on_rewound(self, event: EventLike, _payload: Payload, state: SessionState) -> list[Op]:
         return [_round_row(event.session_id, r) for r in state.rounds]
 
-    def _on_terminal(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+    def on_terminal(self, event: EventLike, _payload: Payload, state: SessionState) -> list[Op]:
         last = state.last_round
         return [_round_row(event.session_id, last)] if last is not None else []
 
-    def _on_contribution(
-        self, event: EventLike, payload: Payload, state: SessionState
+    def on_contribution(
+        self, event: EventLike, payload: Payload, _state: SessionState
     ) -> list[Op]:
         assert isinstance(payload, ev.ContributionRecorded)
         return self._contribution(event.session_id, event.position,
                                   event.timestamp.isoformat(), payload)
 
-    def _on_failure(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+    def on_failure(self, event: EventLike, payload: Payload, _state: SessionState) -> list[Op]:
         assert isinstance(payload, ev.ProviderCallFailed)
         sid, pos = event.session_id, event.position
         return [Put("costs", {
@@ -151,11 +151,11 @@ class ReadModelProjection(Projection):
             "at": event.timestamp.isoformat(),
         })]
 
-    def _on_critique(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+    def on_critique(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
         assert isinstance(payload, ev.CritiqueRecorded)
         return self._critique(event.session_id, event.position, state, payload)
 
-    def _on_vote(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+    def on_vote(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
         assert isinstance(payload, ev.VoteRecorded)
         sid = event.session_id
         c = self._contribution_of(state, payload.round, payload.participant)
@@ -176,7 +176,7 @@ class ReadModelProjection(Projection):
             "position": event.position,
         })]
 
-    def _on_other(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+    def on_other(self, _event: EventLike, _payload: Payload, _state: SessionState) -> list[Op]:
         return []
 
     def flush(self, touched: Sequence[SessionState]) -> Sequence[Op]:
@@ -286,21 +286,21 @@ class ReadModelProjection(Projection):
 _Handler = Callable[[ReadModelProjection, EventLike, Payload, SessionState], Sequence[Op]]
 
 _BY_CLASS: tuple[tuple[type[Any], _Handler], ...] = (
-    (ev.ParticipantJoined, ReadModelProjection._on_joined),
-    (ev.ParticipantUpdated, ReadModelProjection._on_updated),
-    (ev.SessionForked, ReadModelProjection._on_forked),
-    (ev.RoundStarted, ReadModelProjection._on_round),
-    (ev.RoundCompleted, ReadModelProjection._on_round),
-    (ev.ParseFailed, ReadModelProjection._on_round),
-    (ev.SessionRewound, ReadModelProjection._on_rewound),
-    (ev.SessionConverged, ReadModelProjection._on_terminal),
-    (ev.SessionCompleted, ReadModelProjection._on_terminal),
-    (ev.SessionAborted, ReadModelProjection._on_terminal),
-    (ev.SessionTimedOut, ReadModelProjection._on_terminal),
-    (ev.ContributionRecorded, ReadModelProjection._on_contribution),
-    (ev.ProviderCallFailed, ReadModelProjection._on_failure),
-    (ev.CritiqueRecorded, ReadModelProjection._on_critique),
-    (ev.VoteRecorded, ReadModelProjection._on_vote),
+    (ev.ParticipantJoined, ReadModelProjection.on_joined),
+    (ev.ParticipantUpdated, ReadModelProjection.on_updated),
+    (ev.SessionForked, ReadModelProjection.on_forked),
+    (ev.RoundStarted, ReadModelProjection.on_round),
+    (ev.RoundCompleted, ReadModelProjection.on_round),
+    (ev.ParseFailed, ReadModelProjection.on_round),
+    (ev.SessionRewound, ReadModelProjection.on_rewound),
+    (ev.SessionConverged, ReadModelProjection.on_terminal),
+    (ev.SessionCompleted, ReadModelProjection.on_terminal),
+    (ev.SessionAborted, ReadModelProjection.on_terminal),
+    (ev.SessionTimedOut, ReadModelProjection.on_terminal),
+    (ev.ContributionRecorded, ReadModelProjection.on_contribution),
+    (ev.ProviderCallFailed, ReadModelProjection.on_failure),
+    (ev.CritiqueRecorded, ReadModelProjection.on_critique),
+    (ev.VoteRecorded, ReadModelProjection.on_vote),
 )
 
 _HANDLERS: dict[type[Any], _Handler] = {}
@@ -311,4 +311,4 @@ def _handler_for(kind: type[Any]) -> _Handler:
     for cls, handler in _BY_CLASS:
         if issubclass(kind, cls):
             return handler
-    return ReadModelProjection._on_other
+    return ReadModelProjection.on_other

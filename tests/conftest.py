@@ -35,7 +35,7 @@ def _drop_schema(schema: str) -> None:
     import psycopg
 
     with psycopg.connect(
-        PG_BASE.replace("postgresql://", "postgresql://", 1), autocommit=True
+        PG_BASE.replace("postgresql://", "postgresql://", 1), autocommit=True,
     ) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
@@ -85,7 +85,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     session.stash[_BEFORE] = _status()
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+def pytest_sessionfinish(session: pytest.Session) -> None:
     """Fail the run when the tests left files in the checkout (outputs belong beside the
     store, in the test's temporary directory)."""
     before = session.stash.get(_BEFORE, None)

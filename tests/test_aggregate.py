@@ -23,7 +23,7 @@ from forge_ledger.domain.values import (
     Topic,
 )
 from forge_ledger.errors import InvariantViolation
-from strategies import StepClock, contribute, make_participants, new_session, run_round
+from support.strategies import StepClock, contribute, make_participants, new_session, run_round
 
 
 @pytest.fixture
@@ -67,12 +67,14 @@ def test_lifecycle_transitions(agg: Deliberation, clock: StepClock) -> None:
     assert agg.state.status_reason == "all agree"
     head = agg.state.head_hash
     agg.seal(at=clock())
-    assert agg.state.seal is not None and agg.state.seal["root_hash"] == head
+    assert agg.state.seal is not None
+    assert agg.state.seal["root_hash"] == head
 
 
 def test_state_accumulates_tokens_and_cost(agg: Deliberation, clock: StepClock) -> None:
     run_round(agg, RoundKind.DRAFT, 1, clock)
-    assert agg.state.tokens.input == 3 * 12 and agg.state.tokens.output == 3 * 34
+    assert agg.state.tokens.input == 3 * 12
+    assert agg.state.tokens.output == 3 * 34
     assert agg.state.cost_usd == pytest.approx(3 * 0.0015)
 
 
@@ -172,7 +174,7 @@ def test_self_critique_refused_at_round_start(agg: Deliberation, clock: StepCloc
 
 def test_self_critique_refused_when_recorded(agg: Deliberation, clock: StepClock) -> None:
     n = agg.start_round(
-        kind=RoundKind.CRITIQUE, iteration=1, participants=["p1"], targets={"p1": "p0"}, at=clock()
+        kind=RoundKind.CRITIQUE, iteration=1, participants=["p1"], targets={"p1": "p0"}, at=clock(),
     )
     contribute(agg, n, "p1", clock())
     with pytest.raises(InvariantViolation, match="'p1' may not critique its own work"):
@@ -188,7 +190,7 @@ def test_second_opinion_refused(agg: Deliberation, clock: StepClock) -> None:
     agg.record_opinion(round=n, participant="p0", opinion=Opinion(stance=Stance.AGREE), at=clock())
     with pytest.raises(InvariantViolation, match="already has an opinion"):
         agg.record_opinion(
-            round=n, participant="p0", opinion=Opinion(stance=Stance.AGREE), at=clock()
+            round=n, participant="p0", opinion=Opinion(stance=Stance.AGREE), at=clock(),
         )
 
 
@@ -238,7 +240,7 @@ def test_convergence_evaluation_rules(agg: Deliberation, clock: StepClock) -> No
 
 
 def test_divergence_lifecycle_and_overrule_needs_author(
-    agg: Deliberation, clock: StepClock
+    agg: Deliberation, clock: StepClock,
 ) -> None:
     agg.detect_divergence(_divergence(), at=clock())
     with pytest.raises(InvariantViolation, match="already exists"):
@@ -312,7 +314,7 @@ def test_human_input_needs_author(agg: Deliberation, clock: StepClock) -> None:
      SessionStatus.TIMED_OUT],
 )
 def test_finish_rejects_non_terminal_and_records_terminal(
-    agg: Deliberation, clock: StepClock, status: SessionStatus
+    agg: Deliberation, clock: StepClock, status: SessionStatus,
 ) -> None:
     agg.finish(status, at=clock())
     assert agg.state.status is status
@@ -320,7 +322,7 @@ def test_finish_rejects_non_terminal_and_records_terminal(
 
 @pytest.mark.parametrize("status", [SessionStatus.PAUSED, SessionStatus.IN_PROGRESS])
 def test_finish_with_non_terminal_status(
-    agg: Deliberation, clock: StepClock, status: SessionStatus
+    agg: Deliberation, clock: StepClock, status: SessionStatus,
 ) -> None:
     with pytest.raises(InvariantViolation, match="not a terminal status"):
         agg.finish(status, at=clock())
@@ -329,7 +331,7 @@ def test_finish_with_non_terminal_status(
 _AFTER_TERMINAL: dict[str, Callable[[Deliberation, Any], None]] = {
     "join": lambda a, t: a.join(make_participants(5)[4], at=t),
     "start_round": lambda a, t: a.start_round(
-        kind=RoundKind.DRAFT, iteration=2, participants=["p0"], at=t
+        kind=RoundKind.DRAFT, iteration=2, participants=["p0"], at=t,
     ),
     "record_contribution": lambda a, t: contribute(a, 1, "p0", t),
     "record_failure": lambda a, t: a.record_failure(
@@ -340,16 +342,16 @@ _AFTER_TERMINAL: dict[str, Callable[[Deliberation, Any], None]] = {
         at=t,
     ),
     "record_critique": lambda a, t: a.record_critique(
-        round=1, participant="p0", critique=Critique(target="p1"), at=t
+        round=1, participant="p0", critique=Critique(target="p1"), at=t,
     ),
     "record_opinion": lambda a, t: a.record_opinion(
-        round=1, participant="p0", opinion=Opinion(stance=Stance.AGREE), at=t
+        round=1, participant="p0", opinion=Opinion(stance=Stance.AGREE), at=t,
     ),
     "record_vote": lambda a, t: a.record_vote(
-        round=1, participant="p0", vote=ConvergenceVote(agrees=True), at=t
+        round=1, participant="p0", vote=ConvergenceVote(agrees=True), at=t,
     ),
     "record_parse_failure": lambda a, t: a.record_parse_failure(
-        round=1, participant="p0", expected="vote", error="bad json", at=t
+        round=1, participant="p0", expected="vote", error="bad json", at=t,
     ),
     "complete_round": lambda a, t: a.complete_round(round=1, at=t),
     "evaluate_convergence": lambda a, t: a.evaluate_convergence(
@@ -361,7 +363,7 @@ _AFTER_TERMINAL: dict[str, Callable[[Deliberation, Any], None]] = {
     ),
     "detect_divergence": lambda a, t: a.detect_divergence(_divergence("d9"), at=t),
     "change_divergence": lambda a, t: a.change_divergence(
-        "d1", DivergenceStatus.RESOLVED, at=t
+        "d1", DivergenceStatus.RESOLVED, at=t,
     ),
     "pause": lambda a, t: a.pause(reason="x", at=t),
     "resume": lambda a, t: a.resume(at=t),
@@ -370,7 +372,7 @@ _AFTER_TERMINAL: dict[str, Callable[[Deliberation, Any], None]] = {
     "rewind": lambda a, t: a.rewind(1, at=t),
     "suggest_technique": lambda a, t: a.suggest_technique(
         ev.TechniqueSuggested(
-            iteration=1, technique_slug="5whys", category="analysis", suggested_reason="r"
+            iteration=1, technique_slug="5whys", category="analysis", suggested_reason="r",
         ),
         at=t,
     ),
@@ -382,7 +384,7 @@ _AFTER_TERMINAL: dict[str, Callable[[Deliberation, Any], None]] = {
 @pytest.mark.parametrize("command", sorted(_AFTER_TERMINAL))
 @pytest.mark.parametrize("terminal", [SessionStatus.CONVERGED, SessionStatus.ABORTED])
 def test_every_command_refused_after_terminal_status(
-    clock: StepClock, command: str, terminal: SessionStatus
+    clock: StepClock, command: str, terminal: SessionStatus,
 ) -> None:
     agg = new_session(3, clock=clock)
     n = agg.start_round(kind=RoundKind.CONVERGENCE, iteration=1, participants=["p0"], at=clock())

@@ -15,7 +15,7 @@ from forge_ledger.audit import AuditReport, audit_report, render_markdown
 from forge_ledger.cli import main
 from forge_ledger.domain.values import DivergenceStatus, SessionStatus, Stance
 from forge_ledger.ledger import Ledger, RecordedEvent
-from promises_builder import THREE_ITERATIONS, Iteration, SessionBuilder, build
+from support.stories import THREE_ITERATIONS, Iteration, build, play, story
 
 SID = uuid.UUID(int=1)
 
@@ -50,11 +50,15 @@ def test_stance_changes_follow_the_one_conformity_rule(ledger: Ledger) -> None:
     assert set(shifts) == {"bob", "carol"}
     # carol moved to agree after the first vote's majority disagreed: away from it, no flag
     carol = shifts["carol"]
-    assert not carol.conformity and not carol.toward_majority and not carol.majority_agreed
+    assert not carol.conformity
+    assert not carol.toward_majority
+    assert not carol.majority_agreed
     assert carol.reason == "moved away from the previous vote's majority"
     # bob moved to the agreeing majority with no round and no human input in between
     bob = shifts["bob"]
-    assert bob.conformity and bob.toward_majority and bob.influences == ()
+    assert bob.conformity
+    assert bob.toward_majority
+    assert bob.influences == ()
     assert [(c.participant, c.round, c.from_, c.to) for c in r.conformity] == [
         ("bob", bob.to_round, Stance.DISAGREE, Stance.AGREE)]
     flags = engine.conformity_flags(ledger.state(SID))
@@ -70,7 +74,7 @@ def test_dissent_minority_report_failures_and_usage(ledger: Ledger) -> None:
     resolved_at = next(e.position for e in events if e.type == "DivergenceResolved")
     assert (d2.status, d2.closed_position) == (DivergenceStatus.RESOLVED, resolved_at)
     assert [(m.who, m.divergence_id, m.since_iteration) for m in r.minority_report] == [
-        (("bob",), "d1", 1)
+        (("bob",), "d1", 1),
     ]
     failed = [e for e in events if e.type == "ProviderCallFailed"]
     assert [(f.position, f.model, f.error_type) for f in r.failed_calls] == [
@@ -87,21 +91,19 @@ def test_dissent_minority_report_failures_and_usage(ledger: Ledger) -> None:
 
 def test_human_interventions_overrule_rewind_and_vote_minority(sqlite_url: str) -> None:
     sid = uuid.UUID(int=2)
-    b = SessionBuilder(sid)
-    b.iterate(Iteration(votes={"alice": Stance.AGREE, "bob": Stance.DISAGREE,
+    b = story(sid)
+    play(b, Iteration(votes={"alice": Stance.AGREE, "bob": Stance.DISAGREE,
                                "carol": Stance.AGREE},
                         open_dissent=[("d1", "burst limits", "bob")]))
-    b.iterate(Iteration(votes={"alice": Stance.AGREE, "bob": Stance.DISAGREE,
+    play(b, Iteration(votes={"alice": Stance.AGREE, "bob": Stance.DISAGREE,
                                "carol": Stance.DISAGREE},
                         close_dissent=[("d1", DivergenceStatus.OVERRULED, "dana")]))
-    target = b.agg.rewind(1, at=b.clock.now())
-    b.agg.resume(at=b.clock.now())
-    b.iteration = target
-    b.iterate(Iteration(votes={"alice": Stance.AGREE, "bob": Stance.STRONGLY_DISAGREE,
-                               "carol": Stance.AGREE}, critiques=False, synthesis=False))
-    b.finish(SessionStatus.COMPLETE)
+    b.rewind(1).resume()
+    play(b, Iteration(votes={"alice": Stance.AGREE, "bob": Stance.STRONGLY_DISAGREE,
+                             "carol": Stance.AGREE}, critiques=False, synthesis=False))
+    b.finish(SessionStatus.COMPLETE, reason="test script ended")
     with Ledger(sqlite_url) as led:
-        led.save(b.agg)
+        led.save(b.aggregate)
         r = _report(led, sid)
         events = list(led.events(sid))
     kinds = [(h.kind, h.author) for h in r.human_interventions]
@@ -114,10 +116,12 @@ def test_human_interventions_overrule_rewind_and_vote_minority(sqlite_url: str) 
     first_bob_vote = next(
         e.position for e in events if e.type == "VoteRecorded" and e.data["participant"] == "bob"
     )
-    assert bob_minority.who == ("bob",) and bob_minority.since_position == first_bob_vote
+    assert bob_minority.who == ("bob",)
+    assert bob_minority.since_position == first_bob_vote
     assert "burst handling" in bob_minority.concern
     md = render_markdown(r)
-    assert "overrule" in md and "back 1" in md
+    assert "overrule" in md
+    assert "back 1" in md
 
 
 def test_markdown_reads_as_a_document(ledger: Ledger) -> None:
@@ -129,7 +133,8 @@ def test_markdown_reads_as_a_document(ledger: Ledger) -> None:
         "## Dissent", "## Human interventions", "## Tokens and cost", "## Failed calls",
         "## Minority report",
     ]
-    assert "conformity flag" in md and "burst limits" in md
+    assert "conformity flag" in md
+    assert "burst limits" in md
     for line in md.splitlines():
         if line.startswith("|"):
             assert line.endswith("|")
@@ -144,14 +149,15 @@ def test_audit_cli(ledger: Ledger, sqlite_url: str, capsys: pytest.CaptureFixtur
         ([], lambda out: "Minority report" in out),
     ):
         with pytest.raises(SystemExit) as exc:
-            main(["audit", str(SID)[:6], "--store", sqlite_url, *args])
-            raise SystemExit(0)
+            _main_then_exit(["audit", str(SID)[:6], "--store", sqlite_url, *args])
         assert exc.value.code == 0
         assert check(capsys.readouterr().out)
     with pytest.raises(SystemExit) as exc:
         main(["audit", str(SID), "--store", sqlite_url, "--json", "--markdown"])
     captured = capsys.readouterr()
-    assert exc.value.code == 2 and captured.out == "" and "at most one" in captured.err
+    assert exc.value.code == 2
+    assert captured.out == ""
+    assert "at most one" in captured.err
 
 
 stances = st.sampled_from(list(Stance))
@@ -168,7 +174,7 @@ stances = st.sampled_from(list(Stance))
         ),
         min_size=1,
         max_size=4,
-    )
+    ),
 )
 def test_conformity_on_generated_sessions(script: list[Iteration]) -> None:
     """The rule restated for the builder's sessions: critiques and syntheses never mention a
@@ -200,3 +206,9 @@ def test_conformity_on_generated_sessions(script: list[Iteration]) -> None:
     assert sorted(got) == sorted(expected)
     assert [c.participant for c in r.conformity] == [s.participant for s in r.stance_shifts
                                                      if s.conformity]
+
+
+def _main_then_exit(argv: list[str]) -> None:
+    """Run the CLI in-process; a command that returns is exit code 0, as the console script's."""
+    main(argv)
+    raise SystemExit(0)

@@ -4,13 +4,10 @@ self-preference, and anonymized review (labels in prompts, recorded, replayed id
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
 import sys
-import uuid
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,44 +18,16 @@ from click.testing import CliRunner
 from forge_ledger import engine
 from forge_ledger.audit import audit_report, document_similarity, render_markdown
 from forge_ledger.cli import cli
-from forge_ledger.cli.demo import demo_participants, demo_topic
-from forge_ledger.clock import FixedStepClock, SequentialIds
-from forge_ledger.domain.values import RoundKind, SessionConfig
+from forge_ledger.domain.values import RoundKind
 from forge_ledger.engine import review_labels
 from forge_ledger.ledger import Ledger
-from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.projections import catch_up, open_views
-from forge_ledger.providers import get_provider
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
-from test_projections_views import SID as SCRIPTED_SID
-from test_projections_views import _scripted
-from test_replay_generated import assert_identical
-
-START = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
-
-
-async def _no_sleep(_: float) -> None:
-    """Back-off is recorded, not waited for."""
-
-
-def _run(store: str, server: FakeOpenAIServer, *, anonymize: bool) -> uuid.UUID:
-    async def go() -> uuid.UUID:
-        provider = get_provider()
-        try:
-            with Ledger(store) as ledger:
-                clock = FixedStepClock(START, timedelta(seconds=1))
-                orch = Orchestrator(ledger, provider, clock=clock, ids=SequentialIds("audit"),
-                                    sleep=_no_sleep)
-                sid = orch.start(demo_topic(),
-                                 SessionConfig(max_cost_usd=1.0, anonymize=anonymize),
-                                 demo_participants(server.url))
-                await orch.run(sid)
-                return sid
-        finally:
-            await provider.aclose()
-
-    return asyncio.run(go())
+from support.orchestrator import run_demo_session
+from support.replay import assert_identical
+from support.stories import CACHE_SID as SCRIPTED_SID
+from support.stories import cache_design_session as _scripted
 
 
 def _json(*args: str) -> Any:
@@ -69,10 +38,9 @@ def _json(*args: str) -> Any:
 
 @pytest.mark.parametrize("anonymize", [False, True], ids=["named", "anonymized"])
 def test_trail_and_audit_tell_one_story(
-    store_url: str, fake_openai: FakeOpenAIServer, anonymize: bool
+    store_url: str, anonymize: bool,
 ) -> None:
-    fake_openai.set_script(bundled_script("four-voices"))
-    sid = _run(store_url, fake_openai, anonymize=anonymize)
+    sid = run_demo_session(store_url, anonymize=anonymize)
     trail = _json("trail", str(sid), "--store", store_url)
     audit = _json("audit", str(sid), "--store", store_url)
     assert audit["conformity"] == trail["conformity"]
@@ -87,9 +55,11 @@ def test_trail_and_audit_tell_one_story(
     texts = {e.position: e.data["response"]["content"] for e in events
              if e.type == "ContributionRecorded"}
     for i in audit["influence"]:
-        assert i["quote"] and i["quote"] in texts[i["position"]]
+        assert i["quote"]
+        assert i["quote"] in texts[i["position"]]
     shifts = {s["participant"]: s for s in audit["stance_shifts"]}
-    assert shifts["dave"]["toward_majority"] and not shifts["dave"]["conformity"]
+    assert shifts["dave"]["toward_majority"]
+    assert not shifts["dave"]["conformity"]
     assert set(audit) >= {"anonymized", "labels", "deliberation_effect", "self_preference"}
     assert audit["anonymized"] is anonymize
     labels = [e.data["labels"] for e in events if e.type == "ReviewLabelsAssigned"]
@@ -101,9 +71,8 @@ def test_trail_and_audit_tell_one_story(
     assert_identical(replay_session(Ledger(store_url, create=False), sid), events)
 
 
-def test_anonymized_prompts_name_no_one(store_url: str, fake_openai: FakeOpenAIServer) -> None:
-    fake_openai.set_script(bundled_script("four-voices"))
-    sid = _run(store_url, fake_openai, anonymize=True)
+def test_anonymized_prompts_name_no_one(store_url: str) -> None:
+    sid = run_demo_session(store_url, anonymize=True)
     with Ledger(store_url, create=False) as ledger:
         state = ledger.state(sid)
         events = list(ledger.events(sid))
@@ -129,7 +98,8 @@ def test_anonymized_prompts_name_no_one(store_url: str, fake_openai: FakeOpenAIS
             if r.kind is RoundKind.CRITIQUE:
                 target = r.targets[c.participant]
                 label = next(k for k, v in labels.items() if v == target)
-                assert f"## {label} to critique" in user and f'"target" to "{label}"' in user
+                assert f"## {label} to critique" in user
+                assert f'"target" to "{label}"' in user
             else:
                 assert "## Proposed final text (Response " in user
             seen += 1
@@ -137,10 +107,9 @@ def test_anonymized_prompts_name_no_one(store_url: str, fake_openai: FakeOpenAIS
 
 
 def test_named_prompts_unchanged_without_anonymize(
-    sqlite_url: str, fake_openai: FakeOpenAIServer
+    sqlite_url: str,
 ) -> None:
-    fake_openai.set_script(bundled_script("four-voices"))
-    sid = _run(sqlite_url, fake_openai, anonymize=False)
+    sid = run_demo_session(sqlite_url, anonymize=False)
     with Ledger(sqlite_url, create=False) as ledger:
         state = ledger.state(sid)
         critique = next(r for r in state.rounds if r.kind is RoundKind.CRITIQUE)
@@ -152,27 +121,33 @@ def test_named_prompts_unchanged_without_anonymize(
 
 
 def test_deliberation_effect_and_self_preference(
-    store_url: str, fake_openai: FakeOpenAIServer
+    store_url: str,
 ) -> None:
-    fake_openai.set_script(bundled_script("four-voices"))
-    sid = _run(store_url, fake_openai, anonymize=True)
+    sid = run_demo_session(store_url, anonymize=True)
     with Ledger(store_url, create=False) as ledger:
         events = list(ledger.events(sid))
         report = audit_report(events)
         at = {k: ledger.state(sid, at_iteration=k) for k in (1, 2)}
     effect = report.deliberation_effect
-    assert effect.first_vote is not None and effect.final_vote is not None
+    assert effect.first_vote is not None
+    assert effect.final_vote is not None
     assert (effect.first_vote.round, effect.final_vote.round) == (
         report.consensus[0].round, report.consensus[-1].round)
-    assert effect.first_vote.majority_agrees and not effect.first_vote.converged
-    assert effect.final_vote.converged and effect.outcome == "converged"
+    assert effect.first_vote.majority_agrees
+    assert not effect.first_vote.converged
+    assert effect.final_vote.converged
+    assert effect.outcome == "converged"
     # iteration 1: 3 of 4 agree (majority) but the weighted score is below the threshold
-    assert effect.score_majority_disagreed and effect.disagreement_rounds == (
+    assert effect.score_majority_disagreed
+    assert effect.disagreement_rounds == (
         report.consensus[0].round,)
     docs = {d.iteration: d for d in effect.document_change}
     one, two = at[1].latest_text, at[2].latest_text
-    assert one is not None and two is not None
-    assert docs[1].chars == len(one) and docs[2].chars == len(two) and docs[1].similarity is None
+    assert one is not None
+    assert two is not None
+    assert docs[1].chars == len(one)
+    assert docs[2].chars == len(two)
+    assert docs[1].similarity is None
     assert docs[2].similarity == round(document_similarity(one, two), 4) < 1.0
     assert docs[2].author == at[2].document_source[1].participant  # type: ignore[index]
     assert effect.stance_changes == len(report.stance_shifts) >= 1
@@ -191,11 +166,14 @@ def test_deliberation_effect_and_self_preference(
     bob_critiques = [e.data["critique"]["score"] for e in events
                      if e.type == "CritiqueRecorded" and e.data["participant"] == "bob"]
     bob_all = bob_votes + bob_critiques
-    assert prefs["bob"].own_judgements == 0 and prefs["bob"].own_mean_score is None
+    assert prefs["bob"].own_judgements == 0
+    assert prefs["bob"].own_mean_score is None
     assert prefs["bob"].others_mean_score == round(sum(bob_all) / len(bob_all), 4)
     md = render_markdown(report)
-    assert "## Did deliberation help?" in md and "## Who moved whom" in md
-    assert "Anonymized review" in md and "Response A = " in md
+    assert "## Did deliberation help?" in md
+    assert "## Who moved whom" in md
+    assert "Anonymized review" in md
+    assert "Response A = " in md
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -206,7 +184,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("how", ["flag", "participants file"])
 def test_run_anonymize_from_the_command_line(
-    store_url: str, fake_openai: FakeOpenAIServer, tmp_path: Path, how: str
+    store_url: str, fake_openai: FakeOpenAIServer, tmp_path: Path, how: str,
 ) -> None:
     """``run --anonymize`` (or ``anonymize: true`` in the participants file) records labels;
     ``audit --json`` names the authors behind them; ``replay`` finds the session identical."""
@@ -232,11 +210,12 @@ def test_run_anonymize_from_the_command_line(
     assert sorted(doc["labels"].values()) == sorted(names)
     assert [p["participant"] for p in doc["self_preference"]] == list(names)
     replay = _cli("replay", sid, "--store", store_url)
-    assert replay.returncode == 0 and "identical" in replay.stdout, replay.stdout + replay.stderr
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert "identical" in replay.stdout, replay.stdout + replay.stderr
 
 
 def test_one_session_yields_the_same_flags_in_trail_and_audit(
-    store_url: str, tmp_path: Path
+    store_url: str, tmp_path: Path,
 ) -> None:
     """The session that once got three different answers (trail: C; audit: nobody; the
     engine: B and C) now gets one: C moved to the majority with nothing on its point."""
@@ -279,4 +258,5 @@ def test_audit_of_an_imported_session_compares_no_missing_texts(store_url: str) 
     changes = audit["deliberation_effect"]["document_change"]
     assert [c["iteration"] for c in changes] == list(range(1, state.iteration + 1))
     assert all(c["similarity"] is None and c["chars"] == 0 for c in changes)
-    assert audit["conformity"] == audit["influence"] == [] and audit["anonymized"] is False
+    assert audit["conformity"] == audit["influence"] == []
+    assert audit["anonymized"] is False

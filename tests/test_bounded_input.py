@@ -32,15 +32,15 @@ from forge_ledger.domain.values import (
 )
 from forge_ledger.errors import InputLimitError, InvariantViolation, StoreError, UsageError
 from forge_ledger.ledger import Ledger
-from helpers_sessions import build_session, make_participants
-from hostile_inputs import (
+from support.hostile_inputs import (
     BILLION_LAUGHS,
     fingerprint,
     measure_cli,
     one_error_line,
     run_cli,
 )
-from strategies import new_session
+from support.sessions import build_session, make_participants
+from support.strategies import new_session
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -51,7 +51,7 @@ def test_aliases_count_as_the_subtree_they_repeat() -> None:
     # a: 1 mapping + 2 keys + (1 list + 3 items) = 7 nodes; root 1 + 2 keys; *x repeats 5
     text = "a: &x [1, 2, 3]\nb: *x\n"
     assert load_yaml(text, name="t", limits=YamlLimits(max_nodes=11)) == {
-        "a": [1, 2, 3], "b": [1, 2, 3]
+        "a": [1, 2, 3], "b": [1, 2, 3],
     }
     with pytest.raises(InputLimitError, match="too many YAML nodes after alias expansion"):
         load_yaml(text, name="t", limits=YamlLimits(max_nodes=10))
@@ -115,15 +115,15 @@ def _sixty_megabytes(path: Path) -> None:
 CASES = {
     "billion-laughs/import": ("bomb.yaml", ["import", "bomb.yaml", "--store", "{store}"]),
     "billion-laughs/participants": (
-        "bomb.yaml", ["run", "A topic", "--participants", "bomb.yaml", "--store", "{store}"]
+        "bomb.yaml", ["run", "A topic", "--participants", "bomb.yaml", "--store", "{store}"],
     ),
     "billion-laughs/fake-server": ("bomb.yaml", ["fake-server", "--script", "bomb.yaml"]),
     "billion-laughs/verify-export": (
-        "bomb.yaml", ["verify-export", "bomb.yaml", "--store", "{store}"]
+        "bomb.yaml", ["verify-export", "bomb.yaml", "--store", "{store}"],
     ),
     "60MB/import": ("big.yaml", ["import", "big.yaml", "--store", "{store}"]),
     "60MB/participants": (
-        "big.yaml", ["run", "A topic", "--participants", "big.yaml", "--store", "{store}"]
+        "big.yaml", ["run", "A topic", "--participants", "big.yaml", "--store", "{store}"],
     ),
 }
 
@@ -138,7 +138,7 @@ def hostile_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_hostile_yaml_is_refused_fast_in_little_memory(
-    case: str, hostile_dir: Path, tmp_path: Path
+    case: str, hostile_dir: Path, tmp_path: Path,
 ) -> None:
     name, args = CASES[case]
     store = tmp_path / "store" / "ledger.sqlite"
@@ -211,7 +211,7 @@ def test_cli_bounds_are_one_line_and_write_nothing(tmp_path: Path) -> None:
     team = tmp_path / "team.yaml"
     team.write_text("participants:\n  - {name: a, model: openai/a, max_tokens: 5000000}\n")
     too_many_tokens = run_cli(
-        "run", "A topic", "--participants", str(team), "--store", str(store), cwd=tmp_path
+        "run", "A topic", "--participants", str(team), "--store", str(store), cwd=tmp_path,
     )
     assert too_many_tokens.returncode == 2
     assert "max_tokens" in one_error_line(too_many_tokens.stderr)
@@ -264,7 +264,7 @@ def test_store_that_is_not_a_ledger(kind: str, command: str, open_dir: Path) -> 
     before = None if target.is_dir() else fingerprint(target)
     listing = sorted(p.name for p in open_dir.rglob("*"))
     args = ["import", str(FIXTURES / "seed_standard.yaml")] if command == "import" else [
-        "sessions"
+        "sessions",
     ]
     result = run_cli(*args, "--store", str(target), cwd=open_dir, unprivileged=True)
     if kind == "read-only" and command == "sessions":

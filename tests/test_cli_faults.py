@@ -24,7 +24,7 @@ import yaml
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer
-from test_orchestrator_support import voice
+from support.orchestrator import voice
 
 NAMES = ("ana", "ben", "cleo")
 ROLES = ("drafter", "critic", "synthesizer")
@@ -86,7 +86,7 @@ def script(**before: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_a_fault_on_the_only_author_pauses_then_resume_finishes(
-    tmp_path: Path, fake_openai: FakeOpenAIServer
+    tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
     fake_openai.set_script(
         script(
@@ -97,8 +97,8 @@ def test_a_fault_on_the_only_author_pauses_then_resume_finishes(
                 {"match": "· draft ·", "fault": "malformed_chunk", "content": "x y", "times": 1},
                 {"match": "· draft ·", "fault": "unavailable", "times": 1},
                 {"match": "· draft ·", "fault": "empty", "times": 1},
-            ]
-        )
+            ],
+        ),
     )
     pfile = participants_file(tmp_path, fake_openai.url)
     run = cli(tmp_path, "run", "Faulty author", "--participants", str(pfile), "--json")
@@ -108,10 +108,12 @@ def test_a_fault_on_the_only_author_pauses_then_resume_finishes(
     line = one_line(run.stderr.splitlines()[-1])
     assert line.startswith(f"error: session {short} paused: round 1 (draft)")
     assert f"forge-ledger resume {short}" in line
-    assert doc["status"] == "paused" and doc["fault"]["attempts"] == 3
+    assert doc["status"] == "paused"
+    assert doc["fault"]["attempts"] == 3
     types = [e.type for e in events_of(tmp_path, sid)]
     assert types[-1] == "SessionPaused"
-    assert "SessionAborted" not in types and "SessionSealed" not in types
+    assert "SessionAborted" not in types
+    assert "SessionSealed" not in types
     shown = cli(tmp_path, "show", short, "--json")
     assert json.loads(shown.stdout)["status"] == "paused"
 
@@ -138,13 +140,13 @@ def test_a_fault_on_the_only_author_pauses_then_resume_finishes(
 
 
 def test_a_fault_a_person_fixes_names_the_fix_and_a_swap_is_recorded(
-    tmp_path: Path, fake_openai: FakeOpenAIServer
+    tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
     fake_openai.set_script(
         {
             **script(),
             "ghost": [{"fault": "unknown_model"}],
-        }
+        },
     )
     pfile = participants_file(tmp_path, fake_openai.url, {"cleo": "openai/ghost"})
     run = cli(tmp_path, "run", "Unknown model", "--participants", str(pfile), "--json")
@@ -152,7 +154,8 @@ def test_a_fault_a_person_fixes_names_the_fix_and_a_swap_is_recorded(
     short = doc["session_id"][:8]
     assert run.returncode == 3, run.stderr
     line = one_line(run.stderr.splitlines()[-1])
-    assert doc["fault"]["participant"] == "cleo" and doc["fault"]["kind"] == "synthesis"
+    assert doc["fault"]["participant"] == "cleo"
+    assert doc["fault"]["kind"] == "synthesis"
     assert f"forge-ledger resume {short} -m cleo=MODEL" in line
 
     done = cli(tmp_path, "resume", short, "-m", "cleo=openai/cleo", "--json")
@@ -169,7 +172,7 @@ def test_a_fault_a_person_fixes_names_the_fix_and_a_swap_is_recorded(
 
 
 def test_resume_api_base_moves_every_participant(
-    tmp_path: Path, fake_openai: FakeOpenAIServer
+    tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
     fake_openai.set_script(script())
     pfile = participants_file(tmp_path, "http://127.0.0.1:9/v1")
@@ -188,7 +191,7 @@ def test_resume_api_base_moves_every_participant(
 
 
 def test_abort_is_a_person_decision_and_resume_of_it_fails(
-    tmp_path: Path, fake_openai: FakeOpenAIServer
+    tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
     fake_openai.set_script({"*": [{"fault": "server_error"}]})
     pfile = participants_file(tmp_path, fake_openai.url)
@@ -208,7 +211,7 @@ def test_abort_is_a_person_decision_and_resume_of_it_fails(
 
 
 def test_resume_of_an_ended_unsealed_session_seals_and_exports(
-    tmp_path: Path, fake_openai: FakeOpenAIServer
+    tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
     """A crash between the end and the seal: resume seals, exports, exits 0 in one line."""
     import asyncio
@@ -242,7 +245,8 @@ def test_resume_of_an_ended_unsealed_session_seals_and_exports(
     assert events_of(tmp_path, sid)[-1].type == "SessionSealed"
     assert list(tmp_path.rglob("ended-early*.yaml"))
     twice = cli(tmp_path, "resume", sid[:8], "--json")
-    assert twice.returncode == 0 and json.loads(twice.stdout) == json.loads(done.stdout)
+    assert twice.returncode == 0
+    assert json.loads(twice.stdout) == json.loads(done.stdout)
 
 
 @pytest.mark.slow
@@ -256,13 +260,14 @@ def test_demo_fork_resume_runs_offline(tmp_path: Path) -> None:
     done = cli(tmp_path, "resume", child[:8], "--json")
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
-    assert doc["status"] in ("converged", "complete") and doc["rounds"] > 5
+    assert doc["status"] in ("converged", "complete")
+    assert doc["rounds"] > 5
     assert "scripted server runs again" in done.stderr
     assert_sound(tmp_path, child)
 
 
 def test_fork_api_base_and_model_swap_are_recorded_in_the_fork(
-    tmp_path: Path, fake_openai: FakeOpenAIServer
+    tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
     fake_openai.set_script({**script(), "bea": voice("bea")})
     pfile = participants_file(tmp_path, "http://127.0.0.1:9/v1")

@@ -1,9 +1,9 @@
 """The read-side CLI (``sessions``, ``show``, ``log``, ``verify``) against real stores.
 
 Sessions are recorded through the aggregate into a real SQLite file (and PostgreSQL for the
-``postgres`` tests) by the builders in ``helpers_sessions``; expected values are computed from
+``postgres`` tests) by the stories in ``support.sessions``; expected values are computed from
 what the builders report or from the raw event log (the EMS is worked out by hand from the
-builders' documented shape, so a wrong EMS rule cannot pass unnoticed). Commands run
+stories' documented shape, so a wrong EMS rule cannot pass unnoticed). Commands run
 in-process (click's CliRunner, and ``main`` for the error path) and as real subprocesses of the
 ``forge-ledger`` console script and ``python -m forge_ledger``.
 """
@@ -29,14 +29,14 @@ from forge_ledger.cli import cli, main
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.domain.hashing import GENESIS
 from forge_ledger.ledger import Ledger
-from helpers_sessions import (
+from support.sessions import (
     BuiltSession,
     build_session,
     fork_session,
     make_participants,
     seal_session,
 )
-from helpers_store import raw_connection
+from support.store import raw_connection
 
 VENV_BIN = Path(sys.executable).parent
 CONSOLE_SCRIPT = str(VENV_BIN / "forge-ledger")
@@ -117,7 +117,8 @@ def test_sessions_json_lists_every_session_with_its_figures(store: Store) -> Non
     doc = invoke_json("sessions", "--store", store.url)
     assert [row["id"] for row in doc] == [str(store.a.id), str(store.b.id)]
     a, b = doc
-    assert a["slug"] == "design-a-rate-limiter" and a["title"] == store.a.title
+    assert a["slug"] == "design-a-rate-limiter"
+    assert a["title"] == store.a.title
     assert b["slug"] == "pick-a-storage-engine"
     assert (a["status"], b["status"]) == ("converged", "in_progress")
     assert (a["iteration"], b["iteration"]) == (2, 3)
@@ -131,8 +132,10 @@ def test_sessions_json_lists_every_session_with_its_figures(store: Store) -> Non
 def test_sessions_table_names_each_session(store: Store) -> None:
     result = invoke("sessions", "--store", store.url)
     assert result.exit_code == 0
-    assert store.a.id.hex[:8] in result.stdout and str(store.b.id)[:8] in result.stdout
-    assert "converged" in result.stdout and "in_progress" in result.stdout
+    assert store.a.id.hex[:8] in result.stdout
+    assert str(store.b.id)[:8] in result.stdout
+    assert "converged" in result.stdout
+    assert "in_progress" in result.stdout
 
 
 def test_sessions_on_an_empty_store(tmp_path: Path) -> None:
@@ -140,7 +143,8 @@ def test_sessions_on_an_empty_store(tmp_path: Path) -> None:
     Ledger(str(path)).close()
     assert invoke_json("sessions", "--store", str(path)) == []
     result = invoke("sessions", "--store", str(path))
-    assert result.exit_code == 0 and result.stdout == ""
+    assert result.exit_code == 0
+    assert result.stdout == ""
     assert "no sessions" in result.stderr
 
 
@@ -196,7 +200,8 @@ def test_show_json_of_an_unconverged_session_reports_weighted_and_majority(store
     doc = invoke_json("show", str(store.b.id), "--store", store.url)
     conv = doc["convergence"]
     assert conv["converged"] is False
-    assert conv["agree"] == 1 and conv["disagree"] == 3
+    assert conv["agree"] == 1
+    assert conv["disagree"] == 3
     assert conv["majority_agrees"] is False
     assert conv["score"] == pytest.approx(0.25)
     assert [d["id"] for d in doc["open_dissent"]] == ["div-3"]
@@ -257,7 +262,7 @@ def test_show_at_event_matches_the_log(store: Store) -> None:
 
 
 @settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(data=st.data())
 def test_show_at_any_event_agrees_with_a_fold_of_the_log(store: Store, data: st.DataObject) -> None:
@@ -285,10 +290,13 @@ def test_show_human_view(store: Store) -> None:
     result = invoke("show", store.b.prefix, "--store", store.url)
     assert result.exit_code == 0, result.stderr
     out = result.stdout
-    assert store.b.title in out and "in_progress" in out and "iteration 3" in out
+    assert store.b.title in out
+    assert "in_progress" in out
+    assert "iteration 3" in out
     assert "openai/model-4" in out
     assert "Draft by P1 in iteration 1." in out  # a content preview
-    assert "weighted score 0.25" in out and "plain majority does not agree" in out
+    assert "weighted score 0.25" in out
+    assert "plain majority does not agree" in out
     assert "div-3" in out
 
 
@@ -334,7 +342,7 @@ def test_prefix_resolution(tmp_path: Path) -> None:
 
 
 def test_ambiguous_prefix_is_a_user_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     url = str(tmp_path / "ambiguous.sqlite")
     clock = FixedStepClock()
@@ -345,7 +353,8 @@ def test_ambiguous_prefix_is_a_user_error(
                 session_id=uuid.UUID(f"abcd0000-0000-4000-8000-00000000000{i}"),
             )
     code, out, err = run_main(capsys, "show", "abcd", "--store", url)
-    assert code == 2 and out == ""
+    assert code == 2
+    assert out == ""
     assert_one_error_line(err)
     assert "matches 2 sessions" in err
 
@@ -357,7 +366,8 @@ def test_log_json_is_the_whole_chain_in_order(store: Store) -> None:
     log = invoke_json("log", store.a.prefix, "--store", store.url)
     assert [e["position"] for e in log] == list(range(1, store.a.iteration_end[2] + 1))
     assert set(log[0]) == {"position", "type", "timestamp", "hash", "prev_hash", "data"}
-    assert log[0]["type"] == "SessionStarted" and log[0]["prev_hash"] == GENESIS
+    assert log[0]["type"] == "SessionStarted"
+    assert log[0]["prev_hash"] == GENESIS
     for before, after in itertools.pairwise(log):
         assert after["prev_hash"] == before["hash"]
     assert log[-1]["type"] == "SessionConverged"
@@ -392,7 +402,8 @@ def test_log_human_view(store: Store) -> None:
 
 def test_verify_a_sound_store(store: Store) -> None:
     doc = invoke_json("verify", "--store", store.url)
-    assert doc["ok"] is True and doc["keyed"] is False
+    assert doc["ok"] is True
+    assert doc["keyed"] is False
     reports = {r["session_id"]: r for r in doc["sessions"]}
     assert reports[str(store.a.id)]["events"] == store.a.iteration_end[2]
     assert reports[str(store.b.id)]["events"] == store.b.iteration_end[3]
@@ -416,7 +427,7 @@ def _tamper(path: Path, session: uuid.UUID, position: int) -> None:
 
 
 def test_verify_names_the_first_tampered_position(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     built = _build_store(tmp_path / "tampered.sqlite")
     with Ledger(built.url, create=False) as ledger:
@@ -428,7 +439,8 @@ def test_verify_names_the_first_tampered_position(
     code, out, err = run_main(capsys, "verify", "--store", built.url)
     assert code == 1
     assert_one_error_line(err)
-    assert str(built.b.id) in err and f"position {position}" in err
+    assert str(built.b.id) in err
+    assert f"position {position}" in err
     assert "altered" in err
 
     code, out, err = run_main(capsys, "verify", "--json", "--store", built.url)
@@ -437,7 +449,7 @@ def test_verify_names_the_first_tampered_position(
     assert doc["ok"] is False
     bad = [r for r in doc["sessions"] if not r["ok"]]
     assert [(r["session_id"], r["first_bad_position"]) for r in bad] == [
-        (str(built.b.id), position)
+        (str(built.b.id), position),
     ]
 
     # The untouched session still verifies on its own.
@@ -447,7 +459,8 @@ def test_verify_names_the_first_tampered_position(
     # And as a real process: exit status 1 and the position on stderr.
     proc = run_process("verify", built.b.prefix, "--store", built.url)
     assert proc.returncode == 1
-    assert f"position {position}" in proc.stderr and "Traceback" not in proc.stderr
+    assert f"position {position}" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_verify_checks_seal_hmac_with_the_key_from_the_environment(tmp_path: Path) -> None:
@@ -458,21 +471,23 @@ def test_verify_checks_seal_hmac_with_the_key_from_the_environment(tmp_path: Pat
         seal_session(ledger, built.id, clock=clock, key=b"s3cret")
 
     good = CliRunner(env={"FORGE_LEDGER_HMAC_KEY": "s3cret"}).invoke(
-        cli, ["verify", "--json", "--store", url]
+        cli, ["verify", "--json", "--store", url],
     )
     assert good.exit_code == 0, good.stderr
     report = json.loads(good.stdout)["sessions"][0]
-    assert report["sealed"] is True and report["hmac_ok"] is True
+    assert report["sealed"] is True
+    assert report["hmac_ok"] is True
 
     other = CliRunner(env={"OTHER_KEY": "wrong"}).invoke(
-        cli, ["verify", "--json", "--key-env", "OTHER_KEY", "--store", url]
+        cli, ["verify", "--json", "--key-env", "OTHER_KEY", "--store", url],
     )
     assert other.exit_code == 1
     report = json.loads(other.stdout)["sessions"][0]
-    assert report["hmac_ok"] is False and report["first_bad_position"] == report["events"] + 1
+    assert report["hmac_ok"] is False
+    assert report["first_bad_position"] == report["events"] + 1
 
     unkeyed = CliRunner(env={"FORGE_LEDGER_HMAC_KEY": None}).invoke(
-        cli, ["verify", "--json", "--store", url]
+        cli, ["verify", "--json", "--store", url],
     )
     assert unkeyed.exit_code == 0
     assert json.loads(unkeyed.stdout)["sessions"][0]["hmac_ok"] is None
@@ -517,7 +532,7 @@ MISTAKES = [
 
 @pytest.mark.parametrize("case", MISTAKES)
 def test_user_mistakes_are_one_line_and_exit_2(
-    case: str, store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    case: str, store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     args = _mistakes(store, tmp_path)[case]
     code, out, err = run_main(capsys, *args)
@@ -528,7 +543,7 @@ def test_user_mistakes_are_one_line_and_exit_2(
 
 @pytest.mark.parametrize(
     "case", ["unknown session", "bad url scheme", "missing store", "foreign sqlite",
-             "conflicting --at", "bad iso time"]
+             "conflicting --at", "bad iso time"],
 )
 def test_user_mistakes_in_a_real_process(case: str, store: Store, tmp_path: Path) -> None:
     args = [*_mistakes(store, tmp_path)[case], "--json"]
@@ -541,7 +556,8 @@ def test_user_mistakes_in_a_real_process(case: str, store: Store, tmp_path: Path
 def test_missing_store_is_not_created(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "typo.sqlite"
     code, _, err = run_main(capsys, "sessions", "--store", str(path))
-    assert code == 2 and "no ledger at" in err
+    assert code == 2
+    assert "no ledger at" in err
     assert not path.exists()
 
 
@@ -551,11 +567,13 @@ def test_missing_store_is_not_created(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_console_script_and_module_print_one_json_document(store: Store) -> None:
     script = run_process("sessions", "--json", "--store", store.url)
     module = run_process("show", store.a.prefix, "--json", "--store", store.url, module=True)
-    assert script.returncode == 0 and module.returncode == 0, script.stderr + module.stderr
+    assert script.returncode == 0, script.stderr + module.stderr
+    assert module.returncode == 0, script.stderr + module.stderr
     rows = json.loads(script.stdout)
     assert [r["id"] for r in rows] == [str(store.a.id), str(store.b.id)]
     shown = json.loads(module.stdout)
-    assert shown["id"] == str(store.a.id) and shown["status"] == "converged"
+    assert shown["id"] == str(store.a.id)
+    assert shown["status"] == "converged"
     assert invoke_json("show", store.a.prefix, "--store", store.url) == shown
 
 
@@ -626,4 +644,5 @@ def test_human_views_print_user_text_literally(tmp_path: Path) -> None:
     assert shown.exit_code == 0, shown.stderr
     assert title in shown.stdout
     listed = invoke("sessions", "--store", url)
-    assert listed.exit_code == 0 and "[bold]tags[/bold]" in listed.stdout
+    assert listed.exit_code == 0
+    assert "[bold]tags[/bold]" in listed.stdout

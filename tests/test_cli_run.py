@@ -3,69 +3,21 @@ entry point: its error handling is what users see), against the fake server on 1
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from forge_ledger.cli import main
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.testing import FakeOpenAIServer
-from test_orchestrator_support import voice
+from support.cli import assert_one_error_line, one_json, run_cli, write_participants
+from support.orchestrator import voice
 
 SUMMARY_KEYS = {"session_id", "status", "iterations", "rounds", "events", "cost_usd"}
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_json(out: str) -> dict[str, Any]:
-    doc = json.loads(out)  # raises if stdout holds anything but one JSON document
-    assert isinstance(doc, dict)
-    return doc
-
-
-def assert_one_error_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: ")
-    assert "Traceback" not in err
-    return lines[0]
-
-
-def write_participants(path: Path, url: str, names: tuple[str, ...]) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "participants": [
-                    {
-                        "name": n,
-                        "model": f"openai/{n}",
-                        "role": "generalist",
-                        "api_base": url,
-                        "price": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6},
-                    }
-                    for n in names
-                ]
-            }
-        ),
-        encoding="utf-8",
-    )
-    return path
-
-
 def test_run_with_models_and_api_base_prints_one_summary(
-    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     fake_openai.set_script({"ana": voice("ana"), "ben": voice("ben")})
     store = str(tmp_path / "run.sqlite")
@@ -86,10 +38,12 @@ def test_run_with_models_and_api_base_prints_one_summary(
     assert code == 0
     doc = one_json(out)
     assert set(doc) >= SUMMARY_KEYS
-    assert doc["status"] == "converged" and doc["iterations"] == 1
+    assert doc["status"] == "converged"
+    assert doc["iterations"] == 1
     with Ledger(store) as ledger:
         state = ledger.state(doc["session_id"])
-        assert doc["events"] == state.version and doc["rounds"] == len(state.rounds)
+        assert doc["events"] == state.version
+        assert doc["rounds"] == len(state.rounds)
         assert [p.model for p in state.participants] == ["openai/ana", "openai/ben"]
         assert verify_session(ledger, state_id(ledger, doc)).ok
     assert {r.model for r in fake_openai.requests} == {"ana", "ben"}
@@ -100,7 +54,7 @@ def state_id(ledger: Ledger, doc: dict[str, Any]) -> Any:
 
 
 def test_run_with_participants_file_records_prices(
-    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     names = ("ana", "ben", "cleo")
     fake_openai.set_script({n: voice(n) for n in names})
@@ -132,14 +86,15 @@ def test_run_with_participants_file_records_prices(
 
 
 def test_demo_converges_in_iteration_two_after_a_refinement(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     store = str(tmp_path / "demo.sqlite")
     code, out, _ = run_cli(capsys, "demo", "--latency", "0.01", "--store", store, "--json")
     assert code == 0
     doc = one_json(out)
     assert set(doc) >= SUMMARY_KEYS
-    assert doc["status"] == "converged" and doc["iterations"] == 2
+    assert doc["status"] == "converged"
+    assert doc["iterations"] == 2
     with Ledger(store) as ledger:
         events = list(ledger.events(state_id(ledger, doc)))
     types = [e.type for e in events]
@@ -151,7 +106,7 @@ def test_demo_converges_in_iteration_two_after_a_refinement(
 
 
 def test_missing_api_key_is_one_clear_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for var in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
         monkeypatch.delenv(var, raising=False)
@@ -168,13 +123,14 @@ def test_missing_api_key_is_one_clear_line(
     )
     assert code == 2
     line = assert_one_error_line(err)
-    assert "ANTHROPIC_API_KEY is not set" in line and "anthropic/claude-3-5-haiku" in line
+    assert "ANTHROPIC_API_KEY is not set" in line
+    assert "anthropic/claude-3-5-haiku" in line
     assert out == ""
     assert not Path(store).exists()  # found before anything was recorded
 
 
 def test_unreachable_provider_is_one_clear_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     store = str(tmp_path / "down.sqlite")
     code, out, err = run_cli(
@@ -192,7 +148,8 @@ def test_unreachable_provider_is_one_clear_line(
     assert code == 3
     line = assert_one_error_line(err)
     assert "cannot connect to http://127.0.0.1:9/v1" in line
-    assert "--api-base" in line and "forge-ledger resume" in line
+    assert "--api-base" in line
+    assert "forge-ledger resume" in line
     assert one_json(out)["status"] == "paused"
 
 
@@ -205,7 +162,7 @@ def test_unreachable_provider_is_one_clear_line(
     ],
 )
 def test_bad_participants_file_is_one_line_exit_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, expected: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, expected: str,
 ) -> None:
     pfile = tmp_path / "bad.yaml"
     pfile.write_text(content, encoding="utf-8")
@@ -219,12 +176,13 @@ def test_bad_participants_file_is_one_line_exit_2(
         str(tmp_path / "bad.sqlite"),
         "--json",
     )
-    assert code == 2 and out == ""
+    assert code == 2
+    assert out == ""
     assert expected in assert_one_error_line(err)
 
 
 def test_missing_participants_file_is_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     code, _, err = run_cli(
         capsys,

@@ -11,8 +11,8 @@ import pytest
 
 from forge_ledger.ledger import Ledger
 from forge_ledger.testing import FakeOpenAIServer
-from test_cli_run import assert_one_error_line, one_json, run_cli, write_participants
-from test_orchestrator_support import opinion_json, voice, vote_json
+from support.cli import assert_one_error_line, one_json, run_cli, write_participants
+from support.orchestrator import opinion_json, voice, vote_json
 
 NAMES = ("ana", "ben", "cleo", "dov")
 TOPIC = "Attended retries"
@@ -66,11 +66,12 @@ def _types(store: str, sid: str) -> list[str]:
 
 
 def test_pause_answer_overrule_resume_converges(
-    setup: tuple[Path, str], fake_openai: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+    setup: tuple[Path, str], fake_openai: FakeOpenAIServer, capsys: pytest.CaptureFixture[str],
 ) -> None:
     pfile, store = setup
     doc = _start(capsys, pfile, store, fake_openai.url)
-    assert doc["status"] == "paused" and doc["pending_questions"]
+    assert doc["status"] == "paused"
+    assert doc["pending_questions"]
     sid = doc["session_id"]
     types = _types(store, sid)
     assert types[-2:] == ["QuestionsAsked", "SessionPaused"]
@@ -98,7 +99,8 @@ def test_pause_answer_overrule_resume_converges(
     with Ledger(store) as ledger:
         events = list(ledger.events(ledger.resolve(sid)))
     human = [e for e in events if e.type == "HumanInputRecorded"]
-    assert len(human) == 1 and human[0].data["author"] == "mira"
+    assert len(human) == 1
+    assert human[0].data["author"] == "mira"
     assert human[0].data["kind"] == "answer"
     overruled = [e for e in events if e.type == "DivergenceOverruled"]
     assert [e.data["divergence_id"] for e in overruled] == [strong[0]]
@@ -106,12 +108,13 @@ def test_pause_answer_overrule_resume_converges(
     code, out, err = run_cli(capsys, "resume", sid[:8], "--store", store, "--json")
     assert code == 0, err
     final = one_json(out)
-    assert final["status"] == "converged" and final["iterations"] == 2
+    assert final["status"] == "converged"
+    assert final["iterations"] == 2
     assert "SessionResumed" in _types(store, sid)
 
 
 def test_without_overrule_the_strong_dissent_blocks(
-    setup: tuple[Path, str], fake_openai: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+    setup: tuple[Path, str], fake_openai: FakeOpenAIServer, capsys: pytest.CaptureFixture[str],
 ) -> None:
     pfile, store = setup
     sid = _start(capsys, pfile, store, fake_openai.url)["session_id"]
@@ -120,7 +123,8 @@ def test_without_overrule_the_strong_dissent_blocks(
     code, out, err = run_cli(capsys, "resume", sid, "--store", store, "--json")
     assert code == 0, err
     doc = one_json(out)
-    assert doc["status"] == "paused" and doc["iterations"] == 2  # asks again, not converged
+    assert doc["status"] == "paused"
+    assert doc["iterations"] == 2
     with Ledger(store) as ledger:
         state = ledger.state(ledger.resolve(sid))
     assert state.latest_convergence is not None
@@ -131,20 +135,25 @@ def test_without_overrule_the_strong_dissent_blocks(
     # the topic is in progress: a new run must choose --resume or --new
     run_args = ["run", TOPIC, "--participants", str(pfile), "--store", store, "--json"]
     code, out, err = run_cli(capsys, *run_args)
-    assert code == 2 and out == ""
+    assert code == 2
+    assert out == ""
     line = assert_one_error_line(err)
-    assert sid[:8] in line and "--resume" in line and "--new" in line
+    assert sid[:8] in line
+    assert "--resume" in line
+    assert "--new" in line
     code, out, err = run_cli(capsys, *run_args, "--resume")
     assert code == 0, err
     assert one_json(out)["session_id"] == sid
     code, out, err = run_cli(capsys, *run_args, "--new", "--max-rounds", "1")
     assert code == 0, err
     fresh = one_json(out)
-    assert fresh["session_id"] != sid and fresh["rounds"] == 1
+    assert fresh["session_id"] != sid
+    assert fresh["rounds"] == 1
 
 
+@pytest.mark.usefixtures("fake_openai")
 def test_resume_of_a_finished_session_is_one_line_and_success(
-    setup: tuple[Path, str], fake_openai: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
+    setup: tuple[Path, str], capsys: pytest.CaptureFixture[str],
 ) -> None:
     pfile, store = setup
     code, out, err = run_cli(
@@ -165,7 +174,8 @@ def test_resume_of_a_finished_session_is_one_line_and_success(
     code, out, err = run_cli(capsys, "resume", sid, "--store", store, "--json")
     assert code == 0, err
     lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "had already ended" in lines[0], err
+    assert len(lines) == 1, err
+    assert "had already ended" in lines[0], err
     again = one_json(out)
     assert again["status"] == first["status"]
     assert again["events"] == first["events"]  # already sealed: nothing to add

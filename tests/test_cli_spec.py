@@ -18,11 +18,11 @@ from forge_ledger.domain.values import RoundKind
 from forge_ledger.ledger import Ledger, resolve_store
 from forge_ledger.ledger.outputs import store_outputs
 from forge_ledger.spec import split_spec, write_spec
-from helpers_sessions import BuiltSession, build_session, contribution_text
+from support.sessions import BuiltSession, build_session, contribution_text
 
 
 def forge(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
+    *args: str, cwd: Path, env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "forge_ledger", *args],
@@ -41,7 +41,9 @@ def run_main(*args: str) -> int:
 
 def one_error_line(stderr: str) -> str:
     lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in stderr
+    assert len(lines) == 1
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in stderr
     return lines[0]
 
 
@@ -61,7 +63,7 @@ def front(text: str) -> dict[str, Any]:
 
 
 def test_spec_at_iteration_one_is_iteration_ones_synthesis(
-    built: tuple[str, BuiltSession], tmp_path: Path
+    built: tuple[str, BuiltSession], tmp_path: Path,
 ) -> None:
     store, s = built
     proc = forge("spec", s.prefix, "--at-iteration", "1", "--store", store, cwd=tmp_path)
@@ -69,27 +71,34 @@ def test_spec_at_iteration_one_is_iteration_ones_synthesis(
     header, body = split_spec(proc.stdout)
     assert body == contribution_text(RoundKind.SYNTHESIS, "P1", 1)
     doc = front(proc.stdout)
-    assert doc["iteration"] == 1 and doc["agreed"] is False and doc["open_dissent"] == 1
-    assert doc["position"] == s.iteration_end[1] and doc["session_id"] == str(s.id)
-    assert "**Not agreed.**" in header and "div-1: burst size (iteration 1)" in header
+    assert doc["iteration"] == 1
+    assert doc["agreed"] is False
+    assert doc["open_dissent"] == 1
+    assert doc["position"] == s.iteration_end[1]
+    assert doc["session_id"] == str(s.id)
+    assert "**Not agreed.**" in header
+    assert "div-1: burst size (iteration 1)" in header
 
 
 def test_spec_json_is_the_latest_synthesis_byte_for_byte_and_agreed(
-    built: tuple[str, BuiltSession], tmp_path: Path
+    built: tuple[str, BuiltSession], tmp_path: Path,
 ) -> None:
     store, s = built
     proc = forge("spec", s.prefix, "--store", store, "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["text"] == contribution_text(RoundKind.SYNTHESIS, "P1", 2)
-    assert doc["agreed"] is True and doc["status"] == "converged" and doc["open_dissent"] == 0
-    assert doc["source"]["kind"] == "synthesis" and doc["source"]["participant"] == "P1"
+    assert doc["agreed"] is True
+    assert doc["status"] == "converged"
+    assert doc["open_dissent"] == 0
+    assert doc["source"]["kind"] == "synthesis"
+    assert doc["source"]["participant"] == "P1"
     with Ledger(store) as ledger:
         assert doc["head_hash"] == ledger.state(s.id).head_hash
 
 
 def test_spec_provenance_json_traces_every_sentence(
-    built: tuple[str, BuiltSession], tmp_path: Path
+    built: tuple[str, BuiltSession], tmp_path: Path,
 ) -> None:
     store, s = built
     proc = forge("spec", s.prefix, "--provenance", "--json", "--store", store, cwd=tmp_path)
@@ -99,10 +108,12 @@ def test_spec_provenance_json_traces_every_sentence(
     first = doc["sentences"][0]
     assert set(first["origin"]) == {"participant", "round", "kind", "iteration", "position"}
     # "Synthesis by P1 in iteration 2." rewrites iteration 1's first sentence (P1's draft).
-    assert first["origin"]["kind"] == "draft" and first["origin"]["participant"] == "P1"
+    assert first["origin"]["kind"] == "draft"
+    assert first["origin"]["participant"] == "P1"
     assert [r["contribution"]["kind"] for r in first["revisions"]][-1] == "synthesis"
     text = forge("spec", s.prefix, "--provenance", "--store", store, cwd=tmp_path)
-    assert text.returncode == 0 and "Contributions:" in text.stdout
+    assert text.returncode == 0
+    assert "Contributions:" in text.stdout
     assert "P1 · draft · round 1 · iteration 1" in text.stdout
 
 
@@ -111,7 +122,8 @@ def test_spec_file_is_tied_to_the_chain(built: tuple[str, BuiltSession], tmp_pat
     out = tmp_path / "doc.md"
     proc = forge("spec", s.prefix, "--at-iteration", "1", "-o", str(out), "--store", store,
                  cwd=tmp_path)
-    assert proc.returncode == 0 and proc.stdout == "", proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "", proc.stderr
     ok = forge("verify-export", str(out), "--store", store, cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     assert f"matches the chain of {s.id}" in ok.stdout
@@ -122,7 +134,7 @@ def test_spec_file_is_tied_to_the_chain(built: tuple[str, BuiltSession], tmp_pat
 
 
 def test_spec_diff_names_who_changed_each_hunk(
-    built: tuple[str, BuiltSession], tmp_path: Path
+    built: tuple[str, BuiltSession], tmp_path: Path,
 ) -> None:
     store, s = built
     proc = forge("spec", s.prefix, "--diff", "--store", store, cwd=tmp_path)
@@ -135,7 +147,8 @@ def test_spec_diff_names_who_changed_each_hunk(
     assert "; P1 (synthesis, round 7, event" in proc.stdout
     as_json = forge("spec", s.prefix, "--diff", "1", "2", "--json", "--store", store, cwd=tmp_path)
     doc = json.loads(as_json.stdout)
-    assert (doc["from_iteration"], doc["to_iteration"]) == (1, 2) and doc["hunks"]
+    assert (doc["from_iteration"], doc["to_iteration"]) == (1, 2)
+    assert doc["hunks"]
     assert all(c["iteration"] == 2 for h in doc["hunks"] for c in h["changed_by"])
 
 
@@ -155,7 +168,7 @@ def test_spec_mistakes_are_one_line(built: tuple[str, BuiltSession], tmp_path: P
 
 
 def test_demo_writes_the_document_beside_the_store_and_nothing_in_the_cwd(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
@@ -168,7 +181,9 @@ def test_demo_writes_the_document_beside_the_store_and_nothing_in_the_cwd(
     [export] = (store.parent / "brainstorm-sessions").iterdir()
     assert spec.name == export.name.replace(".yaml", ".md")
     doc = front(spec.read_text("utf-8"))
-    assert doc["session_id"] == sid and doc["status"] == "converged" and doc["agreed"] is True
+    assert doc["session_id"] == sid
+    assert doc["status"] == "converged"
+    assert doc["agreed"] is True
     assert run_main("verify-export", str(spec), "--store", str(store)) == 0
 
 
@@ -200,7 +215,7 @@ def test_outputs_of_a_postgres_store_go_under_home(pg_url: str, tmp_path: Path) 
 
 
 def test_cleanup_removes_old_finished_exports_and_documents_beside_the_store(
-    built: tuple[str, BuiltSession], tmp_path: Path
+    built: tuple[str, BuiltSession], tmp_path: Path,
 ) -> None:
     store, s = built  # converged, with events dated 2026-01-01
     with Ledger(store) as ledger:
@@ -215,4 +230,5 @@ def test_cleanup_removes_old_finished_exports_and_documents_beside_the_store(
     assert proc.returncode == 0, proc.stderr
     removed = {Path(f["path"]) for f in json.loads(proc.stdout)["files"] if f["removed"]}
     assert removed == {export, spec}
-    assert not export.exists() and not spec.exists()
+    assert not export.exists()
+    assert not spec.exists()

@@ -28,8 +28,8 @@ import pytest
 from forge_ledger.domain.values import SessionConfig
 from forge_ledger.ledger import Ledger
 from forge_ledger.testing import FakeOpenAIServer
-from test_cli_run import assert_one_error_line, one_json, run_cli, write_participants
-from test_orchestrator_support import opinion_json, voice, vote_json
+from support.cli import assert_one_error_line, one_json, run_cli, write_participants
+from support.orchestrator import opinion_json, voice, vote_json
 
 CONSOLE_SCRIPT = str(Path(sys.executable).parent / "forge-ledger")
 HOSTILE = "[red]alarm[/red] [link=https://evil.example]click[/link] [/] [bold]"
@@ -115,7 +115,7 @@ def test_a_reader_that_went_away_is_not_a_failure(recorded: Recorded, command: l
     ["show"], ["log"], ["trail"], ["dissent", "--all"], ["audit"], ["audit", "--markdown"],
 ])
 def test_piped_output_is_plain_whole_and_prints_markup_as_typed(
-    recorded: Recorded, command: list[str]
+    recorded: Recorded, command: list[str],
 ) -> None:
     proc = cli(command[0], recorded.session_id, *command[1:], "--store", recorded.store)
     assert proc.returncode == 0, proc.stderr
@@ -129,11 +129,14 @@ def test_piped_output_is_plain_whole_and_prints_markup_as_typed(
     if command[0] == "dissent":
         with Ledger(recorded.store, create=False) as ledger:
             topics = [d.topic for d in ledger.state(recorded.session_id).divergences]
-        assert topics and all(f"\t{t}\t" in out for t in topics)
-        assert "\tstrongly_disagree\t" not in out and "dov: strongly_disagree;" in out
+        assert topics
+        assert all(f"\t{t}\t" in out for t in topics)
+        assert "\tstrongly_disagree\t" not in out
+        assert "dov: strongly_disagree;" in out
     if command[0] == "log":
         rows = [ln.split("\t") for ln in out.splitlines()[2:]]
-        assert rows and all(len(r) == 5 for r in rows)
+        assert rows
+        assert all(len(r) == 5 for r in rows)
         assert {"ContributionRecorded", "DivergenceDetected"} <= {r[2] for r in rows}
 
 
@@ -144,11 +147,13 @@ def test_on_a_terminal_markup_in_stored_text_is_printed_not_obeyed(recorded: Rec
         assert proc.returncode == 0, proc.stderr
         plain = ANSI.sub("", proc.stdout)
         assert "┃" in plain or "│" in plain or command[0] == "show"  # Rich rendered it
-        assert "[red]alarm[/red]" in plain and "[/]" in plain
+        assert "[red]alarm[/red]" in plain
+        assert "[/]" in plain
         assert "\x1b]8;" not in proc.stdout  # no hyperlink was created by [link=…]
 
 
-def test_attended_prompt_shows_the_divergence_id(recorded: Recorded, tmp_path: Path) -> None:
+@pytest.mark.usefixtures("recorded")
+def test_attended_prompt_shows_the_divergence_id(tmp_path: Path) -> None:
     """The interactive prompt (stdin a terminal) prints ``[d…]`` ids that --overrule needs."""
     store = str(tmp_path / "attended.sqlite")
     with FakeOpenAIServer(_script()) as server:
@@ -203,18 +208,20 @@ def test_run_help_shows_every_default_from_session_config() -> None:
 def test_bare_command_prints_help_and_succeeds() -> None:
     proc = cli()
     assert proc.returncode == 0
-    assert proc.stdout.startswith("Usage: forge-ledger") and "error" not in proc.stderr
+    assert proc.stdout.startswith("Usage: forge-ledger")
+    assert "error" not in proc.stderr
 
 
 def test_at_iteration_error_states_the_range(recorded: Recorded) -> None:
     proc = cli("show", recorded.session_id, "--at-iteration", "9", "--store", recorded.store)
     assert proc.returncode == 2
     line = assert_one_error_line(proc.stderr)
-    assert "no iteration 9" in line and "iteration 1 only" in line
+    assert "no iteration 9" in line
+    assert "iteration 1 only" in line
 
 
 def test_call_settings_reach_the_session_config(
-    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     fake_openai.set_script({"ana": voice("ana"), "ben": voice("ben")})
     store = str(tmp_path / "s.sqlite")
@@ -241,7 +248,7 @@ def test_call_settings_reach_the_session_config(
     (["--max-cost", "1"], ["ana (openai/ana): no known price", "ben (openai/ben): no known"]),
 ])
 def test_contradictions_are_refused_before_anything_is_recorded(
-    tmp_path: Path, args: list[str], expected: list[str]
+    tmp_path: Path, args: list[str], expected: list[str],
 ) -> None:
     store = tmp_path / "never.sqlite"
     models = ["-m", "openai/ana", "-m", "openai/ben"]
@@ -249,7 +256,8 @@ def test_contradictions_are_refused_before_anything_is_recorded(
     proc = cli("run", "Refused", *models, *base, *args, "--store", str(store))
     assert proc.returncode == 2
     lines = proc.stderr.splitlines()
-    assert all(ln.startswith("error: ") for ln in lines) and "Traceback" not in proc.stderr
+    assert all(ln.startswith("error: ") for ln in lines)
+    assert "Traceback" not in proc.stderr
     for text in expected:
         assert sum(text in ln for ln in lines) == 1, proc.stderr
     assert len(lines) == len(expected) + (len(expected) > 1)  # + "nothing was recorded"
@@ -261,7 +269,8 @@ def test_too_many_participants_are_refused_before_the_store_is_made(tmp_path: Pa
     models = [arg for i in range(33) for arg in ("-m", f"openai/p{i}")]
     proc = cli("run", "Crowded", *models, "--api-base", "http://127.0.0.1:9/v1",
                "--store", str(store))
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
     assert "33 participants is more than a session takes (32)" in proc.stderr
     assert not store.exists()
 
@@ -285,12 +294,13 @@ def test_missing_keys_reported_through_litellm_one_line_each(tmp_path: Path) -> 
     assert "OPENAI_API_KEY is not set" in lines[0]
     assert "ANTHROPIC_API_KEY is not set" in lines[1]
     assert "GEMINI_API_KEY" in lines[2]
-    assert lines[3] == "error: nothing was recorded" and len(lines) == 4
+    assert lines[3] == "error: nothing was recorded"
+    assert len(lines) == 4
     assert not store.exists()
 
 
 def test_price_option_lets_the_budget_bind(
-    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     fake_openai.set_script({"ana": voice("ana"), "ben": voice("ben")})
     store = str(tmp_path / "priced.sqlite")
@@ -305,13 +315,16 @@ def test_price_option_lets_the_budget_bind(
         (summary,) = ledger.summaries()
         state = ledger.state(summary.id)
     prices = {c.participant: c.response.price for r in state.rounds for c in r.contributions}
-    assert prices["ana"] is not None and prices["ana"].input_cost_per_token == pytest.approx(3e-6)
-    assert prices["ben"] is not None and prices["ben"].output_cost_per_token == pytest.approx(2e-6)
-    assert f"cost ${state.cost_usd:.4f}" in out and state.cost_usd > 0
+    assert prices["ana"] is not None
+    assert prices["ana"].input_cost_per_token == pytest.approx(3e-6)
+    assert prices["ben"] is not None
+    assert prices["ben"].output_cost_per_token == pytest.approx(2e-6)
+    assert f"cost ${state.cost_usd:.4f}" in out
+    assert state.cost_usd > 0
 
 
 def test_allow_unpriced_runs_and_shows_unpriced_not_zero(
-    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     fake_openai.set_script({"ana": voice("ana"), "ben": voice("ben")})
     store = str(tmp_path / "unpriced.sqlite")
@@ -328,7 +341,8 @@ def test_allow_unpriced_runs_and_shows_unpriced_not_zero(
         (summary,) = ledger.summaries()
         sid = summary.id
     proc = cli("show", sid, "--store", store)
-    assert "tokens, unpriced" in proc.stdout and "$0.0000" not in proc.stdout
+    assert "tokens, unpriced" in proc.stdout
+    assert "$0.0000" not in proc.stdout
 
 
 # --------------------------------------------------------------------------- 14.7
@@ -363,14 +377,16 @@ def test_resume_inside_an_open_round_names_the_round(tmp_path: Path) -> None:
         with Ledger(store, create=False) as ledger:
             (summary,) = ledger.summaries()
             state = ledger.state(summary.id)
-        assert state.last_round is not None and state.last_round.kind.value == "critique"
+        assert state.last_round is not None
+        assert state.last_round.kind.value == "critique"
         assert state.last_round.status.value == "in_progress"
         resumed = cli("resume", summary.id, "--store", store)
     assert resumed.returncode == 0, resumed.stderr
     lines = resumed.stderr.splitlines()
     progress = [ln for ln in lines if "session cost" in ln]
     assert lines[0] == f"round {state.last_round.number} (resumed)", lines
-    assert progress and progress[0].startswith(
+    assert progress, progress
+    assert progress[0].startswith(
         f"round {state.last_round.number} done · session cost"), progress
     assert all(re.match(r"round \d+ ", ln) for ln in progress), progress
 
@@ -413,7 +429,7 @@ def test_browse_serves_canned_queries_for_any_store_name(recorded: Recorded) -> 
     finally:
         proc.terminate()  # what a supervisor does; browse stops its Datasette with it
         proc.wait(timeout=20)
-    with pytest.raises(OSError):  # nothing is left serving on that port
+    with pytest.raises(ConnectionRefusedError):  # nothing is left serving on that port
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
 
 
@@ -452,11 +468,12 @@ def test_after_back_show_and_the_jump_summary_agree(tmp_path: Path) -> None:
     assert jump["ems_before"] == before["ems"]
     assert jump["ems_after"] == at_1["ems"] == now["ems"]
     assert jump["phase_after"] == at_1["phase"] == now["phase"]
-    assert now["iteration"] == 1 and now["status"] == "paused"
+    assert now["iteration"] == 1
+    assert now["status"] == "paused"
 
 
 def test_back_on_an_ended_session_says_to_fork(
-    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     fake_openai.set_script({"ana": voice("ana"), "ben": voice("ben")})
     store = str(tmp_path / "ended.sqlite")
@@ -467,7 +484,8 @@ def test_back_on_an_ended_session_says_to_fork(
     proc = cli("back", sid, "--store", store)
     assert proc.returncode == 2
     line = assert_one_error_line(proc.stderr)
-    assert "converged" in line and f"forge-ledger fork {sid[:8]} --at-iteration 1" in line
+    assert "converged" in line
+    assert f"forge-ledger fork {sid[:8]} --at-iteration 1" in line
 
 
 def test_imported_phase_is_the_one_shown_and_re_exported(tmp_path: Path) -> None:
@@ -486,7 +504,7 @@ def test_imported_phase_is_the_one_shown_and_re_exported(tmp_path: Path) -> None
 
 def test_importing_an_export_keeps_the_title(recorded: Recorded, tmp_path: Path) -> None:
     out = tmp_path / "run.yaml"
-    assert cli("export", recorded.session_id, "-o", str(out), "--store", recorded.store
+    assert cli("export", recorded.session_id, "-o", str(out), "--store", recorded.store,
                ).returncode == 0
     title = _json("show", recorded.session_id, "--store", recorded.store)["title"]
     store = str(tmp_path / "other.sqlite")
@@ -518,5 +536,7 @@ def test_diff_prints_dissent_topics_whole_when_piped(recorded: Recorded) -> None
     assert proc.returncode == 0, proc.stderr
     with Ledger(recorded.store, create=False) as ledger:
         topics = [d.topic for d in ledger.state(recorded.session_id).open_divergences]
-    assert topics and all(t in proc.stdout for t in topics)
-    assert "\x1b[" not in proc.stdout and "…" not in proc.stdout
+    assert topics
+    assert all(t in proc.stdout for t in topics)
+    assert "\x1b[" not in proc.stdout
+    assert "…" not in proc.stdout

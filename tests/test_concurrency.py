@@ -21,7 +21,7 @@ import pytest
 from forge_ledger.domain.values import RoundKind
 from forge_ledger.errors import ConcurrencyConflictError
 from forge_ledger.ledger import Ledger, verify_session
-from strategies import StepClock, new_session, run_round
+from support.strategies import StepClock, new_session, run_round
 
 WORKER = textwrap.dedent(
     """
@@ -52,7 +52,7 @@ WORKER = textwrap.dedent(
             out["retry"] = "saved"
         out["final"] = ledger.head_version(agg.id)
     print(json.dumps(out), flush=True)
-    """
+    """,
 )
 
 
@@ -118,7 +118,8 @@ def _check_race(store: str) -> None:
         # the loser's first attempt left no trace
         assert all(e.data.get("text") != f"note from {loser['author']}" for e in events)
         report = verify_session(ledger, agg.id)
-        assert report.ok and report.events == v + 2, report.as_json()
+        assert report.ok, report.as_json()
+        assert report.events == v + 2, report.as_json()
         state = ledger.state(agg.id)
         assert [h.author for h in state.human_inputs] == [winner["author"], loser["author"]]
 
@@ -156,7 +157,7 @@ OPENER = textwrap.dedent(
     """
     import sys
     from forge_ledger.ledger import Ledger
-    from strategies import new_session
+    from support.strategies import new_session
 
     store = sys.argv[1]
     print("ready", flush=True)
@@ -165,7 +166,7 @@ OPENER = textwrap.dedent(
         agg = new_session(2)
         ledger.save(agg)
         print(agg.id, ledger.head_version(agg.id), flush=True)
-    """
+    """,
 )
 
 

@@ -8,29 +8,23 @@ stance change must be: flagged or not, which influences, and why.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 
 from forge_ledger import engine
-from forge_ledger.clock import FixedStepClock
 from forge_ledger.domain import Deliberation
-from forge_ledger.domain import events as ev
 from forge_ledger.domain.values import (
     ChatMessage,
-    ConvergenceVote,
     DivergenceStatus,
-    DivergentPosition,
-    ModelResponse,
     Opinion,
     Participant,
     RoundKind,
-    SessionConfig,
     Stance,
     TokenCount,
-    Topic,
 )
-from test_projections_support import PARAMS
+from forge_ledger.testing import SessionBuilder
+from support.random_sessions import PARAMS
 
 S = Stance
 
@@ -113,66 +107,41 @@ CASES = [
 ]
 
 
-@dataclass
-class _Builder:
-    agg: Deliberation
-    clock: FixedStepClock = field(default_factory=FixedStepClock)
-
-    def say(self, number: int, who: str, text: str) -> None:
-        msgs = [ChatMessage(role="user", content="go")]
-        self.agg.record_contribution(
-            round=number, participant=who, model=f"openai/{who}", messages=msgs, params=PARAMS,
-            prompt_hash=ev.prompt_hash(msgs), at=self.clock.now(),
-            response=ModelResponse(content=text, model=f"openai/{who}",
-                                   tokens=TokenCount(input=1, output=1)),
-        )
-
-    def vote(self, iteration: int, stances: dict[str, Stance],
-             concerns: tuple[str, ...]) -> int:
-        n = self.agg.start_round(kind=RoundKind.CONVERGENCE, iteration=iteration,
-                                 participants=list(stances), at=self.clock.now())
-        for who, s in stances.items():
-            self.say(n, who, f"vote {s.value}")
-            vote = ConvergenceVote(agrees=s.agrees, stance=s, score=70, reasoning="same words",
-                                   concerns=concerns if who == "X" else ())
-            self.agg.record_vote(round=n, participant=who, at=self.clock.now(), vote=vote)
-        self.agg.complete_round(round=n, at=self.clock.now())
-        return n
+def _vote(b: SessionBuilder, iteration: int, stances: dict[str, Stance],
+          concerns: tuple[str, ...]) -> None:
+    """Everyone votes its stance with the same words; only X states ``concerns``."""
+    b.round(RoundKind.CONVERGENCE, iteration=iteration, participants=list(stances))
+    for who, s in stances.items():
+        b.answer(who, f"vote {s.value}")
+        b.vote(who, agrees=s.agrees, stance=s, score=70, reasoning="same words",
+               concerns=concerns if who == "X" else ())
+    b.close_round()
 
 
 def _session(case: Case) -> Deliberation:
-    clock = FixedStepClock()
-    agg = Deliberation.start(
-        session_id=uuid.UUID(int=7), topic=Topic(title="Event log"), config=SessionConfig(),
-        participants=[Participant(name=n, model=f"openai/{n}") for n in ("X", "M1", "M2")],
-        at=clock.now(),
-    )
-    b = _Builder(agg, clock)
-    d = agg.start_round(kind=RoundKind.DRAFT, iteration=1, participants=["M1"], at=clock.now())
-    b.say(d, "M1", "Draft.")
-    agg.complete_round(round=d, at=clock.now())
+    """M1 drafts; X, M1 and M2 vote; what the case says happens; they vote again."""
+    b = SessionBuilder(answer_defaults={
+        "messages": [ChatMessage(role="user", content="go")], "params": PARAMS,
+        "tokens": TokenCount(input=1, output=1),
+    }).start("Event log", session_id=uuid.UUID(int=7), participants=[
+        Participant(name=n, model=f"openai/{n}") for n in ("X", "M1", "M2")])
+    b.round(RoundKind.DRAFT, iteration=1, answers={"M1": "Draft."}, close=True)
     x1, m1, m2 = case.first
-    b.vote(1, {"X": x1, "M1": m1, "M2": m2}, case.concerns[0])
+    _vote(b, 1, {"X": x1, "M1": m1, "M2": m2}, case.concerns[0])
     if case.divergence is not None:
-        agg.detect_divergence(ev.DivergenceDetected(
-            divergence_id="d1", round=agg.state.rounds[-1].number, topic=case.divergence[0],
-            positions=(DivergentPosition(participant="X", position="no", stance=S.DISAGREE),)),
-            at=clock.now())
+        b.diverge("d1", case.divergence[0], {"X": ("no", S.DISAGREE)})
     if case.human:
-        agg.human_input(author="dana", text=case.human, kind="steer", at=clock.now())
+        b.human(case.human, author="dana", kind="steer")
     for said in case.between:
-        n = agg.start_round(kind=said.kind, iteration=2, participants=[said.author],
-                            targets={said.author: "X"} if said.kind is RoundKind.CRITIQUE else {},
-                            at=clock.now())
-        b.say(n, said.author, said.text)
+        b.round(said.kind, iteration=2, answers={said.author: said.text},
+                targets={said.author: "X"} if said.kind is RoundKind.CRITIQUE else {})
         if said.opinion is not None:
-            agg.record_opinion(round=n, participant=said.author, opinion=said.opinion,
-                               at=clock.now())
-        agg.complete_round(round=n, at=clock.now())
+            b.opinion(said.author, said.opinion)
+        b.close_round()
         if case.divergence is not None and case.divergence[1] is said.kind:
-            agg.change_divergence("d1", DivergenceStatus.ADDRESSED, at=clock.now(), round=n)
-    b.vote(2, {"X": case.second, "M1": m1, "M2": m2}, case.concerns[1])
-    return agg
+            b.settle("d1", DivergenceStatus.ADDRESSED)
+    _vote(b, 2, {"X": case.second, "M1": m1, "M2": m2}, case.concerns[1])
+    return b.aggregate
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -192,6 +161,7 @@ def test_conformity_rule(case: Case) -> None:
              if x.position == i.position),
             next((h.text for h in state.human_inputs if h.position == i.position), ""),
         )
-        assert i.quote and i.quote in source
+        assert i.quote
+        assert i.quote in source
     flagged = [f.participant for f in engine.conformity_flags(state)]
     assert flagged == (["X"] if case.flagged else [])

@@ -25,7 +25,7 @@ import yaml
 
 from forge_ledger.ledger import Ledger, RecordedEvent, verify_session
 from forge_ledger.testing import FakeOpenAIServer
-from test_orchestrator_support import voice
+from support.orchestrator import voice
 
 pytestmark = pytest.mark.slow
 
@@ -58,8 +58,8 @@ def _participants_file(tmp_path: Path, url: str) -> Path:
                         "price": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6},
                     }
                     for n in NAMES
-                ]
-            }
+                ],
+            },
         ),
         encoding="utf-8",
     )
@@ -76,7 +76,7 @@ def _read_events(store: Path) -> list[RecordedEvent] | None:
 
 
 def _wait_for(
-    store: Path, proc: subprocess.Popen[bytes], point: Callable[[list[RecordedEvent]], bool]
+    store: Path, proc: subprocess.Popen[bytes], point: Callable[[list[RecordedEvent]], bool],
 ) -> list[RecordedEvent]:
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -119,7 +119,8 @@ def _crash_then_resume(
         runner.communicate(timeout=30)
     assert runner.returncode == -9
     after_kill = _read_events(store)
-    assert after_kill is not None and len(after_kill) >= len(before)
+    assert after_kill is not None
+    assert len(after_kill) >= len(before)
     sid = after_kill[0].session_id
     done = subprocess.run(
         _cli("resume", sid[:8], "--json"),
@@ -159,7 +160,8 @@ def _assert_no_duplicates(final: list[RecordedEvent]) -> None:
     assert [k for k, n in keys.items() if n > 1] == []
     started = Counter(e.data["number"] for e in final if e.type == "RoundStarted")
     completed = Counter(e.data["number"] for e in final if e.type == "RoundCompleted")
-    assert max(started.values()) == 1 and max(completed.values()) == 1
+    assert max(started.values()) == 1
+    assert max(completed.values()) == 1
     assert [e.position for e in final] == list(range(1, len(final) + 1))
 
 
@@ -172,7 +174,7 @@ def _contributors(events: list[RecordedEvent], round_no: int) -> list[str]:
 
 
 def test_kill_mid_round_then_resume(
-    fake_openai_factory: Callable[..., FakeOpenAIServer], tmp_path: Path
+    fake_openai_factory: Callable[..., FakeOpenAIServer], tmp_path: Path,
 ) -> None:
     script = {n: voice(n) for n in NAMES[:-1]}
     script["cleo"] = voice(
@@ -189,7 +191,8 @@ def test_kill_mid_round_then_resume(
     assert summary["status"] == "converged"
     counts = _requests_per_model_round(server)
     draft = "Round 1 · draft · iteration 1"
-    assert counts[("ana", draft)] == 1 and counts[("ben", draft)] == 1
+    assert counts[("ana", draft)] == 1
+    assert counts[("ben", draft)] == 1
     assert counts[("cleo", draft)] == 2  # the killed call, then the resumed one
     assert _contributors(final, 1) == ["ana", "ben", "cleo"]
     _assert_no_duplicates(final)
@@ -198,7 +201,7 @@ def test_kill_mid_round_then_resume(
 
 
 def test_kill_between_rounds_then_resume(
-    fake_openai_factory: Callable[..., FakeOpenAIServer], tmp_path: Path
+    fake_openai_factory: Callable[..., FakeOpenAIServer], tmp_path: Path,
 ) -> None:
     slow_critique = {"match": "· critique ·", "content": "never seen", "latency": HANG, "times": 1}
     server = fake_openai_factory({n: voice(n, before=[slow_critique]) for n in NAMES})

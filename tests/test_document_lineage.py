@@ -9,21 +9,12 @@ import uuid
 from hypothesis import given
 from hypothesis import strategies as st
 
-from _yaml_sessions import _contribute, clock
-from forge_ledger.clock import FixedStepClock
-from forge_ledger.domain import Deliberation
-from forge_ledger.domain import events as ev
 from forge_ledger.domain.state import SessionState
 from forge_ledger.domain.values import (
-    Critique,
-    DivergentPosition,
-    Opinion,
     Participant,
     RoundKind,
-    SessionConfig,
     Stance,
     Suggestion,
-    Topic,
 )
 from forge_ledger.projections.document import (
     document_at_iteration,
@@ -32,6 +23,7 @@ from forge_ledger.projections.document import (
     fold_lineage,
     segment,
 )
+from support.yaml_sessions import builder
 
 NAMES = ("alice", "bob", "carol")
 
@@ -55,35 +47,23 @@ class Script:
     """A session built round by round with chosen texts."""
 
     def __init__(self) -> None:
-        self.c: FixedStepClock = clock()
-        self.agg = Deliberation.start(
+        self.b = builder().start(
+            "Event log", participants=[Participant(name=n, model=f"openai/{n}") for n in NAMES],
             session_id=uuid.uuid4(),
-            topic=Topic(title="Event log"),
-            config=SessionConfig(),
-            participants=[Participant(name=n, model=f"openai/{n}") for n in NAMES],
-            at=self.c.now(),
         )
+        self.agg = self.b.aggregate
 
     def round(self, kind: RoundKind, iteration: int, texts: dict[str, str]) -> int:
-        r = self.agg.start_round(
-            kind=kind, iteration=iteration, participants=tuple(texts), at=self.c.now()
-        )
-        for name, text in texts.items():
-            _contribute(self.agg, r, name, text, self.c)
-        return r
+        self.b.round(kind, iteration=iteration, answers=texts)
+        return self.b.round_number
 
     def critique(self, iteration: int, critic: str, target: str, suggestion: str) -> int:
         r = self.round(RoundKind.CRITIQUE, iteration, {critic: '{"score": 60}'})
-        self.agg.record_critique(
-            round=r,
-            participant=critic,
-            critique=Critique(target=target, suggestions=(Suggestion(text=suggestion),)),
-            at=self.c.now(),
-        )
+        self.b.critique(critic, target=target, suggestions=(Suggestion(text=suggestion),))
         return r
 
-    def done(self, r: int) -> None:
-        self.agg.complete_round(round=r, at=self.c.now())
+    def done(self, _r: int) -> None:
+        self.b.close_round()
 
     @property
     def state(self) -> SessionState:
@@ -95,18 +75,8 @@ def scripted() -> Script:
     s.done(s.round(RoundKind.DRAFT, 1, {"alice": DRAFT}))
     s.done(s.critique(1, "bob", "alice", "Describe the backoff for failed calls"))
     s.done(s.round(RoundKind.SYNTHESIS, 1, {"carol": SYNTHESIS_1}))
-    s.agg.detect_divergence(
-        ev.DivergenceDetected(
-            divergence_id="d-1",
-            round=3,
-            topic="archiving sealed sessions",
-            positions=(
-                DivergentPosition(participant="bob", position="archive", stance=Stance.DISAGREE),
-            ),
-            strongest=Stance.DISAGREE,
-        ),
-        at=s.c.now(),
-    )
+    s.b.diverge("d-1", "archiving sealed sessions", {"bob": ("archive", Stance.DISAGREE)},
+                round=3, strongest=Stance.DISAGREE)
     refinement = {"bob": "- Sealed sessions are archived to cold storage."}
     s.done(s.round(RoundKind.REFINEMENT, 2, refinement))
     s.done(s.round(RoundKind.SYNTHESIS, 2, {"carol": SYNTHESIS_2}))
@@ -123,8 +93,10 @@ def test_a_drafters_sentence_kept_to_the_end_is_the_drafters() -> None:
     s = scripted()
     lin = fold_lineage(s.state)
     kept = sentence(lin, "Keep every event forever.")
-    assert kept.origin.participant == "alice" and kept.origin.kind is RoundKind.DRAFT
-    assert kept.origin.iteration == 1 and kept.revisions == []
+    assert kept.origin.participant == "alice"
+    assert kept.origin.kind is RoundKind.DRAFT
+    assert kept.origin.iteration == 1
+    assert kept.revisions == []
 
 
 def test_a_sentence_added_by_a_synthesis_after_a_suggestion_answers_it() -> None:
@@ -134,7 +106,8 @@ def test_a_sentence_added_by_a_synthesis_after_a_suggestion_answers_it() -> None
     assert (added.origin.participant, added.origin.kind) == ("carol", RoundKind.SYNTHESIS)
     assert added.origin.iteration == 1
     [answer] = added.answers
-    assert answer.kind == "suggestion" and answer.participant == "bob"
+    assert answer.kind == "suggestion"
+    assert answer.participant == "bob"
     assert answer.text == "Describe the backoff for failed calls"
     assert answer.answered_by == added.origin
 
@@ -143,9 +116,11 @@ def test_a_sentence_rewritten_in_iteration_two_keeps_its_origin_and_gains_a_revi
     s = scripted()
     lin = fold_lineage(s.state)
     hashed = sentence(lin, "Hash each event with SHA-256.")
-    assert hashed.origin.participant == "alice" and hashed.origin.kind is RoundKind.DRAFT
+    assert hashed.origin.participant == "alice"
+    assert hashed.origin.kind is RoundKind.DRAFT
     [rev] = hashed.revisions
-    assert rev.change == "rewrite" and rev.previous == "hash each event."
+    assert rev.change == "rewrite"
+    assert rev.previous == "hash each event."
     assert (rev.contribution.participant, rev.contribution.iteration) == ("carol", 2)
     assert rev.contribution.kind is RoundKind.SYNTHESIS
 
@@ -218,7 +193,8 @@ def test_sentences_cover_the_text_and_origins_are_earlier_contributions(
     recorded = {c.position for r in state.rounds for c in r.contributions}
     assert lin.source is not None
     for x in lin.sentences:
-        assert x.origin.position in recorded and x.origin.position <= lin.source.position
+        assert x.origin.position in recorded
+        assert x.origin.position <= lin.source.position
         assert all(r.contribution.position <= lin.source.position for r in x.revisions)
     assert fold_lineage(state) == lin  # deterministic
 
@@ -227,10 +203,7 @@ def test_a_response_recorded_as_an_opinion_is_not_the_document() -> None:
     s = Script()
     s.done(s.round(RoundKind.DRAFT, 1, {"alice": DRAFT}))
     r = s.round(RoundKind.RESPONSE, 1, {"alice": '{"stance": "agree", "reasoning": "fair"}'})
-    s.agg.record_opinion(
-        round=r, participant="alice", opinion=Opinion(stance=Stance.AGREE, reasoning="fair"),
-        at=s.c.now(),
-    )
+    s.b.opinion("alice", stance=Stance.AGREE, reasoning="fair")
     s.done(r)
     assert s.state.latest_text == DRAFT
     assert [v.text for v in document_versions(s.state)] == [DRAFT]

@@ -23,10 +23,10 @@ from forge_ledger.domain.values import (
     TokenCount,
     Topic,
 )
-from strategies import PAYLOAD_STRATEGIES, VALUE_STRATEGIES, any_payload
+from support.strategies import PAYLOAD_STRATEGIES, VALUE_STRATEGIES, any_payload
 
 any_value = st.sampled_from(sorted(VALUE_STRATEGIES, key=lambda c: c.__name__)).flatmap(
-    lambda cls: VALUE_STRATEGIES[cls]
+    lambda cls: VALUE_STRATEGIES[cls],
 )
 
 
@@ -90,7 +90,8 @@ def test_topic_builders_return_new_topics() -> None:
     assert built.references == (ref,)
     assert built.output_type is OutputType.DESIGN
     # the original is untouched (values are frozen)
-    assert base.constraints == () and base.references == ()
+    assert base.constraints == ()
+    assert base.references == ()
     assert base.output_type is OutputType.SPECIFICATION
     with pytest.raises(ValidationError):
         base.title = "changed"  # type: ignore[misc]
@@ -112,7 +113,8 @@ def test_topic_slug_is_safe_kebab_case(title: str, slug: str) -> None:
 @given(st.text(min_size=1, max_size=200))
 def test_topic_slug_never_contains_path_characters(title: str) -> None:
     slug = Topic(title=title).slug
-    assert slug and all(c in "abcdefghijklmnopqrstuvwxyz0123456789-" for c in slug)
+    assert slug
+    assert all(c in "abcdefghijklmnopqrstuvwxyz0123456789-" for c in slug)
 
 
 def test_topic_title_is_required() -> None:
@@ -159,7 +161,7 @@ def test_role_modifiers_exist_for_every_role() -> None:
 
 
 @given(
-    st.integers(0, 2**40), st.integers(0, 2**40), st.integers(0, 2**40), st.integers(0, 2**40)
+    st.integers(0, 2**40), st.integers(0, 2**40), st.integers(0, 2**40), st.integers(0, 2**40),
 )
 def test_token_count_add(a_in: int, a_out: int, b_in: int, b_out: int) -> None:
     a, b = TokenCount(input=a_in, output=a_out), TokenCount(input=b_in, output=b_out)

@@ -8,9 +8,9 @@ from importlib import resources
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _yaml_sessions import build_session
 from forge_ledger.engine.ems import AXES, AXIS_TECHNIQUES, ems_score, suggest_techniques
 from forge_ledger.engine.techniques import all_techniques, get_technique
+from support.yaml_sessions import build_session
 
 
 def test_catalogue_has_seed_techniques_and_matches_csv() -> None:
@@ -20,7 +20,10 @@ def test_catalogue_has_seed_techniques_and_matches_csv() -> None:
     assert len(rows) >= 15
     for slug in ("5whys", "six-hats", "moscow"):
         t = get_technique(slug)
-        assert t is not None and t.prompt and t.description and t.category
+        assert t is not None
+        assert t.prompt
+        assert t.description
+        assert t.category
     assert get_technique("no-such-technique") is None
     slugs = {t.slug for t in all_techniques()}
     for wanted in AXIS_TECHNIQUES.values():
@@ -73,7 +76,7 @@ def test_suggestions_target_weak_axes_and_skip_used_techniques() -> None:
     votes=st.lists(st.booleans(), min_size=1, max_size=3),
 )
 def test_ems_bounded_and_deterministic(
-    iterations: int, scores: list[int], votes: list[bool]
+    iterations: int, scores: list[int], votes: list[bool],
 ) -> None:
     a = build_session(iterations=iterations, critique_scores=tuple(scores), vote_agree=tuple(votes))
     b = build_session(iterations=iterations, critique_scores=tuple(scores), vote_agree=tuple(votes))

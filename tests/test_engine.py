@@ -23,7 +23,7 @@ from forge_ledger.domain.values import (
 )
 from forge_ledger.engine.techniques import all_techniques
 from forge_ledger.errors import InvariantViolation
-from test_engine_sim import draft_text, drive, play_round, prompt_of, scripted, start
+from support.engine_sim import draft_text, drive, play_round, prompt_of, scripted, start
 
 
 def kinds(agg: object) -> list[str]:
@@ -41,7 +41,9 @@ def test_unanimous_session_runs_iteration_one_and_converges() -> None:
     assert run.final.status is SessionStatus.CONVERGED
     assert run.final.score == pytest.approx(1.0)
     result = agg.state.convergence[-1]
-    assert result.converged and result.majority_agrees and result.agree == 3
+    assert result.converged
+    assert result.majority_agrees
+    assert result.agree == 3
 
 
 def test_critique_rotation_never_targets_self_and_covers_every_draft() -> None:
@@ -87,14 +89,16 @@ def test_dissent_leads_to_refinement_by_dissenters_only_then_converges() -> None
     refinement = agg.state.rounds[5]
     assert refinement.expected == ["P3"]
     assert refinement.targets == {"P3": "P1"}
-    assert refinement.iteration == 2 and refinement.depth == 1
-    assert isinstance(run.final, engine.Finish) and run.final.status is SessionStatus.CONVERGED
+    assert refinement.iteration == 2
+    assert refinement.depth == 1
+    assert isinstance(run.final, engine.Finish)
+    assert run.final.status is SessionStatus.CONVERGED
 
 
 def test_depth_exhausted_completes() -> None:
     cfg = SessionConfig(max_recursive_depth=1, max_rounds=50)
     agg, clock = start(3, cfg)
-    run = drive(agg, scripted(vote=lambda r, n: "disagree"), clock)
+    run = drive(agg, scripted(vote=lambda _r, _n: "disagree"), clock)
     assert sum(1 for r in agg.state.rounds if r.kind is RoundKind.REFINEMENT) == 1
     assert isinstance(run.final, engine.Finish)
     assert run.final.status is SessionStatus.COMPLETE
@@ -103,25 +107,30 @@ def test_depth_exhausted_completes() -> None:
 
 def test_no_recursive_refinement_completes_after_first_vote() -> None:
     agg, clock = start(2, SessionConfig(recursive_refinement=False))
-    run = drive(agg, scripted(vote=lambda r, n: "disagree"), clock)
-    assert kinds(agg)[-1] == "convergence" and len(agg.state.rounds) == 5
-    assert isinstance(run.final, engine.Finish) and run.final.status is SessionStatus.COMPLETE
+    run = drive(agg, scripted(vote=lambda _r, _n: "disagree"), clock)
+    assert kinds(agg)[-1] == "convergence"
+    assert len(agg.state.rounds) == 5
+    assert isinstance(run.final, engine.Finish)
+    assert run.final.status is SessionStatus.COMPLETE
 
 
 def test_rounds_budget_stops() -> None:
     agg, clock = start(3, SessionConfig(max_rounds=3))
     run = drive(agg, scripted(), clock)
     assert len(agg.state.rounds) == 3
-    assert isinstance(run.final, engine.BudgetStop) and run.final.budget == "rounds"
+    assert isinstance(run.final, engine.BudgetStop)
+    assert run.final.budget == "rounds"
 
 
 def test_time_and_cost_budgets() -> None:
     agg, _ = start(2, SessionConfig(max_time_secs=60, max_cost_usd=0.0005))
     step = engine.next_step(agg.state, elapsed_secs=61)
-    assert isinstance(step, engine.BudgetStop) and step.budget == "time"
+    assert isinstance(step, engine.BudgetStop)
+    assert step.budget == "time"
     agg2, clock2 = start(2, SessionConfig(max_cost_usd=0.0015, max_rounds=50))
     run = drive(agg2, scripted(), clock2)  # every simulated call costs $0.001
-    assert isinstance(run.final, engine.BudgetStop) and run.final.budget == "cost"
+    assert isinstance(run.final, engine.BudgetStop)
+    assert run.final.budget == "cost"
     assert agg2.state.cost_usd >= 0.0015
 
 
@@ -140,11 +149,13 @@ def test_attended_mode_asks_then_continues_after_answer() -> None:
                       else "agree")
     run = drive(agg, answer, clock, stop_at_ask=True)
     assert isinstance(run.final, engine.AskHuman)
-    assert run.final.questions and any("quota storage" in q for q in run.final.questions)
+    assert run.final.questions
+    assert any("quota storage" in q for q in run.final.questions)
     agg.ask(run.final.questions, at=clock.now())
     agg.human_input(author="alice", text="Use Redis for quotas", at=clock.now())
     step = engine.next_step(agg.state, elapsed_secs=0)
-    assert isinstance(step, engine.StartRound) and step.kind is RoundKind.REFINEMENT
+    assert isinstance(step, engine.StartRound)
+    assert step.kind is RoundKind.REFINEMENT
     play_round(agg, step, answer, clock)
     synth_step = engine.next_step(agg.state, elapsed_secs=0)
     assert isinstance(synth_step, engine.StartRound)
@@ -159,7 +170,7 @@ def test_rewind_ignores_superseded_rounds() -> None:
     agg, clock = start(3, SessionConfig(max_rounds=50, max_recursive_depth=5))
     n = 0
 
-    def vote(r: RoundState, name: str) -> str:
+    def vote(_r: RoundState, name: str) -> str:
         return "disagree" if name == "P3" else "agree"
 
     answer = scripted(vote=vote)
@@ -173,7 +184,9 @@ def test_rewind_ignores_superseded_rounds() -> None:
     agg.resume(at=clock.now())
     step = engine.next_step(agg.state, elapsed_secs=0)
     assert isinstance(step, engine.StartRound)
-    assert step.kind is RoundKind.REFINEMENT and step.iteration == 2 and step.depth == 1
+    assert step.kind is RoundKind.REFINEMENT
+    assert step.iteration == 2
+    assert step.depth == 1
 
 
 # --------------------------------------------------------------------------- prompts
@@ -204,7 +217,7 @@ def test_prompt_first_line_and_blind_drafts() -> None:
 
 def test_build_messages_is_deterministic_and_uses_state_at_round_start() -> None:
     agg, clock = start(3)
-    drive(agg, scripted(vote=lambda r, n: "disagree" if n == "P1" else "agree"), clock)
+    drive(agg, scripted(vote=lambda _r, n: "disagree" if n == "P1" else "agree"), clock)
     state = agg.state
     # as restored from a snapshot: the state's JSON, its answers read from a text source
     copy = type(state).load(state.model_dump_json(), fallback=state.text_pool)
@@ -223,7 +236,8 @@ def test_system_prompt_carries_role_mode_and_persona_for_synthesis() -> None:
     draft = agg.state.rounds[0]
     system = prompt_of(agg, draft.contribution_of("P1"))[0].content  # type: ignore[arg-type]
     assert ParticipantRole.DOMAIN_EXPERT.system_prompt_modifier in system
-    assert "panel" in system and "sparring" not in system
+    assert "panel" in system
+    assert "sparring" not in system
     synth = next(r for r in agg.state.rounds if r.kind is RoundKind.SYNTHESIS)
     s_system = prompt_of(agg, synth.contribution_of("P2"))[0].content  # type: ignore[arg-type]
     assert "sparring" in s_system
@@ -233,7 +247,7 @@ def test_system_prompt_carries_role_mode_and_persona_for_synthesis() -> None:
 def test_technique_suggestion_is_applied_to_refinement_prompt() -> None:
     technique = all_techniques()[0]
     agg, clock = start(3, SessionConfig(max_rounds=50))
-    answer = scripted(vote=lambda r, n: "disagree" if n == "P3" else "agree")
+    answer = scripted(vote=lambda _r, n: "disagree" if n == "P3" else "agree")
     for _ in range(5):
         step = engine.next_step(agg.state, elapsed_secs=0)
         assert isinstance(step, engine.StartRound)
@@ -244,7 +258,8 @@ def test_technique_suggestion_is_applied_to_refinement_prompt() -> None:
         at=clock.now(),
     )
     step = engine.next_step(agg.state, elapsed_secs=0)
-    assert isinstance(step, engine.StartRound) and step.technique == technique.slug
+    assert isinstance(step, engine.StartRound)
+    assert step.technique == technique.slug
     number = play_round(agg, step, answer, clock)
     rnd = agg.state.round(number)
     assert rnd is not None
@@ -257,12 +272,13 @@ def test_repair_messages_keep_prompt_and_ask_for_json_only() -> None:
     original = (ChatMessage(role="system", content="sys"),
                 ChatMessage(role="user", content="Round 5 · convergence · iteration 1\nVote."))
     out = engine.repair_messages(
-        original, "I agree!", "no JSON object found", RoundKind.CONVERGENCE
+        original, "I agree!", "no JSON object found", RoundKind.CONVERGENCE,
     )
     assert out[:2] == original
     assert out[2] == ChatMessage(role="assistant", content="I agree!")
     assert out[3].content.split("\n", 1)[0] == "Round 5 · convergence · iteration 1 · repair"
-    assert "no JSON object found" in out[3].content and "ConvergenceVote" in out[3].content
+    assert "no JSON object found" in out[3].content
+    assert "ConvergenceVote" in out[3].content
 
 
 # --------------------------------------------------------------------------- divergences
@@ -309,7 +325,8 @@ def test_high_priority_critiques_open_divergences_resolved_when_authors_accept()
     drive(agg, scripted(suggestion_priority=1), clock)
     crit = agg.state.rounds[1]
     opened = [d for d in agg.state.divergences if d.opened_round == crit.number]
-    assert len(opened) == 1 and opened[0].topic == "quotas"
+    assert len(opened) == 1
+    assert opened[0].topic == "quotas"
     assert {p.participant for p in opened[0].positions} == {"P1", "P2", "P3"}
     assert opened[0].strongest is Stance.DISAGREE
     assert opened[0].status is DivergenceStatus.RESOLVED
@@ -318,7 +335,7 @@ def test_high_priority_critiques_open_divergences_resolved_when_authors_accept()
 def test_strong_dissent_blocks_until_overruled() -> None:
     cfg = SessionConfig(convergence_threshold=0.6, recursive_refinement=False)
     agg, clock = start(3, cfg)
-    answer = scripted(vote=lambda r, n: "strongly_disagree" if n == "P3" else "agree")
+    answer = scripted(vote=lambda _r, n: "strongly_disagree" if n == "P3" else "agree")
     for _ in range(5):
         step = engine.next_step(agg.state, elapsed_secs=0)
         assert isinstance(step, engine.StartRound)
@@ -326,13 +343,16 @@ def test_strong_dissent_blocks_until_overruled() -> None:
     vote_round = agg.state.rounds[-1]
     result = agg.state.convergence[-1]
     assert result.score == pytest.approx(2 / 3)
-    assert not result.converged and result.blocking and result.majority_agrees
+    assert not result.converged
+    assert result.blocking
+    assert result.majority_agrees
     strong = [d for d in agg.state.open_divergences if d.strong]
     assert strong
     for d in strong:
         agg.change_divergence(d.id, DivergenceStatus.OVERRULED, at=clock.now(), by="alice")
     again = engine.convergence(agg.state, vote_round)
-    assert again.converged and not again.blocking
+    assert again.converged
+    assert not again.blocking
 
 
 def test_an_overruled_topic_does_not_block_again_when_the_dissent_repeats() -> None:
@@ -340,7 +360,7 @@ def test_an_overruled_topic_does_not_block_again_when_the_dissent_repeats() -> N
     vote opens a new divergence (the record shows it) but does not block convergence."""
     cfg = SessionConfig(convergence_threshold=0.6)
     agg, clock = start(3, cfg)
-    answer = scripted(vote=lambda r, n: "strongly_disagree" if n == "P3" else "agree")
+    answer = scripted(vote=lambda _r, n: "strongly_disagree" if n == "P3" else "agree")
     for _ in range(5):
         step = engine.next_step(agg.state, elapsed_secs=0)
         assert isinstance(step, engine.StartRound)
@@ -351,19 +371,22 @@ def test_an_overruled_topic_does_not_block_again_when_the_dissent_repeats() -> N
         agg.change_divergence(d.id, DivergenceStatus.OVERRULED, at=clock.now(), by="alice")
     run = drive(agg, answer, clock)
     last = agg.state.convergence[-1]
-    assert last.iteration == 2 and last.score == pytest.approx(2 / 3)
+    assert last.iteration == 2
+    assert last.score == pytest.approx(2 / 3)
     repeated = [
         d for d in agg.state.divergences
         if d.strong and d.opened_round > overruled[0].opened_round
     ]
     assert repeated, "the repeated dissent is still recorded as a divergence"
-    assert not last.blocking and last.converged
-    assert isinstance(run.final, engine.Finish) and run.final.status is SessionStatus.CONVERGED
+    assert not last.blocking
+    assert last.converged
+    assert isinstance(run.final, engine.Finish)
+    assert run.final.status is SessionStatus.CONVERGED
 
 
 def test_after_round_is_idempotent() -> None:
     agg, clock = start(3)
-    drive(agg, scripted(vote=lambda r, n: "disagree" if n == "P1" else "agree"), clock)
+    drive(agg, scripted(vote=lambda _r, n: "disagree" if n == "P1" else "agree"), clock)
     for r in agg.state.rounds:
         assert engine.after_round(agg.state, r.number) == ()
 
@@ -374,7 +397,8 @@ def test_after_round_is_idempotent() -> None:
 def test_two_person_session_can_converge_with_min_consensus_above_voters() -> None:
     agg, clock = start(2, SessionConfig(min_consensus=5))
     run = drive(agg, scripted(), clock)
-    assert isinstance(run.final, engine.Finish) and run.final.status is SessionStatus.CONVERGED
+    assert isinstance(run.final, engine.Finish)
+    assert run.final.status is SessionStatus.CONVERGED
 
 
 def test_role_weights_defaults_and_override() -> None:
@@ -390,7 +414,7 @@ def test_role_weights_defaults_and_override() -> None:
 def test_weighted_vote_uses_roles() -> None:
     roles = (ParticipantRole.DOMAIN_EXPERT, ParticipantRole.GENERALIST)
     agg, clock = start(2, SessionConfig(recursive_refinement=False), roles=roles)
-    drive(agg, scripted(vote=lambda r, n: "agree" if n == "P1" else "disagree"), clock)
+    drive(agg, scripted(vote=lambda _r, n: "agree" if n == "P1" else "disagree"), clock)
     result = agg.state.convergence[-1]
     assert result.score == pytest.approx(1.5 / 2.5)
     assert not result.majority_agrees  # 1 of 2 is not more than half
@@ -410,10 +434,12 @@ def test_conformity_flag_on_flip_with_identical_reasoning() -> None:
     drive(agg, answer, clock)
     flags = engine.conformity_flags(agg.state)
     assert [(f.participant, f.from_stance, f.to_stance) for f in flags] == [
-        ("P3", Stance.DISAGREE, Stance.AGREE)
+        ("P3", Stance.DISAGREE, Stance.AGREE),
     ]
-    assert flags[0].toward_majority and "no new argument" in flags[0].reason
-    assert flags[0].influences == () and flags[0].own_arguments == ()
+    assert flags[0].toward_majority
+    assert "no new argument" in flags[0].reason
+    assert flags[0].influences == ()
+    assert flags[0].own_arguments == ()
 
 
 def test_no_conformity_flag_when_concern_was_taken_up() -> None:
@@ -436,7 +462,7 @@ def test_token_estimate_and_worst_case_cost() -> None:
     assert prompt_tokens == 3 + (2 + 4) + (3 + 4)
     price = Price(input_cost_per_token=1e-6, output_cost_per_token=2e-6)
     assert engine.worst_case_cost(msgs, 100, price) == pytest.approx(
-        prompt_tokens * 1e-6 + 100 * 2e-6
+        prompt_tokens * 1e-6 + 100 * 2e-6,
     )
     assert engine.worst_case_cost(msgs, 100, None) == 0.0
 

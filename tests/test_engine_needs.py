@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 from forge_ledger import engine
 from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.values import ParticipantRole, RoundKind
-from strategies import StepClock, contribute, new_session
+from support.strategies import StepClock, contribute, new_session
 
 
 def _open_round(
-    kind: RoundKind, who: list[str], answered: list[str], *, n: int = 4, min_consensus: int = 2
+    kind: RoundKind, who: list[str], answered: list[str], *, n: int = 4, min_consensus: int = 2,
 ) -> Deliberation:
     clock = StepClock()
     agg = new_session(n, clock=clock)
@@ -35,13 +35,15 @@ def test_one_answer_is_enough_outside_votes(kind: RoundKind) -> None:
     assert engine.round_shortfall(agg.state, rnd) == ("p1", "p2", "p3")
     contribute(agg, rnd.number, "p2", agg.state.updated_at + timedelta(seconds=1))
     rnd = agg.state.open_round
-    assert rnd is not None and engine.round_shortfall(agg.state, rnd) == ()
+    assert rnd is not None
+    assert engine.round_shortfall(agg.state, rnd) == ()
 
 
 def test_the_synthesis_needs_its_author() -> None:
     agg = _open_round(RoundKind.SYNTHESIS, ["p2"], [])
     rnd = agg.state.open_round
-    assert rnd is not None and engine.round_shortfall(agg.state, rnd) == ("p2",)
+    assert rnd is not None
+    assert engine.round_shortfall(agg.state, rnd) == ("p2",)
 
 
 @given(
@@ -50,12 +52,12 @@ def test_the_synthesis_needs_its_author() -> None:
     min_consensus=st.integers(1, 8),
 )
 def test_a_vote_needs_min_consensus_voters_capped_at_the_voters(
-    voters: int, answered: int, min_consensus: int
+    voters: int, answered: int, min_consensus: int,
 ) -> None:
     answered = min(answered, voters)
     who = [f"p{i}" for i in range(voters)]
     agg = _open_round(
-        RoundKind.CONVERGENCE, who, who[:answered], n=voters, min_consensus=min_consensus
+        RoundKind.CONVERGENCE, who, who[:answered], n=voters, min_consensus=min_consensus,
     )
     rnd = agg.state.open_round
     assert rnd is not None

@@ -19,7 +19,7 @@ from forge_ledger.domain.values import (
     SessionStatus,
     Stance,
 )
-from test_engine_sim import drive, prompt_of, start
+from support.engine_sim import drive, prompt_of, start
 
 stances = st.sampled_from(list(Stance))
 weights = st.floats(min_value=0, max_value=10, allow_nan=False)
@@ -32,7 +32,7 @@ def test_score_is_in_unit_interval(votes: list[tuple[Stance, float]]) -> None:
 
 @given(st.lists(st.tuples(stances, weights), min_size=1, max_size=12), st.data())
 def test_score_is_monotone_in_agreement(
-    votes: list[tuple[Stance, float]], data: st.DataObject
+    votes: list[tuple[Stance, float]], data: st.DataObject,
 ) -> None:
     i = data.draw(st.integers(0, len(votes) - 1))
     lower = list(votes)
@@ -57,7 +57,7 @@ def random_answers(data: st.DataObject, fail_rate: int):  # type: ignore[no-unty
     topics = st.lists(st.sampled_from(["quota storage", "audit logging", "naming", "latency"]),
                       max_size=2)
 
-    def answer(state: SessionState, rnd: RoundState, name: str) -> str:
+    def answer(_state: SessionState, rnd: RoundState, name: str) -> str:
         if rnd.kind is RoundKind.DRAFT:
             return f"Draft by {name}"
         if rnd.kind is RoundKind.SYNTHESIS:
@@ -122,7 +122,8 @@ def test_any_run_terminates_within_max_rounds_and_never_self_critiques(
     for result in state.convergence:
         assert 0.0 <= result.score <= 1.0
         if result.converged:
-            assert result.score >= cfg.convergence_threshold and not result.blocking
+            assert result.score >= cfg.convergence_threshold
+            assert not result.blocking
     if state.status is SessionStatus.CONVERGED:
         assert state.convergence[-1].converged
 
@@ -130,14 +131,15 @@ def test_any_run_terminates_within_max_rounds_and_never_self_critiques(
 @settings(max_examples=25, deadline=None)
 @given(n=st.integers(1, 4), min_consensus=st.integers(1, 6))
 def test_unanimity_converges_when_no_strong_dissent(n: int, min_consensus: int) -> None:
-    from test_engine_sim import scripted
+    from support.engine_sim import scripted
 
     agg, clock = start(n, SessionConfig(min_consensus=min_consensus))
     run = drive(agg, scripted(), clock)
     assert isinstance(run.final, engine.Finish)
     assert run.final.status is SessionStatus.CONVERGED
     result = agg.state.convergence[-1]
-    assert result.agree == n and result.score == 1.0
+    assert result.agree == n
+    assert result.score == 1.0
 
 
 # --------------------------------------------------------------------------- parsing
@@ -166,7 +168,7 @@ JSONISH = st.recursive(
 
 @given(KINDS, JSONISH, st.text(max_size=30), st.text(max_size=30))
 def test_parse_output_never_raises_on_json_like_noise(
-    kind: RoundKind, obj: object, before: str, after: str
+    kind: RoundKind, obj: object, before: str, after: str,
 ) -> None:
     text = before + "```json\n" + json.dumps(obj) + "\n```" + after
     out = engine.parse_output(kind, text)
@@ -176,7 +178,7 @@ def test_parse_output_never_raises_on_json_like_noise(
 @given(stances, st.lists(st.text(min_size=1, max_size=20), max_size=3),
        st.text(max_size=60), st.text(max_size=60))
 def test_vote_survives_prose_and_fences(
-    stance: Stance, concerns: list[str], before: str, after: str
+    stance: Stance, concerns: list[str], before: str, after: str,
 ) -> None:
     body = json.dumps({"agrees": stance.agrees, "stance": stance.value, "concerns": concerns})
     for text in (f"{before}\n```json\n{body}\n```\n{after}", f"Sure! {body} Hope it helps."):
@@ -194,7 +196,8 @@ def test_parse_key_variants_and_broken_inputs() -> None:
     )
     assert isinstance(out.value, Opinion)
     assert out.value.stance is Stance.STRONGLY_DISAGREE
-    assert out.value.reasoning == "too slow" and out.value.concerns == ("latency",)
+    assert out.value.reasoning == "too slow"
+    assert out.value.concerns == ("latency",)
     assert out.value.strength == 0.8
 
     out = engine.parse_output(
@@ -203,18 +206,21 @@ def test_parse_key_variants_and_broken_inputs() -> None:
         '{"suggestion": "cache", "severity": "high", "type": "Performance"}], "rating": 0.7}\n```',
     )
     assert isinstance(out.value, Critique)
-    assert out.value.strengths == ("clear",) and out.value.weaknesses == ("vague",)
+    assert out.value.strengths == ("clear",)
+    assert out.value.weaknesses == ("vague",)
     assert [s.text for s in out.value.suggestions] == ["add tests", "cache"]
     assert out.value.suggestions[1].priority == 2
     assert out.value.suggestions[1].category.value == "performance"
     assert out.value.score == 70
 
     out = engine.parse_output(RoundKind.CONVERGENCE, '{"vote": "yes", "score": 90}')
-    assert isinstance(out.value, ConvergenceVote) and out.value.agrees
+    assert isinstance(out.value, ConvergenceVote)
+    assert out.value.agrees
 
     for broken in ("", "I agree with everything.", '{"agrees": ', '{"stance": "maybe"}', "[1, 2]"):
         out = engine.parse_output(RoundKind.REFINEMENT, broken)
-        assert out.value is None and out.error
+        assert out.value is None
+        assert out.error
 
     assert engine.parse_output(RoundKind.DRAFT, "anything") == engine.ParsedOutput(None, None)
     assert engine.output_schema(RoundKind.CRITIQUE) is Critique

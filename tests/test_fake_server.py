@@ -27,7 +27,7 @@ from forge_ledger.testing import (
 
 
 def _post(
-    server: FakeOpenAIServer, body: dict[str, Any], path: str = "/v1/chat/completions"
+    server: FakeOpenAIServer, body: dict[str, Any], path: str = "/v1/chat/completions",
 ) -> tuple[int, dict[str, str], bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
     try:
@@ -103,8 +103,8 @@ def test_rules_match_in_order_and_respect_times(fake_openai: FakeOpenAIServer) -
                 {"match": "· critique ·", "content": "critique reply"},
                 {"content": "first", "times": 1},
                 {"content": "later"},
-            ]
-        }
+            ],
+        },
     )
     replies = [
         json.loads(_post(fake_openai, _body("bob", t))[2])["choices"][0]["message"]["content"]
@@ -162,7 +162,8 @@ def test_disconnect_leaves_chunked_body_incomplete(fake_openai: FakeOpenAIServer
     with pytest.raises(http.client.IncompleteRead) as info:
         _post(fake_openai, _body("m", stream=True))
     partial = info.value.partial.decode()
-    assert "one " in partial and "four" not in partial
+    assert "one " in partial
+    assert "four" not in partial
 
 
 def test_malformed_chunk_is_not_json(fake_openai: FakeOpenAIServer) -> None:
@@ -201,9 +202,11 @@ def test_requests_are_recorded(fake_openai: FakeOpenAIServer) -> None:
     _post(fake_openai, _body("m", "Round 4 · synthesis · iteration 2", stream=True))
     assert fake_openai.wait_idle()
     (rec,) = fake_openai.requests
-    assert rec.model == "m" and rec.stream
+    assert rec.model == "m"
+    assert rec.stream
     assert rec.last_user_message == "Round 4 · synthesis · iteration 2"
-    assert rec.finished_at is not None and rec.finished_at >= rec.received_at
+    assert rec.finished_at is not None
+    assert rec.finished_at >= rec.received_at
     assert list(fake_openai.requests_for("openai/m")) == [rec]
     fake_openai.clear_requests()
     assert fake_openai.requests == []
@@ -216,9 +219,10 @@ def test_default_latency_is_applied_before_first_byte(fake_openai: FakeOpenAISer
     _post(fake_openai, _body("fast"))
     assert fake_openai.wait_idle()
     slow, fast = fake_openai.requests
-    assert slow.finished_at is not None and fast.finished_at is not None
+    assert slow.finished_at is not None
+    assert fast.finished_at is not None
     assert slow.finished_at - slow.received_at >= 0.2
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="latency"):
         fake_openai.latency = -1
 
 
@@ -230,7 +234,8 @@ def test_script_validation_errors_are_one_line() -> None:
         Script.from_mapping({"m": [{"fault": "explode"}]})
     assert isinstance(info.value, ConfigError)
     line = info.value.one_line()
-    assert "m.0.fault" in line and "\n" not in line
+    assert "m.0.fault" in line
+    assert "\n" not in line
     with pytest.raises(ScriptError, match="invalid regex"):
         Script.from_mapping({"m": [{"match": "(unclosed"}]})
     with pytest.raises(ScriptError, match="times"):
@@ -297,7 +302,8 @@ def test_cli_fake_server_serves_until_interrupted(tmp_path: Path) -> None:
     try:
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+        assert url.startswith("http://127.0.0.1:")
+        assert url.endswith("/v1")
         host, port = url.removeprefix("http://").removesuffix("/v1").split(":")
         conn = http.client.HTTPConnection(host, int(port), timeout=5)
         conn.request("POST", "/v1/chat/completions", json.dumps(_body("alice")))
@@ -320,10 +326,13 @@ def test_cli_bad_script_is_one_line_error(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert out == ""
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: invalid fake-server script")
+    assert len(lines) == 1
+    assert lines[0].startswith("error: invalid fake-server script")
     proc = _cli("--script", str(tmp_path / "nope.yaml"))
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 2 and "not found" in err and "Traceback" not in err
+    assert proc.returncode == 2
+    assert "not found" in err
+    assert "Traceback" not in err
 
 
 def test_cli_module_does_not_import_litellm() -> None:

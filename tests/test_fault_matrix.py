@@ -1,5 +1,5 @@
 """The fault matrix: every provider fault kind in every round kind, through the real litellm
-client and the real HTTP test server (see ``fault_matrix_cells`` for how a cell runs).
+client and the real HTTP test server (see ``support.fault_matrix`` for how a cell runs).
 
 Each cell must end converged with an identical replay and a verifying chain, and must have got
 there the way its fault kind dictates: a transient fault is retried up to ``max_attempts``,
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fault_matrix_cells import (
+from support.fault_matrix import (
     FALLBACK_KINDS,
     FAULTED,
     FAULTS,
@@ -38,19 +38,19 @@ def _problems(fault: FaultKind, cell: CellResult) -> list[str]:
     if not cell.ok:
         problems.append(
             f"ended {cell.status}, replay identical {cell.replay_identical}, "
-            f"verified {cell.verified}"
+            f"verified {cell.verified}",
         )
     if cell.status_after_first_run != "paused" or len(cell.pauses) != 1:
         problems.append(
-            f"first run ended {cell.status_after_first_run}, {len(cell.pauses)} fault pause(s)"
+            f"first run ended {cell.status_after_first_run}, {len(cell.pauses)} fault pause(s)",
         )
     if len(cell.failures_before_pause) != tries or not set(cell.failures_before_pause) <= set(
-        fault.error_types
+        fault.error_types,
     ):
         problems.append(f"attempts before the pause: {cell.failures_before_pause}")
     after = 1 if fault.transient else 0
     if len(cell.failures_after_resume) != after or not set(cell.failures_after_resume) <= set(
-        fault.error_types
+        fault.error_types,
     ):
         problems.append(f"failed attempts after resume: {cell.failures_after_resume}")
     if cell.answered_attempt != tries + after + 1:
@@ -74,7 +74,7 @@ def _problems(fault: FaultKind, cell: CellResult) -> list[str]:
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
 def test_fault_in_every_round_kind_is_survived_and_replays(
-    fault: FaultKind, tmp_path: Path
+    fault: FaultKind, tmp_path: Path,
 ) -> None:
     cells = asyncio.run(run_row(fault, tmp_path))
     assert [c.kind for c in cells] == [k.value for k in ROUND_KINDS]
@@ -95,7 +95,7 @@ def _fallback_problems(fault: FaultKind, cell: CellResult) -> list[str]:
     if cell.fallback != other:
         problems.append(f"fallback to {cell.fallback!r}")
     if len(cell.failures_before_pause) != tries or not set(cell.failures_before_pause) <= set(
-        fault.error_types
+        fault.error_types,
     ):
         problems.append(f"attempts before the fallback: {cell.failures_before_pause}")
     if cell.calls != {who: tries, other: 1}:

@@ -14,7 +14,7 @@ from forge_ledger.domain.values import ModelProvider, RoundKind, SessionStatus, 
 from forge_ledger.errors import ConfigError, InvariantViolation, UsageError
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.lineage import apply_model_swaps, fork, override_config
-from promises_builder import PARTICIPANTS, THREE_ITERATIONS, SessionBuilder, build
+from support.stories import PARTICIPANTS, THREE_ITERATIONS, build, continued, story, vote
 
 PARENT = uuid.UUID(int=1)
 
@@ -49,11 +49,13 @@ def test_fork_at_iteration_records_origin_and_verifies(parent_ledger: Ledger) ->
     assert state.status is SessionStatus.PAUSED
     assert state.config.max_rounds == 20
     bob = state.participant("bob")
-    assert bob is not None and bob.model == "anthropic/claude-x"
+    assert bob is not None
+    assert bob.model == "anthropic/claude-x"
     assert bob.provider is ModelProvider.ANTHROPIC
     parent_at = ledger.state(PARENT, at_iteration=2)
     assert [r.model_dump() for r in state.rounds] == [r.model_dump() for r in parent_at.rounds]
-    assert state.iteration == 2 and len(state.convergence) == 2
+    assert state.iteration == 2
+    assert len(state.convergence) == 2
 
 
 def test_forked_session_can_continue(parent_ledger: Ledger) -> None:
@@ -64,13 +66,14 @@ def test_forked_session_can_continue(parent_ledger: Ledger) -> None:
     clock = FixedStepClock()
     agg.resume(at=clock.now(), reason="continue the fork")
     number = agg.start_round(
-        kind=RoundKind.SYNTHESIS, iteration=2, participants=["carol"], at=clock.now()
+        kind=RoundKind.SYNTHESIS, iteration=2, participants=["carol"], at=clock.now(),
     )
     assert number == len(ledger.state(PARENT, at_iteration=1).rounds) + 1
     ledger.save(agg)
     after = ledger.state(fid)
     assert after.status is SessionStatus.IN_PROGRESS
-    assert after.open_round is not None and after.open_round.number == number
+    assert after.open_round is not None
+    assert after.open_round.number == number
     assert verify_session(ledger, fid).ok
 
 
@@ -130,7 +133,7 @@ def test_model_swaps_named_and_positional() -> None:
 
 
 def test_config_overrides_are_validated() -> None:
-    base = SessionBuilder(uuid.uuid4()).agg.state.config
+    base = story(uuid.uuid4()).state.config
     assert override_config(base, {"convergence_threshold": 0.9}).convergence_threshold == 0.9
     with pytest.raises(ConfigError, match="unknown config"):
         override_config(base, {"bogus": 1})
@@ -140,19 +143,14 @@ def test_config_overrides_are_validated() -> None:
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     with pytest.raises(SystemExit) as exc:
-        main([*argv])
-        raise SystemExit(0)
+        _main_then_exit([*argv])
     out = capsys.readouterr()
     return int(exc.value.code or 0), out.out, out.err
 
 
 def test_cli_fork(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     with Ledger(sqlite_url) as ledger:
-        b = SessionBuilder(PARENT)
-        b.iterate(THREE_ITERATIONS[0])
-        b.iterate(THREE_ITERATIONS[1])
-        b.finish()
-        ledger.save(b.agg)
+        ledger.save(build(PARENT, THREE_ITERATIONS[:2]))
     code, out, err = _run(
         ["fork", str(PARENT)[:8], "--at-iteration", "1", "-m", "openai/new", "--threshold",
          "0.95", "--max-cost", "2.5", "--min-consensus", "3", "--store", sqlite_url, "--json"],
@@ -170,12 +168,16 @@ def test_cli_fork(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert state.config.min_consensus == 3
 
     code, out, err = _run(["fork", str(PARENT), "--store", sqlite_url], capsys)
-    assert code == 2 and out == ""
-    assert err.count("\n") == 1 and "exactly one of" in err
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1
+    assert "exactly one of" in err
     code, out, err = _run(
-        ["fork", str(PARENT), "--at-iteration", "1", "-m", "zed=x", "--store", sqlite_url], capsys
+        ["fork", str(PARENT), "--at-iteration", "1", "-m", "zed=x", "--store", sqlite_url], capsys,
     )
-    assert code == 2 and "no participant named 'zed'" in err and "Traceback" not in err
+    assert code == 2
+    assert "no participant named 'zed'" in err
+    assert "Traceback" not in err
 
 
 def test_fork_votes_differ_after_continuing(sqlite_url: str) -> None:
@@ -184,14 +186,17 @@ def test_fork_votes_differ_after_continuing(sqlite_url: str) -> None:
         ledger.save(build(PARENT, THREE_ITERATIONS))
         head = ledger.head_version(PARENT)
         fid = fork(ledger, PARENT, clock=FixedStepClock(), ids=SequentialIds(), at_iteration=2)
-        agg = ledger.get(fid)
-        b = SessionBuilder.__new__(SessionBuilder)
-        b.agg, b.clock, b.names, b.iteration = agg, FixedStepClock(), ["alice", "bob", "carol"], 2
-        agg.resume(at=b.clock.now())
-        b.iteration = 3
-        b.vote({"alice": Stance.AGREE, "bob": Stance.STRONGLY_DISAGREE, "carol": Stance.AGREE}, {})
-        ledger.save(agg)
+        b = continued(ledger.get(fid)).resume()
+        vote(b, {"alice": Stance.AGREE, "bob": Stance.STRONGLY_DISAGREE, "carol": Stance.AGREE},
+             {}, iteration=3)
+        ledger.save(b.aggregate)
         assert ledger.head_version(PARENT) == head
         assert ledger.state(PARENT).convergence[-1].agree == 3
         assert ledger.state(fid).convergence[-1].agree == 2
         assert verify_session(ledger, fid).ok
+
+
+def _main_then_exit(argv: list[str]) -> None:
+    """Run the CLI in-process; a command that returns is exit code 0, as the console script's."""
+    main(argv)
+    raise SystemExit(0)

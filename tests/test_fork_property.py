@@ -20,7 +20,7 @@ from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.values import SessionStatus, Stance
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.lineage import fork
-from promises_builder import Iteration, build
+from support.stories import Iteration, build
 
 DIFFERS = {
     "id", "fork_origin", "created_at", "version", "head_hash", "status", "status_reason",
@@ -74,11 +74,13 @@ def test_fork_state_equals_parent_state_at_fork_point(
         child = ledger.state(fid, at_event=1)
         assert _dump(child) == _dump(parent)
         # the fields that do differ, differ exactly as documented
-        assert child.id == str(fid) and child.version == 1
+        assert child.id == str(fid)
+        assert child.version == 1
         assert child.fork_origin is not None
         assert child.fork_origin.parent_hash == parent.head_hash
         assert child.fork_origin.parent_position == position
-        assert child.seal is None and child.budget_exhausted is None
+        assert child.seal is None
+        assert child.budget_exhausted is None
         expected = (
             SessionStatus.INITIALIZED
             if parent.status is SessionStatus.INITIALIZED

@@ -19,8 +19,8 @@ from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.hashing import GENESIS, chain_hash, keyed_digest
 from forge_ledger.domain.values import RoundKind, SessionStatus
 from forge_ledger.ledger import Ledger, resolve_store, verify_session, verify_store
-from helpers_store import raw_connection, unpack
-from strategies import StepClock, new_session, run_round
+from support.store import raw_connection, unpack
+from support.strategies import StepClock, new_session, run_round
 
 
 def _build(ledger: Ledger, *, finish: bool = False, key: bytes | None = None) -> Deliberation:
@@ -120,7 +120,7 @@ def test_flipped_byte_breaking_json(
     ],
 )
 def test_json_set_edit(
-    sqlite_ledger: tuple[Ledger, Deliberation, sqlite3.Connection], path: str, value: object
+    sqlite_ledger: tuple[Ledger, Deliberation, sqlite3.Connection], path: str, value: object,
 ) -> None:
     ledger, agg, con = sqlite_ledger
     pos = _position_of(ledger, agg.id, "ContributionRecorded")
@@ -165,7 +165,7 @@ def test_edit_with_recomputed_hash_breaks_the_next_link(
 
 @pytest.mark.parametrize("victim", ["first", "middle", "last"])
 def test_deleted_row(
-    sqlite_ledger: tuple[Ledger, Deliberation, sqlite3.Connection], victim: str
+    sqlite_ledger: tuple[Ledger, Deliberation, sqlite3.Connection], victim: str,
 ) -> None:
     ledger, agg, con = sqlite_ledger
     pos = {"first": 1, "middle": agg.version // 2, "last": agg.version}[victim]
@@ -174,7 +174,8 @@ def test_deleted_row(
     report = verify_session(ledger, agg.id)
     if victim == "last":
         # a truncated tail is only detectable against a seal or a known head hash
-        assert report.ok and report.events == agg.version - 1
+        assert report.ok
+        assert report.events == agg.version - 1
         assert report.head_hash != agg.state.head_hash
     else:
         assert (report.ok, report.position) == (False, pos)
@@ -204,7 +205,10 @@ def test_seal_detects_truncation_and_hmac_detects_rewrite(sqlite_url: str) -> No
     with Ledger(sqlite_url, snapshot_interval=0) as ledger:
         agg = _build(ledger, finish=True, key=key)
         report = verify_session(ledger, agg.id, key=key)
-        assert report.ok and report.sealed and report.seal_ok and report.hmac_ok
+        assert report.ok
+        assert report.sealed
+        assert report.seal_ok
+        assert report.hmac_ok
         wrong = verify_session(ledger, agg.id, key=b"other key")
         assert (wrong.ok, wrong.position) == (False, agg.version)
         assert "HMAC" in wrong.problem
@@ -246,7 +250,7 @@ def test_seal_detects_truncation_and_hmac_detects_rewrite(sqlite_url: str) -> No
 def _pg(url: str) -> tuple[psycopg.Connection[tuple[object, ...]], str]:
     loc = resolve_store(url)
     conn = psycopg.connect(
-        host=loc.host, port=loc.port, dbname=loc.dbname, user=loc.user or None, autocommit=True
+        host=loc.host, port=loc.port, dbname=loc.dbname, user=loc.user or None, autocommit=True,
     )
     return conn, f'"{loc.schema}".forgeledger_events'
 

@@ -15,7 +15,7 @@ import yaml
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
-from test_cli_run import assert_one_error_line, one_json, run_cli, write_participants
+from support.cli import assert_one_error_line, one_json, run_cli, write_participants
 
 SEED = Path(__file__).parent / "fixtures" / "seed_standard.yaml"
 
@@ -27,29 +27,32 @@ def _import(capsys: pytest.CaptureFixture[str], store: str) -> str:
 
 
 def test_imported_session_shows_the_files_ems_and_needs_participants(
-    capsys: pytest.CaptureFixture[str], sqlite_url: str
+    capsys: pytest.CaptureFixture[str], sqlite_url: str,
 ) -> None:
     sid = _import(capsys, sqlite_url)
     code, out, _ = run_cli(capsys, "show", sid, "--store", sqlite_url, "--json")
     shown: dict[str, Any] = one_json(out)
     expected = yaml.safe_load(SEED.read_text("utf-8"))["session"]
-    assert code == 0 and shown["ems"] == expected["ems"] and shown["iteration"] == 3
+    assert code == 0
+    assert shown["ems"] == expected["ems"]
+    assert shown["iteration"] == 3
     with Ledger(sqlite_url) as ledger:
         before = ledger.head_version(ledger.resolve(sid))
     code, _, err = run_cli(capsys, "resume", sid, "--store", sqlite_url)
-    assert code == 2 and "no participants" in assert_one_error_line(err)
+    assert code == 2
+    assert "no participants" in assert_one_error_line(err)
     with Ledger(sqlite_url) as ledger:
         assert ledger.head_version(ledger.resolve(sid)) == before  # nothing recorded
 
 
 def test_resume_with_participants_continues_after_the_imported_iterations(
-    capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path,
 ) -> None:
     sid = _import(capsys, sqlite_url)
     with FakeOpenAIServer(bundled_script("demo")) as server:
         team = write_participants(tmp_path / "team.yaml", server.url, ("ana", "ben", "cy"))
         code, out, err = run_cli(
-            capsys, "resume", sid, "--participants", str(team), "--store", sqlite_url, "--json"
+            capsys, "resume", sid, "--participants", str(team), "--store", sqlite_url, "--json",
         )
     assert code == 0, err
     assert one_json(out)["status"] == "converged"
@@ -57,22 +60,25 @@ def test_resume_with_participants_continues_after_the_imported_iterations(
         uid = ledger.resolve(sid)
         state = ledger.state(uid)
         assert [p.name for p in state.participants] == ["ana", "ben", "cy"]
-        assert state.rounds and min(r.iteration for r in state.rounds) == 4
+        assert state.rounds
+        assert min(r.iteration for r in state.rounds) == 4
         assert verify_session(ledger, uid).ok
         result = replay_session(ledger, uid)
-        assert result.ok and result.imported and result.calls_served > 0
+        assert result.ok
+        assert result.imported
+        assert result.calls_served > 0
         assert result.matched == result.events
 
 
 def test_the_first_draft_after_import_sees_the_files_questions_answers_and_ideas(
-    capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path,
 ) -> None:
     sid = _import(capsys, sqlite_url)
     seed = yaml.safe_load(SEED.read_text("utf-8"))["session"]
     with FakeOpenAIServer(bundled_script("demo")) as server:
         team = write_participants(tmp_path / "team.yaml", server.url, ("ana", "ben"))
         code, _, err = run_cli(
-            capsys, "resume", sid, "--participants", str(team), "--store", sqlite_url
+            capsys, "resume", sid, "--participants", str(team), "--store", sqlite_url,
         )
         assert code == 0, err
         draft_prompt = next(

@@ -28,7 +28,7 @@ from forge_ledger.errors import LeaseHeldError
 from forge_ledger.ledger import Ledger, RecordedEvent, verify_session
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer
-from test_orchestrator_support import voice
+from support.orchestrator import voice
 
 NAMES = ("ana", "ben", "cleo")
 HANG = 120.0
@@ -57,7 +57,7 @@ def _slow_draft_script() -> dict[str, Any]:
     script = {n: voice(n) for n in NAMES}
     # the last participant hangs: the answers before it are recorded (participant order)
     script["cleo"] = voice(
-        "cleo", before=[{"match": "· draft ·", "latency": HANG, "content": "x"}]
+        "cleo", before=[{"match": "· draft ·", "latency": HANG, "content": "x"}],
     )
     return script
 
@@ -72,7 +72,7 @@ def _events(store: str) -> list[RecordedEvent] | None:
 
 
 def _wait_until(
-    store: str, proc: subprocess.Popen[Any], point: Callable[[list[RecordedEvent]], bool]
+    store: str, proc: subprocess.Popen[Any], point: Callable[[list[RecordedEvent]], bool],
 ) -> list[RecordedEvent]:
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -104,7 +104,7 @@ def _store_for(kind: str, tmp_path: Path, pg_url: str) -> str:
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_a_second_claimant_is_refused_at_once_and_a_killed_holder_is_taken_over(
-    kind: str, tmp_path: Path, pg_url: str, fake_openai: FakeOpenAIServer
+    kind: str, tmp_path: Path, pg_url: str, fake_openai: FakeOpenAIServer,
 ) -> None:
     store = _store_for(kind, tmp_path, pg_url)
     env = _env(store)
@@ -125,11 +125,12 @@ def test_a_second_claimant_is_refused_at_once_and_a_killed_holder_is_taken_over(
             if command[0] == "run":
                 args += ["--participants", str(_team(tmp_path, fake_openai.url))]
             second = subprocess.run(
-                _cli(*args), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+                _cli(*args), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
             )
             assert second.returncode == 4, second.stderr
             lines = [x for x in second.stderr.splitlines() if x.strip()]
-            assert len(lines) == 1 and "is being run by another process" in lines[0]
+            assert len(lines) == 1
+            assert "is being run by another process" in lines[0]
             assert f"forge-ledger resume {sid[:8]}" in lines[0]
         # nothing spent by the refused claimants: the server saw only the holder's calls
         drafts = [r for r in fake_openai.requests if "· draft ·" in r.last_user_message]
@@ -168,7 +169,7 @@ def test_lease_in_process(kind: str, tmp_path: Path, pg_url: str) -> None:
 
 
 def test_ctrl_c_exits_130_naming_the_session_and_it_resumes(
-    tmp_path: Path, fake_openai: FakeOpenAIServer
+    tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
     store = str(tmp_path / "sigint.sqlite")
     env = _env(store)
@@ -221,7 +222,7 @@ print("not reached", flush=True)
 """
 
 
-def test_a_second_ctrl_c_exits_at_once(tmp_path: Path) -> None:
+def test_a_second_ctrl_c_exits_at_once() -> None:
     proc = subprocess.Popen(
         [sys.executable, "-c", _TWO_PRESSES],
         stdout=subprocess.PIPE,
@@ -240,7 +241,7 @@ def test_a_second_ctrl_c_exits_at_once(tmp_path: Path) -> None:
 
 
 def test_output_closed_after_three_lines_does_not_stop_the_run(
-    tmp_path: Path, fake_openai: FakeOpenAIServer
+    tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
     store = str(tmp_path / "pipe.sqlite")
     fake_openai.set_script({n: voice(n, latency=0.05) for n in NAMES})

@@ -18,7 +18,7 @@ from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.providers import LiteLLMProvider
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer
-from test_orchestrator_support import (
+from support.orchestrator import (
     draft_text,
     participants,
     round_events,
@@ -44,18 +44,18 @@ def ledger(tmp_path: Path) -> Any:
 
 
 def test_rate_limit_server_errors_and_disconnect_in_one_round(
-    fake_openai: FakeOpenAIServer, ledger: Ledger
+    fake_openai: FakeOpenAIServer, ledger: Ledger,
 ) -> None:
     fake_openai.set_script(
         {
             "ana": voice(
                 "ana",
                 before=[
-                    {"match": "· draft ·", "fault": "rate_limit", "retry_after": 7, "times": 1}
+                    {"match": "· draft ·", "fault": "rate_limit", "retry_after": 7, "times": 1},
                 ],
             ),
             "ben": voice(
-                "ben", before=[{"match": "· draft ·", "fault": "server_error", "times": 3}]
+                "ben", before=[{"match": "· draft ·", "fault": "server_error", "times": 3}],
             ),
             "cleo": voice(
                 "cleo",
@@ -66,11 +66,11 @@ def test_rate_limit_server_errors_and_disconnect_in_one_round(
                         "fault": "disconnect",
                         "content": draft_text("cleo", 12),
                         "times": 1,
-                    }
+                    },
                 ],
             ),
             "dov": voice("dov"),
-        }
+        },
     )
     delays: list[float] = []
 
@@ -108,7 +108,8 @@ def test_rate_limit_server_errors_and_disconnect_in_one_round(
     cleo = _events_of(ledger, sid, 1, "cleo")
     assert cleo[0].type == "ProviderCallFailed"
     partial = cleo[0].data["partial_text"]
-    assert partial and draft_text("cleo", 12).startswith(partial)
+    assert partial
+    assert draft_text("cleo", 12).startswith(partial)
     assert len(partial) < len(draft_text("cleo", 12))
     assert cleo[-1].type == "ContributionRecorded"
 
@@ -119,11 +120,11 @@ def test_rate_limit_server_errors_and_disconnect_in_one_round(
 
 
 def test_all_participants_failing_pauses_with_the_fault(
-    fake_openai: FakeOpenAIServer, ledger: Ledger
+    fake_openai: FakeOpenAIServer, ledger: Ledger,
 ) -> None:
     fake_openai.set_script({"*": [{"fault": "server_error"}]})
 
-    async def fast_sleep(seconds: float) -> None:
+    async def fast_sleep(_seconds: float) -> None:
         return None
 
     sid, state = run_session(
@@ -142,7 +143,8 @@ def test_all_participants_failing_pauses_with_the_fault(
     assert "HTTP 500" in fault.message
     types = [e.type for e in ledger.events(sid)]
     assert types[-1] == "SessionPaused"
-    assert "SessionAborted" not in types and "SessionSealed" not in types
+    assert "SessionAborted" not in types
+    assert "SessionSealed" not in types
     assert "RoundCompleted" not in types  # the round stays open for resume
     assert types.count("ProviderCallFailed") == 3 * 2
     assert len(fake_openai.requests) == 3 * 2
@@ -150,18 +152,18 @@ def test_all_participants_failing_pauses_with_the_fault(
 
 
 def test_resume_after_a_fault_retries_only_the_missing_author(
-    fake_openai: FakeOpenAIServer, ledger: Ledger
+    fake_openai: FakeOpenAIServer, ledger: Ledger,
 ) -> None:
     """A single-author synthesis fails every attempt: the session pauses with the round open;
     resume calls only the synthesizer (a fresh set of attempts) and the session converges;
     replay of the whole session, pause and resume included, is identical."""
     script = {n: voice(n) for n in NAMES[:3]}
     script["cleo"] = voice(
-        "cleo", before=[{"match": "· synthesis ·", "fault": "unavailable", "times": 3}]
+        "cleo", before=[{"match": "· synthesis ·", "fault": "unavailable", "times": 3}],
     )
     fake_openai.set_script(script)
 
-    async def fast_sleep(seconds: float) -> None:
+    async def fast_sleep(_seconds: float) -> None:
         return None
 
     parts = [
@@ -174,7 +176,8 @@ def test_resume_after_a_fault_retries_only_the_missing_author(
     ]
     sid, state = run_session(ledger, parts, SessionConfig(max_attempts=3), sleep=fast_sleep)
     assert state.status.value == "paused"
-    assert state.fault is not None and state.fault.kind.value == "synthesis"
+    assert state.fault is not None
+    assert state.fault.kind.value == "synthesis"
     assert (state.fault.participant, state.fault.attempts) == ("cleo", 3)
     synthesis = state.fault.round
     before = len(fake_openai.requests)
@@ -232,7 +235,7 @@ def test_unparseable_vote_is_repaired_once(fake_openai: FakeOpenAIServer, ledger
 
 
 def test_unparseable_twice_is_a_parse_failure_and_an_abstention(
-    fake_openai: FakeOpenAIServer, ledger: Ledger
+    fake_openai: FakeOpenAIServer, ledger: Ledger,
 ) -> None:
     script = {n: voice(n) for n in NAMES[:3]}
     script["dov"] = voice(
@@ -263,7 +266,7 @@ def test_unparseable_twice_is_a_parse_failure_and_an_abstention(
 
 
 def test_fallback_hands_a_failed_synthesis_to_another_participant(
-    fake_openai: FakeOpenAIServer, ledger: Ledger
+    fake_openai: FakeOpenAIServer, ledger: Ledger,
 ) -> None:
     """With ``fallback`` the synthesizer's failure does not pause: the engine hands the round
     to the other participant of the same role, it writes the synthesis, the vote follows, and
@@ -272,7 +275,7 @@ def test_fallback_hands_a_failed_synthesis_to_another_participant(
     script["cleo"] = voice("cleo", before=[{"match": "· synthesis ·", "fault": "server_error"}])
     fake_openai.set_script(script)
 
-    async def fast_sleep(seconds: float) -> None:
+    async def fast_sleep(_seconds: float) -> None:
         return None
 
     roles = (ParticipantRole.DRAFTER, ParticipantRole.CRITIC, ParticipantRole.SYNTHESIZER,
@@ -282,18 +285,22 @@ def test_fallback_hands_a_failed_synthesis_to_another_participant(
         for p, role in zip(participants(fake_openai.url, NAMES), roles, strict=True)
     ]
     sid, state = run_session(
-        ledger, parts, SessionConfig(max_attempts=2, fallback=True), sleep=fast_sleep
+        ledger, parts, SessionConfig(max_attempts=2, fallback=True), sleep=fast_sleep,
     )
     assert state.status.value == "converged", state.status_reason
     chosen = [e for e in ledger.events(sid) if e.type == "FallbackChosen"]
-    assert chosen and all(
+    assert chosen
+    assert all(
         (e.data["failed"], e.data["participant"]) == ("cleo", "dov") for e in chosen
     )
     first = state.round(chosen[0].data["round"])
-    assert first is not None and first.kind.value == "synthesis"
-    assert first.contributors == ["dov"] and first.replaced == ["cleo"]
+    assert first is not None
+    assert first.kind.value == "synthesis"
+    assert first.contributors == ["dov"]
+    assert first.replaced == ["cleo"]
     source = state.document_source
-    assert source is not None and source[1].participant == "dov"
+    assert source is not None
+    assert source[1].participant == "dov"
     assert verify_session(ledger, sid).ok
     assert replay_session(ledger, sid).ok
 
@@ -301,7 +308,7 @@ def test_fallback_hands_a_failed_synthesis_to_another_participant(
 def test_fallback_with_nobody_left_pauses(fake_openai: FakeOpenAIServer, ledger: Ledger) -> None:
     fake_openai.set_script({"*": [{"match": "· draft ·", "fault": "server_error"}]})
 
-    async def fast_sleep(seconds: float) -> None:
+    async def fast_sleep(_seconds: float) -> None:
         return None
 
     sid, state = run_session(
@@ -312,5 +319,6 @@ def test_fallback_with_nobody_left_pauses(fake_openai: FakeOpenAIServer, ledger:
     )
     # both are drafters: the draft round already asked everyone, so no fallback is possible
     assert state.status.value == "paused"
-    assert state.fault is not None and state.fault.missing == ("ana", "ben")
+    assert state.fault is not None
+    assert state.fault.missing == ("ana", "ben")
     assert not [e for e in ledger.events(sid) if e.type == "FallbackChosen"]

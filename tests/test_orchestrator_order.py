@@ -13,7 +13,7 @@ import pytest
 from forge_ledger.domain.values import SessionConfig
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.testing import FakeOpenAIServer, RecordedRequest
-from test_orchestrator_support import (
+from support.orchestrator import (
     event_view,
     participants,
     round_events,
@@ -36,7 +36,7 @@ def _draft_requests(server: FakeOpenAIServer) -> list[RecordedRequest]:
 
 
 def test_events_follow_participant_order_whatever_the_latencies(
-    fake_openai: FakeOpenAIServer, tmp_path: Path
+    fake_openai: FakeOpenAIServer, tmp_path: Path,
 ) -> None:
     config = SessionConfig(max_rounds=8)
     later_first = {n: STEP * (len(NAMES) - i) for i, n in enumerate(NAMES)}
@@ -70,12 +70,12 @@ def test_events_follow_participant_order_whatever_the_latencies(
 
 
 def test_max_concurrency_one_runs_calls_one_after_another(
-    fake_openai: FakeOpenAIServer, tmp_path: Path
+    fake_openai: FakeOpenAIServer, tmp_path: Path,
 ) -> None:
     fake_openai.set_script(_script({n: 0.03 for n in NAMES}))
     with Ledger(str(tmp_path / "serial.sqlite"), create=True) as ledger:
         _, state = run_session(
-            ledger, participants(fake_openai.url, NAMES), SessionConfig(max_concurrency=1)
+            ledger, participants(fake_openai.url, NAMES), SessionConfig(max_concurrency=1),
         )
     assert state.status.value == "converged"
     assert fake_openai.wait_idle()
@@ -87,13 +87,13 @@ def test_max_concurrency_one_runs_calls_one_after_another(
 
 
 def test_first_contributions_are_committed_while_the_round_is_open(
-    fake_openai: FakeOpenAIServer, tmp_path: Path
+    fake_openai: FakeOpenAIServer, tmp_path: Path,
 ) -> None:
     path = str(tmp_path / "commit.sqlite")
     slow = NAMES[-1]
     script = {n: voice(n) for n in NAMES[:-1]}
     script[slow] = voice(
-        slow, before=[{"match": "· draft ·", "content": "late draft", "latency": 1.2}]
+        slow, before=[{"match": "· draft ·", "content": "late draft", "latency": 1.2}],
     )
     fake_openai.set_script(script)
     seen: dict[str, object] = {}
@@ -144,7 +144,7 @@ def test_first_contributions_are_committed_while_the_round_is_open(
 
 @pytest.mark.postgres
 def test_end_to_end_on_postgresql_matches_sqlite(
-    fake_openai: FakeOpenAIServer, pg_url: str, tmp_path: Path
+    fake_openai: FakeOpenAIServer, pg_url: str, tmp_path: Path,
 ) -> None:
     fake_openai.set_script(_script({n: 0.02 for n in NAMES}))
     views = []

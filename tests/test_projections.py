@@ -31,23 +31,8 @@ from forge_ledger.projections import (
 )
 from forge_ledger.projections.migrations import MIGRATIONS
 from forge_ledger.projections.session_state import summary_row
-from test_projections_support import build_ledger
-
-VIEW_TABLES = sorted({t for p in DEFAULT_PROJECTIONS for t in p.tables})
-
-
-def canonical_dump(db_path: Path) -> str:
-    """Every view table's rows, ordered by primary key, as text (byte-comparable)."""
-    con = sqlite3.connect(db_path)
-    try:
-        lines = []
-        for table in VIEW_TABLES:
-            lines.append(f"-- {table}")
-            for row in con.execute(f'SELECT * FROM "{table}" ORDER BY id'):
-                lines.append(repr(row))
-        return "\n".join(lines)
-    finally:
-        con.close()
+from support.projections import canonical_dump
+from support.random_sessions import build_ledger
 
 
 def positions(db_path: Path) -> dict[str, int]:
@@ -70,7 +55,7 @@ def _count(ledger: Ledger, type_name: str) -> int:
 
 
 @settings(
-    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     seed=st.integers(0, 10_000),
@@ -78,7 +63,7 @@ def _count(ledger: Ledger, type_name: str) -> int:
     batches=st.lists(st.integers(1, 40), min_size=1, max_size=6),
 )
 def test_incremental_catch_up_in_any_batches_equals_rebuild(
-    tmp_path_factory: pytest.TempPathFactory, seed: int, sessions: int, batches: list[int]
+    tmp_path_factory: pytest.TempPathFactory, seed: int, sessions: int, batches: list[int],
 ) -> None:
     tmp = tmp_path_factory.mktemp("prop")
     with Ledger(str(tmp / "ledger.sqlite")) as ledger:
@@ -99,7 +84,7 @@ def test_incremental_catch_up_in_any_batches_equals_rebuild(
         # and the dump is not trivially empty: contributions match the ledger
         con = sqlite3.connect(inc)
         assert con.execute("SELECT count(*) FROM contributions").fetchone()[0] == _count(
-            ledger, "ContributionRecorded"
+            ledger, "ContributionRecorded",
         )
         con.close()
 
@@ -162,10 +147,10 @@ def test_crash_mid_batch_applies_nothing_and_the_next_run_completes_exactly_once
         db.close()
         con = sqlite3.connect(path)
         assert con.execute("SELECT count(*) FROM contributions").fetchone()[0] == _count(
-            ledger, "ContributionRecorded"
+            ledger, "ContributionRecorded",
         )
         assert con.execute("SELECT count(*) FROM costs").fetchone()[0] == _count(
-            ledger, "ContributionRecorded"
+            ledger, "ContributionRecorded",
         ) + _count(ledger, "ProviderCallFailed")
         con.close()
         full = tmp_path / "full.views.sqlite"
@@ -193,7 +178,8 @@ def test_version_bump_rebuilds_from_zero(tmp_path: Path) -> None:
         others = [p for p in DEFAULT_PROJECTIONS if p.name != "read_model"]
         runner = ProjectionRunner(ledger, db, [_ReadModelV2(), *others])
         st_ = {s.name: s for s in runner.status()}
-        assert st_["read_model"].stored_version == 1 and st_["read_model"].lag == head
+        assert st_["read_model"].stored_version == 1
+        assert st_["read_model"].lag == head
         assert st_["dissent"].lag == 0
         assert runner.catch_up() == head
         db.close()
@@ -230,9 +216,11 @@ def test_progress_callback_reports_each_committed_batch(tmp_path: Path) -> None:
         runner = ProjectionRunner(ledger, db)
         seen: list[int] = []
         assert runner.catch_up(batch_size=7, on_batch=seen.append) == head
-        assert sum(seen) == head and all(0 < k <= 7 for k in seen)
+        assert sum(seen) == head
+        assert all(0 < k <= 7 for k in seen)
         seen.clear()
-        assert runner.catch_up(batch_size=7, on_batch=seen.append) == 0 and seen == []
+        assert runner.catch_up(batch_size=7, on_batch=seen.append) == 0
+        assert seen == []
         assert runner.rebuild(batch_size=50, on_batch=seen.append) == head
         assert sum(seen) == head
         db.close()
@@ -253,13 +241,13 @@ def test_runner_on_both_backends(store_url: str, tmp_path: Path) -> None:
         assert n == ledger.max_notification_id()
         db.close()
         assert canonical_dump(tmp_path / "a.views.sqlite") == _full_rebuild(
-            ledger, tmp_path / "b.views.sqlite"
+            ledger, tmp_path / "b.views.sqlite",
         )
     with Ledger(str(tmp_path / "ref.sqlite")) as ref:
         build_ledger(ref, 11, 2)
         # same sessions built on a SQLite file give the same read model
         assert _full_rebuild(ref, tmp_path / "c.views.sqlite") == canonical_dump(
-            tmp_path / "a.views.sqlite"
+            tmp_path / "a.views.sqlite",
         )
 
 
@@ -274,7 +262,8 @@ def test_contribution_search_follows_the_rows(tmp_path: Path) -> None:
             if e.type == "ContributionRecorded" and "caching" in e.data["response"]["content"]
         )
         got = sorted(r["id"] for r in db["contributions"].search("caching"))  # type: ignore[union-attr]
-        assert got == expected and got
+        assert got == expected
+        assert got
         rebuild(ledger, db)
         got2 = sorted(r["id"] for r in db["contributions"].search("caching"))  # type: ignore[union-attr]
         assert got2 == expected
@@ -298,7 +287,8 @@ def test_state_rows_summarise_the_ledger_state(tmp_path: Path) -> None:
             )
             assert row["failures"] == sum(1 for e in events if e.type == "ProviderCallFailed")
             assert row["rounds"] == sum(1 for e in events if e.type == "RoundStarted")
-            assert row["status"] == state.status.value and row["phase"] == state.phase
+            assert row["status"] == state.status.value
+            assert row["phase"] == state.phase
             s = db["sessions"].get(sid)  # type: ignore[union-attr]
             assert s["events"] == ledger.head_version(ledger.resolve(sid))
             assert (s["tokens_in"], s["cost_usd"]) == (row["tokens_in"], row["cost_usd"])
@@ -333,12 +323,13 @@ def test_old_full_state_rows_are_replaced_by_summaries(tmp_path: Path) -> None:
         old.close()
         db = open_views(path)
         cols = {c.name for c in db["session_states"].columns}  # type: ignore[union-attr]
-        assert "state_json" not in cols and "open_divergences" in cols
+        assert "state_json" not in cols
+        assert "open_divergences" in cols
         runner = ProjectionRunner(ledger, db, [SessionStateProjection()])
         assert [s.lag for s in runner.status()] == [head]
         assert runner.catch_up() == head
         for sid in ids:
             assert db["session_states"].get(sid) == summary_row(  # type: ignore[union-attr]
-                ledger.state(sid)
+                ledger.state(sid),
             )
         db.close()

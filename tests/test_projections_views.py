@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,111 +18,20 @@ import yaml
 from click.testing import CliRunner
 
 from forge_ledger.cli import cli
-from forge_ledger.clock import FixedStepClock
 from forge_ledger.domain import Deliberation
-from forge_ledger.domain import events as ev
-from forge_ledger.domain.values import (
-    ChatMessage,
-    ConvergenceVote,
-    Critique,
-    DivergenceStatus,
-    DivergentPosition,
-    ModelResponse,
-    Participant,
-    RoundKind,
-    SessionConfig,
-    Stance,
-    Suggestion,
-    TokenCount,
-    Topic,
-)
 from forge_ledger.ledger import Ledger
 from forge_ledger.projections import catch_up, consensus_trail, dissent_log, open_views
-from test_projections_support import PARAMS, build_ledger
+from support.random_sessions import build_ledger
+from support.stories import CACHE_SID, CACHE_SYNTHESIS_TEXT, cache_design_session
 
 YAML_PATH = Path(__file__).resolve().parents[1] / "projections" / "datasette.yaml"
-SID = uuid.UUID("00000000-0000-4000-8000-00000000abcd")
-SYNTHESIS_TEXT = "One cache per node.\nThe cache uses LRU eviction. Entries expire after a day."
-
-
-def _scripted(ledger: Ledger) -> Deliberation:
-    """A, B, C, D, E vote twice; the first vote's majority agrees (A, D, E). Between the votes
-    A critiques B's draft, then A's synthesis answers B's divergence (eviction, "addressed")
-    but not C's (ttl). B and C both move to agree: B was answered, C was not (conformity)."""
-    clock = FixedStepClock()
-    agg = Deliberation.start(
-        session_id=SID, topic=Topic(title="Cache design"), config=SessionConfig(),
-        participants=[Participant(name=n, model=f"openai/{n}") for n in "ABCDE"], at=clock.now(),
-    )
-
-    def contribute(number: int, names: str, text: str = "") -> None:
-        for n in names:
-            msgs = [ChatMessage(role="user", content="go")]
-            agg.record_contribution(
-                round=number, participant=n, model=f"openai/{n}", messages=msgs, params=PARAMS,
-                prompt_hash=ev.prompt_hash(msgs), at=clock.now(),
-                response=ModelResponse(content=text or f"text of {n}", model=f"openai/{n}",
-                                       tokens=TokenCount(input=10, output=5), cost_usd=0.01),
-            )
-
-    def vote(number: int, stances: dict[str, Stance]) -> None:
-        for n, s in stances.items():
-            agg.record_vote(round=number, participant=n, at=clock.now(), vote=ConvergenceVote(
-                agrees=s.agrees, stance=s, score=70, reasoning="the cache is fine"))
-
-    r1 = agg.start_round(kind=RoundKind.DRAFT, iteration=1, participants="ABC", at=clock.now())
-    contribute(r1, "ABC")
-    agg.complete_round(round=r1, at=clock.now())
-    r2 = agg.start_round(kind=RoundKind.CONVERGENCE, iteration=1, participants="ABCDE",
-                         at=clock.now())
-    contribute(r2, "ABCDE")
-    vote(r2, {"A": Stance.AGREE, "B": Stance.DISAGREE, "C": Stance.DISAGREE, "D": Stance.AGREE,
-              "E": Stance.AGREE})
-    agg.complete_round(round=r2, at=clock.now())
-    agg.evaluate_convergence(ev.ConvergenceEvaluated(
-        round=r2, iteration=1, score=0.6, converged=False, majority_agrees=True, agree=3,
-        disagree=2, partial=0, threshold=0.85), at=clock.now())
-    r3 = agg.start_round(kind=RoundKind.CRITIQUE, iteration=2, participants="A",
-                         targets={"A": "B"}, at=clock.now())
-    contribute(r3, "A")
-    agg.record_critique(round=r3, participant="A", at=clock.now(), critique=Critique(
-        target="B", weaknesses=("ignores eviction",),
-        suggestions=(Suggestion(text="add LRU"),), score=40))
-    agg.complete_round(round=r3, at=clock.now())
-    agg.detect_divergence(ev.DivergenceDetected(
-        divergence_id="d1", round=r3, topic="eviction",
-        positions=(DivergentPosition(participant="A", position="LRU", stance=Stance.AGREE),
-                   DivergentPosition(participant="B", position="none",
-                                     stance=Stance.STRONGLY_DISAGREE)),
-        strongest=Stance.STRONGLY_DISAGREE), at=clock.now())
-    agg.detect_divergence(ev.DivergenceDetected(
-        divergence_id="d2", round=r3, topic="ttl",
-        positions=(DivergentPosition(participant="C", position="1h", stance=Stance.DISAGREE),
-                   DivergentPosition(participant="A", position="1d", stance=Stance.AGREE))),
-        at=clock.now())
-    r4 = agg.start_round(kind=RoundKind.SYNTHESIS, iteration=2, participants="A", at=clock.now())
-    contribute(r4, "A", SYNTHESIS_TEXT)
-    agg.complete_round(round=r4, at=clock.now())
-    agg.change_divergence("d1", DivergenceStatus.ADDRESSED, at=clock.now(), round=r4,
-                          note="synthesis adds LRU")
-    r5 = agg.start_round(kind=RoundKind.CONVERGENCE, iteration=2, participants="ABCDE",
-                         at=clock.now())
-    contribute(r5, "ABCDE")
-    vote(r5, dict.fromkeys("ABCDE", Stance.AGREE))
-    agg.complete_round(round=r5, at=clock.now())
-    agg.evaluate_convergence(ev.ConvergenceEvaluated(
-        round=r5, iteration=2, score=0.9, converged=True, majority_agrees=True, agree=5,
-        disagree=0, partial=0, threshold=0.85), at=clock.now())
-    agg.change_divergence("d1", DivergenceStatus.RESOLVED, at=clock.now(), round=r5, by="B")
-    ledger.save(agg)
-    return agg
 
 
 @pytest.fixture
 def scripted(tmp_path: Path) -> tuple[str, Deliberation]:
     store = str(tmp_path / "forge-ledger.sqlite")
     with Ledger(store) as ledger:
-        agg = _scripted(ledger)
+        agg = cache_design_session(ledger)
     return store, agg
 
 
@@ -132,25 +40,31 @@ def test_consensus_trail_flags_a_flip_without_new_argument(
 ) -> None:
     store, agg = scripted
     with Ledger(store, create=False) as ledger:
-        events = list(ledger.events(SID))
-        from_state = consensus_trail(ledger.state(SID))
+        events = list(ledger.events(CACHE_SID))
+        from_state = consensus_trail(ledger.state(CACHE_SID))
     trail = consensus_trail(events)
     assert [t.as_json() for t in trail] == [t.as_json() for t in from_state]
     first, second = trail
     assert (first.round, first.majority_agrees, first.weighted_score) == (2, True, 0.6)
     assert (second.round, second.majority_agrees, second.weighted_score) == (5, True, 0.9)
     votes = {v.participant: v for v in second.votes}
-    assert not votes["A"].changed and not votes["A"].conformity
+    assert not votes["A"].changed
+    assert not votes["A"].conformity
     # B's divergence (eviction) was answered by A's synthesis: an influence, no conformity
-    assert votes["B"].changed and votes["B"].previous_stance == "disagree"
+    assert votes["B"].changed
+    assert votes["B"].previous_stance == "disagree"
     b = votes["B"].change
-    assert b is not None and not b.conformity and b.toward_majority
+    assert b is not None
+    assert not b.conformity
+    assert b.toward_majority
     assert [(i.author, i.round, i.topic, i.quote) for i in b.influences] == [
         ("A", 4, "eviction", "The cache uses LRU eviction.")]
-    assert b.influences[0].quote in SYNTHESIS_TEXT
+    assert b.influences[0].quote in CACHE_SYNTHESIS_TEXT
     # C moved to the majority with nothing on its point (ttl) in between: conformity
-    assert votes["C"].changed and votes["C"].new_arguments == ()
-    assert votes["C"].conformity and second.conformity == ["C"]
+    assert votes["C"].changed
+    assert votes["C"].new_arguments == ()
+    assert votes["C"].conformity
+    assert second.conformity == ["C"]
     synthesis = agg.state.round(4)
     assert synthesis is not None
     assert votes["C"].preceded_by is not None
@@ -163,33 +77,37 @@ def test_dissent_log_lists_open_divergences_with_lifecycle(
 ) -> None:
     store, agg = scripted
     with Ledger(store, create=False) as ledger:
-        events = list(ledger.events(SID))
+        events = list(ledger.events(CACHE_SID))
     by_type: dict[str, list[int]] = {}
     for e in events:
         by_type.setdefault(e.type, []).append(e.position)
     open_only = dissent_log(events)
     assert [d.divergence_id for d in open_only] == ["d2"]
-    assert open_only[0].is_open and open_only[0].rounds_open == 2  # rounds 4 and 5 began since
+    assert open_only[0].is_open
+    assert open_only[0].rounds_open == 2
     everything = {d.divergence_id: d for d in dissent_log(agg.state, include_closed=True)}
     d1 = everything["d1"]
-    assert d1.status == "resolved" and d1.strong and not d1.is_open
+    assert d1.status == "resolved"
+    assert d1.strong
+    assert not d1.is_open
     assert [s.status for s in d1.lifecycle] == ["open", "addressed", "resolved"]
     assert d1.opened_position == by_type["DivergenceDetected"][0]
     assert d1.addressed_position == by_type["DivergenceAddressed"][0]
-    assert d1.closed_position == by_type["DivergenceResolved"][0] and d1.closed_by == "B"
+    assert d1.closed_position == by_type["DivergenceResolved"][0]
+    assert d1.closed_by == "B"
     assert d1.rounds_open == 2  # rounds 4 and 5 started between open and resolve
 
 
 def test_cli_dissent_and_trail(scripted: tuple[str, Deliberation]) -> None:
     store, _agg = scripted
     runner = CliRunner()
-    res = runner.invoke(cli, ["dissent", str(SID)[:8], "--store", store, "--json"])
+    res = runner.invoke(cli, ["dissent", str(CACHE_SID)[:8], "--store", store, "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert [d["divergence_id"] for d in doc["divergences"]] == ["d2"]
-    res = runner.invoke(cli, ["dissent", str(SID), "--all", "--store", store, "--json"])
+    res = runner.invoke(cli, ["dissent", str(CACHE_SID), "--all", "--store", store, "--json"])
     assert [d["status"] for d in json.loads(res.stdout)["divergences"]] == ["resolved", "open"]
-    res = runner.invoke(cli, ["trail", str(SID), "--store", store, "--json"])
+    res = runner.invoke(cli, ["trail", str(CACHE_SID), "--store", store, "--json"])
     assert res.exit_code == 0, res.output
     rounds = json.loads(res.stdout)["rounds"]
     assert [[f["participant"] for f in r["conformity"]] for r in rounds] == [[], ["C"]]
@@ -197,8 +115,10 @@ def test_cli_dissent_and_trail(scripted: tuple[str, Deliberation]) -> None:
         {"participant": "C", "round": 5, "from": "disagree", "to": "agree",
          "reason": "moved toward the previous vote's majority (agreeing) with no new argument "
                    "between round 2 and round 5"}]
-    res = runner.invoke(cli, ["trail", str(SID), "--store", store])
-    assert res.exit_code == 0 and "conformity" in res.stdout and "0.90" in res.stdout
+    res = runner.invoke(cli, ["trail", str(CACHE_SID), "--store", store])
+    assert res.exit_code == 0
+    assert "conformity" in res.stdout
+    assert "0.90" in res.stdout
 
 
 def test_cli_user_mistakes_are_one_line(tmp_path: Path, scripted: tuple[str, Deliberation]) -> None:
@@ -211,7 +131,8 @@ def test_cli_user_mistakes_are_one_line(tmp_path: Path, scripted: tuple[str, Del
         proc = subprocess.run([sys.executable, "-m", "forge_ledger", *args],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2, proc.stderr
-        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
+        assert proc.stderr.count("\n") == 1
+        assert proc.stderr.startswith("error: ")
         assert "Traceback" not in proc.stderr
 
 
@@ -233,7 +154,8 @@ def test_cli_projections_status_update_rebuild(tmp_path: Path) -> None:
     res = runner.invoke(cli, ["projections", "rebuild", "consensus", "--store", store, "--json"])
     assert json.loads(res.stdout) == {"rebuilt": "consensus", "events": head}
     res = runner.invoke(cli, ["projections", "status", "--store", store])
-    assert res.exit_code == 0 and "current" in res.stdout
+    assert res.exit_code == 0
+    assert "current" in res.stdout
 
 
 def _queries() -> dict[str, str]:
@@ -245,7 +167,7 @@ def _queries() -> dict[str, str]:
 def _built(tmp_path: Path) -> tuple[Path, Ledger]:
     ledger = Ledger(str(tmp_path / "forge-ledger.sqlite"))
     build_ledger(ledger, 77, 3)
-    _scripted(ledger)
+    cache_design_session(ledger)
     db = open_views(ledger.location.read_model_path)
     catch_up(ledger, db)
     db.close()
@@ -281,7 +203,8 @@ def test_canned_queries_return_the_right_rows(tmp_path: Path) -> None:
            [r["calls"], r["tokens_in"], r["tokens_out"], r["cost_usd"]] for r in rows}
     assert got.keys() == expected.keys()
     for k, v in expected.items():
-        assert got[k][:3] == v[:3] and got[k][3] == pytest.approx(v[3], abs=1e-6)
+        assert got[k][:3] == v[:3]
+        assert got[k][3] == pytest.approx(v[3], abs=1e-6)
 
     # dissent by participant
     stances: dict[str, list[str]] = {}
@@ -296,8 +219,8 @@ def test_canned_queries_return_the_right_rows(tmp_path: Path) -> None:
     }
 
     # session timeline of the scripted session: every contribution, vote and round, in order
-    rows = con.execute(queries["session_timeline"], {"session_id": str(SID)}).fetchall()
-    mine = [e for e in events if e.session_id == str(SID)]
+    rows = con.execute(queries["session_timeline"], {"session_id": str(CACHE_SID)}).fetchall()
+    mine = [e for e in events if e.session_id == str(CACHE_SID)]
     wanted = sorted(
         e.position for e in mine
         if e.type in ("RoundStarted", "ContributionRecorded", "DivergenceAddressed",
@@ -355,7 +278,8 @@ def test_datasette_serves_a_canned_query(tmp_path: Path) -> None:
         con = sqlite3.connect(path)
         expected = con.execute(_queries()["cost_per_participant"]).fetchall()
         con.close()
-        assert [tuple(r.values()) for r in body] == expected and expected
+        assert [tuple(r.values()) for r in body] == expected
+        assert expected
     finally:
         proc.send_signal(signal.SIGINT)  # uvicorn's graceful stop (Ctrl-C)
         try:

@@ -27,8 +27,8 @@ from forge_ledger.projections import (
     open_views,
 )
 from forge_ledger.projections.writes import BULK_FTS_MIN_ROWS
-from test_projections import canonical_dump
-from test_projections_support import SessionScript, build_ledger
+from support.projections import canonical_dump
+from support.random_sessions import SessionScript, build_ledger
 
 TERMS = ["caching", "sourcing", "queue", "budget", "audit"]
 
@@ -152,7 +152,7 @@ class _CountingSource:
         self.state_loads = 0
 
     def notifications(
-        self, *, after: int = 0, limit: int = 1000, topics: Sequence[str] = ()
+        self, *, after: int = 0, limit: int = 1000, topics: Sequence[str] = (),
     ) -> Sequence[EventLike]:
         return self.ledger.notifications(after=after, limit=limit, topics=topics)
 
@@ -164,7 +164,7 @@ class _CountingSource:
         return self.ledger.state(session_id, at_event=at_event)
 
     def events(
-        self, session_id: UUID, *, after: int = 0, upto: int | None = None
+        self, session_id: UUID, *, after: int = 0, upto: int | None = None,
     ) -> Iterable[EventLike]:
         return self.ledger.events(session_id, after=after, upto=upto)
 

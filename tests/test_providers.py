@@ -90,54 +90,64 @@ def provider() -> LiteLLMProvider:
 
 
 def test_stream_text_usage_cost_and_deltas_in_order(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:
     text = "The draft says alpha, then beta, then gamma."
     fake_openai.set_script({"alice": [{"match": "· draft ·", "content": text}]})
     deltas: list[str] = []
     resp = _run(provider, lambda: provider.complete(_call(fake_openai, price=PRICE), deltas.append))
     assert resp.content == text
-    assert "".join(deltas) == text and len(deltas) == len(text.split())
-    assert resp.tokens.input == PROMPT_WORDS == 13 and resp.tokens.output == len(text.split())
+    assert "".join(deltas) == text
+    assert len(deltas) == len(text.split())
+    assert resp.tokens.input == PROMPT_WORDS == 13
+    assert resp.tokens.output == len(text.split())
     assert resp.usage_reported is True
     assert resp.cost_usd == pytest.approx(13 * 0.001 + 8 * 0.002)
     assert resp.price == PRICE
-    assert resp.stop_reason is StopReason.END_TURN and resp.finish_reason == "stop"
+    assert resp.stop_reason is StopReason.END_TURN
+    assert resp.finish_reason == "stop"
     assert resp.model.endswith("alice")
-    assert resp.ttft_ms is not None and 0 <= resp.ttft_ms <= resp.duration_ms
+    assert resp.ttft_ms is not None
+    assert 0 <= resp.ttft_ms <= resp.duration_ms
     (req,) = fake_openai.requests
-    assert req.stream and req.body["stream_options"] == {"include_usage": True}
-    assert req.body["max_tokens"] == 256 and req.body["temperature"] == 0.2
+    assert req.stream
+    assert req.body["stream_options"] == {"include_usage": True}
+    assert req.body["max_tokens"] == 256
+    assert req.body["temperature"] == 0.2
     assert "response_format" not in req.body
     assert ModelResponse.model_validate(resp.model_dump(mode="json")) == resp
 
 
 def test_length_finish_maps_to_max_tokens(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:
     fake_openai.set_script({"alice": [{"content": "cut here", "finish_reason": "length"}]})
     resp = _run(provider, lambda: provider.complete(_call(fake_openai)))
-    assert resp.stop_reason is StopReason.MAX_TOKENS and resp.truncated
+    assert resp.stop_reason is StopReason.MAX_TOKENS
+    assert resp.truncated
 
 
 def test_unknown_model_without_price_costs_nothing(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:
     fake_openai.set_script({"*": "some words here"})
     call = _call(fake_openai, "no-such-model-anywhere")
     assert provider.price(call.participant) is None
     resp = _run(provider, lambda: provider.complete(call))
-    assert resp.price is None and resp.cost_usd == 0.0
+    assert resp.price is None
+    assert resp.cost_usd == 0.0
     assert resp.tokens.output == 3
 
 
 def test_table_price_is_recorded_and_schema_passed_where_supported(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:
     fake_openai.set_script({"*": '{"score": 80}'})
     call = _call(fake_openai, "gpt-4o", response_format=Critique)
     price = provider.price(call.participant)
-    assert price is not None and price.source == "litellm" and price.input_cost_per_token > 0
+    assert price is not None
+    assert price.source == "litellm"
+    assert price.input_cost_per_token > 0
     resp = _run(provider, lambda: provider.complete(call))
     assert resp.price == price
     assert resp.cost_usd == pytest.approx(price.cost(resp.tokens))
@@ -148,7 +158,7 @@ def test_table_price_is_recorded_and_schema_passed_where_supported(
     assert "response_format" not in fake_openai.requests[1].body
 
 
-def test_mock_response_accounting(provider: LiteLLMProvider) -> None:
+def test_mock_response_accounting() -> None:
     mocked = LiteLLMProvider(extra_params={"mock_response": "alpha beta gamma delta"})
     call = ProviderCall(
         participant=Participant(name="M", model="gpt-4o-mini", price=PRICE),
@@ -159,12 +169,13 @@ def test_mock_response_accounting(provider: LiteLLMProvider) -> None:
     resp = _run(mocked, lambda: mocked.complete(call))
     assert resp.content == "alpha beta gamma delta"
     assert resp.stop_reason is StopReason.END_TURN
-    assert resp.tokens.output > 0 and resp.tokens.input > 0
+    assert resp.tokens.output > 0
+    assert resp.tokens.input > 0
     assert resp.cost_usd == pytest.approx(PRICE.cost(resp.tokens))
 
 
 def test_on_delta_errors_propagate_unchanged(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:
     fake_openai.set_script({"alice": "a b c"})
 
@@ -179,20 +190,22 @@ def test_on_delta_errors_propagate_unchanged(
 
 
 def test_rate_limit_with_retry_after(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:
     fake_openai.set_script({"alice": [{"fault": "rate_limit", "retry_after": 2.5}]})
     err = _fail(provider, _call(fake_openai))
-    assert err.error_type == "rate_limit" and err.retryable
+    assert err.error_type == "rate_limit"
+    assert err.retryable
     assert err.retry_after_secs == 2.5
-    assert retry_delay(1, err) == 2.5 and retry_delay(4, err) == 2.5
+    assert retry_delay(1, err) == 2.5
+    assert retry_delay(4, err) == 2.5
     assert retry_delay(1, err, cap=1.0) == 1.0
     assert len(fake_openai.requests) == 1  # one attempt: no hidden SDK retries
 
 
 @pytest.mark.parametrize(("fault", "status"), [("server_error", 500), ("unavailable", 503)])
 def test_server_errors_are_retryable(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider, fault: str, status: int
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider, fault: str, status: int,
 ) -> None:
     fake_openai.set_script({"alice": [{"fault": fault}]})
     err = _fail(provider, _call(fake_openai))
@@ -202,17 +215,18 @@ def test_server_errors_are_retryable(
 
 
 def test_hang_times_out_within_the_deadline(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:
     fake_openai.set_script({"alice": [{"fault": "hang"}]})
     err = _fail(provider, _call(fake_openai, timeout=0.5))
-    assert err.error_type == "timeout" and err.retryable
+    assert err.error_type == "timeout"
+    assert err.retryable
     assert err.partial_text == ""
     assert 400 <= err.duration_ms < 5000
 
 
 def test_stall_keeps_the_partial_text(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:
     fake_openai.set_script({"alice": [{"fault": "stall", "content": "one two three four"}]})
     err = _fail(provider, _call(fake_openai, timeout=0.6))
@@ -222,35 +236,39 @@ def test_stall_keeps_the_partial_text(
 
 @pytest.mark.parametrize("fault", ["malformed_chunk", "disconnect"])
 def test_broken_streams_are_mid_stream_with_partial_text(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider, fault: str
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider, fault: str,
 ) -> None:
     fake_openai.set_script({"alice": [{"fault": fault, "content": "one two three four"}]})
     deltas: list[str] = []
     with pytest.raises(ProviderCallError) as info:
         _run(provider, lambda: provider.complete(_call(fake_openai), deltas.append))
     err = info.value
-    assert err.error_type == "mid_stream" and err.retryable
+    assert err.error_type == "mid_stream"
+    assert err.retryable
     assert err.partial_text.strip() == "one two"
     assert "".join(deltas) == err.partial_text
 
 
 def test_empty_body_is_empty_error(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:
     fake_openai.set_script({"alice": [{"fault": "empty"}]})
     err = _fail(provider, _call(fake_openai))
-    assert err.error_type == "empty" and err.retryable and err.partial_text == ""
+    assert err.error_type == "empty"
+    assert err.retryable
+    assert err.partial_text == ""
 
 
 def test_no_finish_is_a_retryable_fault_keeping_the_partial_text(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:
     """litellm reports a stream cut short as finished ("stop"); the provider reads what the
     server really sent: no finish reason, no usage. The text may be incomplete, so it is a
     fault to retry, with the partial text kept for the record."""
     fake_openai.set_script({"alice": [{"fault": "no_finish", "content": "almost all of it"}]})
     err = _fail(provider, _call(fake_openai, price=PRICE))
-    assert err.error_type == "truncated" and err.retryable
+    assert err.error_type == "truncated"
+    assert err.retryable
     assert err.partial_text == "almost all of it"
     assert "no finish reason" in err.message
 
@@ -261,18 +279,20 @@ def test_connection_refused(provider: LiteLLMProvider) -> None:
         port = s.getsockname()[1]
     base = f"http://127.0.0.1:{port}/v1"
     err = _fail(provider, _call(base))
-    assert err.error_type == "connection" and err.retryable
+    assert err.error_type == "connection"
+    assert err.retryable
     assert base in err.message
 
 
 def test_missing_api_key_is_auth(
-    provider: LiteLLMProvider, monkeypatch: pytest.MonkeyPatch
+    provider: LiteLLMProvider, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     # a non-loopback base gets no placeholder key; the SDK refuses before any network I/O
     err = _fail(provider, _call("http://models.example.invalid/v1"))
-    assert err.error_type == "auth" and not err.retryable
+    assert err.error_type == "auth"
+    assert not err.retryable
     anthropic = ProviderCall(
         participant=Participant(name="C", model="anthropic/claude-3-5-sonnet-20241022"),
         messages=(ChatMessage(role="user", content="hi"),),
@@ -280,11 +300,12 @@ def test_missing_api_key_is_auth(
         temperature=0.0,
     )
     err = _fail(provider, anthropic)
-    assert err.error_type == "auth" and "ANTHROPIC_API_KEY" in err.message
+    assert err.error_type == "auth"
+    assert "ANTHROPIC_API_KEY" in err.message
 
 
 def test_secrets_never_reach_error_messages(
-    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider, monkeypatch: pytest.MonkeyPatch
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     key = "sk-test-0123456789abcdefSECRET"
     monkeypatch.setenv("OPENAI_API_KEY", key)
@@ -293,22 +314,27 @@ def test_secrets_never_reach_error_messages(
         {
             "alice": [{"fault": "unauthorized"}],
             "bob": [{"fault": "server_error", "error_message": "upstream tok-zyxwvut-98765 died"}],
-        }
+        },
     )
     err = _fail(provider, _call(fake_openai))
     assert fake_openai.requests[0].headers["authorization"] == f"Bearer {key}"
-    assert err.error_type == "auth" and not err.retryable
-    assert key not in err.message and key not in str(err) and key not in repr(err)
-    assert "0123456789" not in err.message and "[REDACTED]" in err.message
+    assert err.error_type == "auth"
+    assert not err.retryable
+    assert key not in err.message
+    assert key not in str(err)
+    assert key not in repr(err)
+    assert "0123456789" not in err.message
+    assert "[REDACTED]" in err.message
     err = _fail(provider, _call(fake_openai, "bob"))
-    assert "tok-zyxwvut-98765" not in str(err) and "[REDACTED]" in err.message
+    assert "tok-zyxwvut-98765" not in str(err)
+    assert "[REDACTED]" in err.message
 
 
 # --------------------------------------------------------------------------- concurrency
 
 
 def test_concurrent_streams_overlap(
-    fake_openai_factory: Callable[..., FakeOpenAIServer], provider: LiteLLMProvider
+    fake_openai_factory: Callable[..., FakeOpenAIServer], provider: LiteLLMProvider,
 ) -> None:
     server = fake_openai_factory({"*": [{"content": "a b c d e", "chunk_delay": 0.01}]})
     server.latency = 0.5
@@ -343,7 +369,7 @@ def _err(retry_after: float | None = None) -> ProviderCallError:
     st.floats(min_value=0.1, max_value=120),
 )
 def test_retry_delay_is_exponential_capped_and_deterministic(
-    attempt: int, base: float, cap: float
+    attempt: int, base: float, cap: float,
 ) -> None:
     d = retry_delay(attempt, _err(), base=base, cap=cap)
     assert 0 <= d <= cap
@@ -356,12 +382,12 @@ def test_retry_delay_prefers_retry_after_and_rejects_bad_attempts() -> None:
     assert retry_delay(3, _err()) == 2.0
     assert retry_delay(1, _err(retry_after=7)) == 7
     assert retry_delay(1, _err(retry_after=90)) == 30.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="attempt"):
         retry_delay(0, _err())
 
 
 _SECRET_CHARS = st.text(
-    alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.", min_size=6
+    alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.", min_size=6,
 )
 
 
@@ -377,7 +403,9 @@ def test_scrub_removes_env_secret_values(secret: str, before: str, after: str) -
 def test_scrub_key_shapes_without_env() -> None:
     text = "bad key sk-proj-abcDEF123456 and AIza" + "x" * 30 + " Bearer abc.def.ghi.jkl"
     out = scrub_secrets(text, {})
-    assert "abcDEF123456" not in out and "xxxxxxxxxx" not in out and "abc.def.ghi" not in out
+    assert "abcDEF123456" not in out
+    assert "xxxxxxxxxx" not in out
+    assert "abc.def.ghi" not in out
     assert scrub_secrets("plain words stay", {}) == "plain words stay"
 
 
@@ -395,4 +423,5 @@ def test_classify_context_window_and_bad_request() -> None:
 
 def test_get_provider_is_a_provider() -> None:
     p = get_provider()
-    assert isinstance(p, LiteLLMProvider) and isinstance(p, Provider)
+    assert isinstance(p, LiteLLMProvider)
+    assert isinstance(p, Provider)

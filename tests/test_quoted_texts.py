@@ -27,8 +27,8 @@ from forge_ledger.domain.values import (
 )
 from forge_ledger.ledger import Ledger, texts, verify_session
 from forge_ledger.ledger.quotes import QuotedAnswers, pack_with, unpack_with
-from helpers_store import raw_connection
-from strategies import StepClock, new_session
+from support.store import raw_connection
+from support.strategies import StepClock, new_session
 
 SID = uuid.UUID("00000000-0000-4000-8000-0000000000ab")
 _WORDS = [
@@ -126,7 +126,7 @@ def test_parsed_reasoning_is_a_reference_packed_against_its_answer(sqlite_url: s
         rows = [
             json.loads(unpack_state)
             for (unpack_state,) in con.execute(
-                "SELECT unpack(state) FROM stored_events WHERE topic = 'forge_ledger:VoteRecorded'"
+                "SELECT unpack(state) FROM stored_events WHERE topic = 'forge_ledger:VoteRecorded'",
             )
         ]
         members = con.execute(
@@ -147,7 +147,8 @@ def test_losing_the_quote_list_or_a_quoted_answer_is_reported(sqlite_url: str) -
         con.execute(f"DELETE FROM {texts.DICTIONARIES_TABLE} WHERE sha256 = ?", (prompt,))
     with Ledger(sqlite_url, create=False) as ledger:
         report = verify_session(ledger, SID)
-    assert not report.ok and "missing from the store, or unreadable" in report.problem
+    assert not report.ok
+    assert "missing from the store, or unreadable" in report.problem
 
 
 def test_an_altered_quoted_answer_is_reported(sqlite_url: str) -> None:
@@ -162,7 +163,8 @@ def test_an_altered_quoted_answer_is_reported(sqlite_url: str) -> None:
         )
     with Ledger(sqlite_url, create=False) as ledger:
         report = verify_session(ledger, SID)
-    assert not report.ok and report.position is not None
+    assert not report.ok
+    assert report.position is not None
     assert report.position <= 7  # at the draft itself, before any prompt quoting it
 
 
@@ -218,7 +220,7 @@ def test_the_text_cache_never_forgets_what_it_is_answering() -> None:
     filled = 0
     while filled <= _CACHE_SIZE:  # the cache now holds more than its size
         chunk = addresses[filled : filled + 100]
-        assert mapper._cached_lookup(chunk) == {a: stored[a] for a in chunk}
+        assert mapper.cached_lookup(chunk) == {a: stored[a] for a in chunk}
         filled += len(chunk)
     mixed = [addresses[filled - 1], addresses[filled]]  # one cached, one not
-    assert mapper._cached_lookup(mixed) == {a: stored[a] for a in mixed}
+    assert mapper.cached_lookup(mixed) == {a: stored[a] for a in mixed}

@@ -93,7 +93,7 @@ def test_hidden_commands_stay_hidden_and_order_follows_the_group() -> None:
 
 @pytest.mark.parametrize("columns", ["40", "250"])
 def test_reference_ignores_the_terminal_width(
-    monkeypatch: pytest.MonkeyPatch, columns: str
+    monkeypatch: pytest.MonkeyPatch, columns: str,
 ) -> None:
     """cog may run in any terminal (or none): the text is wrapped at HELP_WIDTH regardless."""
     monkeypatch.delenv("COLUMNS", raising=False)

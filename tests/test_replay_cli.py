@@ -35,8 +35,13 @@ from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.providers import get_provider
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
-from test_replay_detection import _AGREEING_VOTE, _first_dissenting_vote, _tamper_content
-from test_replay_generated import assert_identical, recorded_calls
+from support.replay import (
+    AGREEING_VOTE,
+    assert_identical,
+    first_dissenting_vote,
+    recorded_calls,
+    tamper_content,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -57,7 +62,7 @@ def _run_demo(ledger: Ledger, server: FakeOpenAIServer, start: datetime, name: s
                 sleep=_no_sleep,
             )
             sid = orch.start(
-                demo_topic(), SessionConfig(max_cost_usd=1.0), demo_participants(server.url)
+                demo_topic(), SessionConfig(max_cost_usd=1.0), demo_participants(server.url),
             )
             await orch.run(sid)
             return sid
@@ -68,7 +73,7 @@ def _run_demo(ledger: Ledger, server: FakeOpenAIServer, start: datetime, name: s
 
 
 def _fork_and_resume(
-    ledger: Ledger, server: FakeOpenAIServer, parent: UUID, k: int, start: datetime
+    ledger: Ledger, server: FakeOpenAIServer, parent: UUID, k: int, start: datetime,
 ) -> tuple[UUID, int]:
     """Fork ``parent`` at the end of iteration ``k`` and run the fork; returns (id, requests)."""
     clock = FixedStepClock(start, timedelta(seconds=1))
@@ -120,14 +125,14 @@ def _invoke(*args: str) -> Result:
 
 
 def test_replay_all_with_fork_and_import_then_a_forged_session(
-    sqlite_url: str, fake_openai: FakeOpenAIServer
+    sqlite_url: str, fake_openai: FakeOpenAIServer,
 ) -> None:
     fake_openai.set_script(bundled_script("four-voices"))
     with Ledger(sqlite_url) as ledger:
         parent = _run_demo(ledger, fake_openai, datetime(2026, 2, 1, tzinfo=UTC), "parent")
         parent_calls = len(fake_openai.requests)
         child, child_requests = _fork_and_resume(
-            ledger, fake_openai, parent, 1, datetime(2026, 2, 2, tzinfo=UTC)
+            ledger, fake_openai, parent, 1, datetime(2026, 2, 2, tzinfo=UTC),
         )
         other = _run_demo(ledger, fake_openai, datetime(2026, 2, 3, tzinfo=UTC), "other")
         # Only the rounds after the fork point called models, and exactly as many as the
@@ -166,8 +171,8 @@ def test_replay_all_with_fork_and_import_then_a_forged_session(
 
     with Ledger(sqlite_url) as ledger:
         events = list(ledger.events(other))
-    contribution, vote = _first_dissenting_vote(events)
-    _tamper_content(sqlite_url, other, contribution.position, _AGREEING_VOTE, rehash=True)
+    contribution, vote = first_dissenting_vote(events)
+    tamper_content(sqlite_url, other, contribution.position, AGREEING_VOTE, rehash=True)
 
     bad = _invoke("replay", "--all", "--store", sqlite_url)
     assert bad.exit_code == 1
@@ -192,7 +197,7 @@ def test_replay_all_with_fork_and_import_then_a_forged_session(
 
 
 def test_replay_without_a_session_is_a_one_line_usage_error(
-    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+    sqlite_url: str, capsys: pytest.CaptureFixture[str],
 ) -> None:
     from forge_ledger.cli import main
 
@@ -203,7 +208,8 @@ def test_replay_without_a_session_is_a_one_line_usage_error(
     assert exit_info.value.code == 2
     assert captured.out == ""
     assert len(captured.err.strip().splitlines()) == 1
-    assert "SESSION" in captured.err and "--all" in captured.err
+    assert "SESSION" in captured.err
+    assert "--all" in captured.err
 
 
 # --------------------------------------------------------------------------- fork end to end
@@ -223,13 +229,13 @@ _STATE_FIELDS = (
 
 @pytest.mark.parametrize("k", [1])
 def test_fork_state_at_k_equals_parents_and_its_continuation_replays(
-    store_url: str, fake_openai: FakeOpenAIServer, k: int
+    store_url: str, fake_openai: FakeOpenAIServer, k: int,
 ) -> None:
     fake_openai.set_script(bundled_script("four-voices"))
     with Ledger(store_url) as ledger:
         parent = _run_demo(ledger, fake_openai, datetime(2026, 4, 1, tzinfo=UTC), "fork-parent")
         child, requests = _fork_and_resume(
-            ledger, fake_openai, parent, k, datetime(2026, 4, 2, tzinfo=UTC)
+            ledger, fake_openai, parent, k, datetime(2026, 4, 2, tzinfo=UTC),
         )
         assert requests == _calls_after_iteration(ledger, parent, k)
         at_parent = ledger.state(parent, at_event=ledger.position_of_iteration(parent, k))

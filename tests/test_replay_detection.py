@@ -2,9 +2,9 @@
 
 Issue "The promises", items 1–2: the offline demo deliberation (four scripted participants,
 a strong dissent in iteration 1, convergence in iteration 2) is run once through the real
-orchestrator, the real ``LiteLLMProvider`` and the fake OpenAI-compatible server into a SQLite
-file; each test works on its own copy. Expected positions are read from the recorded log
-(the first event of the kind the change affects), never hard-coded.
+orchestrator into a SQLite file, its voices answering in-process by the demo's script
+(``ScriptedProvider``); each test works on its own copy. Expected positions are read from the
+recorded log (the first event of the kind the change affects), never hard-coded.
 """
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import importlib
-import json
 import shutil
 import socket
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,19 +21,17 @@ from uuid import UUID
 
 import pytest
 
-from forge_ledger.cli.demo import DEMO_SCRIPT, demo_participants, demo_topic
+from forge_ledger.cli.demo import DEMO_SCRIPT, demo_topic
 from forge_ledger.clock import FixedStepClock, SequentialIds
-from forge_ledger.domain.hashing import chain_hash
 from forge_ledger.domain.values import ParticipantRole, Persona, SessionConfig
 from forge_ledger.engine import prompts, steps
 from forge_ledger.ledger import Ledger, RecordedEvent
-from forge_ledger.ledger.texts import resolve
 from forge_ledger.ledger.verify import verify_session
 from forge_ledger.orchestrator import Orchestrator
-from forge_ledger.providers import get_provider
 from forge_ledger.replay import ReplayResult, replay_session
-from forge_ledger.testing import FakeOpenAIServer, bundled_script
-from helpers_store import raw_connection, unpack
+from forge_ledger.testing import ScriptedProvider, bundled_script
+from support.orchestrator import offline_demo_participants
+from support.replay import AGREEING_VOTE, first_dissenting_vote, tamper_content
 
 convergence_rules = importlib.import_module("forge_ledger.engine.convergence")
 """The module (``forge_ledger.engine.convergence`` is also the name of a re-exported function)."""
@@ -46,16 +42,14 @@ async def _no_sleep(_: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, UUID]]:
-    """One demo deliberation recorded in a SQLite file (copied by each test)."""
+def demo_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, UUID]:
+    """One demo deliberation recorded in a SQLite file (copied by each test), its voices
+    answering in-process by the demo's script: how it was recorded is not the subject."""
     path = tmp_path_factory.mktemp("replay-demo") / "demo.sqlite"
-    with (
-        FakeOpenAIServer(bundled_script(DEMO_SCRIPT), latency=0.0) as server,
-        Ledger(str(path)) as ledger,
-    ):
+    with Ledger(str(path)) as ledger:
 
         async def go() -> UUID:
-            provider = get_provider()
+            provider = ScriptedProvider.from_script(bundled_script(DEMO_SCRIPT))
             try:
                 orch = Orchestrator(
                     ledger,
@@ -67,7 +61,7 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path,
                 sid = orch.start(
                     demo_topic(),
                     SessionConfig(max_cost_usd=1.0, max_rounds=12),
-                    demo_participants(server.url),
+                    offline_demo_participants(),
                 )
                 state = await orch.run(sid)
                 assert state.status.value == "converged"
@@ -76,7 +70,7 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path,
                 await provider.aclose()
 
         sid = asyncio.run(go())
-    yield path, sid
+    return path, sid
 
 
 @pytest.fixture
@@ -112,71 +106,6 @@ def _round_kinds(events: list[RecordedEvent]) -> dict[int, str]:
     return {e.data["number"]: e.data["kind"] for e in events if e.type == "RoundStarted"}
 
 
-def _first_dissenting_vote(events: list[RecordedEvent]) -> tuple[RecordedEvent, RecordedEvent]:
-    """(the ContributionRecorded of the first vote that disagrees, its VoteRecorded)."""
-    vote = next(e for e in events if e.type == "VoteRecorded" and not e.data["vote"]["agrees"])
-    contribution = [
-        e
-        for e in events
-        if e.type == "ContributionRecorded"
-        and e.data["round"] == vote.data["round"]
-        and e.data["participant"] == vote.data["participant"]
-        and e.position < vote.position
-    ][-1]
-    return contribution, vote
-
-
-_AGREEING_VOTE = json.dumps(
-    {"agrees": True, "score": 90, "stance": "agree", "concerns": [], "reasoning": "fine now"}
-)
-
-
-def _tamper_content(url: str, sid: UUID, position: int, content: str, *, rehash: bool) -> None:
-    """Edit ``data.response.content`` of the event at ``position`` in the SQLite row.
-
-    With ``rehash`` the editor also recomputes every later hash and link (a forger who knows
-    the chain format, which hashes the texts an event refers to): the chain verifies again,
-    only replay can tell.
-    """
-    texts = Ledger(url, create=False)  # reads stored texts as the ledger stores them
-    conn = raw_connection(url)
-    try:
-        rows = conn.execute(
-            "SELECT rowid, originator_version, topic, state FROM stored_events "
-            "WHERE originator_id = ? AND originator_version >= ? ORDER BY originator_version",
-            (sid.hex, position - 1),
-        ).fetchall()
-        prev_hash: str | None = None
-        for rowid, version, topic, blob in rows:
-            state = json.loads(unpack(blob))
-            if version == position - 1:
-                prev_hash = state["hash"]
-                continue
-            if version == position:
-                state["data"]["response"]["content"] = content
-            if not rehash and version > position:
-                break
-            if rehash:
-                state["prev_hash"] = prev_hash
-                state["hash"] = chain_hash(
-                    session_id=str(sid),
-                    position=version,
-                    type_name=topic.removeprefix("forge_ledger:"),
-                    timestamp=datetime.fromisoformat(state["timestamp"]["_data_"]),
-                    data=resolve(state["data"], texts.texts),
-                    prev_hash=state["prev_hash"],
-                )
-                prev_hash = state["hash"]
-            conn.execute(
-                "UPDATE stored_events SET state = ? WHERE rowid = ?",
-                (json.dumps(state, separators=(",", ":")).encode(), rowid),
-            )
-        conn.commit()
-    finally:
-        conn.close()
-        texts.close()
-
-
 # --------------------------------------------------------------------------- baseline
 
 
@@ -194,9 +123,9 @@ def test_tamper_helper_recomputes_the_stored_hashes_exactly(demo_copy: tuple[str
     """The forger's re-hash, applied without a change, reproduces the stored chain."""
     url, sid = demo_copy
     events = _events(url, sid)
-    contribution, _ = _first_dissenting_vote(events)
-    _tamper_content(
-        url, sid, contribution.position, contribution.data["response"]["content"], rehash=True
+    contribution, _ = first_dissenting_vote(events)
+    tamper_content(
+        url, sid, contribution.position, contribution.data["response"]["content"], rehash=True,
     )
     assert [e.hash for e in _events(url, sid)] == [e.hash for e in events]
 
@@ -209,8 +138,8 @@ def test_edited_response_without_rehash_is_reported_at_the_edited_event(
 ) -> None:
     url, sid = demo_copy
     events = _events(url, sid)
-    contribution, _ = _first_dissenting_vote(events)
-    _tamper_content(url, sid, contribution.position, _AGREEING_VOTE, rehash=False)
+    contribution, _ = first_dissenting_vote(events)
+    tamper_content(url, sid, contribution.position, AGREEING_VOTE, rehash=False)
 
     result = _replay(url, sid)
     d = result.difference
@@ -224,7 +153,8 @@ def test_edited_response_without_rehash_is_reported_at_the_edited_event(
     assert result.matched == contribution.position - 1
     with Ledger(url) as ledger:
         report = verify_session(ledger, sid)
-    assert not report.ok and report.position == contribution.position
+    assert not report.ok
+    assert report.position == contribution.position
 
 
 def test_edited_vote_with_rewritten_chain_is_reported_at_the_parsed_vote(
@@ -234,8 +164,8 @@ def test_edited_vote_with_rewritten_chain_is_reported_at_the_parsed_vote(
     edited answer into a vote that differs from the recorded ``VoteRecorded``."""
     url, sid = demo_copy
     events = _events(url, sid)
-    contribution, vote = _first_dissenting_vote(events)
-    _tamper_content(url, sid, contribution.position, _AGREEING_VOTE, rehash=True)
+    contribution, vote = first_dissenting_vote(events)
+    tamper_content(url, sid, contribution.position, AGREEING_VOTE, rehash=True)
 
     result = _replay(url, sid)
     d = result.difference
@@ -245,7 +175,8 @@ def test_edited_vote_with_rewritten_chain_is_reported_at_the_parsed_vote(
     paths = _paths(result)
     assert {"data.vote.agrees", "data.vote.stance", "data.vote.score"} <= paths
     agrees = next(f for f in d.fields if f["path"] == "data.vote.agrees")
-    assert agrees["recorded"] is False and agrees["replayed"] is True
+    assert agrees["recorded"] is False
+    assert agrees["replayed"] is True
     assert result.matched == vote.position - 1
 
 
@@ -257,7 +188,7 @@ def _alt_header(round: Any) -> str:
 
 
 def test_changed_prompt_header_is_reported_at_the_first_contribution_with_a_text_diff(
-    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch
+    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, sid = demo_copy
     events = _events(url, sid)
@@ -277,7 +208,7 @@ def test_changed_prompt_header_is_reported_at_the_first_contribution_with_a_text
 
 
 def test_changed_persona_text_is_reported_at_the_first_synthesis_contribution(
-    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch
+    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Only the synthesizer's system prompt holds the persona: the first difference is the
     first contribution of the first synthesis round, everything before it matches."""
@@ -289,7 +220,7 @@ def test_changed_persona_text_is_reported_at_the_first_synthesis_contribution(
         for e in events
         if e.type == "ContributionRecorded" and kinds[e.data["round"]] == "synthesis"
     )
-    changed = dict(prompts._PERSONA_TEXT)
+    changed = dict(vars(prompts)["_PERSONA_TEXT"])
     changed[Persona.ARCHITECTE] = "Facilitator persona: architecte. Be brief."
     monkeypatch.setattr(prompts, "_PERSONA_TEXT", changed)
 
@@ -306,7 +237,7 @@ def test_changed_persona_text_is_reported_at_the_first_synthesis_contribution(
 
 
 def test_changed_role_weight_is_reported_at_the_first_convergence_evaluation(
-    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch
+    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, sid = demo_copy
     events = _events(url, sid)
@@ -331,7 +262,7 @@ def test_changed_role_weight_is_reported_at_the_first_convergence_evaluation(
 
 
 def test_changed_critique_rotation_is_reported_at_the_critique_round_start(
-    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch
+    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, sid = demo_copy
     events = _events(url, sid)
@@ -339,7 +270,7 @@ def test_changed_critique_rotation_is_reported_at_the_critique_round_start(
     original = steps.critique_targets
 
     def last_critic_skips(
-        participants: tuple[str, ...], authors: tuple[str, ...]
+        participants: tuple[str, ...], authors: tuple[str, ...],
     ) -> dict[str, str]:
         """A changed rotation: the last critic in participant order no longer critiques."""
         targets = original(participants, authors)
@@ -359,7 +290,7 @@ def test_changed_critique_rotation_is_reported_at_the_critique_round_start(
 
 
 def test_stricter_convergence_rule_is_reported_where_the_session_converged(
-    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch
+    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A rule change that flips the final decision: the last ``ConvergenceEvaluated`` now says
     "not converged"."""
@@ -400,7 +331,7 @@ def _digest(path: Path) -> dict[str, str]:
 
 
 def test_replay_opens_no_connection_and_writes_nothing(
-    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch
+    demo_copy: tuple[str, UUID], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, sid = demo_copy
     attempts: list[Any] = []
@@ -413,7 +344,7 @@ def test_replay_opens_no_connection_and_writes_nothing(
         before_id = ledger.max_notification_id()
         before_bytes = _digest(Path(url))
 
-        def no_save(*aggregates: Any) -> None:
+        def no_save(*_aggregates: Any) -> None:
             raise AssertionError("replay tried to save")
 
         monkeypatch.setattr(ledger, "save", no_save)

@@ -21,12 +21,11 @@ from forge_ledger.ledger import Ledger
 from forge_ledger.projections.document import fold_lineage
 from forge_ledger.report import ReportModel, gather, render_html
 from forge_ledger.report._charts import agree_share
-from forge_ledger.testing import FakeOpenAIServer, bundled_script
-from helpers_sessions import build_session, seal_session
-from helpers_store import raw_connection
-from promises_builder import SessionBuilder
-from report_sessions import HOSTILE_DOC, IMG, SCRIPT, audited, demo, hostile
-from test_audit_sessions import _run as run_demo_session
+from support.orchestrator import run_demo_session
+from support.report_sessions import HOSTILE_DOC, IMG, SCRIPT, audited, demo, hostile
+from support.sessions import build_session, seal_session
+from support.store import raw_connection
+from support.stories import story
 
 SID = uuid.UUID(int=11)
 CONSOLE_SCRIPT = str(Path(sys.executable).parent / "forge-ledger")
@@ -42,7 +41,8 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 
 def _one_error_line(stderr: str) -> str:
     lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("error: "), stderr
     return lines[0]
 
 
@@ -91,27 +91,30 @@ def test_the_model_is_the_audit_and_the_lineage(audited_store: Path, model: Repo
         state = ledger.state(SID)
         events = list(ledger.events(SID))
     assert (model.session_id, model.head_hash, model.position) == (
-        str(SID), state.head_hash, state.version
+        str(SID), state.head_hash, state.version,
     )
     assert model.audit == audit_report(events)
     assert model.document == fold_lineage(state)
     assert model.audit.conformity  # bob's flip with nothing said in between
-    assert model.integrity.chain_ok and model.integrity.events_checked == state.version
+    assert model.integrity.chain_ok
+    assert model.integrity.events_checked == state.version
     assert (model.cost_usd, model.input_tokens) == (state.cost_usd, state.tokens.input)
 
 
 def test_the_document_is_the_document_source_with_its_lineage(
-    audited_store: Path, model: ReportModel
+    audited_store: Path, model: ReportModel,
 ) -> None:
     with Ledger(str(audited_store), create=False) as ledger:
         state = ledger.state(SID)
     found = state.document_source
-    assert found is not None and model.document is not None
+    assert found is not None
+    assert model.document is not None
     rnd, c = found
     doc = model.document
-    assert doc.source is not None and doc.text == state.answer(c) == state.latest_text
+    assert doc.source is not None
+    assert doc.text == state.answer(c) == state.latest_text
     assert (doc.source.participant, doc.source.round, doc.source.position) == (
-        c.participant, rnd.number, c.position
+        c.participant, rnd.number, c.position,
     )
     assert "".join(s.text for s in doc.sentences) == doc.text
 
@@ -125,7 +128,8 @@ def test_as_of_an_iteration(audited_store: Path) -> None:
     assert (m.position, m.total_events, m.at_iteration) == (end, head, 1)
     assert m.audit == audit_report(events)
     assert [c.iteration for c in m.audit.consensus] == [1]
-    assert m.document is not None and m.document.text == "Synthesis 1: merge critiques"
+    assert m.document is not None
+    assert m.document.text == "Synthesis 1: merge critiques"
 
 
 # --------------------------------------------------------------------------- the page
@@ -135,17 +139,22 @@ def test_the_page_is_self_contained(page: str, model: ReportModel) -> None:
     tags = _tags(page)
     csp = [dict(a).get("content") for t, a in tags if t == "meta"
            and dict(a).get("http-equiv") == "Content-Security-Policy"]
-    assert csp and "default-src 'none'" in (csp[0] or "") and "script-src" not in (csp[0] or "")
+    assert csp
+    assert "default-src 'none'" in (csp[0] or "")
+    assert "script-src" not in (csp[0] or "")
     assert not [t for t, _ in tags if t in ("script", "link", "iframe", "object", "embed")]
     for t, attrs in tags:
         for name, value in attrs:
             if name in ("src", "href", "xlink:href", "action"):
-                assert value is not None and value.startswith("#"), (t, name, value)
-    assert "url(" not in page and "@import" not in page
+                assert value is not None, (t, name, value)
+                assert value.startswith("#"), (t, name, value)
+    assert "url(" not in page
+    assert "@import" not in page
     figures = re.findall(r'<figure class="chart" id="chart-(\w+)".*?</figure>', page, re.S)
     assert figures == ["consensus", "stances", "influence", "dissent", "usage"]
     assert page.count("<svg") >= 5
-    assert model.session_id in page and model.head_hash in page
+    assert model.session_id in page
+    assert model.head_hash in page
     sections = dict(re.findall(r'<section id="(\w+)".*?>(.*?)</section>', page, re.S))
     assert "429 too many requests" in sections["failures"]
     assert "Focus on distributed deployments." in sections["human"]
@@ -159,20 +168,24 @@ def test_model_text_never_becomes_markup(tmp_path: Path) -> None:
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
         hostile(ledger, sid)
         m = gather(ledger, sid)
-    assert m.document is not None and m.document.text == HOSTILE_DOC
+    assert m.document is not None
+    assert m.document.text == HOSTILE_DOC
     html = render_html(m)
     tags = _tags(html)
     assert not [t for t, _ in tags if t in ("script", "img")]
     assert not [(t, n) for t, a in tags for n, _ in a if n.startswith("on")]
-    assert "&lt;script&gt;" in html and "onerror=" in html  # shown as text, escaped
-    assert SCRIPT not in html and IMG not in html
+    assert "&lt;script&gt;" in html
+    assert "onerror=" in html
+    assert SCRIPT not in html
+    assert IMG not in html
 
 
 def _replay_bench() -> ModuleType:
     """The replay benchmark's session generator: the real orchestrator, ~2 KB answers."""
     path = Path(__file__).resolve().parents[1] / "bench" / "replay_bench.py"
     spec = importlib.util.spec_from_file_location("report_replay_bench", path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -182,8 +195,10 @@ def test_a_fifty_round_session_stays_under_5_mb(tmp_path: Path) -> None:
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
         sid = _replay_bench().build_session(ledger, 50)
         m = gather(ledger, sid)
-    assert m.rounds == 50 and len(m.audit.consensus) >= 10
-    assert m.document is not None and len(m.document.sentences) > 5
+    assert m.rounds == 50
+    assert len(m.audit.consensus) >= 10
+    assert m.document is not None
+    assert len(m.document.sentences) > 5
     html = render_html(m)
     size = len(html.encode("utf-8"))
     assert size < 5_000_000, size
@@ -203,9 +218,11 @@ def test_report_writes_beside_the_store(audited_store: Path, tmp_path: Path) -> 
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     path = Path(doc["path"])
-    assert path.parent == tmp_path / "reports" and path.name.endswith(f"-{str(SID)[:8]}.html")
+    assert path.parent == tmp_path / "reports"
+    assert path.name.endswith(f"-{str(SID)[:8]}.html")
     assert path.stat().st_size == doc["bytes"]
-    assert doc["chain_ok"] is True and doc["session_id"] == str(SID)
+    assert doc["chain_ok"] is True
+    assert doc["session_id"] == str(SID)
     assert path.read_text("utf-8").startswith("<!DOCTYPE html>")
 
     out = _run("report", str(SID), "--store", str(store), "-o", "-", "--at-iteration", "2")
@@ -221,17 +238,20 @@ def test_report_user_errors_are_one_line(audited_store: Path, tmp_path: Path) ->
     assert bad_iteration.returncode == 2
     assert "no iteration 9" in _one_error_line(bad_iteration.stderr)
     unknown = _run("report", "ffffffff", "--store", store)
-    assert unknown.returncode == 2 and "no session" in _one_error_line(unknown.stderr)
+    assert unknown.returncode == 2
+    assert "no session" in _one_error_line(unknown.stderr)
     both = _run("report", str(SID), "--store", store, "--json", "-o", "-")
-    assert both.returncode == 2 and "--json" in _one_error_line(both.stderr)
+    assert both.returncode == 2
+    assert "--json" in _one_error_line(both.stderr)
     blocked = tmp_path / "file"
     blocked.write_text("")
     unwritable = _run("report", str(SID), "--store", store, "-o", str(blocked / "r.html"))
-    assert unwritable.returncode == 2 and "cannot write" in _one_error_line(unwritable.stderr)
+    assert unwritable.returncode == 2
+    assert "cannot write" in _one_error_line(unwritable.stderr)
 
 
 def test_a_broken_chain_is_reported_in_the_page_and_the_exit_code(
-    audited_store: Path, tmp_path: Path
+    audited_store: Path, tmp_path: Path,
 ) -> None:
     store = tmp_path / "ledger.sqlite"
     store.write_bytes(audited_store.read_bytes())
@@ -250,7 +270,8 @@ def test_a_broken_chain_is_reported_in_the_page_and_the_exit_code(
     assert proc.returncode == 1
     assert f"broken at event {pos}" in _one_error_line(proc.stderr.split("\n", 1)[-1])
     page = out.read_text("utf-8")
-    assert 'id="chain">chain broken<' in page and f"broken at event {pos}" in page
+    assert 'id="chain">chain broken<' in page
+    assert f"broken at event {pos}" in page
 
 
 def test_the_seal_and_its_hmac_are_checked_with_the_key(tmp_path: Path) -> None:
@@ -269,7 +290,8 @@ def test_the_seal_and_its_hmac_are_checked_with_the_key(tmp_path: Path) -> None:
     assert "HMAC not checked (no key given)" in out.read_text("utf-8")
     wrong = _run("report", str(built.id), "--store", str(store), "-o", str(out),
                  env={**env, "FORGE_LEDGER_HMAC_KEY": "another key"})
-    assert wrong.returncode == 1 and "HMAC" in wrong.stderr
+    assert wrong.returncode == 1
+    assert "HMAC" in wrong.stderr
 
 
 _DRIVER = """
@@ -293,7 +315,7 @@ sys.stderr.write(f"\\nEXIT={code} HEAVY={len(heavy)} LITELLM={len(lite)}\\n")
      (["report", "{sid}", "-o", "{out}"], 1)],
 )
 def test_only_report_imports_the_chart_libraries(
-    command: list[str], heavy: int, audited_store: Path, tmp_path: Path
+    command: list[str], heavy: int, audited_store: Path, tmp_path: Path,
 ) -> None:
     args = [c.format(sid=SID, out=tmp_path / "r.html") for c in command]
     proc = subprocess.run(
@@ -320,11 +342,14 @@ def test_report_on_both_stores(store_url: str, tmp_path: Path) -> None:
 def test_a_session_with_no_round_yet_still_renders(tmp_path: Path) -> None:
     sid = uuid.UUID(int=13)
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
-        ledger.save(SessionBuilder(sid, clock=FixedStepClock()).agg)
+        ledger.save(story(sid).aggregate)
         m = gather(ledger, sid)
-    assert m.rounds == 0 and m.document is None and not m.audit.consensus
+    assert m.rounds == 0
+    assert m.document is None
+    assert not m.audit.consensus
     html = render_html(m)
-    assert len(re.findall(r'<figure class="chart"', html)) == 5 and html.count("<svg") >= 5
+    assert len(re.findall(r'<figure class="chart"', html)) == 5
+    assert html.count("<svg") >= 5
     for message in ("No document: no draft", "no convergence vote yet", "no vote recorded yet",
                     "no dissent recorded", "no model call yet", "no influence recorded"):
         assert message in html, message
@@ -360,14 +385,16 @@ def test_the_influence_graph_draws_the_demos_edge(
     assert "retention policy for the" in svg  # the edge's label, drawn by Vega
     edge = next(e for e in m.audit.influence if (e.from_, e.to) == ("carol", "dave"))
     first_line = edge.quote.splitlines()[0]
-    assert "<td>carol</td><td>dave</td>" in table and first_line in table
+    assert "<td>carol</td><td>dave</td>" in table
+    assert first_line in table
 
 
 def test_each_sentence_carries_its_origin_from_the_lineage(
     demo_page: tuple[ReportModel, dict[str, str]],
 ) -> None:
     m, sections = demo_page
-    assert m.document is not None and m.document.source is not None
+    assert m.document is not None
+    assert m.document.source is not None
     origins = {s.origin.participant for s in m.document.sentences}
     assert {"alice", "carol"} <= origins  # the drafter's sentences survive the synthesis
     spans = re.findall(r'<span class="s" tabindex="0" style="--c: ([^"]+)" '
@@ -389,25 +416,27 @@ def test_the_effect_of_deliberation_and_self_preference(
     e = m.audit.deliberation_effect
     effect = sections["effect"]
     assert "not available" not in effect
-    assert e.first_vote is not None and e.score_majority_disagreed
+    assert e.first_vote is not None
+    assert e.score_majority_disagreed
     assert f"in round {e.disagreement_rounds[0]}" in effect
     assert f"{e.dissents.resolved} resolved" in effect
     similarity = e.document_change[-1].similarity
-    assert similarity is not None and f"{similarity:.2f}" in effect
+    assert similarity is not None
+    assert f"{similarity:.2f}" in effect
     rows = re.findall(r"<tr><td>(\w+)</td>", effect.split('id="self-preference"', 1)[1])
     assert rows[: len(m.participants)] == [s.participant for s in m.audit.self_preference]
     assert "Anonymized review: no" in effect
 
 
 def test_an_anonymized_review_names_its_labels(
-    tmp_path: Path, fake_openai: FakeOpenAIServer
+    tmp_path: Path,
 ) -> None:
     store = str(tmp_path / "ledger.sqlite")
-    fake_openai.set_script(bundled_script("four-voices"))
-    sid = run_demo_session(store, fake_openai, anonymize=True)
+    sid = run_demo_session(store, anonymize=True)
     with Ledger(store, create=False) as ledger:
         m = gather(ledger, sid)
-    assert m.audit.anonymized and m.audit.labels
+    assert m.audit.anonymized
+    assert m.audit.labels
     html = render_html(m)
     assert "Anonymized review: yes — " in html
     for label, who in m.audit.labels.items():
@@ -424,9 +453,11 @@ def test_a_session_without_texts_says_so(tmp_path: Path) -> None:
     sid = json.loads(imported.stdout)["session_id"]
     with Ledger(str(store), create=False) as ledger:
         m = gather(ledger, sid)
-    assert m.iterations >= 1 and m.document is None
+    assert m.iterations >= 1
+    assert m.document is None
     changes = m.audit.deliberation_effect.document_change
-    assert changes and all(c.author is None and c.similarity is None for c in changes)
+    assert changes
+    assert all(c.author is None and c.similarity is None for c in changes)
     html = render_html(m)
     assert "No document: no draft, response or synthesis text is recorded" in html
     assert "an imported session carries" in html
@@ -445,5 +476,6 @@ def test_a_person_who_moved_a_participant_is_a_node_of_the_graph(model: ReportMo
     html = render_html(model.model_copy(update={"audit": audit}))
     sections = dict(re.findall(r'<section id="(\w+)".*?>(.*?)</section>', html, re.S))
     svg, table = sections["influence"].split("<table", 1)
-    assert ">dana</text>" in svg and "distributed deployments" in svg
+    assert ">dana</text>" in svg
+    assert "distributed deployments" in svg
     assert "<td>dana</td><td>bob</td><td>human input</td>" in table

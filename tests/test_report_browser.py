@@ -22,7 +22,7 @@ from playwright.sync_api import expect, sync_playwright
 
 from forge_ledger.ledger import Ledger
 from forge_ledger.projections.document import fold_lineage
-from report_sessions import HOSTILE_DOC, SCRIPT, demo, hostile
+from support.report_sessions import HOSTILE_DOC, SCRIPT, demo, hostile
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Route
@@ -106,22 +106,27 @@ def test_the_report_in_a_real_browser(browser: Browser, tmp_path: Path) -> None:
     page = visit.page
 
     assert visit.errors == []
-    assert visit.requests == [visit.url] and visit.blocked == []
+    assert visit.requests == [visit.url]
+    assert visit.blocked == []
 
     charts = page.locator("figure.chart svg")
     assert charts.count() == 5
     for i in range(5):
         svg = charts.nth(i)
         box = svg.bounding_box()
-        assert box is not None and box["width"] > 150 and box["height"] > 50
+        assert box is not None
+        assert box["width"] > 150
+        assert box["height"] > 50
         assert svg.locator("path, line, text").count() > 10
         assert svg.locator("text").first.text_content()
 
     assert page.locator("#session-id").inner_text() == state.id
     assert page.locator("#head-hash").inner_text() == state.head_hash
-    assert page.locator("#session-id").is_visible() and page.locator("#head-hash").is_visible()
+    assert page.locator("#session-id").is_visible()
+    assert page.locator("#head-hash").is_visible()
     doc = page.locator("#doc-text")
-    assert doc.is_visible() and doc.inner_text().strip() == lineage.text.strip()
+    assert doc.is_visible()
+    assert doc.inner_text().strip() == lineage.text.strip()
 
     # a sentence the drafter wrote, kept in the synthesizer's text: its origin is the draft
     n, kept = next((i, s) for i, s in enumerate(lineage.sentences)
@@ -161,7 +166,8 @@ def test_the_report_in_a_real_browser(browser: Browser, tmp_path: Path) -> None:
 
     shot = tmp_path / "report.png"
     page.screenshot(path=str(shot), full_page=True)
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert shot.stat().st_size > 20_000
 
     page.emulate_media(media="print")
     expect(first.locator(".prov")).to_be_hidden()
@@ -169,7 +175,8 @@ def test_the_report_in_a_real_browser(browser: Browser, tmp_path: Path) -> None:
     expect(charts.nth(4)).to_be_visible()
     pdf = tmp_path / "report.pdf"
     page.pdf(path=str(pdf), print_background=True)
-    assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 20_000
+    assert pdf.read_bytes()[:5] == b"%PDF-"
+    assert pdf.stat().st_size > 20_000
     assert visit.errors == []
 
 
@@ -182,6 +189,7 @@ def test_model_text_stays_text_in_the_browser(browser: Browser, tmp_path: Path) 
     page = visit.page
     assert visit.errors == []  # a script or handler blocked by the page's policy would log one
     assert page.title().startswith(f"Rate limits {SCRIPT}")
-    assert page.locator("script").count() == 0 and page.locator("img").count() == 0
+    assert page.locator("script").count() == 0
+    assert page.locator("img").count() == 0
     assert page.locator("#doc-text").inner_text().strip() == HOSTILE_DOC.strip()
     assert page.get_by_text("onerror=", exact=False).count() >= 1

@@ -15,8 +15,8 @@ from forge_ledger.domain.hashing import keyed_digest
 from forge_ledger.errors import ChainBrokenError, ImportValidationError, InvariantViolation
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.sealing import seal_session, verify_export
-from helpers_store import raw_connection, unpack
-from promises_builder import THREE_ITERATIONS, build
+from support.store import raw_connection, unpack
+from support.stories import THREE_ITERATIONS, build
 
 SID = uuid.UUID(int=1)
 KEY = b"operator secret"
@@ -28,7 +28,10 @@ def test_seal_with_key(store_url: str) -> None:
         head_before = ledger.state(SID).head_hash
         events_before = ledger.head_version(SID)
         report = seal_session(ledger, SID, clock=FixedStepClock(), key=KEY)
-        assert report.ok and report.sealed and report.seal_ok and report.hmac_ok
+        assert report.ok
+        assert report.sealed
+        assert report.seal_ok
+        assert report.hmac_ok
         assert report.events == events_before + 1
         seal = ledger.state(SID).seal
         assert seal == {
@@ -37,7 +40,9 @@ def test_seal_with_key(store_url: str) -> None:
         }
         assert verify_session(ledger, SID).ok
         wrong = verify_session(ledger, SID, key=b"another key")
-        assert not wrong.ok and wrong.hmac_ok is False and wrong.position == report.events
+        assert not wrong.ok
+        assert wrong.hmac_ok is False
+        assert wrong.position == report.events
         with pytest.raises(InvariantViolation, match="already sealed"):
             seal_session(ledger, SID, clock=FixedStepClock(), key=KEY)
 
@@ -53,7 +58,7 @@ def test_live_session_cannot_be_sealed(store_url: str) -> None:
 def _tamper(path: str, position: int, old: str, new: str) -> None:
     with raw_connection(path) as conn:
         (state,) = conn.execute(
-            "SELECT state FROM stored_events WHERE originator_version = ?", (position,)
+            "SELECT state FROM stored_events WHERE originator_version = ?", (position,),
         ).fetchone()
         text = unpack(bytes(state)).decode("utf-8")
         assert old in text
@@ -95,20 +100,26 @@ def test_verify_export(sqlite_url: str, tmp_path: Path) -> None:
         out.write_text(_export(ledger, SID), encoding="utf-8")
         good = verify_export(ledger, out, KEY, exporter=_export)
         assert good.ok, good.problems
-        assert good.hmac_ok and good.block_ok and good.content_checked and good.content_ok
+        assert good.hmac_ok
+        assert good.block_ok
+        assert good.content_checked
+        assert good.content_ok
         assert not verify_export(ledger, out, b"wrong key", exporter=_export).ok
 
         doc = yaml.safe_load(out.read_text(encoding="utf-8"))
         doc["status"] = "abandoned"
         out.write_text(yaml.safe_dump(doc), encoding="utf-8")
         edited = verify_export(ledger, out, KEY, exporter=_export)
-        assert not edited.ok and edited.block_ok and edited.content_ok is False
+        assert not edited.ok
+        assert edited.block_ok
+        assert edited.content_ok is False
 
         doc["status"] = "completed"
         doc["ledger"]["root_hash"] = "0" * 64
         out.write_text(yaml.safe_dump(doc), encoding="utf-8")
         forged = verify_export(ledger, out, None, exporter=_export)
-        assert not forged.ok and not forged.block_ok
+        assert not forged.ok
+        assert not forged.block_ok
         assert any("ledger.root_hash" in p for p in forged.problems)
 
         out.write_text("id: x\nledger: null\n", encoding="utf-8")
@@ -127,13 +138,13 @@ def test_verify_export_detects_store_tampering(sqlite_url: str, tmp_path: Path) 
     with Ledger(sqlite_url, snapshot_interval=0) as ledger:
         report = verify_export(ledger, out, KEY, exporter=_export)
         assert not report.ok
-        assert report.chain is not None and report.chain.position == pos
+        assert report.chain is not None
+        assert report.chain.position == pos
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     with pytest.raises(SystemExit) as exc:
-        main(argv)
-        raise SystemExit(0)
+        _main_then_exit(argv)
     captured = capsys.readouterr()
     return int(exc.value.code or 0), captured.out, captured.err
 
@@ -148,9 +159,14 @@ def test_seal_and_verify_export_cli(
     code, out, err = _run(["seal", str(SID)[:8], "--store", sqlite_url, "--json"], capsys)
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["ok"] and doc["sealed"] and doc["hmac_ok"] and doc["keyed"]
+    assert doc["ok"]
+    assert doc["sealed"]
+    assert doc["hmac_ok"]
+    assert doc["keyed"]
     code, out, err = _run(["seal", str(SID), "--store", sqlite_url], capsys)
-    assert code == 2 and "already sealed" in err and err.count("\n") == 1
+    assert code == 2
+    assert "already sealed" in err
+    assert err.count("\n") == 1
 
     with Ledger(sqlite_url, create=False) as ledger:
         seal = ledger.state(SID).seal
@@ -159,15 +175,18 @@ def test_seal_and_verify_export_cli(
     export.write_text(yaml.safe_dump({"ledger": {"session_id": str(SID), **seal}}), "utf-8")
     code, out, err = _run(["verify-export", str(export), "--store", sqlite_url, "--json"], capsys)
     report = json.loads(out)
-    assert report["block_ok"] and report["hmac_ok"]
+    assert report["block_ok"]
+    assert report["hmac_ok"]
     assert code == (0 if report["ok"] else 1)
     if report["content_checked"]:  # an exporter exists: a hand-written file is not its output
         assert report["content_ok"] is False
     export.write_text(
-        yaml.safe_dump({"ledger": {"session_id": str(SID), **seal, "events": 3}}), "utf-8"
+        yaml.safe_dump({"ledger": {"session_id": str(SID), **seal, "events": 3}}), "utf-8",
     )
     code, out, err = _run(["verify-export", str(export), "--store", sqlite_url], capsys)
-    assert code == 1 and "ledger.events" in err and "Traceback" not in err
+    assert code == 1
+    assert "ledger.events" in err
+    assert "Traceback" not in err
 
 
 def test_unkeyed_seal_cli_warns(sqlite_url: str, capsys: pytest.CaptureFixture[str],
@@ -176,10 +195,13 @@ def test_unkeyed_seal_cli_warns(sqlite_url: str, capsys: pytest.CaptureFixture[s
     with Ledger(sqlite_url) as ledger:
         ledger.save(build(SID, THREE_ITERATIONS))
     code, out, err = _run(["seal", str(SID), "--store", sqlite_url], capsys)
-    assert code == 0 and "sealed" in out and "not set" in err
+    assert code == 0
+    assert "sealed" in out
+    assert "not set" in err
     with Ledger(sqlite_url, create=False) as ledger:
         seal = ledger.state(SID).seal
-        assert seal is not None and seal["hmac"] is None
+        assert seal is not None
+        assert seal["hmac"] is None
         assert verify_session(ledger, SID).ok
         assert not verify_session(ledger, SID, key=KEY).ok
 
@@ -196,13 +218,17 @@ def test_verify_export_against_the_yaml_projection(sqlite_url: str, tmp_path: Pa
         out.write_text(text, encoding="utf-8")
         report = verify_export(ledger, out, KEY)
         assert report.ok, report.problems
-        assert report.content_checked and report.content_ok and report.hmac_ok
+        assert report.content_checked
+        assert report.content_ok
+        assert report.hmac_ok
         doc = yaml.safe_load(text)
         assert doc["ledger"]["root_hash"] == ledger.state(SID).seal["root_hash"]  # type: ignore[index]
         doc["session"]["ems"] = 100 - doc["session"]["ems"]  # a flattering edit of the record
         out.write_text(yaml.safe_dump(doc, sort_keys=False), "utf-8")
         edited = verify_export(ledger, out, KEY)
-        assert not edited.ok and edited.content_ok is False and edited.block_ok
+        assert not edited.ok
+        assert edited.content_ok is False
+        assert edited.block_ok
 
 
 def test_verify_command_checks_an_export_file(
@@ -221,12 +247,24 @@ def test_verify_command_checks_an_export_file(
     code, stdout, err = _run(["verify", "--export", str(out), "--store", sqlite_url, "--json"],
                              capsys)
     report = json.loads(stdout)
-    assert code == 0 and report["ok"] and report["hmac_ok"] and report["content_ok"]
+    assert code == 0
+    assert report["ok"]
+    assert report["hmac_ok"]
+    assert report["content_ok"]
     doc = yaml.safe_load(out.read_text("utf-8"))
     doc["session"]["ems"] = 100 - doc["session"]["ems"]
     out.write_text(yaml.safe_dump(doc, sort_keys=False), "utf-8")
     code, stdout, err = _run(["verify", "--export", str(out), "--store", sqlite_url], capsys)
-    assert code == 1 and err.count("\n") == 1 and err.startswith("error:")
+    assert code == 1
+    assert err.count("\n") == 1
+    assert err.startswith("error:")
     code, stdout, err = _run(["verify", str(SID), "--export", str(out), "--store", sqlite_url],
                              capsys)
-    assert code == 2 and "not both" in err
+    assert code == 2
+    assert "not both" in err
+
+
+def _main_then_exit(argv: list[str]) -> None:
+    """Run the CLI in-process; a command that returns is exit code 0, as the console script's."""
+    main(argv)
+    raise SystemExit(0)

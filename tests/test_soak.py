@@ -23,14 +23,14 @@ from uuid import UUID
 
 import pytest
 
-from fault_matrix_cells import base_script, cell_participants
 from forge_ledger.domain.values import SessionConfig
 from forge_ledger.ledger import Ledger
 from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.providers import LiteLLMProvider
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer
-from test_orchestrator_support import TOPIC
+from support.fault_matrix import base_script, cell_participants
+from support.orchestrator import TOPIC
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,8 @@ KILLS = 25
 
 def _soak_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("forge_ledger_soak", BENCH)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while being built
     spec.loader.exec_module(module)
@@ -63,8 +64,10 @@ def test_kill_9_at_25_instants_loses_nothing_and_ends_as_an_uninterrupted_run(
     assert result.resumed >= KILLS, why
     # after every kill: contiguous positions, nothing committed lost or doubled, a chain that
     # verifies and a replay that is identical
-    assert result.lost == 0 and result.duplicated == 0, why
-    assert result.verified and result.replay_identical, why
+    assert result.lost == 0, why
+    assert result.duplicated == 0, why
+    assert result.verified, why
+    assert result.replay_identical, why
     assert result.replays == result.kills + result.missed_instants + 1, why
     # the instants spread over the whole session, the seal and the export included
     landed = result.landed()
@@ -74,10 +77,12 @@ def test_kill_9_at_25_instants_loses_nothing_and_ends_as_an_uninterrupted_run(
     assert heads[0] <= result.reference_events // 4, why
     assert heads[-1] >= result.reference_events // 2, why
     # the end: sealed, exported, and the same outcome as the run nobody interrupted
-    assert result.sealed and result.export_identical, why
+    assert result.sealed, why
+    assert result.export_identical, why
     assert result.outcome == result.reference, why
     assert result.outcome["status"] == "converged", why
-    assert len(result.outcome["votes"]) == 8 and len(result.outcome["documents"]) == 3, why
+    assert len(result.outcome["votes"]) == 8, why
+    assert len(result.outcome["documents"]) == 3, why
 
 
 def test_soak_script_quick_mode_prints_one_json_document() -> None:
@@ -91,9 +96,12 @@ def test_soak_script_quick_mode_prints_one_json_document() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)  # exactly one document: json.loads refuses trailing data
     assert doc["quick"] is True
-    assert doc["kills"] == 3 and doc["resumed"] >= 3
-    assert doc["lost"] == 0 and doc["duplicated"] == 0
-    assert doc["replay_identical"] is True and doc["outcome_identical"] is True
+    assert doc["kills"] == 3
+    assert doc["resumed"] >= 3
+    assert doc["lost"] == 0
+    assert doc["duplicated"] == 0
+    assert doc["replay_identical"] is True
+    assert doc["outcome_identical"] is True
     assert doc["problems"] == []
     assert isinstance(doc["seed"], int)
     assert "soak: kill 3/3" in proc.stderr  # progress goes to stderr, not stdout
@@ -133,7 +141,7 @@ class _LedgerKilledAfterRoundCompleted:
 
 
 def test_kill_between_round_completed_and_its_consequences_replays_identically(
-    fake_openai: FakeOpenAIServer, tmp_path: Path
+    fake_openai: FakeOpenAIServer, tmp_path: Path,
 ) -> None:
     fake_openai.set_script(base_script())
     store = str(tmp_path / "window.sqlite")
@@ -195,7 +203,7 @@ class _LedgerKilledMidRound:
 
 
 def test_an_endpoint_moved_after_a_kill_mid_round_replays_identically(
-    fake_openai: FakeOpenAIServer, tmp_path: Path
+    fake_openai: FakeOpenAIServer, tmp_path: Path,
 ) -> None:
     """A run dies mid-round (Ctrl-C, ``kill -9``); ``resume --api-base`` then records
     ``ParticipantUpdated`` inside the still-open round (the demo does this when its scripted
@@ -218,7 +226,8 @@ def test_an_endpoint_moved_after_a_kill_mid_round_replays_identically(
             asyncio.run(first())
         agg = ledger.get(sid)
         open_round = agg.state.open_round
-        assert open_round is not None and open_round.contributions  # killed mid-round
+        assert open_round is not None
+        assert open_round.contributions
         moved = f"{fake_openai.url}/"  # the same server, under another address
         for p in agg.state.participants:
             agg.update_participant(p.model_copy(update={"api_base": moved}),
@@ -235,6 +244,7 @@ def test_an_endpoint_moved_after_a_kill_mid_round_replays_identically(
         assert asyncio.run(resume()) == "converged"
         moved_at = next(e.position for e in ledger.events(sid) if e.type == "ParticipantUpdated")
         then = ledger.get(sid, version=moved_at - 1).state.open_round
-        assert then is not None and then.contributions  # recorded inside a part-answered round
+        assert then is not None
+        assert then.contributions
         replay = replay_session(ledger, sid)
         assert replay.ok, replay.difference.message if replay.difference else ""

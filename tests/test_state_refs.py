@@ -19,7 +19,7 @@ from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.compression import unpack, unpack_text
 from forge_ledger.ledger.texts import TEXT_TABLE
-from strategies import StepClock, contribute, new_session
+from support.strategies import StepClock, contribute, new_session
 
 LONG = "A long answer that is well over the inline threshold of the text table. " * 3
 
@@ -164,7 +164,8 @@ def test_a_snapshot_written_before_loads(tmp_path: Path) -> None:
             state = ledger.state(agg.id, at_event=v)
             assert state == agg.state if v == agg.version else state.version == v
         state = ledger.state(agg.id)
-        assert state == agg.state and _answers(state) == _answers(agg.state)
+        assert state == agg.state
+        assert _answers(state) == _answers(agg.state)
         assert set(short) <= set(state.text_pool.held(short))
         again = ledger.get(agg.id)
         n = again.start_round(
@@ -195,7 +196,8 @@ def test_inline_answers_load_only_through_load() -> None:
     data = agg.state.model_dump_with_answers()
     assert data["rounds"][0]["contributions"][0]["response"]["content"] == LONG
     loaded = SessionState.load(json.dumps(data))
-    assert loaded == agg.state and _answers(loaded) == [LONG]
+    assert loaded == agg.state
+    assert _answers(loaded) == [LONG]
     with pytest.raises(ValueError, match=r"SessionState\.load"):
         SessionState.model_validate(data)
     bare = SessionState.model_validate(agg.state.model_dump())
@@ -215,9 +217,11 @@ def test_text_pool_falls_back_and_is_shared_by_copies() -> None:
 
     pool = TextPool(Source())
     own = pool.add("held")
-    assert pool.text(own) == "held" and Source.calls == 0
+    assert pool.text(own) == "held"
+    assert Source.calls == 0
     assert pool.text(text_address("stored")) == "stored"
-    assert pool.text(text_address("stored")) == "stored" and Source.calls == 1
+    assert pool.text(text_address("stored")) == "stored"
+    assert Source.calls == 1
     assert pool.held([own, text_address("stored")]) == {own: "held"}
     with pytest.raises(StoreError):
         pool.text(text_address("nowhere"))

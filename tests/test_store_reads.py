@@ -19,9 +19,9 @@ import pytest
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger
-from helpers_sessions import BuiltSession, build_session
-from helpers_store import raw_connection
-from hostile_inputs import fingerprint, one_error_line, run_cli
+from support.hostile_inputs import fingerprint, one_error_line, run_cli
+from support.sessions import BuiltSession, build_session
+from support.store import raw_connection
 
 PG_BASE = "postgresql://postgres@127.0.0.1:5432/test"
 READ_COMMANDS = [
@@ -44,7 +44,7 @@ def open_dir() -> Iterator[Path]:
 def _schema_exists(schema: str) -> bool:
     with psycopg.connect(PG_BASE, autocommit=True) as conn:
         row = conn.execute(
-            "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)
+            "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,),
         ).fetchone()
     return bool(row and row[0])
 
@@ -130,7 +130,7 @@ def test_a_store_in_a_read_only_folder_is_readable(open_dir: Path) -> None:
         assert result.returncode == 0, (command, result.stderr)
         assert result.stdout.strip()
     assert str(built.id) in run_cli(
-        "sessions", "--json", "--store", str(path), cwd=open_dir, unprivileged=True
+        "sessions", "--json", "--store", str(path), cwd=open_dir, unprivileged=True,
     ).stdout
     assert fingerprint(path) == before
     assert sorted(p.name for p in folder.iterdir()) == ["ledger.sqlite"]
@@ -154,12 +154,13 @@ def test_a_store_in_a_read_only_folder_is_readable(open_dir: Path) -> None:
     ],
 )
 def test_postgres_connection_problems_name_their_cause(
-    url: str, cause: str, tmp_path: Path
+    url: str, cause: str, tmp_path: Path,
 ) -> None:
     with pytest.raises(StoreError) as info:
         Ledger(url)
     line = info.value.one_line()
-    assert cause in line and "couldn't get a connection" not in line
+    assert cause in line
+    assert "couldn't get a connection" not in line
     result = run_cli("sessions", "--store", url, cwd=tmp_path)
     assert result.returncode == 2
     assert cause in one_error_line(result.stderr)
@@ -192,7 +193,7 @@ def _tamper_vote(path: Path, built: BuiltSession, field: str = "vote.score",
     ids=lambda c: "-".join(c),
 )
 def test_printing_a_session_whose_chain_does_not_verify_says_so(
-    command: list[str], tmp_path: Path
+    command: list[str], tmp_path: Path,
 ) -> None:
     path = tmp_path / "ledger.sqlite"
     built = _store(path)
@@ -207,7 +208,8 @@ def test_printing_a_session_whose_chain_does_not_verify_says_so(
     assert result.returncode == 1
     assert result.stdout.strip(), "the session is still printed"
     line = result.stderr.strip().splitlines()[-1]
-    assert line.startswith("error: ") and "Traceback" not in result.stderr
+    assert line.startswith("error: ")
+    assert "Traceback" not in result.stderr
     assert f"session {built.id} does not verify: event {position}" in line
     assert "forge-ledger verify" in line
 
@@ -226,18 +228,21 @@ def test_a_store_made_without_snapshots_is_read_without_creating_them(store_url:
     with Ledger(store_url, snapshot_interval=0) as ledger:
         built = build_session(ledger, iterations=1, participants=2)
     with Ledger(store_url, create=False, snapshot_interval=2) as ledger:
-        assert ledger.app.snapshots is None and ledger.snapshot_interval == 0
+        assert ledger.app.snapshots is None
+        assert ledger.snapshot_interval == 0
         assert ledger.get(built.id).version == built.iteration_end[1]
     if store_url.startswith("postgresql://"):
         schema = store_url.rsplit("schema=", 1)[1]
         with psycopg.connect(PG_BASE, autocommit=True) as conn:
             row = conn.execute(
-                "SELECT to_regclass(%s)", (f"{schema}.forgeledger_snapshots",)
+                "SELECT to_regclass(%s)", (f"{schema}.forgeledger_snapshots",),
             ).fetchone()
-        assert row is not None and row[0] is None
+        assert row is not None
+        assert row[0] is None
     else:
         tables = {r[0] for r in sqlite3.connect(store_url).execute(
             "SELECT name FROM sqlite_master WHERE type='table'")}
-        assert "stored_snapshots" not in tables and "stored_events" in tables
+        assert "stored_snapshots" not in tables
+        assert "stored_events" in tables
     with Ledger(store_url, snapshot_interval=2) as ledger:  # a writer may add them
         assert ledger.app.snapshots is not None

@@ -62,8 +62,10 @@ def test_every_session_verifies_and_replays_identically() -> None:
     verify = json.loads((GOLDEN / "verify.json").read_text())
     replay = json.loads((GOLDEN / "replay-all.json").read_text())
     sessions = json.loads((GOLDEN / "sessions.json").read_text())
-    assert verify["ok"] and len(verify["sessions"]) == len(sessions) == 4
-    assert all(r["ok"] for r in replay) and len(replay) == 4
+    assert verify["ok"]
+    assert len(verify["sessions"]) == len(sessions) == 4
+    assert all(r["ok"] for r in replay)
+    assert len(replay) == 4
     assert {s["status"] for s in sessions} >= {"converged", "paused"}
 
 
@@ -75,7 +77,8 @@ def test_sessions_reads_the_read_model_only_when_it_is_current(tmp_path: Path) -
     expected = (GOLDEN / "sessions.json").read_text(encoding="utf-8")
     assert _run(path, ["projections", "update"]).returncode == 0
     listed = _run(path, ["sessions", "--json"])
-    assert listed.returncode == 0 and listed.stdout == expected
+    assert listed.returncode == 0
+    assert listed.stdout == expected
 
     # The listing really comes from the read model: a title changed there shows.
     views = sqlite3.connect(tmp_path / "store.views.sqlite")

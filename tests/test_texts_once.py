@@ -23,8 +23,8 @@ from forge_ledger.domain import events as ev
 from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.values import ChatMessage, ModelResponse, RoundKind, SessionStatus
 from forge_ledger.ledger import Ledger, resolve_store, texts, verify_session
-from helpers_store import raw_connection
-from strategies import StepClock, new_session
+from support.store import raw_connection
+from support.strategies import StepClock, new_session
 
 SYSTEM = "You deliberate on a specification. Answer as JSON: " + "{schema} " * 40
 SID = uuid.UUID("00000000-0000-4000-8000-0000000000aa")
@@ -40,7 +40,7 @@ def _build() -> Deliberation:
     for it in (1, 2):
         kind = RoundKind.DRAFT if it == 1 else RoundKind.SYNTHESIS
         n = agg.start_round(
-            kind=kind, iteration=it, participants=agg.state.participant_names, at=clock()
+            kind=kind, iteration=it, participants=agg.state.participant_names, at=clock(),
         )
         for who in agg.state.participant_names:
             msgs = [
@@ -98,7 +98,7 @@ def _execute(url: str, sql_sqlite: str, sql_pg: str, *params: Any) -> None:
 
 
 def test_texts_are_stored_once_and_commands_print_them_unchanged(
-    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     with Ledger(store_url) as ledger:
         agg = _build()
@@ -108,7 +108,8 @@ def test_texts_are_stored_once_and_commands_print_them_unchanged(
         assert verify_session(ledger, SID).ok
     rows = _text_rows(store_url)
     bodies = [body for _, body in rows]
-    assert SYSTEM in bodies and _answer(1, agg.state.participant_names[0]) in bodies
+    assert SYSTEM in bodies
+    assert _answer(1, agg.state.participant_names[0]) in bodies
     assert len(bodies) == len(set(bodies)) == 1 + 2 * 2 + 2 * 2  # system once; prompts; answers
     assert all(texts.text_address(body) == address for address, body in rows)
     by_reference = _outputs(store_url, tmp_path)
@@ -135,7 +136,8 @@ def test_verify_reports_a_missing_or_altered_text(store_url: str) -> None:
     )
     with Ledger(store_url, create=False) as ledger:
         report = verify_session(ledger, SID)
-    assert not report.ok and "does not hash to its address" in report.problem
+    assert not report.ok
+    assert "does not hash to its address" in report.problem
     first_contribution = 5  # started, 2 joined, round started, then the first answer
     assert report.position == first_contribution, report.as_json()
     _execute(
@@ -146,7 +148,8 @@ def test_verify_reports_a_missing_or_altered_text(store_url: str) -> None:
     )
     with Ledger(store_url, create=False) as ledger:
         report = verify_session(ledger, SID)
-    assert not report.ok and "missing from the store" in report.problem
+    assert not report.ok
+    assert "missing from the store" in report.problem
 
 
 def test_a_store_written_with_texts_inline_takes_new_sessions(tmp_path: Path) -> None:

@@ -38,13 +38,13 @@ from forge_ledger.domain.values import (
 )
 from forge_ledger.errors import UsageError
 from forge_ledger.ledger import Ledger
-from strategies import T0, StepClock, contribute, make_participants, new_session, run_round
+from support.strategies import T0, StepClock, contribute, make_participants, new_session, run_round
 
 Command = Callable[[], None]
 
 PROGRESS = frozenset(
     {"start_round", "contribute", "complete_round", "vote", "evaluate", "resume", "rewind",
-     "finish", "seal", "opinion", "critique"}
+     "finish", "seal", "opinion", "critique"},
 )
 """Commands that move a session forward; favoured so sequences reach late states."""
 
@@ -127,11 +127,11 @@ class Driver:
                         at=c(),
                     )))
                 opts.append(("parse_failed", lambda: a.record_parse_failure(
-                    round=rnd.number, participant=name, expected="vote", error="bad", at=c()
+                    round=rnd.number, participant=name, expected="vote", error="bad", at=c(),
                 )))
             abst = list(rnd.missing)
             opts.append(("complete_round", lambda: a.complete_round(
-                round=rnd.number, at=c(), abstained=abst[: r % 2]
+                round=rnd.number, at=c(), abstained=abst[: r % 2],
             )))
         last = s.last_round
         if (
@@ -173,7 +173,7 @@ class Driver:
             status = [DivergenceStatus.ADDRESSED, DivergenceStatus.RESOLVED,
                       DivergenceStatus.WITHDRAWN, DivergenceStatus.OVERRULED][r % 4]
             opts.append(("divergence_change", lambda: a.change_divergence(
-                d.id, status, at=c(), note=f"n{r}", by="alice"
+                d.id, status, at=c(), note=f"n{r}", by="alice",
             )))
         if s.status is SessionStatus.PAUSED:
             opts.append(("resume", lambda: a.resume(at=c(), reason="go on")))
@@ -183,7 +183,7 @@ class Driver:
                                                   questions=[f"q{r}?"] if r % 2 else [])))
         opts.append(("ask", lambda: a.ask([f"why {r}?"], at=c())))
         opts.append(("human", lambda: a.human_input(
-            author="alice", text=f"h{r}", at=c(), kind=["answer", "note", "steer"][r % 3]
+            author="alice", text=f"h{r}", at=c(), kind=["answer", "note", "steer"][r % 3],
         )))
         if rnd is None and s.iteration >= 2:
             steps = 1 + r % min(5, s.iteration - 1)
@@ -210,7 +210,7 @@ class Driver:
         return opts
 
 
-def _start(n: int, clock: StepClock) -> Deliberation:
+def _start(_n: int, clock: StepClock) -> Deliberation:
     """Start with no participants, then one join per command: one event per step."""
     return Deliberation.start(
         session_id=uuid.uuid4(), topic=Topic(title="Time travel"), config=SessionConfig(),
@@ -351,7 +351,8 @@ def test_state_at_past_position_then_fork_keeps_parent_intact(sqlite_url: str) -
         loaded = ledger.get(fork.id).state
         assert loaded.fork_origin is not None
         assert loaded.fork_origin.parent_position == ends[1]
-        assert loaded.iteration == 1 and len(loaded.rounds) == 2
+        assert loaded.iteration == 1
+        assert len(loaded.rounds) == 2
         assert ledger.state(agg.id).version == agg.version
         summaries = {s.id: s for s in ledger.summaries()}
         assert summaries[str(fork.id)].parent_id == str(agg.id)

@@ -19,8 +19,8 @@ from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.hashing import chain_hash
 from forge_ledger.domain.values import RoundKind
 from forge_ledger.ledger import Ledger, verify_session
-from helpers_store import unpack
-from strategies import StepClock, contribute, new_session
+from support.store import unpack
+from support.strategies import StepClock, contribute, new_session
 
 V1_DATA: dict[str, Any] = {
     "round": 1,
@@ -53,7 +53,7 @@ def _stored_rows(path: str) -> list[tuple[str, int, str, dict[str, Any]]]:
             (oid, ver, topic, json.loads(unpack(bytes(state)).decode("utf-8")))
             for oid, ver, topic, state in con.execute(
                 "SELECT originator_id, originator_version, topic, state FROM stored_events "
-                "ORDER BY rowid"
+                "ORDER BY rowid",
             )
         ]
     finally:
@@ -112,7 +112,8 @@ def test_v1_contribution_is_upcast_on_load(sqlite_url: str) -> None:
     agg, clock = _session_with_open_round(sqlite_url)
     position = _write_v1_row(sqlite_url, agg, clock)
     stored = _stored_rows(sqlite_url)[-1][3]
-    assert "class_version" not in stored and "messages" not in stored["data"]
+    assert "class_version" not in stored
+    assert "messages" not in stored["data"]
 
     expected_messages = [
         {"role": "system", "content": "You are the primary drafter."},
@@ -121,7 +122,8 @@ def test_v1_contribution_is_upcast_on_load(sqlite_url: str) -> None:
     with Ledger(sqlite_url, snapshot_interval=0, create=False) as ledger:
         recorded = next(e for e in ledger.events(agg.id) if e.position == position)
         assert recorded.data["messages"] == expected_messages
-        assert "system" not in recorded.data and "prompt" not in recorded.data
+        assert "system" not in recorded.data
+        assert "prompt" not in recorded.data
         payload = recorded.payload()
         assert isinstance(payload, ev.ContributionRecorded)
         assert payload.prompt_hash == ev.prompt_hash(expected_messages)
@@ -131,7 +133,8 @@ def test_v1_contribution_is_upcast_on_load(sqlite_url: str) -> None:
         assert c is not None
         assert [m.model_dump() for m in ledger.prompt(agg.id, c)] == expected_messages
         assert state.answer(c) == "Use a write-through cache."
-        assert state.tokens.input == 20 and state.cost_usd == pytest.approx(0.002)
+        assert state.tokens.input == 20
+        assert state.cost_usd == pytest.approx(0.002)
 
         # verification hashes what is stored (v1), not the upcast v2 dict
         report = verify_session(ledger, agg.id)
@@ -149,13 +152,14 @@ def test_session_continues_after_an_upcast_event(sqlite_url: str) -> None:
         loaded.complete_round(round=1, at=clock())
         ledger.save(loaded)
         report = verify_session(ledger, agg.id)
-        assert report.ok and report.events == position + 2, report.as_json()
+        assert report.ok, report.as_json()
+        assert report.events == position + 2, report.as_json()
         again = ledger.get(agg.id).state
         assert again.rounds[0].contributors == ["p0", "p1"]
         assert again.rounds[0].status.value == "complete"
 
 
-def test_v1_without_system_prompt(sqlite_url: str) -> None:
+def test_v1_without_system_prompt() -> None:
     upcast = ev.UPCASTERS[("ContributionRecorded", 1)]({**V1_DATA, "system": ""})
     assert upcast["messages"] == [{"role": "user", "content": "Draft a caching design."}]
     assert ev.ContributionRecorded.model_validate(upcast).messages[0].role == "user"

@@ -16,7 +16,6 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _yaml_sessions import build_session, clock
 from forge_ledger.cli import cli
 from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.values import Mode, SessionStatus
@@ -32,6 +31,7 @@ from forge_ledger.yaml_format import (
     parse_session_file,
     write_export,
 )
+from support.yaml_sessions import build_session, clock
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEEDS = ("seed_standard.yaml", "seed_party.yaml", "seed_panel.yaml")
@@ -53,7 +53,8 @@ def _assert_subset(expected: Any, actual: Any, path: str = "") -> None:
             assert k in actual, f"{path}.{k} missing"
             _assert_subset(v, actual[k], f"{path}.{k}")
     elif isinstance(expected, list):
-        assert isinstance(actual, list) and len(actual) == len(expected), path
+        assert isinstance(actual, list), path
+        assert len(actual) == len(expected), path
         for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
             _assert_subset(e, a, f"{path}[{i}]")
     else:
@@ -77,7 +78,8 @@ def test_v1_0_file_is_migrated_as_the_seed_says(sqlite_url: str) -> None:
     migrated = migrate_v1_to_v12(raw)
     assert raw["format_version"] == "1.0"  # the input is not mutated
     s = migrated["session"]
-    assert migrated["format_version"] == "1.2" and s["mode"] == "standard"
+    assert migrated["format_version"] == "1.2"
+    assert s["mode"] == "standard"
     assert s["techniques_history"] == [
         {"iteration": i + 1, "technique_slug": slug, "category": "unknown",
          "suggested_reason": "migrated from v1.0", "applied": True, "source": "manual",
@@ -88,7 +90,8 @@ def test_v1_0_file_is_migrated_as_the_seed_says(sqlite_url: str) -> None:
         False, [], False, [])
     with Ledger(sqlite_url) as ledger:
         result = import_session(ledger, text, clock=FixedStepClock(), ids=SequentialIds())
-        assert result.format_version == "1.0" and result.iterations == 2
+        assert result.format_version == "1.0"
+        assert result.iterations == 2
         assert ledger.state(result.session_id).status is SessionStatus.COMPLETE
         out = yaml.safe_load(_export(ledger, result.session_id))
     assert out["format_version"] == "1.2"
@@ -107,7 +110,7 @@ def test_v1_0_file_is_migrated_as_the_seed_says(sqlite_url: str) -> None:
     ],
 )
 def test_validation_names_path_and_line_and_writes_nothing(
-    old: str, new: str, path: str, marker: str, sqlite_url: str
+    old: str, new: str, path: str, marker: str, sqlite_url: str,
 ) -> None:
     good = (FIXTURES / "seed_standard.yaml").read_text("utf-8")
     bad = good.replace(old, new, 1)
@@ -121,7 +124,8 @@ def test_validation_names_path_and_line_and_writes_nothing(
         assert ledger.max_notification_id() == before
         assert len(ledger.session_ids()) == 1
     message = info.value.one_line()
-    assert path in message and f"(line {line})" in message
+    assert path in message
+    assert f"(line {line})" in message
 
 
 def test_bad_yaml_and_unknown_version_are_refused() -> None:
@@ -143,8 +147,11 @@ def test_run_session_export_is_deterministic_and_complete(tmp_path: Path) -> Non
     assert texts[0] == texts[1]
     doc = yaml.safe_load(texts[0])
     s = doc["session"]
-    assert s["id"] == "feature-auth-2026-01-09" and s["slug"] == "feature-auth"
-    assert s["status"] == "in_progress" and s["phase"] == "convergent" and s["iteration"] == 3
+    assert s["id"] == "feature-auth-2026-01-09"
+    assert s["slug"] == "feature-auth"
+    assert s["status"] == "in_progress"
+    assert s["phase"] == "convergent"
+    assert s["iteration"] == 3
     assert [h["iteration"] for h in s["history"]] == [1, 2, 3]
     assert all(0 <= h["ems"] <= 100 for h in s["history"])
     assert [h["ems_delta"] for h in s["history"]] == [0] + [
@@ -154,7 +161,8 @@ def test_run_session_export_is_deterministic_and_complete(tmp_path: Path) -> Non
     assert s["history"][0]["responses"] == ["Answer 1"]
     assert s["last_question"] == "Question 3b?"
     contents = [i["content"] for i in s["ideas"]]
-    assert len(contents) == len(set(contents)) and "Clarify the token storage" in contents
+    assert len(contents) == len(set(contents))
+    assert "Clarify the token storage" in contents
     assert [i["id"] for i in s["ideas"]] == list(range(1, len(contents) + 1))
     assert all(0 <= i["score"] <= 10 for i in s["ideas"])
     assert doc.pop("ledger") == {"session_id": str(agg.id), "title": agg.state.topic.title}
@@ -173,7 +181,8 @@ def test_party_and_panel_history_from_rounds(mode: Mode, sqlite_url: str) -> Non
         s = yaml.safe_load(_export(ledger, str(agg.id)))["session"]
     key = "party_history" if mode is Mode.PARTY else "panel_history"
     other = "panel_history" if mode is Mode.PARTY else "party_history"
-    assert s[other] == [] and s[key.replace("history", "active")] is True
+    assert s[other] == []
+    assert s[key.replace("history", "active")] is True
     rounds = s[key]
     assert [r["round"] for r in rounds] == [1, 2]  # draft and critique
     critique = rounds[1]["contributions"]
@@ -185,7 +194,8 @@ def test_party_and_panel_history_from_rounds(mode: Mode, sqlite_url: str) -> Non
         assert rounds[1]["synthesis"] == "synthesis 1"
         assert rounds[1]["user_question"] == "Question 1a?"
     else:
-        assert rounds[1]["phase"] == "debate" and rounds[0]["phase"] == "discussion"
+        assert rounds[1]["phase"] == "debate"
+        assert rounds[0]["phase"] == "discussion"
         assert rounds[1]["synthesis"]["tensions"] == ["token storage"]
 
 
@@ -217,7 +227,8 @@ def test_back_restores_iteration_and_prints_summary(sqlite_url: str) -> None:
         assert summary.questions == (
             "Comment gerer les sessions longues?", "Quelle strategie de refresh token?")
         doc = yaml.safe_load(_export(ledger, sid))["session"]
-        assert doc["iteration"] == 2 and doc["ems"] == 38
+        assert doc["iteration"] == 2
+        assert doc["ems"] == 38
         assert [h["iteration"] for h in doc["history"]] == [1, 2, 3]  # history kept
         with pytest.raises(InvariantViolation, match="iteration 1 is the earliest"):
             go_back(ledger, sid, 2, clock=FixedStepClock())
@@ -226,7 +237,8 @@ def test_back_restores_iteration_and_prints_summary(sqlite_url: str) -> None:
             go_back(ledger, sid, 6, clock=FixedStepClock())
         assert ledger.max_notification_id() == events
     text_out = summary.text()
-    assert "Iteration: 3 → 2" in text_out and "EMS: 52/100 → 38/100 (-14)" in text_out
+    assert "Iteration: 3 → 2" in text_out
+    assert "EMS: 52/100 → 38/100 (-14)" in text_out
     assert "Restored questions (iteration 2):" in text_out
 
 
@@ -237,7 +249,8 @@ def test_back_on_a_run_session_supersedes_rounds(sqlite_url: str) -> None:
         summary = go_back(ledger, str(agg.id), 2, clock=FixedStepClock(datetime(2026, 2, 1,
                                                                               tzinfo=UTC)))
         state = ledger.state(str(agg.id))
-    assert summary.to_iteration == 1 and state.iteration == 1
+    assert summary.to_iteration == 1
+    assert state.iteration == 1
     assert {r.iteration for r in state.active_rounds} == {1}
     assert summary.questions == ("Question 1a?", "Question 1b?")
 
@@ -293,7 +306,8 @@ def test_cli_import_export_back_cleanup(tmp_path: Path, monkeypatch: pytest.Monk
                               "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert doc["status"] == "in_progress" and doc["iterations"] == 3
+    assert doc["status"] == "in_progress"
+    assert doc["iterations"] == 3
     res = runner.invoke(cli, ["export", doc["session_id"][:8], "--store", store, "--json"])
     assert res.exit_code == 0, res.output
     path = Path(json.loads(res.stdout)["path"])
@@ -304,15 +318,18 @@ def test_cli_import_export_back_cleanup(tmp_path: Path, monkeypatch: pytest.Monk
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["to_iteration"] == 1
     res = runner.invoke(cli, ["cleanup", "--dry-run", "--store", store, "--json"])
-    assert res.exit_code == 0 and json.loads(res.stdout)["files"] == []
+    assert res.exit_code == 0
+    assert json.loads(res.stdout)["files"] == []
     bad = tmp_path / "bad.yaml"
     bad.write_text((FIXTURES / "seed_standard.yaml").read_text().replace("ems: 52", "ems: 152"))
     proc = subprocess.run(
         [sys.executable, "-m", "forge_ledger", "import", str(bad), "--store", store],
         capture_output=True, text=True, check=False,
     )
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.count("\n") == 1 and "session.ems (line 9)" in proc.stderr
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.count("\n") == 1
+    assert "session.ems (line 9)" in proc.stderr
 
 
 _text = st.text(
@@ -387,6 +404,7 @@ def test_same_slug_same_day_sessions_get_their_own_files(sqlite_url: str, tmp_pa
         a = write_export(ledger, str(first.id), directory=tmp_path)
         b = write_export(ledger, str(second.id), directory=tmp_path)
         again = write_export(ledger, str(first.id), directory=tmp_path)
-    assert a != b and again == a
+    assert a != b
+    assert again == a
     assert yaml.safe_load(a.read_text("utf-8"))["ledger"]["session_id"] == str(first.id)
     assert yaml.safe_load(b.read_text("utf-8"))["ledger"]["session_id"] == str(second.id)

@@ -239,7 +239,7 @@ class _ReplayStore:
             return self._events[position - 1]
         return None
 
-    def get(self, session_id: UUID, *, version: int | None = None) -> Deliberation:
+    def get(self, _session_id: UUID, /, *, version: int | None = None) -> Deliberation:
         if version is not None:
             return self._ledger.get(self._sid, version=version)
         assert self.current is not None

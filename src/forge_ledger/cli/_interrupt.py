@@ -44,7 +44,7 @@ def second_interrupt_exits() -> Iterator[None]:
         return
     pressed = 0
 
-    def handler(signum: int, frame: FrameType | None) -> None:
+    def handler(_signum: int, _frame: FrameType | None) -> None:
         nonlocal pressed
         pressed += 1
         if pressed == 1:

@@ -64,7 +64,7 @@ def _serve(views: Path, meta: dict[str, Any], host: str, port: int) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 

@@ -170,7 +170,7 @@ def _autosaver(ledger: Ledger) -> Any:
     return save
 
 
-def summary(ledger: Ledger, state: SessionState) -> dict[str, Any]:
+def summary(state: SessionState) -> dict[str, Any]:
     return {
         "session_id": state.id,
         "status": state.status.value,
@@ -186,8 +186,8 @@ def summary(ledger: Ledger, state: SessionState) -> dict[str, Any]:
     }
 
 
-def print_outcome(state: SessionState, *, as_json: bool, ledger: Ledger) -> None:
-    doc = summary(ledger, state)
+def print_outcome(state: SessionState, *, as_json: bool) -> None:
+    doc = summary(state)
     if as_json:
         emit_json(doc)
         return
@@ -430,7 +430,7 @@ def run(
         else:
             state = run_session(ledger, start=(topic_value, config, participants), quiet=as_json)
         state = _attend(ledger, state, as_json)
-        print_outcome(state, as_json=as_json, ledger=ledger)
+        print_outcome(state, as_json=as_json)
     finally:
         ledger.close()
     exit_for_outcome(state)
@@ -543,7 +543,7 @@ def resume(
             before = ledger.state(sid)
             if before.status.terminal:
                 state = run_session(ledger, session_id=sid, resume=True, quiet=True, claim=False)
-                print_outcome(state, as_json=as_json, ledger=ledger)
+                print_outcome(state, as_json=as_json)
                 err_console.print(
                     f"session {state.id[:8]} had already ended ({state.status.value}); "
                     "its seal and exports are complete"
@@ -552,7 +552,7 @@ def resume(
                 swaps = tuple(m for m in models if "=" in m)
                 added_models = tuple(m for m in models if "=" not in m)
                 if api_base is None and before.source == "demo":
-                    api_base = _demo_server(stack, ledger, before)
+                    api_base = _demo_server(stack, before)
                 added = (
                     load_participants(participants_file, api_base)
                     if participants_file is not None
@@ -579,7 +579,7 @@ def resume(
                 state = run_session(ledger, session_id=sid, resume=True, quiet=as_json,
                                     claim=False)
                 state = _attend(ledger, state, as_json, claim=False)
-                print_outcome(state, as_json=as_json, ledger=ledger)
+                print_outcome(state, as_json=as_json)
     finally:
         ledger.close()
     exit_for_outcome(state)
@@ -608,7 +608,7 @@ def _answers(url: str) -> bool:
         return False
 
 
-def _demo_server(stack: contextlib.ExitStack, ledger: Ledger, state: SessionState) -> str | None:
+def _demo_server(stack: contextlib.ExitStack, state: SessionState) -> str | None:
     """A session made by ``demo`` (or forked from one) talks to the demo's scripted server,
     which ended with the demo: start it again, as the demo does, and return its address.
     Participants pointed elsewhere (``fork --api-base``, a server that still answers) keep
@@ -694,7 +694,7 @@ def abort(
         if save is not None:
             save(state)
         if as_json:
-            emit_json(summary(ledger, state))
+            emit_json(summary(state))
         else:
             click.echo(f"session {state.id[:8]} aborted: {reason}")
     finally:

@@ -322,13 +322,17 @@ class SessionState(_State):
             state = cls.model_validate(data, context=context)
         else:
             state = cls.model_validate_json(data, context=context)
-        state._texts = pool
+        state.text_pool = pool
         return state
 
     @property
     def text_pool(self) -> TextPool:
         """The texts this state has folded or read (for the ledger's snapshots)."""
         return self._texts
+
+    @text_pool.setter
+    def text_pool(self, pool: TextPool) -> None:
+        self._texts = pool
 
     def answer(self, c: ContributionState) -> str:
         """The text of a recorded answer (``c`` is one of this state's contributions)."""
@@ -545,7 +549,7 @@ def fold(
 # --------------------------------------------------------------------------- handlers
 
 
-def _joined(s: SessionState, p: ev.ParticipantJoined, pos: int, at: datetime) -> None:
+def _joined(s: SessionState, p: ev.ParticipantJoined, _pos: int, _at: datetime) -> None:
     s.participants.append(p.participant)
 
 
@@ -573,14 +577,14 @@ def _round_started(s: SessionState, p: ev.RoundStarted, pos: int, at: datetime) 
                 t.applied = True
 
 
-def _fallback(s: SessionState, p: ev.FallbackChosen, pos: int, at: datetime) -> None:
+def _fallback(s: SessionState, p: ev.FallbackChosen, _pos: int, _at: datetime) -> None:
     r = s.round(p.round)
     if r is not None and p.participant not in r.expected:
         r.expected.append(p.participant)
         r.replaced.append(p.failed)
 
 
-def _round_completed(s: SessionState, p: ev.RoundCompleted, pos: int, at: datetime) -> None:
+def _round_completed(s: SessionState, p: ev.RoundCompleted, _pos: int, at: datetime) -> None:
     r = s.round(p.number)
     if r is not None:
         r.status = RoundStatus.COMPLETE
@@ -603,7 +607,7 @@ def _contribution(s: SessionState, p: ev.ContributionRecorded, pos: int, at: dat
             model=p.model,
             prompt_hash=p.prompt_hash,
             response=ResponseAccounting.of(p.response),
-            answer_sha256=s._texts.add(p.response.content),
+            answer_sha256=s.text_pool.add(p.response.content),
             purpose=p.purpose,
         )
     )
@@ -611,7 +615,7 @@ def _contribution(s: SessionState, p: ev.ContributionRecorded, pos: int, at: dat
     s.cost_usd += p.response.cost_usd
 
 
-def _failed(s: SessionState, p: ev.ProviderCallFailed, pos: int, at: datetime) -> None:
+def _failed(s: SessionState, p: ev.ProviderCallFailed, pos: int, _at: datetime) -> None:
     s.failures.append(
         CallFailure(
             round=p.round,
@@ -633,25 +637,25 @@ def _latest_contribution(s: SessionState, round_no: int, name: str) -> Contribut
     return r.contribution_of(name) if r is not None else None
 
 
-def _critique(s: SessionState, p: ev.CritiqueRecorded, pos: int, at: datetime) -> None:
+def _critique(s: SessionState, p: ev.CritiqueRecorded, _pos: int, _at: datetime) -> None:
     c = _latest_contribution(s, p.round, p.participant)
     if c is not None:
         c.critique = p.critique
 
 
-def _opinion(s: SessionState, p: ev.OpinionRecorded, pos: int, at: datetime) -> None:
+def _opinion(s: SessionState, p: ev.OpinionRecorded, _pos: int, _at: datetime) -> None:
     c = _latest_contribution(s, p.round, p.participant)
     if c is not None:
         c.opinion = p.opinion
 
 
-def _vote(s: SessionState, p: ev.VoteRecorded, pos: int, at: datetime) -> None:
+def _vote(s: SessionState, p: ev.VoteRecorded, _pos: int, _at: datetime) -> None:
     c = _latest_contribution(s, p.round, p.participant)
     if c is not None:
         c.vote = p.vote
 
 
-def _parse_failed(s: SessionState, p: ev.ParseFailed, pos: int, at: datetime) -> None:
+def _parse_failed(s: SessionState, p: ev.ParseFailed, _pos: int, _at: datetime) -> None:
     c = _latest_contribution(s, p.round, p.participant)
     if c is not None:
         c.parse_error = p.error
@@ -660,7 +664,7 @@ def _parse_failed(s: SessionState, p: ev.ParseFailed, pos: int, at: datetime) ->
         r.abstained.append(p.participant)
 
 
-def _convergence(s: SessionState, p: ev.ConvergenceEvaluated, pos: int, at: datetime) -> None:
+def _convergence(s: SessionState, p: ev.ConvergenceEvaluated, pos: int, _at: datetime) -> None:
     s.convergence.append(
         ConvergenceResult(
             round=p.round,
@@ -680,7 +684,7 @@ def _convergence(s: SessionState, p: ev.ConvergenceEvaluated, pos: int, at: date
     )
 
 
-def _divergence(s: SessionState, p: ev.DivergenceDetected, pos: int, at: datetime) -> None:
+def _divergence(s: SessionState, p: ev.DivergenceDetected, pos: int, _at: datetime) -> None:
     s.divergences.append(
         DivergenceState(
             id=p.divergence_id,
@@ -695,7 +699,7 @@ def _divergence(s: SessionState, p: ev.DivergenceDetected, pos: int, at: datetim
 
 
 def _divergence_change(status: DivergenceStatus) -> Any:
-    def handler(s: SessionState, p: ev._DivergenceChange, pos: int, at: datetime) -> None:
+    def handler(s: SessionState, p: ev._DivergenceChange, pos: int, _at: datetime) -> None:
         d = s.divergence(p.divergence_id)
         if d is None:
             return
@@ -707,13 +711,13 @@ def _divergence_change(status: DivergenceStatus) -> Any:
     return handler
 
 
-def _updated(s: SessionState, p: ev.ParticipantUpdated, pos: int, at: datetime) -> None:
+def _updated(s: SessionState, p: ev.ParticipantUpdated, _pos: int, _at: datetime) -> None:
     s.participants = [
         p.participant if q.name == p.participant.name else q for q in s.participants
     ]
 
 
-def _paused(s: SessionState, p: ev.SessionPaused, pos: int, at: datetime) -> None:
+def _paused(s: SessionState, p: ev.SessionPaused, _pos: int, _at: datetime) -> None:
     s.status = SessionStatus.PAUSED
     s.status_reason = p.reason
     s.fault = p.fault
@@ -721,14 +725,14 @@ def _paused(s: SessionState, p: ev.SessionPaused, pos: int, at: datetime) -> Non
         s.pending_questions = list(p.questions)
 
 
-def _resumed(s: SessionState, p: ev.SessionResumed, pos: int, at: datetime) -> None:
+def _resumed(s: SessionState, p: ev.SessionResumed, pos: int, _at: datetime) -> None:
     s.status = SessionStatus.IN_PROGRESS
     s.status_reason = p.reason
     s.fault = None
     s.resumed_position = pos
 
 
-def _asked(s: SessionState, p: ev.QuestionsAsked, pos: int, at: datetime) -> None:
+def _asked(s: SessionState, p: ev.QuestionsAsked, _pos: int, _at: datetime) -> None:
     s.pending_questions = list(p.questions)
     s.asked.append((p.iteration, list(p.questions)))
 
@@ -770,7 +774,7 @@ def _rewound(s: SessionState, p: ev.SessionRewound, pos: int, at: datetime) -> N
         s.status_reason = f"rewound to iteration {p.to_iteration}"
 
 
-def _technique(s: SessionState, p: ev.TechniqueSuggested, pos: int, at: datetime) -> None:
+def _technique(s: SessionState, p: ev.TechniqueSuggested, _pos: int, _at: datetime) -> None:
     s.techniques.append(
         Technique(
             iteration=p.iteration,
@@ -784,12 +788,12 @@ def _technique(s: SessionState, p: ev.TechniqueSuggested, pos: int, at: datetime
     )
 
 
-def _budget(s: SessionState, p: ev.BudgetExhausted, pos: int, at: datetime) -> None:
+def _budget(s: SessionState, p: ev.BudgetExhausted, _pos: int, _at: datetime) -> None:
     s.budget_exhausted = p.model_dump(mode="json")
 
 
 def _terminal(status: SessionStatus) -> Any:
-    def handler(s: SessionState, p: ev._Terminal, pos: int, at: datetime) -> None:
+    def handler(s: SessionState, p: ev._Terminal, _pos: int, at: datetime) -> None:
         s.status = status
         s.status_reason = p.reason
         r = s.open_round
@@ -800,16 +804,16 @@ def _terminal(status: SessionStatus) -> Any:
     return handler
 
 
-def _sealed(s: SessionState, p: ev.SessionSealed, pos: int, at: datetime) -> None:
+def _sealed(s: SessionState, p: ev.SessionSealed, _pos: int, _at: datetime) -> None:
     s.seal = p.model_dump(mode="json")
 
 
-def _idea(s: SessionState, p: ev.IdeaRecorded, pos: int, at: datetime) -> None:
+def _idea(s: SessionState, p: ev.IdeaRecorded, _pos: int, _at: datetime) -> None:
     s.ideas = [i for i in s.ideas if i["id"] != p.idea_id]
     s.ideas.append({"id": p.idea_id, "content": p.content, "score": p.score})
 
 
-def _iteration_recorded(s: SessionState, p: ev.IterationRecorded, pos: int, at: datetime) -> None:
+def _iteration_recorded(s: SessionState, p: ev.IterationRecorded, _pos: int, _at: datetime) -> None:
     s.iteration = p.iteration
     if s.status is SessionStatus.INITIALIZED:
         s.status = SessionStatus.IN_PROGRESS
@@ -822,14 +826,14 @@ _IMPORTED_STATUS = {
 }
 
 
-def _imported(s: SessionState, p: ev.SessionImported, pos: int, at: datetime) -> None:
+def _imported(s: SessionState, p: ev.SessionImported, _pos: int, _at: datetime) -> None:
     s.imported = p.model_dump(mode="json")
     s.iteration = p.iteration
     s.status = _IMPORTED_STATUS[p.status]
     s.status_reason = "imported"
 
 
-def _labels(s: SessionState, p: ev.ReviewLabelsAssigned, pos: int, at: datetime) -> None:
+def _labels(s: SessionState, p: ev.ReviewLabelsAssigned, _pos: int, _at: datetime) -> None:
     s.review_labels = dict(p.labels)
 
 

@@ -233,7 +233,8 @@ def _human_influences(
 def _own_arguments(
     name: str, old: ContributionState, new: ContributionState, between: list[RoundState],
 ) -> list[str]:
-    assert old.vote is not None and new.vote is not None
+    assert old.vote is not None
+    assert new.vote is not None
     known = list(old.vote.concerns)
     points = [("its new vote", x) for x in new.vote.concerns]
     for r in between:
@@ -254,7 +255,8 @@ def _change(
     votes: tuple[ContributionState, ContributionState], between: list[RoundState],
 ) -> StanceChange:
     (old_round, new_round), (old, new) = rounds, votes
-    assert old.vote is not None and new.vote is not None
+    assert old.vote is not None
+    assert new.vote is not None
     a, b = old.vote.effective_stance, new.vote.effective_stance
     up = b.rank > a.rank
     majority = plain_majority(old_round)
@@ -301,7 +303,8 @@ def round_changes(state: SessionState, number: int) -> list[StanceChange]:
             old = _votes(prev).get(name) if prev.kind is RoundKind.CONVERGENCE else None
             if old is None:
                 continue
-            assert old.vote is not None and new.vote is not None
+            assert old.vote is not None
+            assert new.vote is not None
             if old.vote.effective_stance is not new.vote.effective_stance:
                 out.append(_change(state, name, (prev, rounds[idx]), (old, new),
                                    list(rounds[j + 1:idx])))

@@ -201,7 +201,7 @@ def _dissent_change(
 
 
 def _detect(
-    state: SessionState, r: RoundState, still_open: list[DivergenceState]
+    _state: SessionState, r: RoundState, still_open: list[DivergenceState]
 ) -> list[ev.DivergenceDetected]:
     if r.kind is RoundKind.CRITIQUE:
         groups = _critique_groups(r)

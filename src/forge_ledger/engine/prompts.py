@@ -252,7 +252,7 @@ def _section(title: str, body: Sequence[str]) -> list[str]:
 # --------------------------------------------------------------------------- per round kind
 
 
-def _draft(state: SessionState, round: RoundState, name: str) -> list[str]:
+def _draft(state: SessionState, round: RoundState, _name: str) -> list[str]:
     return [
         _topic(state.topic),
         *_earlier_history(state, round),
@@ -333,7 +333,7 @@ def _response(state: SessionState, round: RoundState, name: str) -> list[str]:
     ]
 
 
-def _synthesis(state: SessionState, round: RoundState, name: str) -> list[str]:
+def _synthesis(state: SessionState, round: RoundState, _name: str) -> list[str]:
     before = _before(state, round)
     body: list[str] = [_topic(state.topic)]
     current = [r for r in before if r.iteration == round.iteration]
@@ -416,7 +416,7 @@ def text_under_vote(state: SessionState, round: RoundState) -> ContributionState
     return _answer(synth, synth.expected[0]) if synth is not None else None
 
 
-def _convergence(state: SessionState, round: RoundState, name: str) -> list[str]:
+def _convergence(state: SessionState, round: RoundState, _name: str) -> list[str]:
     c = text_under_vote(state, round)
     anonymous = state.config.anonymize
     label = label_for(state, c.participant) if c is not None else None

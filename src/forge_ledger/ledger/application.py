@@ -145,13 +145,7 @@ class _SnapshotTextsMapper(TextMapper):
         texts = held.text_pool.held(held.answer_addresses())
         if not texts:
             return stored
-        return StoredEventWithTexts(
-            originator_id=stored.originator_id,
-            originator_version=stored.originator_version,
-            topic=stored.topic,
-            state=stored.state,
-            texts=texts,
-        )
+        return StoredEventWithTexts.of(stored, texts)
 
 
 def _project(aggregate: Any, domain_events: Iterable[Any]) -> Any:

@@ -145,6 +145,22 @@ class StoredEventWithTexts(StoredEvent):
     dictionaries: dict[str, list[str]] = field(default_factory=dict)
     """Prompt address → the addresses of the answers it quotes (see :mod:`.quotes`)."""
 
+    @classmethod
+    def of(
+        cls,
+        stored: StoredEvent,
+        texts: dict[str, str],
+        dictionaries: dict[str, list[str]] | None = None,
+    ) -> StoredEventWithTexts:
+        return cls(
+            originator_id=stored.originator_id,
+            originator_version=stored.originator_version,
+            topic=stored.topic,
+            state=stored.state,
+            texts=texts,
+            dictionaries=dictionaries or {},
+        )
+
 
 class TextMapper(Mapper[Any]):
     """Swaps texts for references on the way to the store and back on the way out.
@@ -181,15 +197,7 @@ class TextMapper(Mapper[Any]):
         self._remember_answer(data)
         proxy = object.__new__(type(domain_event))
         object.__setattr__(proxy, "__dict__", {**state, "data": stored_data})
-        stored = super().to_stored_event(proxy)
-        return StoredEventWithTexts(
-            originator_id=stored.originator_id,
-            originator_version=stored.originator_version,
-            topic=stored.topic,
-            state=stored.state,
-            texts=texts,
-            dictionaries=dictionaries,
-        )
+        return StoredEventWithTexts.of(super().to_stored_event(proxy), texts, dictionaries)
 
     def _dictionaries(self, data: dict[str, Any], texts: dict[str, str]) -> dict[str, list[str]]:
         """For each long text of the event but its own answer (a prompt, the reasoning parsed
@@ -236,7 +244,7 @@ class TextMapper(Mapper[Any]):
                 for m in _REF_PATTERN.finditer(plain)
             }
             if wanted:
-                self._cached_lookup(sorted(wanted))
+                self.cached_lookup(sorted(wanted))
         for stored_event, plain in window:
             yield self._decoded(stored_event, plain)
 
@@ -268,7 +276,7 @@ class TextMapper(Mapper[Any]):
         addresses = [m.group(2).decode("ascii") for m in _REF_PATTERN.finditer(plain)]
         if not addresses:
             return plain
-        texts = self._cached_lookup(addresses)
+        texts = self.cached_lookup(addresses)
         for address in addresses:
             if address not in texts:
                 raise _missing(address)
@@ -279,7 +287,7 @@ class TextMapper(Mapper[Any]):
 
         return _REF_PATTERN.sub(text, plain)
 
-    def _cached_lookup(self, addresses: Sequence[str]) -> dict[str, str]:
+    def cached_lookup(self, addresses: Sequence[str]) -> dict[str, str]:
         """Texts never change under their address, so recently read ones are kept (a system
         prompt is referred to by every call of a session); ``verify`` reads the store itself."""
         cache: dict[str, str] = self.__dict__.setdefault("_cache", {})

@@ -38,7 +38,7 @@ class SessionStore(Protocol):
     appended with the record instead of writing, is the other.
     """
 
-    def get(self, session_id: UUID, *, version: int | None = None) -> Deliberation:
+    def get(self, session_id: UUID, /, *, version: int | None = None) -> Deliberation:
         """The session as of ``version`` (its head when ``None``)."""
         ...
 
@@ -50,7 +50,7 @@ class SessionStore(Protocol):
 class SealPolicy(Protocol):
     """What happens to an ended session that has no seal yet."""
 
-    def seal(self, agg: Deliberation, clock: Clock) -> None:
+    def seal(self, agg: Deliberation, clock: Clock, /) -> None:
         """Seal ``agg`` (or leave it unsealed); reads ``clock`` only for an event it records."""
         ...
 
@@ -61,7 +61,7 @@ class KeyedSeal:
 
     key: bytes | None = None
 
-    def seal(self, agg: Deliberation, clock: Clock) -> None:
+    def seal(self, agg: Deliberation, clock: Clock, /) -> None:
         """Record ``SessionSealed`` over the chain's head."""
         if agg.state.seal is None:
             agg.seal(at=clock.now(), hmac=seal_hmac(self.key, agg.state.head_hash))
@@ -72,7 +72,7 @@ class NoSeal:
     """Replay (and runs that seal later): the record says whether and when a seal came, so
     the orchestrator never produces one."""
 
-    def seal(self, agg: Deliberation, clock: Clock) -> None:
+    def seal(self, _agg: Deliberation, _clock: Clock, /) -> None:
         """Leave the session unsealed."""
         return None
 
@@ -84,12 +84,12 @@ class WallTime(Protocol):
         """Seconds on a monotonic clock (only differences matter)."""
         ...
 
-    def exhausted(self, deadline: float) -> bool:
+    def exhausted(self, deadline: float, /) -> bool:
         """Whether a call about to be made is past ``deadline`` (refused, then recorded as a
         ``budget_time`` failure)."""
         ...
 
-    def call_timeout(self, configured: float, deadline: float) -> float:
+    def call_timeout(self, configured: float, deadline: float, /) -> float:
         """The timeout of one call: ``configured``, capped by the time left."""
         ...
 
@@ -104,11 +104,11 @@ class MonotonicWallTime:
         """The monotonic clock's reading."""
         return self.monotonic()
 
-    def exhausted(self, deadline: float) -> bool:
+    def exhausted(self, deadline: float, /) -> bool:
         """Past the deadline."""
         return self.monotonic() >= deadline
 
-    def call_timeout(self, configured: float, deadline: float) -> float:
+    def call_timeout(self, configured: float, deadline: float, /) -> float:
         """The configured timeout, never past the deadline (and never zero)."""
         return max(0.001, min(configured, deadline - self.monotonic()))
 
@@ -122,10 +122,10 @@ class NoWallTime:
         """Always 0: no time passes."""
         return 0.0
 
-    def exhausted(self, deadline: float) -> bool:
+    def exhausted(self, _deadline: float, /) -> bool:
         """Never."""
         return False
 
-    def call_timeout(self, configured: float, deadline: float) -> float:
+    def call_timeout(self, configured: float, _deadline: float, /) -> float:
         """The configured timeout."""
         return configured

@@ -152,6 +152,25 @@ class Script(BaseModel):
         return self.models.get(WILDCARD)
 
 
+def pick_rule(
+    script: Script, used: dict[tuple[str, int], int], model: str, text: str
+) -> tuple[int, ReplyRule] | None:
+    """The rule answering a request for ``model`` whose last user message is ``text``: the
+    first of the model's rules that matches and whose ``times`` budget (counted in ``used``,
+    updated here) is not spent. The fake server and ``ScriptedProvider`` both answer by it."""
+    rules = script.rules_for(model)
+    if rules is None:
+        return None
+    for i, rule in enumerate(rules):
+        key = (model, i)
+        if rule.times is not None and used.get(key, 0) >= rule.times:
+            continue
+        if rule.matches(text):
+            used[key] = used.get(key, 0) + 1
+            return i, rule
+    return None
+
+
 def load_script(source: str | Path | Mapping[str, Any] | Script) -> Script:
     """A script from a YAML/JSON file path, a mapping, or the name of a bundled script."""
     if isinstance(source, Script):

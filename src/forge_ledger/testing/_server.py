@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ._script import Fault, ReplyRule, Script, load_script
+from ._script import Fault, ReplyRule, Script, load_script, pick_rule
 
 __all__ = ["FakeOpenAIServer", "RecordedRequest", "split_chunks", "word_count"]
 
@@ -90,18 +90,8 @@ class _State:
     counter: int = 0
 
     def pick(self, model: str, text: str) -> tuple[int, ReplyRule] | None:
-        rules = self.script.rules_for(model)
-        if rules is None:
-            return None
         with self.lock:
-            for i, rule in enumerate(rules):
-                key = (model, i)
-                if rule.times is not None and self.used.get(key, 0) >= rule.times:
-                    continue
-                if rule.matches(text):
-                    self.used[key] = self.used.get(key, 0) + 1
-                    return i, rule
-        return None
+            return pick_rule(self.script, self.used, model, text)
 
     def next_id(self) -> str:
         with self.lock:

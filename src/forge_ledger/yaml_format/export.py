@@ -81,19 +81,31 @@ class _Fold:
     def apply(self, event: EventLike) -> None:
         payload = ev.payload_class(event.type).model_validate(event.data)
         at = event.timestamp
-        if self.state is None:
-            self.state = fold(
-                None,
-                payload,
-                session_id=event.session_id,
-                position=event.position,
-                at=at,
-                hash_=event.hash,
-            )
-            self.last_at = at
-            return
+        self.state = fold(
+            self.state,
+            payload,
+            session_id=event.session_id,
+            position=event.position,
+            at=at,
+            hash_=event.hash,
+        ) if self.state is None else self._fold_next(event, payload)
+        self.last_at = at
+
+    def _fold_next(self, event: EventLike, payload: ev.Payload) -> SessionState:
+        """The state after an event past the first, keeping the iteration entries in step."""
+        assert self.state is not None
+        at = event.timestamp
         if self.imported is not None:
             self.after_import = True
+        self._before(payload, at)
+        self.state.apply(payload, position=event.position, at=at, hash_=event.hash)
+        if self.live is not None and self.live in self.entries:
+            self.entries[self.live].end = at
+        self._after(payload, at)
+        return self.state
+
+    def _before(self, payload: ev.Payload, at: datetime) -> None:
+        """A new iteration's entry opens when its first round starts; a rewind closes one."""
         if isinstance(payload, ev.RoundStarted) and payload.iteration != self.live:
             self.finalize_live()
             self.entries[payload.iteration] = _Entry(
@@ -110,10 +122,10 @@ class _Fold:
             self.override = None
         elif isinstance(payload, ev.SessionRewound):
             self.finalize_live()
-        self.state.apply(payload, position=event.position, at=at, hash_=event.hash)
-        self.last_at = at
-        if self.live is not None and self.live in self.entries:
-            self.entries[self.live].end = at
+
+    def _after(self, payload: ev.Payload, at: datetime) -> None:
+        """What an event adds to the iteration entries once the state has applied it."""
+        assert self.state is not None
         if isinstance(payload, ev.IterationRecorded):
             self.entries[payload.iteration] = _Entry(
                 iteration=payload.iteration,

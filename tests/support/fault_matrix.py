@@ -19,7 +19,7 @@ The fault hits that participant in the first round of the cell's kind:
   model is swapped — ``resume -m ada=…``, a ``ParticipantUpdated`` event) and resumes.
 
 Either way the session then converges as an unfaulted one does, and ``replay`` is identical.
-Run this module (``python tests/fault_matrix_cells.py``) to print the README's table from a
+Run this module (``cd tests && python -m support.fault_matrix``) to print the README's table from a
 fresh run of every cell.
 """
 
@@ -50,7 +50,7 @@ from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.providers import LiteLLMProvider
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer
-from test_orchestrator_support import PRICE, TOPIC, voice, vote_json
+from support.orchestrator import PRICE, TOPIC, voice, vote_json
 
 __all__ = [
     "FALLBACK_KINDS",
@@ -152,7 +152,7 @@ def base_script() -> dict[str, list[dict[str, Any]]]:
 
 
 def cell_script(
-    fault: FaultKind, kind: RoundKind, *, fallback: bool = False
+    fault: FaultKind, kind: RoundKind, *, fallback: bool = False,
 ) -> dict[str, list[dict[str, Any]]]:
     """The server's script for one cell: the fault first in the faulted participant's rules
     (for a fallback cell, a fault that never clears)."""
@@ -251,7 +251,7 @@ def _swap_model(orch: Orchestrator, ledger: Ledger, sid: UUID, name: str) -> Non
     assert who is not None
     model = who.model + SWAP_SUFFIX
     agg.update_participant(
-        who.model_copy(update={"model": model}), at=orch.clock.now(), reason=f"-m {name}={model}"
+        who.model_copy(update={"model": model}), at=orch.clock.now(), reason=f"-m {name}={model}",
     )
     ledger.save(agg)
 

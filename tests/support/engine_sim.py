@@ -1,7 +1,8 @@
-"""A pure simulated recorder for engine tests: it follows ``engine.next_step`` and records every
-decision through the real ``Deliberation`` aggregate commands, with a fixed-step clock and
-scripted (or hypothesis-drawn) answers instead of model calls. The prompts it records are the
-ones ``engine.build_messages`` builds, so tests can inspect exactly what each participant saw.
+"""A pure simulated recorder for engine tests: it follows ``engine.next_step`` and records
+every decision with ``SessionBuilder`` (the real ``Deliberation`` aggregate commands), with a
+fixed-step clock and scripted (or hypothesis-drawn) answers instead of model calls. The prompts
+it records are the ones ``engine.build_messages`` builds, so tests can inspect exactly what each
+participant saw.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ from forge_ledger.domain.values import (
     ChatMessage,
     ConvergenceVote,
     Critique,
-    DivergenceStatus,
-    ModelResponse,
     Opinion,
     Participant,
     ParticipantRole,
@@ -32,16 +31,10 @@ from forge_ledger.domain.values import (
     SessionStatus,
     Topic,
 )
+from forge_ledger.testing import SessionBuilder
 
 Answer = Callable[[SessionState, RoundState, str], str]
 """(state at round start, round, participant) → the text the 'model' answers."""
-
-_CHANGE = {
-    ev.DivergenceAddressed: DivergenceStatus.ADDRESSED,
-    ev.DivergenceResolved: DivergenceStatus.RESOLVED,
-    ev.DivergenceWithdrawn: DivergenceStatus.WITHDRAWN,
-}
-
 
 def participants(n: int, roles: tuple[ParticipantRole, ...] = ()) -> list[Participant]:
     return [
@@ -61,78 +54,51 @@ def start(
     topic: Topic | None = None,
 ) -> tuple[Deliberation, FixedStepClock]:
     clock = FixedStepClock(step=timedelta(seconds=1))
-    agg = Deliberation.start(
-        session_id=uuid.UUID(int=7),
-        topic=topic or Topic(title="Rate limiter design", description="Design a rate limiter."),
-        config=config or SessionConfig(),
+    b = SessionBuilder(clock=clock).start(
+        topic or Topic(title="Rate limiter design", description="Design a rate limiter."),
         participants=participants(n, roles),
-        at=clock.now(),
+        config=config or SessionConfig(),
+        session_id=uuid.UUID(int=7),
     )
-    return agg, clock
+    return b.aggregate, clock
 
 
 def record(agg: Deliberation, payload: ev.Payload, clock: FixedStepClock) -> None:
     """Record one payload planned by ``engine.after_round`` through the aggregate."""
-    if isinstance(payload, ev.DivergenceDetected):
-        agg.detect_divergence(payload, at=clock.now())
-    elif isinstance(payload, ev.ConvergenceEvaluated):
-        agg.evaluate_convergence(payload, at=clock.now())
-    else:
-        status = _CHANGE[type(payload)]  # type: ignore[index]
-        assert isinstance(payload, ev.DivergenceAddressed | ev.DivergenceResolved
-                          | ev.DivergenceWithdrawn)
-        agg.change_divergence(
-            payload.divergence_id, status, at=clock.now(), round=payload.round,
-            note=payload.note, by=payload.by,
-        )
+    SessionBuilder.of(agg, clock=clock).apply(payload)
 
 
 def play_round(
-    agg: Deliberation, step: engine.StartRound, answer: Answer, clock: FixedStepClock
+    agg: Deliberation, step: engine.StartRound, answer: Answer, clock: FixedStepClock,
 ) -> int:
-    number = agg.start_round(
-        kind=step.kind,
-        iteration=step.iteration,
-        participants=step.participants,
-        targets=dict(step.targets),
-        depth=step.depth,
-        focus=step.focus,
-        technique=step.technique,
-        at=clock.now(),
-    )
+    """The round ``step`` plans: each expected participant answers what ``answer`` says to the
+    prompt the engine builds, the answer is parsed as the orchestrator does, the round closes
+    and what the engine plans after it is recorded."""
+    b = SessionBuilder.of(agg, clock=clock)
+    b.round(step.kind, iteration=step.iteration, participants=step.participants,
+            targets=dict(step.targets), depth=step.depth, focus=step.focus,
+            technique=step.technique)
+    number = b.round_number
     basis = agg.state.model_copy(deep=True)
     rnd = basis.round(number)
     assert rnd is not None
     for name in rnd.expected:
         messages = engine.build_messages(basis, rnd, name)
         text = answer(basis, rnd, name)
-        agg.record_contribution(
-            round=number,
-            participant=name,
-            model="sim",
-            messages=messages,
-            params=ev.CallParams(temperature=0.0, max_tokens=256),
-            prompt_hash=ev.prompt_hash(messages),
-            response=ModelResponse(content=text, model="sim", cost_usd=0.001),
-            at=clock.now(),
-        )
+        b.answer(name, text, model="sim", messages=messages,
+                 params=ev.CallParams(temperature=0.0, max_tokens=256), cost_usd=0.001)
         parsed = engine.parse_output(step.kind, text)
         if parsed.error is not None:
-            agg.record_parse_failure(
-                round=number, participant=name, expected=step.kind.value,
-                error=parsed.error, at=clock.now(),
-            )
+            b.parse_failure(name, expected=step.kind.value, error=parsed.error)
         elif isinstance(parsed.value, Critique):
-            agg.record_critique(round=number, participant=name, critique=parsed.value,
-                                at=clock.now())
+            b.critique(name, parsed.value)
         elif isinstance(parsed.value, Opinion):
-            agg.record_opinion(round=number, participant=name, opinion=parsed.value,
-                               at=clock.now())
+            b.opinion(name, parsed.value)
         elif isinstance(parsed.value, ConvergenceVote):
-            agg.record_vote(round=number, participant=name, vote=parsed.value, at=clock.now())
-    agg.complete_round(round=number, at=clock.now())
+            b.vote(name, parsed.value)
+    b.close_round()
     for payload in engine.after_round(agg.state, number):
-        record(agg, payload, clock)
+        b.apply(payload)
     return number
 
 
@@ -153,6 +119,7 @@ def drive(
 ) -> Run:
     """Follow ``next_step`` until the session ends (or ``limit`` steps: a failed test)."""
     run = Run()
+    b = SessionBuilder.of(agg, clock=clock)
     for _ in range(limit):
         step = engine.next_step(agg.state, elapsed_secs=0.0)
         run.steps.append(step)
@@ -162,17 +129,16 @@ def drive(
             if stop_at_ask:
                 run.final = step
                 return run
-            agg.ask(step.questions, at=clock.now())
-            text = human(step.questions) if human else "keep going"
-            agg.human_input(author="alice", text=text, at=clock.now())
+            b.ask(*step.questions)
+            b.human(human(step.questions) if human else "keep going", author="alice")
         elif isinstance(step, engine.Finish):
-            agg.finish(step.status, reason=step.reason, score=step.score, at=clock.now())
+            b.finish(step.status, reason=step.reason, score=step.score)
             run.final = step
             return run
         else:
             agg.exhaust_budget(budget=step.budget, limit=step.limit, spent=step.spent,
                                detail=step.detail, at=clock.now())
-            agg.finish(SessionStatus.COMPLETE, reason=step.detail, at=clock.now())
+            b.finish(SessionStatus.COMPLETE, reason=step.detail)
             run.final = step
             return run
     raise AssertionError(f"no end after {limit} steps")
@@ -186,13 +152,13 @@ def draft_text(name: str) -> str:
 
 
 def scripted(
-    vote: Callable[[RoundState, str], str] = lambda r, n: "agree",
-    opinion: Callable[[RoundState, str], tuple[str, list[str]]] = lambda r, n: ("agree", []),
+    vote: Callable[[RoundState, str], str] = lambda _r, _n: "agree",
+    opinion: Callable[[RoundState, str], tuple[str, list[str]]] = lambda _r, _n: ("agree", []),
     suggestion_priority: int = 3,
 ) -> Answer:
     """An answer function from small per-kind rules (valid JSON with a little prose)."""
 
-    def answer(state: SessionState, rnd: RoundState, name: str) -> str:
+    def answer(_state: SessionState, rnd: RoundState, name: str) -> str:
         if rnd.kind is RoundKind.DRAFT:
             return draft_text(name)
         if rnd.kind is RoundKind.SYNTHESIS:
@@ -216,7 +182,7 @@ def scripted(
         stance, topics = opinion(rnd, name)
         return "My answer. " + json.dumps(
             {"stance": stance, "reasoning": f"{name} on round {rnd.number}",
-             "concerns": topics, "topics": topics}
+             "concerns": topics, "topics": topics},
         )
 
     return answer

@@ -1,6 +1,6 @@
 """Hypothesis strategies for forge-ledger's value types and event payloads, plus small builders.
 
-Other test modules reuse these (``from strategies import ...``): every value type and every
+Other test modules reuse these (``from support.strategies import ...``): every value type and every
 event payload has a strategy generating valid instances, so round-trip and fold properties can
 range over the whole catalogue rather than hand-picked examples.
 """
@@ -95,7 +95,7 @@ session_configs = st.builds(
     call_timeout_secs=floats(0.001, 1e5),
     max_attempts=st.integers(1, 10),
     role_weights=st.dictionaries(
-        st.sampled_from([r.value for r in ParticipantRole]), floats(0, 10)
+        st.sampled_from([r.value for r in ParticipantRole]), floats(0, 10),
     ),
     fallback=st.booleans(),
 )
@@ -108,7 +108,7 @@ prices = st.builds(
 )
 model_ids = st.sampled_from(
     ["gpt-4o", "anthropic/claude-3-5-sonnet-20241022", "gemini/gemini-pro", "ollama/llama3",
-     "openai/scripted-a", "mistral/mistral-large"]
+     "openai/scripted-a", "mistral/mistral-large"],
 )
 participants = st.builds(
     Participant,
@@ -124,7 +124,7 @@ participants = st.builds(
     price=st.none() | prices,
 )
 chat_messages = st.builds(
-    ChatMessage, role=st.sampled_from(["system", "user", "assistant"]), content=text
+    ChatMessage, role=st.sampled_from(["system", "user", "assistant"]), content=text,
 )
 model_responses = st.builds(
     ModelResponse,
@@ -171,7 +171,7 @@ votes = st.builds(
     reasoning=text,
 )
 divergent_positions = st.builds(
-    DivergentPosition, participant=names, position=text, stance=st.sampled_from(Stance)
+    DivergentPosition, participant=names, position=text, stance=st.sampled_from(Stance),
 )
 
 VALUE_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
@@ -252,7 +252,7 @@ PAYLOAD_STRATEGIES: dict[type[ev.Payload], st.SearchStrategy[Any]] = {
     ),
     ev.SessionResumed: st.builds(ev.SessionResumed, reason=text),
     ev.SessionRewound: st.builds(
-        ev.SessionRewound, from_iteration=pos_int, to_iteration=pos_int, steps=st.integers(1, 5)
+        ev.SessionRewound, from_iteration=pos_int, to_iteration=pos_int, steps=st.integers(1, 5),
     ),
     ev.QuestionsAsked: st.builds(ev.QuestionsAsked, iteration=nat_int, questions=small_tuple(text)),
     ev.HumanInputRecorded: st.builds(
@@ -285,7 +285,7 @@ PAYLOAD_STRATEGIES: dict[type[ev.Payload], st.SearchStrategy[Any]] = {
     ev.SessionAborted: st.builds(ev.SessionAborted, reason=text, by=st.just("") | names),
     ev.SessionTimedOut: st.builds(ev.SessionTimedOut, reason=text),
     ev.SessionSealed: st.builds(
-        ev.SessionSealed, root_hash=hex64, events=pos_int, hmac=st.none() | hex64
+        ev.SessionSealed, root_hash=hex64, events=pos_int, hmac=st.none() | hex64,
     ),
     ev.RoundStarted: st.builds(
         ev.RoundStarted,
@@ -300,7 +300,7 @@ PAYLOAD_STRATEGIES: dict[type[ev.Payload], st.SearchStrategy[Any]] = {
     ),
     ev.RoundCompleted: st.builds(ev.RoundCompleted, number=pos_int, abstained=small_tuple(names)),
     ev.FallbackChosen: st.builds(
-        ev.FallbackChosen, round=pos_int, failed=names, participant=names, reason=text
+        ev.FallbackChosen, round=pos_int, failed=names, participant=names, reason=text,
     ),
     ev.ContributionRecorded: st.builds(
         ev.ContributionRecorded,
@@ -332,14 +332,14 @@ PAYLOAD_STRATEGIES: dict[type[ev.Payload], st.SearchStrategy[Any]] = {
         prompt_hash=text,
     ),
     ev.CritiqueRecorded: st.builds(
-        ev.CritiqueRecorded, round=pos_int, participant=names, critique=critiques
+        ev.CritiqueRecorded, round=pos_int, participant=names, critique=critiques,
     ),
     ev.OpinionRecorded: st.builds(
-        ev.OpinionRecorded, round=pos_int, participant=names, opinion=opinions
+        ev.OpinionRecorded, round=pos_int, participant=names, opinion=opinions,
     ),
     ev.VoteRecorded: st.builds(ev.VoteRecorded, round=pos_int, participant=names, vote=votes),
     ev.ParseFailed: st.builds(
-        ev.ParseFailed, round=pos_int, participant=names, expected=text, error=text
+        ev.ParseFailed, round=pos_int, participant=names, expected=text, error=text,
     ),
     ev.ConvergenceEvaluated: st.builds(
         ev.ConvergenceEvaluated,
@@ -370,7 +370,7 @@ PAYLOAD_STRATEGIES: dict[type[ev.Payload], st.SearchStrategy[Any]] = {
     ev.DivergenceWithdrawn: st.builds(ev.DivergenceWithdrawn, **_div_change_kw),
     ev.DivergenceOverruled: st.builds(ev.DivergenceOverruled, **_div_change_kw),
     ev.IdeaRecorded: st.builds(
-        ev.IdeaRecorded, idea_id=pos_int, content=text, score=st.integers(0, 10)
+        ev.IdeaRecorded, idea_id=pos_int, content=text, score=st.integers(0, 10),
     ),
     ev.IterationRecorded: st.builds(
         ev.IterationRecorded,
@@ -401,7 +401,7 @@ PAYLOAD_STRATEGIES: dict[type[ev.Payload], st.SearchStrategy[Any]] = {
 }
 
 any_payload = st.sampled_from(sorted(PAYLOAD_STRATEGIES, key=lambda c: c.TYPE)).flatmap(
-    lambda cls: PAYLOAD_STRATEGIES[cls]
+    lambda cls: PAYLOAD_STRATEGIES[cls],
 )
 
 # --------------------------------------------------------------------------- builders
@@ -488,7 +488,7 @@ def run_round(
         contribute(agg, n, name, clock())
         if kind is RoundKind.CONVERGENCE:
             agg.record_vote(
-                round=n, participant=name, vote=ConvergenceVote(agrees=True, score=80), at=clock()
+                round=n, participant=name, vote=ConvergenceVote(agrees=True, score=80), at=clock(),
             )
     agg.complete_round(round=n, at=clock())
     return n

@@ -1,25 +1,30 @@
 """Shared pieces of the orchestrator tests (no tests here): scripted voices, runs, event views.
 
-Every run goes through the real orchestrator, the real LiteLLMProvider (litellm over HTTP),
-the fake OpenAI-compatible server on 127.0.0.1 and a real ledger. The scripts pick replies
-by the prompt's first line, ``Round N · kind · iteration K``.
+Every run goes through the real orchestrator and a real ledger; the provider is the real
+LiteLLMProvider over HTTP to the fake OpenAI-compatible server on 127.0.0.1, or, where HTTP is
+not the subject, ``ScriptedProvider.from_script`` answering by the same script in-process.
+The scripts pick replies by the prompt's first line, ``Round N · kind · iteration K``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from forge_ledger.cli.demo import demo_participants, demo_topic
 from forge_ledger.clock import Clock, FixedStepClock, SequentialIds
 from forge_ledger.domain.state import SessionState
 from forge_ledger.domain.values import Participant, Price, SessionConfig, Topic
 from forge_ledger.ledger import Ledger
 from forge_ledger.orchestrator import MonotonicWallTime, Orchestrator
 from forge_ledger.orchestrator.live import LiveEvent
-from forge_ledger.providers import LiteLLMProvider
+from forge_ledger.providers import LiteLLMProvider, Provider
+from forge_ledger.testing import ScriptedProvider, bundled_script
 
 TIMING_KEYS = frozenset({"duration_ms", "ttft_ms", "root_hash"})
 """Wall-clock measurements, and the seal's root hash (it covers the events' durations)."""
@@ -42,15 +47,15 @@ def critique_json(author: str, score: int = 75) -> str:
                     "section": "Retries",
                     "priority": 2,
                     "category": "completeness",
-                }
+                },
             ],
             "score": score,
-        }
+        },
     )
 
 
 def opinion_json(
-    stance: str = "agree", concerns: Sequence[str] = (), topics: Sequence[str] = ("retries",)
+    stance: str = "agree", concerns: Sequence[str] = (), topics: Sequence[str] = ("retries",),
 ) -> str:
     return json.dumps(
         {
@@ -59,12 +64,12 @@ def opinion_json(
             "concerns": list(concerns),
             "strength": 0.6,
             "topics": list(topics),
-        }
+        },
     )
 
 
 def vote_json(
-    agrees: bool = True, stance: str = "agree", score: int = 90, concerns: Sequence[str] = ()
+    agrees: bool = True, stance: str = "agree", score: int = 90, concerns: Sequence[str] = (),
 ) -> str:
     return json.dumps(
         {
@@ -75,7 +80,7 @@ def vote_json(
             "reasoning": "The synthesis covers retries and their records."
             if agrees
             else "The synthesis ignores what happens when every attempt fails.",
-        }
+        },
     )
 
 
@@ -119,8 +124,9 @@ def voice(
 
 
 def participants(
-    api_base: str, names: Sequence[str], *, price: Price | None = PRICE
+    api_base: str | None, names: Sequence[str], *, price: Price | None = PRICE,
 ) -> list[Participant]:
+    """Generalists on ``openai/NAME`` (at ``api_base``: None for an in-process provider)."""
     return [
         Participant(name=n, model=f"openai/{n}", api_base=api_base, price=price, temperature=0.2)
         for n in names
@@ -138,9 +144,11 @@ def run_session(
     monotonic: Callable[[], float] | None = None,
     deterministic: bool = True,
     clock: Clock | None = None,
+    provider: Provider | None = None,
 ) -> tuple[UUID, SessionState]:
-    """Start a session and run it to its end (or pause) through the real provider."""
-    provider = LiteLLMProvider()
+    """Start a session and run it to its end (or pause) through ``provider`` (the real one
+    over HTTP unless told otherwise)."""
+    provider = provider or LiteLLMProvider()
     kwargs: dict[str, Any] = {"subscribers": list(subscribers)}
     if deterministic:
         kwargs.update(clock=clock or FixedStepClock(), ids=SequentialIds())
@@ -185,3 +193,36 @@ def round_events(ledger: Ledger, sid: UUID, number: int) -> list[tuple[str, str]
         for e in ledger.events(sid)
         if e.data.get("round") == number and "participant" in e.data
     ]
+
+
+DEMO_START = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
+
+
+async def _no_sleep(_: float) -> None:
+    """Back-off is recorded, not waited for."""
+
+
+def offline_demo_participants() -> list[Participant]:
+    """The four-voices demo's participants, for an in-process provider (no endpoint)."""
+    return [p.model_copy(update={"api_base": None}) for p in demo_participants("")]
+
+
+def run_demo_session(store: str, *, anonymize: bool) -> uuid.UUID:
+    """The four-voices demo run into ``store``, its voices answering in-process."""
+
+    async def go() -> uuid.UUID:
+        provider = ScriptedProvider.from_script(bundled_script("four-voices"))
+        try:
+            with Ledger(store) as ledger:
+                clock = FixedStepClock(DEMO_START, timedelta(seconds=1))
+                orch = Orchestrator(ledger, provider, clock=clock, ids=SequentialIds("audit"),
+                                    sleep=_no_sleep)
+                sid = orch.start(demo_topic(),
+                                 SessionConfig(max_cost_usd=1.0, anonymize=anonymize),
+                                 offline_demo_participants())
+                await orch.run(sid)
+                return sid
+        finally:
+            await provider.aclose()
+
+    return asyncio.run(go())

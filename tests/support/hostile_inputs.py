@@ -83,5 +83,5 @@ BILLION_LAUGHS = "\n".join(
     + [
         f"{chr(97 + i)}: &{chr(97 + i)} [" + ",".join([f"*{chr(96 + i)}"] * 9) + "]"
         for i in range(1, 9)
-    ]
+    ],
 ) + "\n"

@@ -14,10 +14,9 @@ import sys
 import uuid
 from pathlib import Path
 
-from forge_ledger.clock import FixedStepClock
 from forge_ledger.domain.values import RoundKind, SessionStatus, Stance
 from forge_ledger.ledger import Ledger
-from promises_builder import THREE_ITERATIONS, Iteration, SessionBuilder, build
+from support.stories import THREE_ITERATIONS, Iteration, build, play, story
 
 CONSOLE_SCRIPT = str(Path(sys.executable).parent / "forge-ledger")
 SCRIPT = "<script>document.title='pwned'</script>"
@@ -33,18 +32,16 @@ def audited(ledger: Ledger, sid: uuid.UUID) -> None:
 
 
 def hostile(ledger: Ledger, sid: uuid.UUID) -> None:
-    b = SessionBuilder(sid, clock=FixedStepClock(), title=f"Rate limits {SCRIPT}")
-    b.iterate(
-        Iteration(
-            votes={"alice": Stance.AGREE, "bob": Stance.DISAGREE, "carol": Stance.AGREE},
-            open_dissent=[("d1", f"bursts {IMG}", "bob")],
-            synthesis=False,
-        )
-    )
-    b.iteration += 1
-    b.simple_round(RoundKind.SYNTHESIS, {"carol": HOSTILE_DOC})
-    b.finish(SessionStatus.COMPLETE)
-    ledger.save(b.agg)
+    b = story(sid, title=f"Rate limits {SCRIPT}")
+    play(b, Iteration(
+        votes={"alice": Stance.AGREE, "bob": Stance.DISAGREE, "carol": Stance.AGREE},
+        open_dissent=[("d1", f"bursts {IMG}", "bob")],
+        synthesis=False,
+    ))
+    b.round(RoundKind.SYNTHESIS, iteration=b.state.iteration + 1,
+            answers={"carol": HOSTILE_DOC}, close=True)
+    b.finish(SessionStatus.COMPLETE, reason="test script ended")
+    ledger.save(b.aggregate)
 
 
 def demo(store: Path) -> uuid.UUID:
