@@ -60,7 +60,7 @@ from forge_ledger.domain.values import (
 )
 from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.texts import TEXT_TABLE
-from forge_ledger.orchestrator import Orchestrator
+from forge_ledger.orchestrator import NoWallTime, Orchestrator
 from forge_ledger.providers import ProviderCall
 from forge_ledger.replay import replay_session
 
@@ -210,7 +210,7 @@ def build_session(ledger: Ledger, rounds: int, *, text_bytes: int = 2000) -> UUI
         clock=clock,
         ids=SequentialIds(f"replay-bench-{rounds}"),
         sleep=_no_sleep,
-        enforce_wall_time=False,
+        wall_time=NoWallTime(),
     )
     config = SessionConfig(
         max_rounds=min(rounds, 10_000),

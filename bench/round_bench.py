@@ -30,7 +30,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from forge_ledger.domain.values import Participant, SessionConfig, Topic
 from forge_ledger.ledger import Ledger
-from forge_ledger.orchestrator import Orchestrator
+from forge_ledger.orchestrator import NoSeal, Orchestrator
 from forge_ledger.orchestrator.live import (
     ContentDelta,
     LiveEvent,
@@ -134,7 +134,7 @@ def _session(url: str, p: int, store: Path, concurrency: int) -> tuple[_Timer, f
 
     async def go() -> str:
         with Ledger(str(store), create=True) as ledger:
-            orch = Orchestrator(ledger, provider, subscribers=[timer], seal=False)
+            orch = Orchestrator(ledger, provider, subscribers=[timer], seal=NoSeal())
             try:
                 sid = orch.start(TOPIC, config, parts)
                 state = await orch.run(sid)

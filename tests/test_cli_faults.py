@@ -217,7 +217,7 @@ def test_resume_of_an_ended_unsealed_session_seals_and_exports(
     import asyncio
 
     from forge_ledger.domain.values import Participant, SessionConfig, Topic
-    from forge_ledger.orchestrator import Orchestrator
+    from forge_ledger.orchestrator import NoSeal, Orchestrator
     from forge_ledger.providers import LiteLLMProvider
 
     fake_openai.set_script(script())
@@ -227,7 +227,7 @@ def test_resume_of_an_ended_unsealed_session_seals_and_exports(
     ]
     with Ledger(str(store), create=True) as ledger:
         provider = LiteLLMProvider()
-        orch = Orchestrator(ledger, provider, seal=False)
+        orch = Orchestrator(ledger, provider, seal=NoSeal())
 
         async def go() -> str:
             try:

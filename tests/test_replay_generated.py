@@ -26,7 +26,6 @@ from uuid import UUID
 
 import pytest
 
-from forge_ledger.cli.deliberate import record_answer
 from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.state import SessionState
 from forge_ledger.domain.values import (
@@ -42,9 +41,10 @@ from forge_ledger.domain.values import (
     Topic,
 )
 from forge_ledger.ledger import Ledger, RecordedEvent
-from forge_ledger.orchestrator import Orchestrator
+from forge_ledger.orchestrator import KeyedSeal, NoSeal, Orchestrator
 from forge_ledger.providers import get_provider
 from forge_ledger.replay import replay_session
+from forge_ledger.sessions import answer as record_answer
 from forge_ledger.testing import FakeOpenAIServer
 from support.replay import assert_identical, recorded_calls
 
@@ -297,7 +297,8 @@ def run_scenario(
         provider = get_provider()
         try:
             orch = Orchestrator(
-                ledger, provider, clock=clock, ids=ids, sleep=no_sleep, seal=scenario.seed % 2 == 0,
+                ledger, provider, clock=clock, ids=ids, sleep=no_sleep,
+                seal=KeyedSeal() if scenario.seed % 2 == 0 else NoSeal(),
             )
             sid = orch.start(scenario.topic, scenario.config, scenario.with_api_base(server.url))
             state, given = await _drive(ledger, orch, sid, clock, answers)

@@ -21,11 +21,11 @@ from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.values import Mode, SessionStatus
 from forge_ledger.errors import ImportValidationError, InvariantViolation
 from forge_ledger.ledger import Ledger
+from forge_ledger.sessions import back as go_back
 from forge_ledger.yaml_format import (
     autosave,
     cleanup,
     export_events,
-    go_back,
     import_session,
     migrate_v1_to_v12,
     parse_session_file,

@@ -35,6 +35,7 @@ from .errors import (
 from .ledger import ChainReport, Ledger, RecordedEvent, verify_session, verify_store
 
 if TYPE_CHECKING:
+    from . import sessions
     from .audit import audit_report
     from .lineage import fork
     from .orchestrator import Orchestrator
@@ -52,14 +53,21 @@ _LAZY = {
 }
 
 
+_LAZY_MODULES = frozenset({"sessions"})
+"""Submodules offered as attributes: ``forge_ledger.sessions`` holds the session operations
+(start, run, resume, answer, overrule, participants, fork, back, abort) the CLI itself uses."""
+
+
 def __getattr__(name: str) -> Any:
     """The running side (orchestrator, replay, audit…) loads on first use, so read-only
     tools that import this package stay fast."""
+    import importlib
+
+    if name in _LAZY_MODULES:
+        return importlib.import_module(f".{name}", __name__)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'forge_ledger' has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(f".{module}", __name__), name)
 
 __all__ = [
@@ -91,6 +99,7 @@ __all__ = [
     "get_provider",
     "replay_session",
     "seal_session",
+    "sessions",
     "verify_session",
     "verify_store",
 ]

@@ -7,13 +7,15 @@ instead of showing a traceback. Anything that is *not* a ``ForgeLedgerError`` is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
 __all__ = [
+    "ArgumentError",
     "BudgetExhaustedError",
     "ChainBrokenError",
     "ConcurrencyConflictError",
@@ -60,6 +62,34 @@ class ForgeLedgerError(Exception):
 
 class UsageError(ForgeLedgerError):
     """A command was given arguments that cannot work."""
+
+
+class ArgumentError(UsageError):
+    """A library call was given arguments that cannot work.
+
+    The message names the call's own parameters (``at_event``), listed in ``parameters``, so
+    that a front end can speak of its own names instead (the CLI of ``--at-event``): the
+    library never knows which command line, if any, called it.
+    """
+
+    def __init__(
+        self, message: str, *, parameters: tuple[str, ...], hint: str | None = None
+    ) -> None:
+        self.parameters = parameters
+        super().__init__(message, hint=hint)
+
+    def renamed(self, names: Mapping[str, str]) -> ArgumentError:
+        """The same error with each parameter called as ``names`` says (others unchanged)."""
+        pattern = re.compile(r"\b(" + "|".join(map(re.escape, self.parameters)) + r")\b")
+
+        def swap(text: str) -> str:
+            return pattern.sub(lambda m: names.get(m[1], m[1]), text)
+
+        return ArgumentError(
+            swap(self.message),
+            parameters=tuple(names.get(p, p) for p in self.parameters),
+            hint=swap(self.hint) if self.hint is not None else None,
+        )
 
 
 class InputLimitError(ForgeLedgerError):

@@ -66,18 +66,8 @@ def fork_position(
     at_event: int | None = None,
 ) -> int:
     """The parent position a fork starts from: the end of iteration K, event N, or the head."""
-    if at_iteration is not None and at_event is not None:
-        raise UsageError("give either --at-iteration or --at-event, not both")
-    if at_iteration is not None:
-        return ledger.position_of_iteration(parent_id, at_iteration)
-    head = ledger.head_version(parent_id)
-    if at_event is None:
-        return head
-    if not 1 <= at_event <= head:
-        raise UsageError(
-            f"--at-event {at_event} is out of range", hint=f"the session has events 1..{head}"
-        )
-    return at_event
+    position = ledger.position_as_of(parent_id, at_event=at_event, at_iteration=at_iteration)
+    return ledger.head_version(parent_id) if position is None else position
 
 
 def apply_model_swaps(

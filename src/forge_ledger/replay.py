@@ -33,7 +33,7 @@ from .domain.state import SessionState
 from .domain.values import ModelResponse, Participant, Price
 from .errors import ForgeLedgerError
 from .ledger import Ledger, RecordedEvent
-from .orchestrator import Orchestrator
+from .orchestrator import NoSeal, NoWallTime, Orchestrator
 from .providers import ProviderCall, ProviderCallError
 
 __all__ = [
@@ -221,7 +221,8 @@ class _NoRecording(Exception):
 
 
 class _ReplayStore:
-    """Stands in for the ledger: hands out recorded state, compares instead of writing."""
+    """Stands in for the ledger (a :class:`~forge_ledger.orchestrator.SessionStore`): hands out
+    recorded state, compares instead of writing."""
 
     def __init__(self, ledger: Ledger, session_id: UUID, events: Sequence[RecordedEvent]) -> None:
         self._ledger = ledger
@@ -238,7 +239,7 @@ class _ReplayStore:
             return self._events[position - 1]
         return None
 
-    def get(self, session_id: Any, *, version: int | None = None) -> Deliberation:
+    def get(self, _session_id: UUID, /, *, version: int | None = None) -> Deliberation:
         if version is not None:
             return self._ledger.get(self._sid, version=version)
         assert self.current is not None
@@ -427,12 +428,12 @@ def replay_session(ledger: Ledger, session_id: UUID | str) -> ReplayResult:
     store.matched = 1
     store.external = 1
     orchestrator = Orchestrator(
-        store,  # type: ignore[arg-type]
+        store,
         provider,
         clock=_ReplayClock(store),
         sleep=_no_sleep,
-        enforce_wall_time=False,
-        seal=False,
+        seal=NoSeal(),
+        wall_time=NoWallTime(),
     )
     try:
         asyncio.run(_drive(store, orchestrator, sid, imported=result.imported))

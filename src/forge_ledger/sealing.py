@@ -25,7 +25,7 @@ import yaml
 
 from .bounded_yaml import load_yaml, read_yaml_file
 from .clock import Clock
-from .domain.hashing import keyed_digest
+from .domain.hashing import seal_hmac
 from .errors import ChainBrokenError, ImportValidationError
 from .ledger import ChainReport, Ledger, verify_session
 
@@ -57,7 +57,7 @@ def seal_session(
             "session's state",
             hint="run 'forge-ledger verify' and restore the store from a backup",
         )
-    agg.seal(at=clock.now(), hmac=keyed_digest(key, state.head_hash) if key else None)
+    agg.seal(at=clock.now(), hmac=seal_hmac(key, state.head_hash))
     ledger.save(agg)
     return verify_session(ledger, sid, key=key or None)
 
@@ -190,7 +190,7 @@ def verify_export(
         mac = block.get("hmac")
         root = block.get("root_hash")
         report.hmac_ok = isinstance(mac, str) and isinstance(root, str) and (
-            mac == keyed_digest(key, root)
+            mac == seal_hmac(key, root)
         )
         if not report.hmac_ok:
             report.problems.append("the export's HMAC does not match its root hash under the key")

@@ -21,7 +21,7 @@ from forge_ledger.clock import Clock, FixedStepClock, SequentialIds
 from forge_ledger.domain.state import SessionState
 from forge_ledger.domain.values import Participant, Price, SessionConfig, Topic
 from forge_ledger.ledger import Ledger
-from forge_ledger.orchestrator import Orchestrator
+from forge_ledger.orchestrator import MonotonicWallTime, Orchestrator
 from forge_ledger.orchestrator.live import LiveEvent
 from forge_ledger.providers import LiteLLMProvider, Provider
 from forge_ledger.testing import ScriptedProvider, bundled_script
@@ -155,7 +155,7 @@ def run_session(
     if sleep is not None:
         kwargs["sleep"] = sleep
     if monotonic is not None:
-        kwargs["monotonic"] = monotonic
+        kwargs["wall_time"] = MonotonicWallTime(monotonic)
     orch = Orchestrator(ledger, provider, **kwargs)
 
     async def go() -> tuple[UUID, SessionState]:

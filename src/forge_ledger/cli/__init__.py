@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from .. import __version__
-from ..errors import ForgeLedgerError
+from ..errors import ArgumentError, ForgeLedgerError
 
 __all__ = ["cli", "main"]
 
@@ -95,11 +95,28 @@ def _register() -> None:
 _register()
 
 
+def option_names() -> dict[str, str]:
+    """Each command option's parameter name and its long form (``at_event`` → ``--at-event``):
+    the library's errors name its parameters, the command line speaks of its options."""
+    names: dict[str, str] = {}
+    for command in cli.commands.values():
+        for param in command.params:
+            long = [o for o in param.opts if o.startswith("--")]
+            if isinstance(param, click.Option) and param.name and long:
+                names.setdefault(param.name, long[0])
+    return names
+
+
+def _in_cli_terms(e: ForgeLedgerError) -> ForgeLedgerError:
+    """``e`` as the command line says it: a library parameter becomes the option it came from."""
+    return e.renamed(option_names()) if isinstance(e, ArgumentError) else e
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="forge-ledger", standalone_mode=False)
     except ForgeLedgerError as e:
-        for line in e.lines():
+        for line in _in_cli_terms(e).lines():
             click.echo(f"error: {line}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Abort:

@@ -1,7 +1,9 @@
 """Commands that run deliberations: ``run``, ``resume``, ``answer`` and the offline ``demo``.
 
-These are the only commands that may call models, so they are the only ones that import the
-orchestrator (and, through the provider, litellm) — lazily, inside the command functions.
+These are the only commands that may call models. What they do to a session they do through
+:mod:`forge_ledger.sessions` (which loads the orchestrator and, through the provider, litellm
+only when a session runs); this module parses options, shows the live view, prints outcomes
+and chooses exit codes.
 """
 
 from __future__ import annotations
@@ -21,15 +23,12 @@ from rich.text import Text
 from ..domain.values import (
     Mode,
     Participant,
-    ParticipantRole,
     Persona,
     SessionConfig,
     SessionStatus,
     Topic,
-    slugify,
 )
 from ..errors import (
-    ConfigError,
     Loc,
     ProviderError,
     RunInterrupted,
@@ -37,6 +36,15 @@ from ..errors import (
     UsageError,
     validation_summary,
 )
+from ..sessions import (
+    Runtime,
+    add_participants,
+    load_participants,
+    participants_from_models,
+    update_participants,
+)
+from ..sessions import abort as abort_session
+from ..sessions import answer as record_answer
 from . import cli
 from ._common import (
     emit_json,
@@ -54,42 +62,9 @@ if TYPE_CHECKING:
     from ..domain.state import SessionState
     from ..ledger import Ledger
 
-__all__ = ["exit_for_outcome", "load_participants", "run_session"]
+__all__ = ["exit_for_outcome", "run_session"]
 
 # --------------------------------------------------------------------------- participants
-
-
-def load_participants(path: Path, api_base: str | None = None) -> list[Participant]:
-    """Read a participants YAML file (``participants: [{name, model, role, …}]``)."""
-    import yaml
-    from pydantic import ValidationError
-
-    from ..bounded_yaml import load_yaml, read_yaml_file
-
-    try:
-        doc = load_yaml(read_yaml_file(path), name=str(path))
-    except OSError as e:
-        raise ConfigError(f"cannot read {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path} is not UTF-8 text", hint="save it as UTF-8") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
-    items = doc.get("participants") if isinstance(doc, dict) else doc
-    if not isinstance(items, list) or not items:
-        raise ConfigError(
-            f"{path} has no participants", hint="write 'participants:' followed by a list"
-        )
-    out = []
-    for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise ConfigError(f"{path}: participants[{i}] must be a mapping")
-        if api_base and "api_base" not in item:
-            item = {**item, "api_base": api_base}
-        try:
-            out.append(Participant.model_validate(item))
-        except ValidationError as e:
-            raise ConfigError(f"{path}: participants[{i}].{validation_summary(e)}") from None
-    return out
 
 
 def file_anonymize(path: Path) -> bool:
@@ -98,28 +73,6 @@ def file_anonymize(path: Path) -> bool:
 
     doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     return isinstance(doc, dict) and doc.get("anonymize") is True
-
-
-def participants_from_models(models: tuple[str, ...], api_base: str | None) -> list[Participant]:
-    """``-m`` models become participants named after the model; roles rotate sensibly."""
-    roles = [
-        ParticipantRole.DRAFTER,
-        ParticipantRole.CRITIC,
-        ParticipantRole.SYNTHESIZER,
-        ParticipantRole.DEVILS_ADVOCATE,
-        ParticipantRole.DOMAIN_EXPERT,
-    ]
-    out: list[Participant] = []
-    used: set[str] = set()
-    for i, model in enumerate(models):
-        base = slugify(model.rsplit("/", 1)[-1])[:56] or f"p{i + 1}"
-        name, n = base, 2
-        while name in used:
-            name, n = f"{base}-{n}", n + 1
-        used.add(name)
-        role = roles[i] if len(models) > 1 and i < len(roles) else ParticipantRole.GENERALIST
-        out.append(Participant(name=name, model=model, role=role, api_base=api_base))
-    return out
 
 
 # --------------------------------------------------------------------------- running
@@ -145,7 +98,7 @@ def run_session(
     the claim (``claim=False``). Ctrl-C becomes :class:`RunInterrupted`, naming the session to
     resume; a second Ctrl-C exits at once.
     """
-    from ..orchestrator import Orchestrator
+    from .. import sessions
     from ..providers import get_provider
     from ._live_view import LiveView
 
@@ -154,29 +107,28 @@ def run_session(
     people = start[2] if start is not None else ledger.state(session_id).participants
     unpriced = frozenset(p.name for p in people if prov.price(p) is None)
     view = LiveView(err_console, enabled=not quiet, unpriced=unpriced)
-    orch = Orchestrator(
-        ledger,
-        prov,
-        clock=clock,
-        ids=ids,
-        subscribers=[view.handle],
-        on_checkpoint=checkpoint,
+    runtime = Runtime(
+        clock=clock, ids=ids, subscribers=[view.handle], on_checkpoint=checkpoint,
         hmac_key=hmac_key(),
     )
     current: list[Any] = [session_id]
 
+    def started(sid: Any) -> None:
+        current[0] = sid
+        assert start is not None
+        view.started(str(sid), start[0].title, start[2])
+
     async def go() -> SessionState:
         try:
-            sid = session_id
             if start is not None:
                 topic, config, participants = start
-                sid = orch.start(topic, config, participants, source=source)
-                current[0] = sid
-                view.started(str(sid), topic.title, participants)
-            with ledger.lease(sid) if claim else contextlib.nullcontext(), view:
-                if resume:
-                    return await orch.resume(sid)
-                return await orch.run(sid)
+                return await sessions.start(
+                    ledger, prov, topic, config, participants, source=source,
+                    runtime=runtime, on_start=started, running=view,
+                )
+            play = sessions.resume if resume else sessions.run
+            return await play(ledger, prov, session_id, claim=claim, runtime=runtime,
+                              running=view)
         finally:
             if provider is None:
                 await prov.aclose()
@@ -218,7 +170,7 @@ def _autosaver(ledger: Ledger) -> Any:
     return save
 
 
-def summary(ledger: Ledger, state: SessionState) -> dict[str, Any]:
+def summary(state: SessionState) -> dict[str, Any]:
     return {
         "session_id": state.id,
         "status": state.status.value,
@@ -234,8 +186,8 @@ def summary(ledger: Ledger, state: SessionState) -> dict[str, Any]:
     }
 
 
-def print_outcome(state: SessionState, *, as_json: bool, ledger: Ledger) -> None:
-    doc = summary(ledger, state)
+def print_outcome(state: SessionState, *, as_json: bool) -> None:
+    doc = summary(state)
     if as_json:
         emit_json(doc)
         return
@@ -478,7 +430,7 @@ def run(
         else:
             state = run_session(ledger, start=(topic_value, config, participants), quiet=as_json)
         state = _attend(ledger, state, as_json)
-        print_outcome(state, as_json=as_json, ledger=ledger)
+        print_outcome(state, as_json=as_json)
     finally:
         ledger.close()
     exit_for_outcome(state)
@@ -557,83 +509,6 @@ def _author() -> str:
     return os.environ.get("FORGE_LEDGER_AUTHOR") or os.environ.get("USER") or "human"
 
 
-def record_answer(
-    ledger: Ledger,
-    session: str,
-    text: str,
-    *,
-    author: str,
-    overrule: tuple[str, ...] = (),
-    clock: Any = None,
-) -> SessionState:
-    from ..clock import SystemClock
-    from ..domain.values import DivergenceStatus
-
-    clk = clock or SystemClock()
-    agg = ledger.get(session)
-    for divergence_id in overrule:
-        if agg.state.divergence(divergence_id) is None:
-            known = ", ".join(d.id for d in agg.state.open_divergences) or "none open"
-            raise UsageError(f"unknown divergence {divergence_id!r}", hint=f"open: {known}")
-    agg.human_input(
-        author=author,
-        text=text,
-        at=clk.now(),
-        kind="answer" if agg.state.pending_questions else "note",
-    )
-    for divergence_id in overrule:
-        agg.change_divergence(
-            divergence_id,
-            DivergenceStatus.OVERRULED,
-            by=author,
-            note=text,
-            round=agg.state.rounds[-1].number if agg.state.rounds else 0,
-            at=clk.now(),
-        )
-    ledger.save(agg)
-    return agg.state
-
-
-def add_participants(ledger: Ledger, session: str, participants: list[Participant]) -> None:
-    """Join participants to an existing session (e.g. one imported from a YAML file)."""
-    from ..clock import SystemClock
-
-    agg = ledger.get(session)
-    clock = SystemClock()
-    for p in participants:
-        agg.join(p, at=clock.now())
-    ledger.save(agg)
-
-
-def update_participants(
-    ledger: Ledger,
-    session: Any,
-    *,
-    swaps: tuple[str, ...] = (),
-    api_base: str | None = None,
-    clock: Any = None,
-) -> None:
-    """Change models (``NAME=MODEL``) and endpoints (``api_base`` for every participant) of a
-    session before it goes on; each change is a ``ParticipantUpdated`` event, so a replay sees
-    exactly the participants each call was made with."""
-    from ..clock import SystemClock
-    from ..lineage import apply_model_swaps
-
-    if not swaps and api_base is None:
-        return
-    clk = clock or SystemClock()
-    agg = ledger.get(session)
-    people = apply_model_swaps(agg.state.participants, swaps)
-    if api_base is not None:
-        people = [p.model_copy(update={"api_base": api_base}) for p in people]
-    reason = " ".join(
-        [*(f"-m {s}" for s in swaps), *([f"--api-base {api_base}"] if api_base else [])]
-    )
-    for p in people:
-        agg.update_participant(p, at=clk.now(), reason=reason)
-    ledger.save(agg)
-
-
 @cli.command()
 @click.argument("session")
 @click.option("-m", "--model", "models", multiple=True, metavar="[NAME=]MODEL",
@@ -668,7 +543,7 @@ def resume(
             before = ledger.state(sid)
             if before.status.terminal:
                 state = run_session(ledger, session_id=sid, resume=True, quiet=True, claim=False)
-                print_outcome(state, as_json=as_json, ledger=ledger)
+                print_outcome(state, as_json=as_json)
                 err_console.print(
                     f"session {state.id[:8]} had already ended ({state.status.value}); "
                     "its seal and exports are complete"
@@ -677,7 +552,7 @@ def resume(
                 swaps = tuple(m for m in models if "=" in m)
                 added_models = tuple(m for m in models if "=" not in m)
                 if api_base is None and before.source == "demo":
-                    api_base = _demo_server(stack, ledger, before)
+                    api_base = _demo_server(stack, before)
                 added = (
                     load_participants(participants_file, api_base)
                     if participants_file is not None
@@ -689,9 +564,12 @@ def resume(
                     from ..preflight import check_participants
 
                     check_participants(added)
-                update_participants(ledger, sid, swaps=swaps, api_base=api_base)
+                update_participants(
+                    ledger, sid, swaps=swaps, api_base=api_base,
+                    reason=_update_reason(swaps, api_base),
+                )
                 if added:
-                    add_participants(ledger, str(sid), added)
+                    add_participants(ledger, sid, added)
                 if not ledger.state(sid).participants:
                     raise UsageError(
                         f"session {str(sid)[:8]} has no participants",
@@ -701,10 +579,17 @@ def resume(
                 state = run_session(ledger, session_id=sid, resume=True, quiet=as_json,
                                     claim=False)
                 state = _attend(ledger, state, as_json, claim=False)
-                print_outcome(state, as_json=as_json, ledger=ledger)
+                print_outcome(state, as_json=as_json)
     finally:
         ledger.close()
     exit_for_outcome(state)
+
+
+def _update_reason(swaps: tuple[str, ...], api_base: str | None) -> str:
+    """The recorded reason of ``resume``'s participant changes: the options that made them."""
+    return " ".join(
+        [*(f"-m {s}" for s in swaps), *([f"--api-base {api_base}"] if api_base else [])]
+    )
 
 
 def _answers(url: str) -> bool:
@@ -723,7 +608,7 @@ def _answers(url: str) -> bool:
         return False
 
 
-def _demo_server(stack: contextlib.ExitStack, ledger: Ledger, state: SessionState) -> str | None:
+def _demo_server(stack: contextlib.ExitStack, state: SessionState) -> str | None:
     """A session made by ``demo`` (or forked from one) talks to the demo's scripted server,
     which ended with the demo: start it again, as the demo does, and return its address.
     Participants pointed elsewhere (``fork --api-base``, a server that still answers) keep
@@ -798,27 +683,18 @@ def abort(
     A provider fault only pauses a session; ending it is a person's decision. Fork it to
     continue from an earlier point.
     """
-    from ..clock import SystemClock
-    from ..domain.hashing import keyed_digest
-
     if not reason.strip():
         raise UsageError("the reason is empty", hint='e.g. --reason "the provider is gone"')
     ledger = open_ledger(store)
     try:
-        sid = ledger.resolve(session)
-        with ledger.lease(sid):
-            clock = SystemClock()
-            agg = ledger.get(sid)
-            agg.abort(reason=reason, by=author or _author(), at=clock.now())
-            key = hmac_key()
-            agg.seal(at=clock.now(), hmac=keyed_digest(key, agg.state.head_hash) if key else None)
-            ledger.save(agg)
-            save = _autosaver(ledger)
-            if save is not None:
-                save(agg.state)
-        state = agg.state
+        state = abort_session(
+            ledger, session, reason=reason, author=author or _author(), hmac_key=hmac_key()
+        )
+        save = _autosaver(ledger)
+        if save is not None:
+            save(state)
         if as_json:
-            emit_json(summary(ledger, state))
+            emit_json(summary(state))
         else:
             click.echo(f"session {state.id[:8]} aborted: {reason}")
     finally:

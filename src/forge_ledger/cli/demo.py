@@ -97,10 +97,10 @@ def demo(latency: float, store: str | None, as_json: bool) -> None:
                 source="demo",
             )
         if as_json:
-            print_outcome(state, as_json=True, ledger=ledger)
+            print_outcome(state, as_json=True)
             exit_for_outcome(state)
             return
-        print_outcome(state, as_json=False, ledger=ledger)
+        print_outcome(state, as_json=False)
         exit_for_outcome(state)
         short = state.id[:8]
         store_arg = f" --store {store}" if store else ""

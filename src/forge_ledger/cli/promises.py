@@ -18,10 +18,11 @@ import click
 from rich.table import Table
 
 from ..audit import audit_report, render_markdown
-from ..clock import SystemClock, UuidIds
+from ..clock import SystemClock
 from ..errors import ChainBrokenError, UsageError
-from ..lineage import IterationPoint, SessionDiff, diff_sessions, fork
+from ..lineage import IterationPoint, SessionDiff, diff_sessions
 from ..sealing import seal_session, verify_export
+from ..sessions import fork
 from . import cli
 from ._common import (
     HMAC_KEY_ENV,
@@ -93,8 +94,6 @@ def fork_cmd(
         new_id = fork(
             ledger,
             session,
-            clock=SystemClock(),
-            ids=UuidIds(),
             at_iteration=at_iteration,
             at_event=at_event,
             model_swaps=models,

@@ -7,9 +7,9 @@ on machines without provider credentials. Everything printed is a projection of 
 earlier event, iteration or time), ``log`` prints them as stored, ``verify`` recomputes the
 hash chain.
 
-The JSON documents built here (:func:`session_summary_json`, :func:`session_json`,
-:func:`event_json`) are the stable, scriptable face of the ledger; the rich tables are for
-people and may change.
+The JSON documents built here (:func:`session_summary_json`, :func:`session_json`, and
+each event's :meth:`~forge_ledger.ledger.RecordedEvent.as_json` for ``log --json``) are the
+stable, scriptable face of the ledger; the rich tables are for people and may change.
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ from ._integrity import check_chain
 __all__ = [
     "HMAC_KEY_ENV",
     "ems_of",
-    "event_json",
     "log",
     "session_json",
     "session_summary_json",
@@ -62,6 +61,8 @@ __all__ = [
 ]
 
 _PREVIEW_CHARS = 72
+_LOG_OMITS = ("session_id", "notification_id")
+"""What ``log --json`` leaves out of each event: the session is the one asked for."""
 
 
 # --------------------------------------------------------------------------- EMS (one place)
@@ -211,18 +212,6 @@ def session_json(state: SessionState, *, ems: int | None) -> dict[str, Any]:
     }
 
 
-def event_json(e: RecordedEvent) -> dict[str, Any]:
-    """One entry of ``log --json``."""
-    return {
-        "position": e.position,
-        "type": e.type,
-        "timestamp": e.timestamp.isoformat(),
-        "hash": e.hash,
-        "prev_hash": e.prev_hash,
-        "data": e.data,
-    }
-
-
 # --------------------------------------------------------------------------- helpers
 
 
@@ -325,13 +314,7 @@ def show(
         )
         if value is not None
     ]
-    if len(given) > 1:
-        raise UsageError(f"{' and '.join(given)} conflict", hint="give at most one --at-* option")
     when = parse_iso(at_time, "--at-time") if at_time is not None else None
-    if when is not None and when.tzinfo is None:
-        raise UsageError(
-            f"--at-time {at_time!r} has no timezone", hint="add one, e.g. 2026-01-09T10:30:00Z"
-        )
     with open_ledger(store, create=False) as ledger:
         sid = check_chain(ledger, session)
         state = ledger.state(sid, at_event=at_event, at_iteration=at_iteration, at_time=when)
@@ -444,7 +427,7 @@ def log(session: str, types: tuple[str, ...], store: str | None, as_json: bool) 
         sid = check_chain(ledger, session)
         events = [e for e in ledger.events(sid) if not wanted or e.type in wanted]
     if as_json:
-        emit_json([event_json(e) for e in events])
+        emit_json([e.as_json(exclude=_LOG_OMITS) for e in events])
         return
     table = Table(title=f"Events of {sid}", title_justify="left")
     for col in ("pos", "time", "type", "summary", "hash"):

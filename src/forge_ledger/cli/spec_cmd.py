@@ -95,8 +95,6 @@ def spec_cmd(
 
     if diff_to and diff is None:
         raise UsageError(f"unexpected argument {diff_to[0]}", hint="give one SESSION")
-    if at_iteration is not None and at_event is not None:
-        raise UsageError("--at-iteration and --at-event conflict", hint="give at most one")
     if diff is not None and (output or provenance):
         raise UsageError("--diff cannot be combined with -o or --provenance")
     with open_ledger(store, create=False) as ledger:

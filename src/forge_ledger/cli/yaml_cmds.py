@@ -12,8 +12,9 @@ import click
 from ..bounded_yaml import read_yaml_file
 from ..clock import SystemClock, UuidIds
 from ..errors import UsageError
+from ..sessions import back
 from ..yaml_format import cleanup as cleanup_exports
-from ..yaml_format import go_back, import_session, write_export
+from ..yaml_format import import_session, write_export
 from . import cli
 from ._common import emit_json, json_option, open_ledger, out_console, store_option
 from ._integrity import check_chain
@@ -124,7 +125,7 @@ def back_cmd(session: str, steps: int, store: str | None, as_json: bool) -> None
                 hint=f"fork it from an earlier iteration instead: forge-ledger fork {short} "
                 f"--at-iteration {max(state.iteration - steps, 1)}",
             )
-        summary = go_back(ledger, state.id, steps, clock=SystemClock())
+        summary = back(ledger, state.id, steps)
     if as_json:
         emit_json(summary.as_json())
     else:

@@ -15,7 +15,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-__all__ = ["GENESIS", "canonical_json", "chain_hash", "keyed_digest"]
+__all__ = ["GENESIS", "canonical_json", "chain_hash", "keyed_digest", "seal_hmac"]
 
 GENESIS = "0" * 64
 
@@ -88,3 +88,9 @@ def chain_hash(
 def keyed_digest(key: bytes, message: str) -> str:
     """HMAC-SHA256 of ``message`` (a hash or root hash) under ``key``."""
     return hmac.new(key, message.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def seal_hmac(key: bytes | None, root_hash: str) -> str | None:
+    """The ``hmac`` of a seal over ``root_hash``: the one rule that makes and checks seals
+    (no key, or an empty one, means an unkeyed seal)."""
+    return keyed_digest(key, root_hash) if key else None

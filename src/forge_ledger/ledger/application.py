@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, cast
 from uuid import UUID
@@ -39,6 +39,7 @@ from ..domain.state import ContributionState, SessionState
 from ..domain.texts import missing_text
 from ..domain.values import ChatMessage
 from ..errors import (
+    ArgumentError,
     ConcurrencyConflictError,
     SessionNotFoundError,
     StoreError,
@@ -259,32 +260,33 @@ def snapshot_due(version: int, interval: int) -> bool:
 
 @dataclass(frozen=True)
 class RecordedEvent:
-    """One stored event as users see it (``log``) and projections fold it."""
+    """One stored event as users see it (``log``) and projections fold it.
+
+    The fields are declared in the order its JSON form (:meth:`as_json`) lists them.
+    """
 
     session_id: str
     position: int
     type: str
     timestamp: datetime
-    data: dict[str, Any]
     hash: str
     prev_hash: str
+    data: dict[str, Any]
     notification_id: int | None = None
 
     def payload(self) -> ev.Payload:
         return ev.payload_class(self.type).model_validate(self.data)
 
-    def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "session_id": self.session_id,
-            "position": self.position,
-            "type": self.type,
-            "timestamp": self.timestamp.isoformat(),
-            "hash": self.hash,
-            "prev_hash": self.prev_hash,
-            "data": self.data,
-        }
-        if self.notification_id is not None:
-            out["notification_id"] = self.notification_id
+    def as_json(self, *, exclude: Collection[str] = ()) -> dict[str, Any]:
+        """The event as JSON values, field by field (the time in ISO 8601,
+        ``notification_id`` only when known), without the fields in ``exclude``: ``log
+        --json`` leaves out the session id and the notification id."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in exclude or (f.name == "notification_id" and value is None):
+                continue
+            out[f.name] = value.isoformat() if isinstance(value, datetime) else value
         return out
 
 
@@ -500,23 +502,56 @@ class Ledger:
         at_time: datetime | None = None,
     ) -> SessionState:
         """The session's state now, or as of an event position, an iteration or a time."""
-        chosen = [x is not None for x in (at_event, at_iteration, at_time)]
-        if sum(chosen) > 1:
-            raise UsageError("give at most one of --at-event, --at-iteration, --at-time")
         sid = self.resolve(session_id) if isinstance(session_id, str) else session_id
-        version = None
-        if at_event is not None:
-            head = self.head_version(sid)
-            if not 1 <= at_event <= head:
-                raise UsageError(
-                    f"--at-event {at_event} is out of range", hint=f"session has events 1..{head}"
-                )
-            version = at_event
-        elif at_iteration is not None:
-            version = self.position_of_iteration(sid, at_iteration)
-        elif at_time is not None:
-            version = self.position_at_time(sid, at_time)
+        version = self.position_as_of(
+            sid, at_event=at_event, at_iteration=at_iteration, at_time=at_time
+        )
         return self.get(sid, version=version).state
+
+    def position_as_of(
+        self,
+        session_id: UUID,
+        *,
+        at_event: int | None = None,
+        at_iteration: int | None = None,
+        at_time: datetime | None = None,
+    ) -> int | None:
+        """The position of a past point: event ``at_event``, the end of iteration
+        ``at_iteration`` or the last event at ``at_time`` (``None``: the head).
+
+        The one check of these arguments (at most one, each in range): every reader of a
+        past point (``show``, ``spec``, ``fork``…) comes through here. Errors name the
+        parameters (:class:`~forge_ledger.errors.ArgumentError`).
+        """
+        given = tuple(
+            name
+            for name, value in (
+                ("at_event", at_event),
+                ("at_iteration", at_iteration),
+                ("at_time", at_time),
+            )
+            if value is not None
+        )
+        if len(given) > 1:
+            raise ArgumentError(
+                f"{' and '.join(given)} conflict",
+                parameters=("at_event", "at_iteration", "at_time"),
+                hint="give at most one of at_event, at_iteration, at_time",
+            )
+        if at_event is not None:
+            head = self.head_version(session_id)
+            if not 1 <= at_event <= head:
+                raise ArgumentError(
+                    f"at_event {at_event} is out of range",
+                    parameters=("at_event",),
+                    hint=f"session has events 1..{head}",
+                )
+            return at_event
+        if at_iteration is not None:
+            return self.position_of_iteration(session_id, at_iteration)
+        if at_time is not None:
+            return self.position_at_time(session_id, at_time)
+        return None
 
     def head_version(self, session_id: UUID) -> int:
         rows = self.app.recorder.select_events(session_id, desc=True, limit=1)
@@ -557,7 +592,11 @@ class Ledger:
 
     def position_at_time(self, session_id: UUID, at: datetime) -> int:
         if at.tzinfo is None:
-            raise UsageError("--at-time needs a timezone", hint="e.g. 2026-01-09T10:30:00Z")
+            raise ArgumentError(
+                f"at_time {at.isoformat()!r} needs a timezone",
+                parameters=("at_time",),
+                hint="add one, e.g. 2026-01-09T10:30:00Z",
+            )
         last = 0
         for e in self.events(session_id):
             if e.timestamp > at:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from ..domain.hashing import GENESIS, chain_hash, keyed_digest
+from ..domain.hashing import GENESIS, chain_hash, seal_hmac
 from ..errors import StoreError
 from .application import Ledger
 from .texts import resolve
@@ -109,7 +109,7 @@ def verify_session(ledger: Ledger, session_id: UUID, *, key: bytes | None = None
                 return report.fail(position, "the seal does not match the chain it closes")
             if key is not None:
                 mac = data.get("hmac")
-                report.hmac_ok = mac is not None and mac == keyed_digest(key, prev)
+                report.hmac_ok = mac is not None and mac == seal_hmac(key, prev)
                 if not report.hmac_ok:
                     return report.fail(
                         position,

@@ -11,17 +11,33 @@ from .live import (
     SessionFinished,
     Subscriber,
 )
+from .ports import (
+    KeyedSeal,
+    MonotonicWallTime,
+    NoSeal,
+    NoWallTime,
+    SealPolicy,
+    SessionStore,
+    WallTime,
+)
 from .runner import Orchestrator
 
 __all__ = [
     "ContentDelta",
     "ErrorRaised",
+    "KeyedSeal",
     "LiveEvent",
+    "MonotonicWallTime",
+    "NoSeal",
+    "NoWallTime",
     "Orchestrator",
     "ParticipantComplete",
     "ParticipantThinking",
     "RoundComplete",
     "RoundStartedLive",
+    "SealPolicy",
     "SessionFinished",
+    "SessionStore",
     "Subscriber",
+    "WallTime",
 ]

@@ -20,7 +20,6 @@ Determinism rules this module keeps (so ``replay`` can re-run it against recorde
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +31,6 @@ from .. import engine
 from ..clock import Clock, IdSource, SystemClock, UuidIds
 from ..domain import events as ev
 from ..domain.aggregate import Deliberation
-from ..domain.hashing import keyed_digest
 from ..domain.state import RoundState, SessionState
 from ..domain.values import (
     ChatMessage,
@@ -49,7 +47,6 @@ from ..domain.values import (
     Topic,
 )
 from ..errors import InvariantViolation
-from ..ledger import Ledger
 from ..providers import Provider, ProviderCall, ProviderCallError, retry_delay
 from .live import (
     ContentDelta,
@@ -62,6 +59,7 @@ from .live import (
     SessionFinished,
     Subscriber,
 )
+from .ports import KeyedSeal, MonotonicWallTime, SealPolicy, SessionStore, WallTime
 
 __all__ = ["Orchestrator"]
 
@@ -70,13 +68,42 @@ _DIVERGENCE_STATUS: dict[type[ev.Payload], DivergenceStatus] = {
 }
 
 
-@dataclass
-class _Action:
-    """One thing to record for a participant, in order (a failure, an answer, a parse)."""
+@dataclass(frozen=True)
+class _Failure:
+    """A call that failed (or was refused for a budget): recorded as it is."""
 
-    kind: str  # failure | contribution | parsed | parse_failed
-    payload: Any
-    purpose: str = "answer"
+    event: ev.ProviderCallFailed
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """A call that answered: the prompt it was made with and the response."""
+
+    attempt: int
+    messages: tuple[ChatMessage, ...]
+    call: ProviderCall
+    prompt_hash: str
+    response: ModelResponse
+    purpose: str
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """The structured output read from an answer."""
+
+    value: Critique | Opinion | ConvergenceVote
+
+
+@dataclass(frozen=True)
+class _ParseFailed:
+    """An answer (and its repair, if any) that gave no structured output."""
+
+    expected: str
+    error: str
+
+
+_Action = _Failure | _Answer | _Parsed | _ParseFailed
+"""One thing to record for a participant, in order (a failure, an answer, a parse)."""
 
 
 @dataclass
@@ -90,22 +117,26 @@ class _Outcome:
 
 
 class Orchestrator:
-    """Runs deliberation sessions stored in ``ledger`` using ``provider`` for model calls."""
+    """Runs deliberation sessions stored in ``ledger`` using ``provider`` for model calls.
+
+    ``ledger`` is any :class:`~forge_ledger.orchestrator.ports.SessionStore`. ``seal`` says
+    how an ended session is sealed (default: :class:`KeyedSeal` without a key) and
+    ``wall_time`` how the time budget is measured (default: the monotonic clock); a replay
+    injects policies that never seal and never run out of time.
+    """
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: SessionStore,
         provider: Provider,
         *,
         clock: Clock | None = None,
         ids: IdSource | None = None,
         subscribers: Sequence[Subscriber] = (),
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        monotonic: Callable[[], float] = time.monotonic,
         on_checkpoint: Callable[[SessionState], None] | None = None,
-        hmac_key: bytes | None = None,
-        enforce_wall_time: bool = True,
-        seal: bool = True,
+        seal: SealPolicy | None = None,
+        wall_time: WallTime | None = None,
     ) -> None:
         self.ledger = ledger
         self.provider = provider
@@ -113,11 +144,9 @@ class Orchestrator:
         self.ids = ids or UuidIds()
         self._subscribers = list(subscribers)
         self._sleep = sleep
-        self._monotonic = monotonic
         self._on_checkpoint = on_checkpoint
-        self._hmac_key = hmac_key
-        self._enforce_wall_time = enforce_wall_time
-        self._seal = seal
+        self._seal = seal or KeyedSeal()
+        self._wall = wall_time or MonotonicWallTime()
         self._last_phase: str | None = None
 
     # ------------------------------------------------------------------ public API
@@ -156,7 +185,7 @@ class Orchestrator:
         """``run`` on a session already loaded (loading decodes the whole state: once is
         enough per command)."""
         self._last_phase = agg.state.phase
-        started = self._monotonic()
+        started = self._wall.now()
         elapsed_at_start = (agg.state.updated_at - agg.state.created_at).total_seconds()
         while True:
             state = agg.state
@@ -165,7 +194,7 @@ class Orchestrator:
             open_round = state.open_round
             if open_round is not None:
                 wall_left = state.config.max_time_secs - (
-                    elapsed_at_start + self._monotonic() - started
+                    elapsed_at_start + self._wall.now() - started
                 )
                 await self._play_round(agg, open_round.number, wall_left)
                 continue
@@ -244,10 +273,7 @@ class Orchestrator:
         self._publish(SessionFinished(status=status.value, reason=reason))
 
     def _seal_now(self, agg: Deliberation) -> None:
-        if self._seal and agg.state.seal is None:
-            digest = agg.state.head_hash
-            mac = keyed_digest(self._hmac_key, digest) if self._hmac_key else None
-            agg.seal(at=self.clock.now(), hmac=mac)
+        self._seal.seal(agg, self.clock)
 
     def _complete_end(self, agg: Deliberation) -> None:
         """Do what the end of an ended session left undone: the seal, then the exports."""
@@ -268,7 +294,7 @@ class Orchestrator:
         reserved = 0.0
         tasks: dict[str, asyncio.Task[_Outcome]] = {}
         limiter = asyncio.Semaphore(state.config.max_concurrency)
-        deadline = self._monotonic() + wall_left
+        deadline = self._wall.now() + wall_left
         outcomes: dict[str, _Outcome] = {}
         for name in rnd.expected:
             plan = _Plan.of(rnd, name, schema, state)
@@ -335,7 +361,7 @@ class Orchestrator:
         )
         return _Outcome(
             participant=name,
-            actions=[_Action("failure", failure)],
+            actions=[_Failure(failure)],
             abstained=True,
             budget="cost",
             last_error=message,
@@ -376,9 +402,9 @@ class Orchestrator:
                         error=f"{original_error}; after repair: {parsed.error or 'unparseable'}",
                     )
         if parsed.value is not None:
-            out.actions.append(_Action("parsed", parsed.value))
+            out.actions.append(_Parsed(parsed.value))
         else:
-            out.actions.append(_Action("parse_failed", (schema.__name__, parsed.error or "")))
+            out.actions.append(_ParseFailed(schema.__name__, parsed.error or ""))
             out.abstained = True
         return out
 
@@ -391,19 +417,19 @@ class Orchestrator:
         *,
         purpose: str,
     ) -> tuple[ModelResponse | None, int]:
-        rnd, participant, config = turn.rnd, turn.participant, turn.config
-        max_tokens, schema, limiter = turn.max_tokens, turn.schema, turn.limiter
-        config_attempts = config.max_attempts
+        rnd, participant = turn.rnd, turn.participant
         first = attempt
         phash = ev.prompt_hash(messages)
         while True:
             call = ProviderCall(
                 participant=participant,
                 messages=messages,
-                max_tokens=max_tokens,
+                max_tokens=turn.max_tokens,
                 temperature=participant.temperature,
-                response_format=schema,
-                timeout_secs=self._timeout(config, turn.deadline),
+                response_format=turn.schema,
+                timeout_secs=self._wall.call_timeout(
+                    turn.config.call_timeout_secs, turn.deadline
+                ),
                 round=rnd.number,
                 attempt=attempt,
             )
@@ -416,72 +442,25 @@ class Orchestrator:
                 )
             )
             try:
-                if self._enforce_wall_time and self._monotonic() >= turn.deadline:
+                if self._wall.exhausted(turn.deadline):
                     raise _time_budget_error()
-                async with limiter:
+                async with turn.limiter:
                     response = await self.provider.complete(
                         call, on_delta=self._delta_sink(rnd.number, participant.name)
                     )
             except ProviderCallError as e:
                 retry = (
                     e.retryable
-                    and attempt - first + 1 < config_attempts
+                    and attempt - first + 1 < turn.config.max_attempts
                     and e.error_type not in ("budget_time", "budget_cost")
                 )
-                out.actions.append(
-                    _Action(
-                        "failure",
-                        ev.ProviderCallFailed(
-                            round=rnd.number,
-                            participant=participant.name,
-                            attempt=attempt,
-                            model=participant.model,
-                            error_type=e.error_type,
-                            message=e.message,
-                            retryable=e.retryable,
-                            will_retry=retry,
-                            retry_after_secs=e.retry_after_secs,
-                            partial_text=e.partial_text,
-                            tokens=e.tokens,
-                            cost_usd=e.cost_usd,
-                            duration_ms=e.duration_ms,
-                            prompt_hash=phash,
-                        ),
-                    )
-                )
-                out.last_error = f"{e.error_type}: {e.message}"
-                if e.error_type == "budget_time":
-                    out.budget = "time"
-                self._publish(
-                    ErrorRaised(
-                        round=rnd.number,
-                        participant=participant.name,
-                        message=e.message,
-                        will_retry=retry,
-                    )
-                )
+                self._failed(turn, e, attempt, phash, out, retry=retry)
                 if not retry:
-                    self._publish(
-                        ParticipantComplete(
-                            round=rnd.number,
-                            participant=participant.name,
-                            tokens=e.tokens,
-                            cost_usd=e.cost_usd,
-                            ok=False,
-                            detail=out.last_error,
-                        )
-                    )
                     return None, attempt + 1
                 await self._sleep(retry_delay(attempt - first + 1, e))
                 attempt += 1
                 continue
-            out.actions.append(
-                _Action(
-                    "contribution",
-                    (attempt, messages, call, phash, response),
-                    purpose=purpose,
-                )
-            )
+            out.actions.append(_Answer(attempt, messages, call, phash, response, purpose))
             self._publish(
                 ParticipantComplete(
                     round=rnd.number,
@@ -492,6 +471,61 @@ class Orchestrator:
                 )
             )
             return response, attempt + 1
+
+    def _failed(
+        self,
+        turn: _Turn,
+        e: ProviderCallError,
+        attempt: int,
+        phash: str,
+        out: _Outcome,
+        *,
+        retry: bool,
+    ) -> None:
+        """Note a failed call in ``out`` (to be recorded) and tell the subscribers."""
+        rnd, participant = turn.rnd, turn.participant
+        out.actions.append(
+            _Failure(
+                ev.ProviderCallFailed(
+                    round=rnd.number,
+                    participant=participant.name,
+                    attempt=attempt,
+                    model=participant.model,
+                    error_type=e.error_type,
+                    message=e.message,
+                    retryable=e.retryable,
+                    will_retry=retry,
+                    retry_after_secs=e.retry_after_secs,
+                    partial_text=e.partial_text,
+                    tokens=e.tokens,
+                    cost_usd=e.cost_usd,
+                    duration_ms=e.duration_ms,
+                    prompt_hash=phash,
+                )
+            )
+        )
+        out.last_error = f"{e.error_type}: {e.message}"
+        if e.error_type == "budget_time":
+            out.budget = "time"
+        self._publish(
+            ErrorRaised(
+                round=rnd.number,
+                participant=participant.name,
+                message=e.message,
+                will_retry=retry,
+            )
+        )
+        if not retry:
+            self._publish(
+                ParticipantComplete(
+                    round=rnd.number,
+                    participant=participant.name,
+                    tokens=e.tokens,
+                    cost_usd=e.cost_usd,
+                    ok=False,
+                    detail=out.last_error,
+                )
+            )
 
     def _delta_sink(self, round_no: int, name: str) -> Callable[[str], None] | None:
         if not self._subscribers:
@@ -505,49 +539,54 @@ class Orchestrator:
     # ------------------------------------------------------------------ recording
 
     def _record_outcome(self, agg: Deliberation, round_no: int, out: _Outcome) -> None:
-        name = out.participant
         for action in out.actions:
-            at = self.clock.now()
-            if action.kind == "failure":
-                agg.record_failure(action.payload, at=at)
-            elif action.kind == "contribution":
-                attempt, messages, call, phash, response = action.payload
-                agg.record_contribution(
-                    round=round_no,
-                    participant=name,
-                    attempt=attempt,
-                    model=call.participant.model,
-                    messages=messages,
-                    params=ev.CallParams(
-                        temperature=call.temperature,
-                        max_tokens=call.max_tokens,
-                        response_format=(
-                            call.response_format.__name__ if call.response_format else None
-                        ),
-                        api_base=call.participant.api_base,
-                    ),
-                    prompt_hash=phash,
-                    response=response,
-                    purpose=action.purpose,
-                    at=at,
-                )
-            elif action.kind == "parsed":
-                value = action.payload
-                if isinstance(value, Critique):
-                    agg.record_critique(round=round_no, participant=name, critique=value, at=at)
-                elif isinstance(value, Opinion):
-                    agg.record_opinion(round=round_no, participant=name, opinion=value, at=at)
-                elif isinstance(value, ConvergenceVote):
-                    agg.record_vote(round=round_no, participant=name, vote=value, at=at)
-                else:  # pragma: no cover - engine contract
-                    raise TypeError(f"unexpected parsed value {value!r}")
-            elif action.kind == "parse_failed":
-                expected, error = action.payload
-                agg.record_parse_failure(
-                    round=round_no, participant=name, expected=expected, error=error, at=at
-                )
+            self._record_action(agg, round_no, out.participant, action)
         if out.actions:
             self.ledger.save(agg)
+
+    def _record_action(
+        self, agg: Deliberation, round_no: int, name: str, action: _Action
+    ) -> None:
+        at = self.clock.now()
+        if isinstance(action, _Failure):
+            agg.record_failure(action.event, at=at)
+        elif isinstance(action, _Answer):
+            call = action.call
+            agg.record_contribution(
+                round=round_no,
+                participant=name,
+                attempt=action.attempt,
+                model=call.participant.model,
+                messages=action.messages,
+                params=ev.CallParams(
+                    temperature=call.temperature,
+                    max_tokens=call.max_tokens,
+                    response_format=(
+                        call.response_format.__name__ if call.response_format else None
+                    ),
+                    api_base=call.participant.api_base,
+                ),
+                prompt_hash=action.prompt_hash,
+                response=action.response,
+                purpose=action.purpose,
+                at=at,
+            )
+        elif isinstance(action, _Parsed):
+            value = action.value
+            if isinstance(value, Critique):
+                agg.record_critique(round=round_no, participant=name, critique=value, at=at)
+            elif isinstance(value, Opinion):
+                agg.record_opinion(round=round_no, participant=name, opinion=value, at=at)
+            else:
+                agg.record_vote(round=round_no, participant=name, vote=value, at=at)
+        else:
+            agg.record_parse_failure(
+                round=round_no,
+                participant=name,
+                expected=action.expected,
+                error=action.error,
+                at=at,
+            )
 
     def _complete_round(
         self, agg: Deliberation, number: int, outcomes: dict[str, _Outcome]
@@ -667,12 +706,6 @@ class Orchestrator:
             raise TypeError(f"engine returned an unexpected event {payload.TYPE}")
 
     # ------------------------------------------------------------------ plumbing
-
-    def _timeout(self, config: SessionConfig, deadline: float) -> float:
-        """Per-call deadline: the configured call timeout, capped by the session's time left."""
-        if not self._enforce_wall_time:
-            return config.call_timeout_secs
-        return max(0.001, min(config.call_timeout_secs, deadline - self._monotonic()))
 
     def _publish(self, event: LiveEvent) -> None:
         for s in self._subscribers:

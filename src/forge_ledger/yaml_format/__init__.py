@@ -1,7 +1,7 @@
 """The YAML session format v1.2: export (a projection), import (with v1.0 migration and
-validation), storage rules (one file per session, cleanup) and ``back``."""
+validation), storage rules (one file per session, cleanup). Going back in a session (``back``) is a
+session operation: :func:`forge_ledger.sessions.back`."""
 
-from .back import JumpSummary, go_back
 from .export import dump_document, export_events, session_document
 from .importer import ImportResult, build_import, import_session, parse_session_file
 from .migrate import migrate, migrate_v1_to_v12
@@ -17,14 +17,12 @@ from .storage import (
 __all__ = [
     "CleanupItem",
     "ImportResult",
-    "JumpSummary",
     "autosave",
     "build_import",
     "cleanup",
     "dump_document",
     "export_events",
     "export_path",
-    "go_back",
     "import_session",
     "migrate",
     "migrate_v1_to_v12",
