@@ -67,55 +67,14 @@ def verify_session(ledger: Ledger, session_id: UUID, *, key: bytes | None = None
                 expected,
                 f"event {expected} is missing (next stored event is at position {position})",
             )
-        if state is None:
-            return report.fail(position, f"stored event cannot be decoded ({error})")
-        if not topic.startswith(_PREFIX):
-            return report.fail(position, f"unexpected event topic {topic!r}")
-        type_name = topic[len(_PREFIX) :]
-        try:
-            stored_prev = state["prev_hash"]
-            stored_hash = state["hash"]
-            data = state["data"]
-            timestamp = state["timestamp"]
-        except KeyError as e:
-            return report.fail(position, f"stored event lacks field {e.args[0]!r}")
-        try:
-            data = resolve(data, ledger.texts, check=True)
-        except StoreError as e:
-            return report.fail(position, str(e))
-        if stored_prev != prev:
-            return report.fail(
-                position,
-                "prev_hash does not match the previous event's hash "
-                "(an event was removed, inserted or reordered)",
-            )
-        try:
-            recomputed = chain_hash(
-                session_id=str(session_id),
-                position=position,
-                type_name=type_name,
-                timestamp=timestamp,
-                data=data,
-                prev_hash=stored_prev,
-            )
-        except (TypeError, ValueError, AttributeError) as e:
-            return report.fail(position, f"stored event is malformed ({e})")
-        if recomputed != stored_hash:
-            return report.fail(position, "content does not match its hash (the event was altered)")
+        checked = _checked_event(ledger, session_id, position, topic, state, error, prev)
+        if isinstance(checked, str):
+            return report.fail(position, checked)
+        type_name, data, stored_hash = checked
         if type_name == "SessionSealed":
-            report.sealed = True
-            report.seal_ok = data.get("root_hash") == prev and data.get("events") == position - 1
-            if not report.seal_ok:
-                return report.fail(position, "the seal does not match the chain it closes")
-            if key is not None:
-                mac = data.get("hmac")
-                report.hmac_ok = mac is not None and mac == seal_hmac(key, prev)
-                if not report.hmac_ok:
-                    return report.fail(
-                        position,
-                        "the seal's HMAC does not match under the given key "
-                        "(tampered, or sealed with another key or none)",
-                    )
+            problem = _seal_problem(report, data, prev, position, key)
+            if problem is not None:
+                return report.fail(position, problem)
         prev = stored_hash
         expected += 1
         report.events = position
@@ -123,6 +82,74 @@ def verify_session(ledger: Ledger, session_id: UUID, *, key: bytes | None = None
         return report.fail(1, "the session has no events")
     report.head_hash = prev
     return report
+
+
+def _checked_event(
+    ledger: Ledger,
+    session_id: UUID,
+    position: int,
+    topic: str,
+    state: dict[str, Any] | None,
+    error: str,
+    prev: str,
+) -> str | tuple[str, dict[str, Any], str]:
+    """One stored event checked against the chain: (type, payload with its texts, hash), or
+    what is wrong with it."""
+    if state is None:
+        return f"stored event cannot be decoded ({error})"
+    if not topic.startswith(_PREFIX):
+        return f"unexpected event topic {topic!r}"
+    type_name = topic[len(_PREFIX) :]
+    try:
+        stored_prev = state["prev_hash"]
+        stored_hash = state["hash"]
+        data = state["data"]
+        timestamp = state["timestamp"]
+    except KeyError as e:
+        return f"stored event lacks field {e.args[0]!r}"
+    try:
+        data = resolve(data, ledger.texts, check=True)
+    except StoreError as e:
+        return str(e)
+    if stored_prev != prev:
+        return (
+            "prev_hash does not match the previous event's hash "
+            "(an event was removed, inserted or reordered)"
+        )
+    try:
+        recomputed = chain_hash(
+            session_id=str(session_id),
+            position=position,
+            type_name=type_name,
+            timestamp=timestamp,
+            data=data,
+            prev_hash=stored_prev,
+        )
+    except (TypeError, ValueError, AttributeError) as e:
+        return f"stored event is malformed ({e})"
+    if recomputed != stored_hash:
+        return "content does not match its hash (the event was altered)"
+    return type_name, data, stored_hash
+
+
+def _seal_problem(
+    report: ChainReport, data: dict[str, Any], prev: str, position: int, key: bytes | None
+) -> str | None:
+    """Checks a seal against the chain it closes (and its HMAC under ``key``), noting the
+    outcome on ``report``."""
+    report.sealed = True
+    report.seal_ok = data.get("root_hash") == prev and data.get("events") == position - 1
+    if not report.seal_ok:
+        return "the seal does not match the chain it closes"
+    if key is not None:
+        mac = data.get("hmac")
+        report.hmac_ok = mac is not None and mac == seal_hmac(key, prev)
+        if not report.hmac_ok:
+            return (
+                "the seal's HMAC does not match under the given key "
+                "(tampered, or sealed with another key or none)"
+            )
+    return None
 
 
 def verify_store(ledger: Ledger, *, key: bytes | None = None) -> list[ChainReport]:
