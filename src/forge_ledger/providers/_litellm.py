@@ -212,6 +212,8 @@ class LiteLLMProvider:
             ) from None
         except Exception as e:
             await _close(stream)
+            if _ended_without_finish(e):
+                raise _cut_short(got, call) from None
             raise classify_exception(
                 e, call, partial_text=got.text, duration_ms=got.elapsed_ms()
             ) from None
@@ -435,6 +437,42 @@ class _Received:
                     raise _CallbackFailed(cb_err) from cb_err
 
 
+_NO_FINISH = "stream ended before a finish_reason was received"
+"""What newer litellm releases raise (inside a ``MidStreamFallbackError``) when a stream ends
+cleanly without a finish chunk; older ones reported such a stream as finished ("stop")."""
+
+
+def _ended_without_finish(e: BaseException) -> bool:
+    """Whether litellm's exception only says the stream closed with no finish reason: that is
+    the same fault :func:`_judge` finds in a stream litellm let through (``truncated`` or
+    ``empty``), not a connection that broke mid-stream."""
+    names = {type(x).__name__ for x in _chain(e)}
+    return "MidStreamFallbackError" in names and _NO_FINISH in str(e).lower()
+
+
+def _cut_short(
+    got: _Received,
+    call: ProviderCall,
+    raw_finish: str | None = None,
+    tokens: TokenCount | None = None,
+    cost_usd: float = 0.0,
+) -> ProviderCallError:
+    """The fault of a stream that ended with no text or no finish reason: ``truncated`` keeps
+    the partial text (it may be incomplete), ``empty`` had none."""
+    content, who = got.text, f"{call.participant.name} ({call.participant.model})"
+    what = "an empty reply" if raw_finish is None else f"no text (finish {raw_finish!r})"
+    return ProviderCallError(
+        "truncated" if content else "empty",
+        f"{who} ended its stream with no finish reason (cut short)" if content
+        else f"{who} sent {what}",
+        partial_text=content,
+        tokens=tokens or TokenCount(),
+        cost_usd=cost_usd,
+        duration_ms=got.elapsed_ms(),
+        model=got.model,
+    )
+
+
 def _judge(
     got: _Received, stream: Any, call: ProviderCall, price: Price | None, *, mocked: bool
 ) -> ModelResponse:
@@ -456,21 +494,11 @@ def _judge(
         raw_finish = got.seen_finish
         reported = reported or got.last_usage is not None
     tokens = _tokens(got.last_usage)
-    content, who = got.text, f"{call.participant.name} ({call.participant.model})"
-    if not content or raw_finish is None:
-        what = "an empty reply" if raw_finish is None else f"no text (finish {raw_finish!r})"
-        raise ProviderCallError(
-            "truncated" if content else "empty",
-            f"{who} ended its stream with no finish reason (cut short)" if content
-            else f"{who} sent {what}",
-            partial_text=content,
-            tokens=tokens if reported else TokenCount(),
-            cost_usd=cost_of(price, tokens) if reported else 0.0,
-            duration_ms=got.elapsed_ms(),
-            model=got.model,
-        )
+    if not got.text or raw_finish is None:
+        raise _cut_short(got, call, raw_finish, tokens if reported else TokenCount(),
+                         cost_of(price, tokens) if reported else 0.0)
     return ModelResponse(
-        content=content,
+        content=got.text,
         model=str(got.model),
         tokens=tokens,
         cost_usd=cost_of(price, tokens),
