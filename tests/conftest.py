@@ -81,16 +81,25 @@ def _status() -> set[str] | None:
     return set(proc.stdout.splitlines()) if proc.returncode == 0 else None
 
 
+def _is_worker(session: pytest.Session) -> bool:
+    """Under pytest-xdist the check belongs to the controller, which starts before the workers
+    and finishes after them; a worker would see the others' files still in use."""
+    return hasattr(session.config, "workerinput")
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
-    session.stash[_BEFORE] = _status()
+    if not _is_worker(session):
+        session.stash[_BEFORE] = _status()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Fail the run when the tests left files in the checkout (outputs belong beside the
     store, in the test's temporary directory)."""
     before = session.stash.get(_BEFORE, None)
+    if before is None or _is_worker(session):
+        return
     after = _status()
-    if before is None or after is None:
+    if after is None:
         return
     left = sorted(after - before)
     if left:
