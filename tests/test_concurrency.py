@@ -21,6 +21,7 @@ import pytest
 from forge_ledger.domain.values import RoundKind
 from forge_ledger.errors import ConcurrencyConflictError
 from forge_ledger.ledger import Ledger, verify_session
+from support.postgres import PG_BASE, drop_schema
 from support.strategies import StepClock, new_session, run_round
 
 WORKER = textwrap.dedent(
@@ -206,8 +207,6 @@ def _open_together(store: str, n: int) -> list[tuple[int, str, str]]:
 def test_eight_processes_open_a_fresh_postgres_schema_together() -> None:
     """Any number of processes may open one new store URL at once: the schema and tables are
     created exactly once (under an advisory lock), nobody fails, and every write lands."""
-    from conftest import PG_BASE, _drop_schema
-
     for repetition in range(10):
         schema = f"fl_test_open_{uuid.uuid4().hex[:10]}"
         url = f"{PG_BASE}?schema={schema}"
@@ -220,4 +219,4 @@ def test_eight_processes_open_a_fresh_postgres_schema_together() -> None:
                 assert {str(s) for s in ledger.session_ids()} == saved
                 assert len(saved) == 8
         finally:
-            _drop_schema(schema)
+            drop_schema(schema)
