@@ -393,7 +393,7 @@ def test_finish_with_non_terminal_status(
         agg.finish(status, at=clock.now())
 
 
-_AFTER_TERMINAL: dict[str, Callable[[Deliberation, Any], None]] = {
+_AFTER_TERMINAL: dict[str, Callable[[Deliberation, Any], object]] = {
     "join": lambda a, t: a.join(Participant(name="p4", model="openai/p4"), at=t),
     "start_round": lambda a, t: a.start_round(
         kind=RoundKind.DRAFT, iteration=2, participants=["p0"], at=t,

@@ -39,7 +39,8 @@ from forge_ledger.errors import UsageError
 from forge_ledger.ledger import Ledger
 from forge_ledger.testing import SessionBuilder
 
-Command = Callable[[], None]
+Command = Callable[[], object]
+"""One aggregate command (what it returns does not matter)."""
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 """Where the sessions' clock starts (``FixedStepClock``'s default)."""
 

@@ -116,10 +116,10 @@ class LedgerContract:
             assert [e.position for e in tail] == [6, 7, 8]
 
     def test_notifications_across_sessions(self, store_url: str) -> None:
-        clock, ids = FixedStepClock(), SequentialIds()
+        clock, session_ids = FixedStepClock(), SequentialIds()
         with Ledger(store_url) as ledger:
-            a = SessionBuilder(clock=clock, ids=ids, store=ledger)
-            b = SessionBuilder(clock=clock, ids=ids, store=ledger)
+            a = SessionBuilder(clock=clock, ids=session_ids, store=ledger)
+            b = SessionBuilder(clock=clock, ids=session_ids, store=ledger)
             a.start(TOPIC, participants=NAMES[:2]).save()
             b.start(TOPIC, participants=NAMES[:1]).save()
             a.round(RoundKind.DRAFT, iteration=1, answers=dict.fromkeys(NAMES[:2], "an answer"),

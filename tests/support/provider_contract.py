@@ -17,7 +17,7 @@ from typing import Any, Final
 import pytest
 
 from forge_ledger.domain.values import ChatMessage, ModelResponse, Participant, Price
-from forge_ledger.providers import Provider, ProviderCall, ProviderCallError
+from forge_ledger.providers import ErrorType, Provider, ProviderCall, ProviderCallError
 
 RATE_LIMITED: Final = "<rate limited>"
 """An outcome standing for one retryable rate-limit failure (HTTP 429)."""
@@ -25,8 +25,9 @@ SERVER_ERROR: Final = "<server error>"
 """An outcome standing for one provider failure (HTTP 500)."""
 BROKEN_STREAM: Final = "<broken stream>"
 """An outcome standing for an answer whose stream breaks half-way."""
-FAILURES: Final = {RATE_LIMITED: "rate_limit", SERVER_ERROR: "server_error",
-                   BROKEN_STREAM: "mid_stream"}
+FAILURES: Final[dict[str, ErrorType]] = {
+    RATE_LIMITED: "rate_limit", SERVER_ERROR: "server_error", BROKEN_STREAM: "mid_stream",
+}
 """Each failure outcome and the error type every provider classifies it as."""
 
 

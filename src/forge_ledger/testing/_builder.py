@@ -70,7 +70,15 @@ class SessionStoreLike(Protocol):
 
     def save(self, *aggregates: Deliberation) -> None: ...
 
-    def state(self, session_id: Any, **at: Any) -> SessionState: ...
+    def state(
+        self,
+        session_id: str | uuid.UUID,
+        /,
+        *,
+        at_event: int | None = None,
+        at_iteration: int | None = None,
+        at_time: datetime | None = None,
+    ) -> SessionState: ...
 
 
 class SessionBuilder:
