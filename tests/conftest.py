@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from support.postgres import PG_BASE, drop_schema
+
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # A PostgreSQL store's exports, documents and read model go under FORGE_LEDGER_HOME: the tests
 # use a fresh temporary home, never the user's ~/.local/share/forge-ledger.
@@ -28,18 +30,6 @@ settings.load_profile("forge-ledger")
 
 pytest_plugins = ["forge_ledger.testing.pytest_plugin"]
 
-PG_BASE = os.environ.get("FORGE_LEDGER_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-def _drop_schema(schema: str) -> None:
-    import psycopg
-
-    with psycopg.connect(
-        PG_BASE.replace("postgresql://", "postgresql://", 1), autocommit=True,
-    ) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return str(tmp_path / "ledger.sqlite")
@@ -49,7 +39,7 @@ def sqlite_url(tmp_path: Path) -> str:
 def pg_url() -> Iterator[str]:
     schema = f"fl_test_{uuid.uuid4().hex[:12]}"
     yield f"{PG_BASE}?schema={schema}"
-    _drop_schema(schema)
+    drop_schema(schema)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -60,7 +50,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         return
     schema = f"fl_test_{uuid.uuid4().hex[:12]}"
     yield f"{PG_BASE}?schema={schema}"
-    _drop_schema(schema)
+    drop_schema(schema)
 
 
 # --------------------------------------------------------------------------- a clean checkout

@@ -32,6 +32,7 @@ from forge_ledger.domain.values import (
 )
 from forge_ledger.errors import InputLimitError, InvariantViolation, StoreError, UsageError
 from forge_ledger.ledger import Ledger
+from forge_ledger.testing import SessionBuilder
 from support.hostile_inputs import (
     BILLION_LAUGHS,
     fingerprint,
@@ -40,7 +41,6 @@ from support.hostile_inputs import (
     run_cli,
 )
 from support.sessions import build_session, make_participants
-from support.strategies import new_session
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -144,7 +144,7 @@ def test_hostile_yaml_is_refused_fast_in_little_memory(
     store = tmp_path / "store" / "ledger.sqlite"
     if case.endswith("verify-export"):
         with Ledger(str(store)) as ledger:
-            ledger.save(new_session(2))
+            SessionBuilder(store=ledger).start("Bounds", participants=["p0", "p1"]).save()
     before = _files(tmp_path)
     shutil.copy(hostile_dir / name, tmp_path / name)
     m = measure_cli(*(a.format(store=store) for a in args), cwd=tmp_path)
@@ -192,12 +192,11 @@ def test_max_tokens_bounds() -> None:
 
 
 def test_participant_count_bound() -> None:
-    clock = FixedStepClock()
-    agg = new_session(MAX_PARTICIPANTS)
-    assert len(agg.state.participants) == MAX_PARTICIPANTS
+    b = SessionBuilder().start("Bounds", participants=[f"p{i}" for i in range(MAX_PARTICIPANTS)])
+    assert len(b.state.participants) == MAX_PARTICIPANTS
     extra = make_participants(MAX_PARTICIPANTS + 1)[-1]
     with pytest.raises(InvariantViolation, match=f"at most {MAX_PARTICIPANTS} participants"):
-        agg.join(extra, at=clock.now())
+        b.aggregate.join(extra, at=b.clock.now())
 
 
 def test_cli_bounds_are_one_line_and_write_nothing(tmp_path: Path) -> None:

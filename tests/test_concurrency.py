@@ -18,10 +18,12 @@ from typing import Any
 
 import pytest
 
+from forge_ledger.clock import FixedStepClock
 from forge_ledger.domain.values import RoundKind
 from forge_ledger.errors import ConcurrencyConflictError
 from forge_ledger.ledger import Ledger, verify_session
-from support.strategies import StepClock, new_session, run_round
+from forge_ledger.testing import SessionBuilder
+from support.postgres import PG_BASE, drop_schema
 
 WORKER = textwrap.dedent(
     """
@@ -93,11 +95,11 @@ def _race(store: str, sid: str) -> list[dict[str, Any]]:
 
 
 def _check_race(store: str) -> None:
-    clock = StepClock()
     with Ledger(store, snapshot_interval=0) as ledger:
-        agg = new_session(2, clock=clock)
-        run_round(agg, RoundKind.DRAFT, 1, clock)
-        ledger.save(agg)
+        agg = (SessionBuilder(store=ledger).start("Race", participants=["p0", "p1"])
+               .round(RoundKind.DRAFT, iteration=1, answers={"p0": "mine", "p1": "theirs"},
+                      close=True)
+               .save().aggregate)
         v = agg.version
     results = _race(store, str(agg.id))
     outcomes = sorted(r["result"] for r in results)
@@ -135,13 +137,13 @@ def test_two_processes_race_on_postgres(pg_url: str) -> None:
 
 def test_conflict_in_one_process_stores_nothing(store_url: str) -> None:
     """Same rule inside one process: a stale aggregate cannot overwrite a newer head."""
-    clock = StepClock()
+    clock = FixedStepClock()
     with Ledger(store_url, snapshot_interval=0) as ledger:
-        agg = new_session(2, clock=clock)
-        ledger.save(agg)
+        agg = SessionBuilder(clock=clock, store=ledger).start(
+            "Race", participants=["p0", "p1"]).save().aggregate
         a, b = ledger.get(agg.id), ledger.get(agg.id)
-        a.pause(reason="a", at=clock())
-        b.ask(["b?"], at=clock())
+        a.pause(reason="a", at=clock.now())
+        b.ask(["b?"], at=clock.now())
         ledger.save(a)
         with pytest.raises(ConcurrencyConflictError) as info:
             ledger.save(b)
@@ -156,16 +158,17 @@ def test_conflict_in_one_process_stores_nothing(store_url: str) -> None:
 OPENER = textwrap.dedent(
     """
     import sys
+    from forge_ledger.clock import UuidIds
     from forge_ledger.ledger import Ledger
-    from support.strategies import new_session
+    from forge_ledger.testing import SessionBuilder
 
     store = sys.argv[1]
     print("ready", flush=True)
     assert sys.stdin.readline().strip() == "go"
     with Ledger(store) as ledger:
-        agg = new_session(2)
-        ledger.save(agg)
-        print(agg.id, ledger.head_version(agg.id), flush=True)
+        b = SessionBuilder(ids=UuidIds(), store=ledger).start("Opened", participants=["p0", "p1"])
+        b.save()
+        print(b.id, ledger.head_version(b.id), flush=True)
     """,
 )
 
@@ -206,8 +209,6 @@ def _open_together(store: str, n: int) -> list[tuple[int, str, str]]:
 def test_eight_processes_open_a_fresh_postgres_schema_together() -> None:
     """Any number of processes may open one new store URL at once: the schema and tables are
     created exactly once (under an advisory lock), nobody fails, and every write lands."""
-    from conftest import PG_BASE, _drop_schema
-
     for repetition in range(10):
         schema = f"fl_test_open_{uuid.uuid4().hex[:10]}"
         url = f"{PG_BASE}?schema={schema}"
@@ -220,4 +221,4 @@ def test_eight_processes_open_a_fresh_postgres_schema_together() -> None:
                 assert {str(s) for s in ledger.session_ids()} == saved
                 assert len(saved) == 8
         finally:
-            _drop_schema(schema)
+            drop_schema(schema)

@@ -2,48 +2,43 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from forge_ledger import engine
-from forge_ledger.domain.aggregate import Deliberation
-from forge_ledger.domain.values import ParticipantRole, RoundKind
-from support.strategies import StepClock, contribute, new_session
+from forge_ledger.domain.values import ParticipantRole, RoundKind, SessionConfig
+from forge_ledger.testing import SessionBuilder
 
 
 def _open_round(
     kind: RoundKind, who: list[str], answered: list[str], *, n: int = 4, min_consensus: int = 2,
-) -> Deliberation:
-    clock = StepClock()
-    agg = new_session(n, clock=clock)
-    agg.state.config = agg.state.config.model_copy(update={"min_consensus": min_consensus})
-    number = agg.start_round(kind=kind, iteration=1, participants=who, at=clock())
-    for name in answered:
-        contribute(agg, number, name, clock())
-    return agg
+) -> SessionBuilder:
+    """p0..p(n-1) are in the session; ``who`` are asked in an open round, ``answered`` did."""
+    b = SessionBuilder().start("Faults", participants=[f"p{i}" for i in range(n)],
+                               config=SessionConfig(min_consensus=min_consensus))
+    return b.round(kind, iteration=1, participants=who,
+                   answers=dict.fromkeys(answered, "an answer"))
 
 
 @pytest.mark.parametrize("kind", [RoundKind.DRAFT, RoundKind.CRITIQUE, RoundKind.RESPONSE,
                                   RoundKind.REFINEMENT])
 def test_one_answer_is_enough_outside_votes(kind: RoundKind) -> None:
-    agg = _open_round(kind, ["p1", "p2", "p3"], [])
-    rnd = agg.state.open_round
+    b = _open_round(kind, ["p1", "p2", "p3"], [])
+    rnd = b.state.open_round
     assert rnd is not None
-    assert engine.round_shortfall(agg.state, rnd) == ("p1", "p2", "p3")
-    contribute(agg, rnd.number, "p2", agg.state.updated_at + timedelta(seconds=1))
-    rnd = agg.state.open_round
+    assert engine.round_shortfall(b.state, rnd) == ("p1", "p2", "p3")
+    b.answer("p2", "an answer")
+    rnd = b.state.open_round
     assert rnd is not None
-    assert engine.round_shortfall(agg.state, rnd) == ()
+    assert engine.round_shortfall(b.state, rnd) == ()
 
 
 def test_the_synthesis_needs_its_author() -> None:
-    agg = _open_round(RoundKind.SYNTHESIS, ["p2"], [])
-    rnd = agg.state.open_round
+    state = _open_round(RoundKind.SYNTHESIS, ["p2"], []).state
+    rnd = state.open_round
     assert rnd is not None
-    assert engine.round_shortfall(agg.state, rnd) == ("p2",)
+    assert engine.round_shortfall(state, rnd) == ("p2",)
 
 
 @given(
@@ -56,19 +51,18 @@ def test_a_vote_needs_min_consensus_voters_capped_at_the_voters(
 ) -> None:
     answered = min(answered, voters)
     who = [f"p{i}" for i in range(voters)]
-    agg = _open_round(
+    state = _open_round(
         RoundKind.CONVERGENCE, who, who[:answered], n=voters, min_consensus=min_consensus,
-    )
-    rnd = agg.state.open_round
+    ).state
+    rnd = state.open_round
     assert rnd is not None
-    missing = engine.round_shortfall(agg.state, rnd)
+    missing = engine.round_shortfall(state, rnd)
     short = answered < min(min_consensus, voters)
     assert missing == (tuple(who[answered:]) if short else ())
 
 
 def test_fallback_prefers_the_same_role_then_generalists_and_only_when_enabled() -> None:
-    agg = _open_round(RoundKind.SYNTHESIS, ["p1"], [])
-    state = agg.state
+    state = _open_round(RoundKind.SYNTHESIS, ["p1"], []).state
     roles = [ParticipantRole.CRITIC, ParticipantRole.SYNTHESIZER, ParticipantRole.GENERALIST,
              ParticipantRole.SYNTHESIZER]
     state.participants = [p.model_copy(update={"role": r})

@@ -16,23 +16,27 @@ import psycopg
 import pytest
 
 from forge_ledger.domain.aggregate import Deliberation
-from forge_ledger.domain.hashing import GENESIS, chain_hash, keyed_digest
-from forge_ledger.domain.values import RoundKind, SessionStatus
+from forge_ledger.domain.hashing import GENESIS, chain_hash
+from forge_ledger.domain.values import RoundKind, SessionStatus, TokenCount
 from forge_ledger.ledger import Ledger, resolve_store, verify_session, verify_store
+from forge_ledger.testing import SessionBuilder
 from support.store import raw_connection, unpack
-from support.strategies import StepClock, new_session, run_round
+
+NAMES = ("p0", "p1", "p2")
+ANSWER = {"tokens": TokenCount(input=12, output=34), "cost_usd": 0.0015}
+"""What every answer costs (an edit setting the cost to 0.0 changes it)."""
 
 
 def _build(ledger: Ledger, *, finish: bool = False, key: bytes | None = None) -> Deliberation:
-    clock = StepClock()
-    agg = new_session(3, clock=clock)
-    run_round(agg, RoundKind.DRAFT, 1, clock)
-    run_round(agg, RoundKind.CONVERGENCE, 1, clock)
+    """Three participants draft, then all agree; ``finish`` converges and seals (under ``key``)."""
+    b = SessionBuilder(store=ledger, answer_defaults=ANSWER)
+    b.start("Ledger test topic", participants=NAMES)
+    b.round(RoundKind.DRAFT, iteration=1, answers=dict.fromkeys(NAMES, "an answer"), close=True)
+    b.round(RoundKind.CONVERGENCE, iteration=1, answers=dict.fromkeys(NAMES, "agreed"),
+            votes=dict.fromkeys(NAMES, True), close=True)
     if finish:
-        agg.finish(SessionStatus.CONVERGED, at=clock())
-        agg.seal(at=clock(), hmac=keyed_digest(key, agg.state.head_hash) if key else None)
-    ledger.save(agg)
-    return agg
+        b.finish(SessionStatus.CONVERGED).seal(key=key)
+    return b.save().aggregate
 
 
 def _position_of(ledger: Ledger, sid: uuid.UUID, type_name: str) -> int:

@@ -6,16 +6,19 @@ iteration, the EMS shown before any round is the file's, and the continued sessi
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from forge_ledger import sessions
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.replay import replay_session
-from forge_ledger.testing import FakeOpenAIServer, bundled_script
+from forge_ledger.testing import FakeOpenAIServer, ScriptedProvider, bundled_script
 from support.cli import assert_one_error_line, one_json, run_cli, write_participants
+from support.orchestrator import participants
 
 SEED = Path(__file__).parent / "fixtures" / "seed_standard.yaml"
 
@@ -71,21 +74,21 @@ def test_resume_with_participants_continues_after_the_imported_iterations(
 
 
 def test_the_first_draft_after_import_sees_the_files_questions_answers_and_ideas(
-    capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], sqlite_url: str,
 ) -> None:
+    """What the prompt holds is the subject, not the command line or HTTP: the participants
+    join and the session resumes in-process, as ``resume --participants`` does."""
     sid = _import(capsys, sqlite_url)
     seed = yaml.safe_load(SEED.read_text("utf-8"))["session"]
-    with FakeOpenAIServer(bundled_script("demo")) as server:
-        team = write_participants(tmp_path / "team.yaml", server.url, ("ana", "ben"))
-        code, _, err = run_cli(
-            capsys, "resume", sid, "--participants", str(team), "--store", sqlite_url,
-        )
-        assert code == 0, err
-        draft_prompt = next(
-            r.body["messages"][-1]["content"]
-            for r in server.requests
-            if "· draft ·" in r.body["messages"][-1]["content"]
-        )
+    provider = ScriptedProvider.from_script(bundled_script("demo"))
+    with Ledger(sqlite_url) as ledger:
+        uid = ledger.resolve(sid)
+        sessions.add_participants(ledger, uid, participants(None, ("ana", "ben")))
+        state = asyncio.run(sessions.resume(ledger, provider, uid))
+    assert min(r.iteration for r in state.rounds) == 4
+    draft_prompt = next(
+        text for text in (c.messages[-1].content for c in provider.calls) if "· draft ·" in text
+    )
     for entry in seed["history"]:
         for q in entry["questions"]:
             assert q in draft_prompt

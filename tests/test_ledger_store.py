@@ -13,7 +13,6 @@ from forge_ledger.ledger import Ledger, resolve_store
 from forge_ledger.ledger.application import snapshot_due
 from support.ledger_contract import LedgerContract, grown_session
 from support.store import raw_connection
-from support.strategies import StepClock
 
 
 class TestLedgerOnSQLite(LedgerContract):
@@ -45,9 +44,8 @@ def test_snapshot_spacing_grows_with_the_session() -> None:
 
 def test_snapshot_really_short_circuits_replay(sqlite_url: str) -> None:
     """Loading at head reads the snapshot: corrupting an early event's payload is not seen."""
-    clock = StepClock()
     with Ledger(sqlite_url, snapshot_interval=2) as ledger:
-        agg = grown_session(ledger, clock, iterations=1)
+        agg = grown_session(ledger, iterations=1)
         head = agg.version
     snap_versions = [
         r[0]

@@ -1,6 +1,10 @@
 """Provider faults through the real stack: every attempt is an event, failures never crash a
 session, a round left without an answer it needs pauses the session (resumable), unparseable
-JSON gets one repair."""
+JSON gets one repair.
+
+Faults on the wire run litellm over HTTP to the fake server. The repair, parse-failure and
+fallback tests are about what the orchestrator does with an answer or a classified failure,
+so their voices answer in-process (``ScriptedProvider.from_script``, the same rules)."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.providers import LiteLLMProvider
 from forge_ledger.replay import replay_session
-from forge_ledger.testing import FakeOpenAIServer
+from forge_ledger.testing import FakeOpenAIServer, ScriptedProvider
 from support.orchestrator import (
     draft_text,
     participants,
@@ -208,14 +212,15 @@ def test_resume_after_a_fault_retries_only_the_missing_author(
     assert replay_session(ledger, sid).ok
 
 
-def test_unparseable_vote_is_repaired_once(fake_openai: FakeOpenAIServer, ledger: Ledger) -> None:
+def test_unparseable_vote_is_repaired_once(ledger: Ledger) -> None:
     script = {n: voice(n) for n in NAMES[:3]}
     script["dov"] = voice(
         "dov",
         before=[{"match": "· convergence ·", "content": "Looks fine to me, ship it.", "times": 1}],
     )
-    fake_openai.set_script(script)
-    sid, state = run_session(ledger, participants(fake_openai.url, NAMES), SessionConfig())
+    provider = ScriptedProvider.from_script(script)
+    sid, state = run_session(ledger, participants(None, NAMES), SessionConfig(),
+                             provider=provider)
     vote_round = next(r for r in state.rounds if r.kind.value == "convergence")
     dov = [t for t, p in round_events(ledger, sid, vote_round.number) if p == "dov"]
     assert dov == ["ContributionRecorded", "ContributionRecorded", "VoteRecorded"]
@@ -227,16 +232,14 @@ def test_unparseable_vote_is_repaired_once(fake_openai: FakeOpenAIServer, ledger
     assert [c.data["purpose"] for c in contribs] == ["answer", "repair"]
     repair_prompt = contribs[1].data["messages"][-1]["content"]
     assert repair_prompt.splitlines()[0].endswith("· repair")
-    repair_requests = [
-        r for r in fake_openai.requests_for("dov") if "· repair" in r.last_user_message
+    repair_calls = [
+        c for c in provider.calls_for("dov") if "· repair" in c.messages[-1].content
     ]
-    assert len(repair_requests) == 1
+    assert len(repair_calls) == 1
     assert state.status.value == "converged"
 
 
-def test_unparseable_twice_is_a_parse_failure_and_an_abstention(
-    fake_openai: FakeOpenAIServer, ledger: Ledger,
-) -> None:
+def test_unparseable_twice_is_a_parse_failure_and_an_abstention(ledger: Ledger) -> None:
     script = {n: voice(n) for n in NAMES[:3]}
     script["dov"] = voice(
         "dov",
@@ -245,8 +248,8 @@ def test_unparseable_twice_is_a_parse_failure_and_an_abstention(
             {"match": "· convergence ·", "content": "Looks fine to me, ship it."},
         ],
     )
-    fake_openai.set_script(script)
-    sid, state = run_session(ledger, participants(fake_openai.url, NAMES), SessionConfig())
+    sid, state = run_session(ledger, participants(None, NAMES), SessionConfig(),
+                             provider=ScriptedProvider.from_script(script))
     vote_round = next(r for r in state.rounds if r.kind.value == "convergence")
     dov = [t for t, p in round_events(ledger, sid, vote_round.number) if p == "dov"]
     assert dov == ["ContributionRecorded", "ContributionRecorded", "ParseFailed"]
@@ -265,15 +268,12 @@ def test_unparseable_twice_is_a_parse_failure_and_an_abstention(
     assert verify_session(ledger, sid).ok
 
 
-def test_fallback_hands_a_failed_synthesis_to_another_participant(
-    fake_openai: FakeOpenAIServer, ledger: Ledger,
-) -> None:
+def test_fallback_hands_a_failed_synthesis_to_another_participant(ledger: Ledger) -> None:
     """With ``fallback`` the synthesizer's failure does not pause: the engine hands the round
     to the other participant of the same role, it writes the synthesis, the vote follows, and
     replay chooses the same fallback."""
     script = {n: voice(n) for n in NAMES}
     script["cleo"] = voice("cleo", before=[{"match": "· synthesis ·", "fault": "server_error"}])
-    fake_openai.set_script(script)
 
     async def fast_sleep(_seconds: float) -> None:
         return None
@@ -282,10 +282,11 @@ def test_fallback_hands_a_failed_synthesis_to_another_participant(
              ParticipantRole.SYNTHESIZER)
     parts = [
         p.model_copy(update={"role": role})
-        for p, role in zip(participants(fake_openai.url, NAMES), roles, strict=True)
+        for p, role in zip(participants(None, NAMES), roles, strict=True)
     ]
     sid, state = run_session(
         ledger, parts, SessionConfig(max_attempts=2, fallback=True), sleep=fast_sleep,
+        provider=ScriptedProvider.from_script(script),
     )
     assert state.status.value == "converged", state.status_reason
     chosen = [e for e in ledger.events(sid) if e.type == "FallbackChosen"]
@@ -305,17 +306,18 @@ def test_fallback_hands_a_failed_synthesis_to_another_participant(
     assert replay_session(ledger, sid).ok
 
 
-def test_fallback_with_nobody_left_pauses(fake_openai: FakeOpenAIServer, ledger: Ledger) -> None:
-    fake_openai.set_script({"*": [{"match": "· draft ·", "fault": "server_error"}]})
+def test_fallback_with_nobody_left_pauses(ledger: Ledger) -> None:
+    script = {"*": [{"match": "· draft ·", "fault": "server_error"}]}
 
     async def fast_sleep(_seconds: float) -> None:
         return None
 
     sid, state = run_session(
         ledger,
-        participants(fake_openai.url, NAMES[:2]),
+        participants(None, NAMES[:2]),
         SessionConfig(max_attempts=1, fallback=True),
         sleep=fast_sleep,
+        provider=ScriptedProvider.from_script(script),
     )
     # both are drafters: the draft round already asked everyone, so no fallback is possible
     assert state.status.value == "paused"

@@ -1,5 +1,8 @@
 """Event order never depends on network timing; calls of a round really run concurrently;
-each participant's batch is committed as soon as it and everyone before it completed."""
+each participant's batch is committed as soon as it and everyone before it completed.
+
+Network timing is the subject of all but the last test, so they run on the HTTP server with
+scripted latencies; the last compares two stores and runs in-process."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import pytest
 
 from forge_ledger.domain.values import SessionConfig
 from forge_ledger.ledger import Ledger, verify_session
-from forge_ledger.testing import FakeOpenAIServer, RecordedRequest
+from forge_ledger.testing import FakeOpenAIServer, RecordedRequest, ScriptedProvider
 from support.orchestrator import (
     event_view,
     participants,
@@ -143,14 +146,15 @@ def test_first_contributions_are_committed_while_the_round_is_open(
 
 
 @pytest.mark.postgres
-def test_end_to_end_on_postgresql_matches_sqlite(
-    fake_openai: FakeOpenAIServer, pg_url: str, tmp_path: Path,
-) -> None:
-    fake_openai.set_script(_script({n: 0.02 for n in NAMES}))
+def test_end_to_end_on_postgresql_matches_sqlite(pg_url: str, tmp_path: Path) -> None:
+    """The same session recorded on PostgreSQL and on SQLite is the same events (the stores
+    are the subject: the voices answer in-process)."""
     views = []
     for url in (pg_url, str(tmp_path / "same.sqlite")):
+        provider = ScriptedProvider.from_script({n: voice(n) for n in NAMES})
         with Ledger(url, create=True) as ledger:
-            sid, state = run_session(ledger, participants(fake_openai.url, NAMES), SessionConfig())
+            sid, state = run_session(ledger, participants(None, NAMES), SessionConfig(),
+                                     provider=provider)
             assert state.status.value == "converged"
             assert verify_session(ledger, sid).ok
             views.append(event_view(ledger, sid))

@@ -13,18 +13,28 @@ from forge_ledger.ledger import Ledger
 from forge_ledger.providers import LiteLLMProvider, Provider, ProviderCallError
 from forge_ledger.replay import ReplayProvider
 from forge_ledger.testing import FakeOpenAIServer, ScriptedProvider, SessionBuilder
-from support.provider_contract import PRICE, RATE_LIMITED, ProviderContract
+from support.provider_contract import FAILURES, PRICE, ProviderContract, fake_server_script
 
 
 class TestScriptedProvider(ProviderContract):
+    """Answers queued in-process, a failure as the error it is classified as."""
+
     def provider_answering(self, outcomes: Sequence[str]) -> tuple[Provider, Participant]:
         who = Participant(name="alice", model="openai/alice", price=PRICE)
         provider = ScriptedProvider().enqueue(
-            [ProviderCallError("rate_limit", "429 slow down", retry_after_secs=1.0)
-             if o == RATE_LIMITED else o for o in outcomes],
+            [ProviderCallError(FAILURES[o], o, retry_after_secs=1.0) if o in FAILURES else o
+             for o in outcomes],
             participant=who.name,
         )
         return provider, who
+
+
+class TestScriptedProviderFromScript(ProviderContract):
+    """In-process from the very script the fake server answers litellm by, faults included."""
+
+    def provider_answering(self, outcomes: Sequence[str]) -> tuple[Provider, Participant]:
+        who = Participant(name="alice", model="openai/alice", price=PRICE)
+        return ScriptedProvider.from_script(fake_server_script(outcomes)), who
 
 
 class TestLiteLLMProvider(ProviderContract):
@@ -35,11 +45,7 @@ class TestLiteLLMProvider(ProviderContract):
         self.server = fake_openai
 
     def provider_answering(self, outcomes: Sequence[str]) -> tuple[Provider, Participant]:
-        self.server.set_script({"alice": [
-            {"fault": "rate_limit", "retry_after": 0, "times": 1} if o == RATE_LIMITED
-            else {"content": o, "times": 1}
-            for o in outcomes
-        ]})
+        self.server.set_script(fake_server_script(outcomes))
         who = Participant(name="alice", model="openai/alice", api_base=self.server.url,
                           price=PRICE)
         return LiteLLMProvider(), who
@@ -58,8 +64,9 @@ class TestReplayProvider(ProviderContract):
             b = SessionBuilder(store=ledger).start("Replay contract", participants=[who])
             b.round(RoundKind.DRAFT, participants=[who.name])
             for attempt, outcome in enumerate(outcomes, start=1):
-                if outcome == RATE_LIMITED:
-                    b.fail(who.name, attempt=attempt, error_type="rate_limit", message="429")
+                if outcome in FAILURES:
+                    b.fail(who.name, attempt=attempt, error_type=FAILURES[outcome],
+                           message=outcome)
                     continue
                 tokens = TokenCount(input=9, output=len(outcome.split()))
                 b.answer(who.name, attempt=attempt, response=ModelResponse(

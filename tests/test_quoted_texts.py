@@ -20,15 +20,13 @@ from forge_ledger.domain import events as ev
 from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.values import (
     ChatMessage,
-    ConvergenceVote,
-    ModelResponse,
     RoundKind,
     SessionStatus,
 )
 from forge_ledger.ledger import Ledger, texts, verify_session
 from forge_ledger.ledger.quotes import QuotedAnswers, pack_with, unpack_with
+from forge_ledger.testing import SessionBuilder
 from support.store import raw_connection
-from support.strategies import StepClock, new_session
 
 SID = uuid.UUID("00000000-0000-4000-8000-0000000000ab")
 _WORDS = [
@@ -42,54 +40,41 @@ def _prose(seed: str, words: int = 300) -> str:
     return " ".join(rng.choice(_WORDS) + str(rng.randint(0, 999)) for _ in range(words))
 
 
-def _record(agg: Deliberation, n: int, who: str, prompt: str, answer: str, at: datetime) -> None:
-    msgs = [
+def _asked(prompt: str) -> list[ChatMessage]:
+    return [
         ChatMessage(role="system", content="You deliberate on a specification."),
         ChatMessage(role="user", content=prompt),
     ]
-    agg.record_contribution(
-        round=n,
-        participant=who,
-        model="openai/scripted",
-        messages=msgs,
-        params=ev.CallParams(temperature=0.2, max_tokens=256),
-        prompt_hash=ev.prompt_hash(msgs),
-        response=ModelResponse(content=answer, model="openai/scripted"),
-        at=at,
-    )
 
 
 def _build() -> tuple[Deliberation, dict[str, str]]:
     """Drafts, critique prompts quoting the other's draft, and a vote whose reasoning is
     quoted from its answer."""
-    clock = StepClock()
-    agg = new_session(2, clock=clock, session_id=SID)
-    a, b = agg.state.participant_names
-    drafts = {who: _prose(f"draft/{who}") for who in (a, b)}
-    n = agg.start_round(kind=RoundKind.DRAFT, iteration=1, participants=[a, b], at=clock())
-    for who in (a, b):
-        _record(agg, n, who, f"Write a draft, {who}. " * 4, drafts[who], clock())
-    agg.complete_round(round=n, at=clock())
+    b = SessionBuilder(answer_defaults={
+        "model": "openai/scripted", "params": ev.CallParams(temperature=0.2, max_tokens=256),
+    })
+    b.start("Ledger test topic", participants=["p0", "p1"], session_id=SID)
+    first, second = b.names
+    drafts = {who: _prose(f"draft/{who}") for who in (first, second)}
+    b.round(RoundKind.DRAFT, iteration=1, participants=[first, second])
+    for who in (first, second):
+        b.answer(who, drafts[who], messages=_asked(f"Write a draft, {who}. " * 4))
+    b.close_round()
     prompts = {}
-    n = agg.start_round(
-        kind=RoundKind.CRITIQUE, iteration=1, participants=[a, b], at=clock(),
-        targets={a: b, b: a},
-    )
-    for who, other in ((a, b), (b, a)):
+    b.round(RoundKind.CRITIQUE, iteration=1, participants=[first, second],
+            targets={first: second, second: first})
+    for who, other in ((first, second), (second, first)):
         prompts[who] = f"## Draft by {other} to critique\n\n{drafts[other]}\n\nReview it."
-        _record(agg, n, who, prompts[who], _prose(f"critique/{who}", 60), clock())
-    agg.complete_round(round=n, at=clock())
-    n = agg.start_round(kind=RoundKind.CONVERGENCE, iteration=1, participants=[a, b], at=clock())
-    for who in (a, b):
+        b.answer(who, _prose(f"critique/{who}", 60), messages=_asked(prompts[who]))
+    b.close_round()
+    b.round(RoundKind.CONVERGENCE, iteration=1, participants=[first, second])
+    for who in (first, second):
         reasoning = _prose(f"vote/{who}", 80)
         answer = json.dumps({"agrees": True, "score": 90, "reasoning": reasoning})
-        _record(agg, n, who, f"Vote, {who}. " * 4, answer, clock())
-        agg.record_vote(
-            round=n, participant=who,
-            vote=ConvergenceVote(agrees=True, score=90, reasoning=reasoning), at=clock(),
-        )
-    agg.complete_round(round=n, at=clock())
-    agg.finish(SessionStatus.CONVERGED, at=clock())
+        b.answer(who, answer, messages=_asked(f"Vote, {who}. " * 4))
+        b.vote(who, agrees=True, score=90, reasoning=reasoning)
+    b.close_round()
+    agg = b.finish(SessionStatus.CONVERGED).aggregate
     return agg, drafts | {f"prompt/{k}": v for k, v in prompts.items()}
 
 

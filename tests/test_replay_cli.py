@@ -1,12 +1,13 @@
 """``forge-ledger replay --all`` over a store with live, forked and imported sessions.
 
-Issue "The promises", items 4–5. One SQLite store receives: a deliberation run through the
-real orchestrator and provider against the fake server; a fork of it at iteration 1 that is
-then resumed (only the rounds after the fork point call models: the server's request count
-says so); a session imported from a YAML fixture with ``forge-ledger import``; a second
-deliberation. ``replay --all`` finds them all identical (exit 0). Then the second one is
-forged (an answer edited and the hash chain rewritten): exit 1, the first differing position
-on stderr in one line and in ``--json``.
+Issue "The promises", items 4–5. One SQLite store receives: a deliberation run through the real
+orchestrator, the four voices of the demo answering in-process
+(``ScriptedProvider.from_script``: what replay does is the subject, not HTTP); a fork of it at
+iteration 1 that is then resumed (only the rounds after the fork point call models: the
+provider's count of calls says so); a session imported from a YAML fixture with
+``forge-ledger import``; a second deliberation. ``replay --all`` finds them all identical
+(exit 0). Then the second one is forged (an answer edited and the hash chain rewritten): exit
+1, the first differing position on stderr in one line and in ``--json``.
 
 The fork test is repeated on PostgreSQL: state-at-iteration-k of the fork equals the parent's,
 and the fork's own continuation replays identically.
@@ -20,21 +21,23 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from unittest.mock import patch
 from uuid import UUID
 
 import pytest
 from click.testing import CliRunner, Result
 
 from forge_ledger.cli import cli
-from forge_ledger.cli.demo import demo_participants, demo_topic
+from forge_ledger.cli.demo import demo_topic
 from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.values import SessionConfig
 from forge_ledger.ledger import Ledger
 from forge_ledger.lineage import fork
 from forge_ledger.orchestrator import Orchestrator
-from forge_ledger.providers import get_provider
+from forge_ledger.providers import LiteLLMProvider
 from forge_ledger.replay import replay_session
-from forge_ledger.testing import FakeOpenAIServer, bundled_script
+from forge_ledger.testing import ScriptedProvider, bundled_script
+from support.orchestrator import offline_demo_participants
 from support.replay import (
     AGREEING_VOTE,
     assert_identical,
@@ -50,46 +53,34 @@ async def _no_sleep(_: float) -> None:
     """Back-off is recorded, not waited for."""
 
 
-def _run_demo(ledger: Ledger, server: FakeOpenAIServer, start: datetime, name: str) -> UUID:
-    async def go() -> UUID:
-        provider = get_provider()
-        try:
-            orch = Orchestrator(
-                ledger,
-                provider,
-                clock=FixedStepClock(start, timedelta(seconds=1)),
-                ids=SequentialIds(name),
-                sleep=_no_sleep,
-            )
-            sid = orch.start(
-                demo_topic(), SessionConfig(max_cost_usd=1.0), demo_participants(server.url),
-            )
-            await orch.run(sid)
-            return sid
-        finally:
-            await provider.aclose()
+def _voices() -> ScriptedProvider:
+    """The demo's four voices, in-process; one provider serves every run of a test, as one
+    server would."""
+    return ScriptedProvider.from_script(bundled_script("four-voices"))
 
-    return asyncio.run(go())
+
+def _run_demo(ledger: Ledger, voices: ScriptedProvider, start: datetime, name: str) -> UUID:
+    orch = Orchestrator(
+        ledger,
+        voices,
+        clock=FixedStepClock(start, timedelta(seconds=1)),
+        ids=SequentialIds(name),
+        sleep=_no_sleep,
+    )
+    sid = orch.start(demo_topic(), SessionConfig(max_cost_usd=1.0), offline_demo_participants())
+    asyncio.run(orch.run(sid))
+    return sid
 
 
 def _fork_and_resume(
-    ledger: Ledger, server: FakeOpenAIServer, parent: UUID, k: int, start: datetime,
+    ledger: Ledger, voices: ScriptedProvider, parent: UUID, k: int, start: datetime,
 ) -> tuple[UUID, int]:
-    """Fork ``parent`` at the end of iteration ``k`` and run the fork; returns (id, requests)."""
+    """Fork ``parent`` at the end of iteration ``k`` and run the fork; returns (id, calls)."""
     clock = FixedStepClock(start, timedelta(seconds=1))
     child = fork(ledger, parent, clock=clock, ids=SequentialIds(f"fork-{start}"), at_iteration=k)
-    before = len(server.requests)
-
-    async def go() -> None:
-        provider = get_provider()
-        try:
-            orch = Orchestrator(ledger, provider, clock=clock, sleep=_no_sleep)
-            await orch.resume(child)
-        finally:
-            await provider.aclose()
-
-    asyncio.run(go())
-    return child, len(server.requests) - before
+    before = len(voices.calls)
+    asyncio.run(Orchestrator(ledger, voices, clock=clock, sleep=_no_sleep).resume(child))
+    return child, len(voices.calls) - before
 
 
 def _calls_after_iteration(ledger: Ledger, sid: UUID, k: int) -> int:
@@ -124,17 +115,15 @@ def _invoke(*args: str) -> Result:
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
-def test_replay_all_with_fork_and_import_then_a_forged_session(
-    sqlite_url: str, fake_openai: FakeOpenAIServer,
-) -> None:
-    fake_openai.set_script(bundled_script("four-voices"))
+def test_replay_all_with_fork_and_import_then_a_forged_session(sqlite_url: str) -> None:
+    voices = _voices()
     with Ledger(sqlite_url) as ledger:
-        parent = _run_demo(ledger, fake_openai, datetime(2026, 2, 1, tzinfo=UTC), "parent")
-        parent_calls = len(fake_openai.requests)
+        parent = _run_demo(ledger, voices, datetime(2026, 2, 1, tzinfo=UTC), "parent")
+        parent_calls = len(voices.calls)
         child, child_requests = _fork_and_resume(
-            ledger, fake_openai, parent, 1, datetime(2026, 2, 2, tzinfo=UTC),
+            ledger, voices, parent, 1, datetime(2026, 2, 2, tzinfo=UTC),
         )
-        other = _run_demo(ledger, fake_openai, datetime(2026, 2, 3, tzinfo=UTC), "other")
+        other = _run_demo(ledger, voices, datetime(2026, 2, 3, tzinfo=UTC), "other")
         # Only the rounds after the fork point called models, and exactly as many as the
         # parent needed after that point (same script, same prefix).
         assert 0 < child_requests < parent_calls
@@ -144,19 +133,21 @@ def test_replay_all_with_fork_and_import_then_a_forged_session(
     imported = _invoke("import", str(FIXTURES / "seed_standard.yaml"), "--store", sqlite_url)
     assert imported.exit_code == 0, imported.output
 
-    requests_before = len(fake_openai.requests)
-    ok = _invoke("replay", "--all", "--store", sqlite_url, "--json")
+    no_model = patch.object(LiteLLMProvider, "complete",
+                            side_effect=AssertionError("replay called a model"))
+    with no_model as model:
+        ok = _invoke("replay", "--all", "--store", sqlite_url, "--json")
+        plain = _invoke("replay", "--all", "--store", sqlite_url)
+    assert not model.called, "replay called a model"
     assert ok.exit_code == 0, ok.output
     docs = json.loads(ok.stdout)
     assert len(docs) == 4
     assert all(d["ok"] and d["matched"] == d["events"] for d in docs)
     assert sum(1 for d in docs if d["imported"]) == 1
     assert {parent, child, other} <= {UUID(d["session_id"]) for d in docs}
-    plain = _invoke("replay", "--all", "--store", sqlite_url)
     assert plain.exit_code == 0
     assert "4 of 4 sessions replayed identically" in plain.stdout
     assert plain.stderr == ""
-    assert len(fake_openai.requests) == requests_before, "replay called the model server"
 
     # replay is a read-only command: it never imports litellm (checked in a fresh process).
     probe = subprocess.run(
@@ -229,13 +220,13 @@ _STATE_FIELDS = (
 
 @pytest.mark.parametrize("k", [1])
 def test_fork_state_at_k_equals_parents_and_its_continuation_replays(
-    store_url: str, fake_openai: FakeOpenAIServer, k: int,
+    store_url: str, k: int,
 ) -> None:
-    fake_openai.set_script(bundled_script("four-voices"))
+    voices = _voices()
     with Ledger(store_url) as ledger:
-        parent = _run_demo(ledger, fake_openai, datetime(2026, 4, 1, tzinfo=UTC), "fork-parent")
+        parent = _run_demo(ledger, voices, datetime(2026, 4, 1, tzinfo=UTC), "fork-parent")
         child, requests = _fork_and_resume(
-            ledger, fake_openai, parent, k, datetime(2026, 4, 2, tzinfo=UTC),
+            ledger, voices, parent, k, datetime(2026, 4, 2, tzinfo=UTC),
         )
         assert requests == _calls_after_iteration(ledger, parent, k)
         at_parent = ledger.state(parent, at_event=ledger.position_of_iteration(parent, k))

@@ -4,13 +4,12 @@ A seeded generator draws a deliberation: 2–5 participants with random roles, r
 scores and opinion stances, random agree/disagree per convergence vote, injected faults (HTTP
 429 then OK, HTTP 500 retries, mid-stream disconnects, unparseable answers that need the repair
 call), attended sessions answered by a human and resumed, and random budgets (rounds, cost,
-time). Each one runs through the real orchestrator, the real ``LiteLLMProvider`` over real HTTP
-to the fake OpenAI-compatible server, into a real ledger (SQLite file or PostgreSQL schema).
-Then ``replay_session`` must re-produce every recorded event exactly, serving every recorded
-call back without asking the server for anything.
-
-The helpers here (``Scenario``, ``generate``, ``run_scenario``) are reused by the other
-replay test modules.
+time). Each one runs through the real orchestrator into a real ledger (SQLite file or
+PostgreSQL schema); the models are ``ScriptedProvider.from_script`` answering by the generated
+fake-server script in-process, its faults raised as the errors the real provider classifies
+them as (the provider contract checks the two agree; HTTP is not the subject here). Then
+``replay_session`` must re-produce every recorded event exactly, serving every recorded call
+back without calling any model.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from unittest.mock import patch
 from uuid import UUID
 
 import pytest
@@ -42,10 +42,10 @@ from forge_ledger.domain.values import (
 )
 from forge_ledger.ledger import Ledger, RecordedEvent
 from forge_ledger.orchestrator import KeyedSeal, NoSeal, Orchestrator
-from forge_ledger.providers import get_provider
+from forge_ledger.providers import LiteLLMProvider
 from forge_ledger.replay import replay_session
 from forge_ledger.sessions import answer as record_answer
-from forge_ledger.testing import FakeOpenAIServer
+from forge_ledger.testing import ScriptedProvider
 from support.replay import assert_identical, recorded_calls
 
 PRICE = Price(input_cost_per_token=3e-6, output_cost_per_token=15e-6, source="user")
@@ -107,9 +107,6 @@ class Scenario:
     script: dict[str, list[dict[str, Any]]]
     faults: list[PlannedFault] = field(default_factory=list)
     clock_step_secs: int = 1
-
-    def with_api_base(self, url: str) -> list[Participant]:
-        return [p.model_copy(update={"api_base": url}) for p in self.participants]
 
 
 def _critique_json(rng: random.Random, name: str) -> str:
@@ -253,7 +250,7 @@ class Run:
 
     session_id: UUID
     state: SessionState
-    requests: int
+    calls: int
     human_answers: int
 
 
@@ -281,33 +278,30 @@ async def _drive(
 
 def run_scenario(
     ledger: Ledger,
-    server: FakeOpenAIServer,
     scenario: Scenario,
     *,
     answers: int = 3,
     start: datetime = datetime(2026, 1, 1, tzinfo=UTC),
 ) -> Run:
-    """Run ``scenario`` through the real orchestrator and provider against ``server``."""
-    server.set_script(scenario.script)
-    before = len(server.requests)
+    """Run ``scenario`` through the real orchestrator, its models answering by its script."""
     clock = FixedStepClock(start, timedelta(seconds=scenario.clock_step_secs))
     ids = SequentialIds(f"replay-scenario-{scenario.seed}-{start.isoformat()}")
+    provider = ScriptedProvider.from_script(scenario.script)
 
     async def go() -> tuple[UUID, SessionState, int]:
-        provider = get_provider()
         try:
             orch = Orchestrator(
                 ledger, provider, clock=clock, ids=ids, sleep=no_sleep,
                 seal=KeyedSeal() if scenario.seed % 2 == 0 else NoSeal(),
             )
-            sid = orch.start(scenario.topic, scenario.config, scenario.with_api_base(server.url))
+            sid = orch.start(scenario.topic, scenario.config, scenario.participants)
             state, given = await _drive(ledger, orch, sid, clock, answers)
             return sid, state, given
         finally:
             await provider.aclose()
 
     sid, state, given = asyncio.run(go())
-    return Run(sid, state, len(server.requests) - before, given)
+    return Run(sid, state, len(provider.calls), given)
 
 
 def _check_faults_happened(scenario: Scenario, events: list[RecordedEvent]) -> None:
@@ -346,23 +340,25 @@ def _check_faults_happened(scenario: Scenario, events: list[RecordedEvent]) -> N
             assert errors[0] == _FAULT_ERROR[f.fault]
 
 
-def _run_and_replay(url: str, server: FakeOpenAIServer, seed: int) -> None:
+def _run_and_replay(url: str, seed: int) -> None:
     scenario = generate(seed)
     with Ledger(url) as ledger:
-        run = run_scenario(ledger, server, scenario)
+        run = run_scenario(ledger, scenario)
         events = list(ledger.events(run.session_id))
         _, sent = recorded_calls(events)
-        assert run.requests == sent, "every request the server saw is recorded, and only those"
+        assert run.calls == sent, "every call the models got is recorded, and only those"
         _check_faults_happened(scenario, events)
         if run.human_answers:
             types = Counter(e.type for e in events)
             assert types["HumanInputRecorded"] == run.human_answers
             assert types["SessionResumed"] == run.human_answers
         head_before = ledger.max_notification_id()
-        requests_before = len(server.requests)
-        result = replay_session(ledger, run.session_id)
+        with patch.object(LiteLLMProvider, "complete", side_effect=AssertionError(
+            "replay called a model",
+        )) as model:
+            result = replay_session(ledger, run.session_id)
         assert_identical(result, events)
-        assert len(server.requests) == requests_before, "replay called the model server"
+        assert not model.called, "replay called a model"
         assert ledger.max_notification_id() == head_before, "replay wrote to the store"
 
 
@@ -387,29 +383,23 @@ def test_generator_is_deterministic_and_varied() -> None:
 
 
 @pytest.mark.parametrize("seed", SQLITE_SEEDS)
-def test_generated_deliberation_replays_identically_sqlite(
-    sqlite_url: str, fake_openai: FakeOpenAIServer, seed: int,
-) -> None:
-    _run_and_replay(sqlite_url, fake_openai, seed)
+def test_generated_deliberation_replays_identically_sqlite(sqlite_url: str, seed: int) -> None:
+    _run_and_replay(sqlite_url, seed)
 
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("seed", PG_SEEDS)
-def test_generated_deliberation_replays_identically_postgres(
-    pg_url: str, fake_openai: FakeOpenAIServer, seed: int,
-) -> None:
-    _run_and_replay(pg_url, fake_openai, seed)
+def test_generated_deliberation_replays_identically_postgres(pg_url: str, seed: int) -> None:
+    _run_and_replay(pg_url, seed)
 
 
-def test_generated_runs_cover_pauses_repairs_and_budget_stops(
-    sqlite_url: str, fake_openai: FakeOpenAIServer,
-) -> None:
+def test_generated_runs_cover_pauses_repairs_and_budget_stops(sqlite_url: str) -> None:
     """Across a few generated runs in one store, the interesting paths really occur, and
     ``replay`` of every session in the store stays identical."""
     seen: Counter[str] = Counter()
     with Ledger(sqlite_url) as ledger:
         for seed in (104, 105, 106, 107):
-            run = run_scenario(ledger, fake_openai, generate(seed))
+            run = run_scenario(ledger, generate(seed))
             for e in ledger.events(run.session_id):
                 seen[e.type] += 1
                 if e.type == "ProviderCallFailed":

@@ -19,16 +19,14 @@ import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-from uuid import UUID
 
 import pytest
 
 from forge_ledger.domain.values import SessionConfig
 from forge_ledger.ledger import Ledger
 from forge_ledger.orchestrator import Orchestrator
-from forge_ledger.providers import LiteLLMProvider
 from forge_ledger.replay import replay_session
-from forge_ledger.testing import FakeOpenAIServer
+from forge_ledger.testing import ScriptedProvider
 from support.fault_matrix import base_script, cell_participants
 from support.orchestrator import TOPIC
 
@@ -141,45 +139,26 @@ class _LedgerKilledAfterRoundCompleted:
 
 
 def test_kill_between_round_completed_and_its_consequences_replays_identically(
-    fake_openai: FakeOpenAIServer, tmp_path: Path,
+    tmp_path: Path,
 ) -> None:
-    fake_openai.set_script(base_script())
+    """Where the process dies is the subject, not HTTP: the voices answer in-process."""
+    voices = ScriptedProvider.from_script(base_script())
     store = str(tmp_path / "window.sqlite")
     with Ledger(store, create=True) as ledger:
         crashing = _LedgerKilledAfterRoundCompleted(ledger, number=2)  # the critique round
-        sid = _run_until_killed(crashing, fake_openai.url)
-        if sid is None:
+        orch = Orchestrator(crashing, voices)
+        sid = orch.start(TOPIC, SessionConfig(), cell_participants(None))
+        try:
+            asyncio.run(orch.run(sid))
+        except _Killed:
+            pass
+        else:
             raise RuntimeError("the run was never killed: the window was not reached")
-        provider = LiteLLMProvider()
-
-        async def resume() -> str:
-            try:
-                return (await Orchestrator(ledger, provider).resume(sid)).status.value
-            finally:
-                await provider.aclose()
-
-        status = asyncio.run(resume())
+        status = asyncio.run(Orchestrator(ledger, voices).resume(sid)).status.value
         if status != "converged":
             raise RuntimeError(f"the resumed session ended {status}")
         replay = replay_session(ledger, sid)
         assert replay.ok, replay.difference.message if replay.difference else ""
-
-
-def _run_until_killed(ledger: Any, url: str) -> UUID | None:
-    provider = LiteLLMProvider()
-    orch = Orchestrator(ledger, provider)
-    sid = orch.start(TOPIC, SessionConfig(), cell_participants(url))
-
-    async def go() -> bool:
-        try:
-            await orch.run(sid)
-        except _Killed:
-            return True
-        finally:
-            await provider.aclose()
-        return False
-
-    return sid if asyncio.run(go()) else None
 
 
 class _LedgerKilledMidRound:
@@ -202,46 +181,29 @@ class _LedgerKilledMidRound:
         self._ledger.save(*aggregates)
 
 
-def test_an_endpoint_moved_after_a_kill_mid_round_replays_identically(
-    fake_openai: FakeOpenAIServer, tmp_path: Path,
-) -> None:
+def test_an_endpoint_moved_after_a_kill_mid_round_replays_identically(tmp_path: Path) -> None:
     """A run dies mid-round (Ctrl-C, ``kill -9``); ``resume --api-base`` then records
     ``ParticipantUpdated`` inside the still-open round (the demo does this when its scripted
     server comes back on another port). Replay must see the process boundary there: drop the
-    dead run's uncompared work, apply the recorded change, and go on as the new run did."""
-    fake_openai.set_script(base_script())
+    dead run's uncompared work, apply the recorded change, and go on as the new run did. The
+    voices answer in-process: the endpoints are only recorded, replay is the subject."""
+    voices = ScriptedProvider.from_script(base_script())
     store = str(tmp_path / "moved.sqlite")
     with Ledger(store, create=True) as ledger:
-        provider = LiteLLMProvider()
-        orch = Orchestrator(_LedgerKilledMidRound(ledger), provider)
-        sid = orch.start(TOPIC, SessionConfig(), cell_participants(fake_openai.url))
-
-        async def first() -> None:
-            try:
-                await orch.run(sid)
-            finally:
-                await provider.aclose()
-
+        orch = Orchestrator(_LedgerKilledMidRound(ledger), voices)
+        sid = orch.start(TOPIC, SessionConfig(), cell_participants("http://127.0.0.1:8001/v1"))
         with pytest.raises(_Killed):
-            asyncio.run(first())
+            asyncio.run(orch.run(sid))
         agg = ledger.get(sid)
         open_round = agg.state.open_round
         assert open_round is not None
         assert open_round.contributions
-        moved = f"{fake_openai.url}/"  # the same server, under another address
+        moved = "http://127.0.0.1:8002/v1"  # the same voices, under another address
         for p in agg.state.participants:
             agg.update_participant(p.model_copy(update={"api_base": moved}),
                                    at=agg.state.updated_at, reason=f"--api-base {moved}")
         ledger.save(agg)
-        provider = LiteLLMProvider()
-
-        async def resume() -> str:
-            try:
-                return (await Orchestrator(ledger, provider).resume(sid)).status.value
-            finally:
-                await provider.aclose()
-
-        assert asyncio.run(resume()) == "converged"
+        assert asyncio.run(Orchestrator(ledger, voices).resume(sid)).status.value == "converged"
         moved_at = next(e.position for e in ledger.events(sid) if e.type == "ParticipantUpdated")
         then = ledger.get(sid, version=moved_at - 1).state.open_round
         assert then is not None

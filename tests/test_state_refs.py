@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.state import SessionState
 from forge_ledger.domain.texts import TextPool, text_address
 from forge_ledger.domain.values import RoundKind
@@ -19,8 +18,9 @@ from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.compression import unpack, unpack_text
 from forge_ledger.ledger.texts import TEXT_TABLE
-from support.strategies import StepClock, contribute, new_session
+from forge_ledger.testing import SessionBuilder
 
+NAMES = ("p0", "p1", "p2")
 LONG = "A long answer that is well over the inline threshold of the text table. " * 3
 
 
@@ -31,19 +31,15 @@ def _answer_text(round_no: int, name: str) -> str:
     return f"{LONG}(round {round_no}, {name})"
 
 
-def _session(ledger: Ledger, clock: StepClock, rounds: int = 6) -> Deliberation:
-    agg = new_session(3, clock=clock)
-    ledger.save(agg)
+def _session(ledger: Ledger, rounds: int = 6) -> SessionBuilder:
+    """p0, p1 and p2 draft ``rounds`` times, short and long answers in turn, saved by round."""
+    b = SessionBuilder(store=ledger).start("Ledger test topic", participants=NAMES).save()
     for it in range(1, rounds + 1):
-        n = agg.start_round(
-            kind=RoundKind.DRAFT, iteration=it, participants=agg.state.participant_names,
-            at=clock(),
-        )
-        for name in agg.state.participant_names:
-            contribute(agg, n, name, clock(), content=_answer_text(n, name))
-        agg.complete_round(round=n, at=clock())
-        ledger.save(agg)
-    return agg
+        b.round(RoundKind.DRAFT, iteration=it, participants=NAMES)
+        for name in NAMES:
+            b.answer(name, _answer_text(b.round_number, name))
+        b.close_round().save()
+    return b
 
 
 def _answers(state: SessionState) -> list[str]:
@@ -70,7 +66,7 @@ def test_a_snapshot_holds_no_answer_text(store_url: str) -> None:
     store's text table has every text a snapshot refers to, the short ones (inline in their
     events) too."""
     with Ledger(store_url, snapshot_interval=5) as ledger:
-        agg = _session(ledger, StepClock())
+        agg = _session(ledger).aggregate
         rows = _snapshot_rows(store_url, ledger)
         assert rows, "expected snapshots"
         texts = _answers(agg.state)
@@ -89,11 +85,10 @@ def test_a_snapshot_holds_no_answer_text(store_url: str) -> None:
 def test_time_travel_from_a_snapshot_reads_the_folded_answers(store_url: str) -> None:
     """At every position, the state restored from a snapshot (answers read from the store on
     demand) equals the fold from the first event and gives the same answer texts."""
-    clock = StepClock()
     with Ledger(store_url, snapshot_interval=4) as snap, Ledger(
         store_url, snapshot_interval=0
     ) as plain:
-        agg = _session(snap, clock)
+        agg = _session(snap).aggregate
         restored_from_snapshot = 0
         for v in range(1, agg.version + 1):
             a = snap.state(agg.id, at_event=v)
@@ -150,9 +145,9 @@ def test_a_snapshot_written_before_loads(tmp_path: Path) -> None:
     state; its texts go into the state's pool, and the next snapshot writes them to the text
     table (the short ones were nowhere but inline)."""
     path = tmp_path / "old.sqlite"
-    clock = StepClock()
     with Ledger(str(path), snapshot_interval=1000) as ledger:
-        agg = _session(ledger, clock, rounds=3)
+        told = _session(ledger, rounds=3)
+        agg = told.aggregate
     with Ledger(str(path), snapshot_interval=4, create=False) as ledger:
         for v in range(4, agg.version + 1, 4):
             ledger.app.take_snapshot(agg.id, version=v)
@@ -167,14 +162,9 @@ def test_a_snapshot_written_before_loads(tmp_path: Path) -> None:
         assert state == agg.state
         assert _answers(state) == _answers(agg.state)
         assert set(short) <= set(state.text_pool.held(short))
-        again = ledger.get(agg.id)
-        n = again.start_round(
-            kind=RoundKind.DRAFT, iteration=4, participants=["p0", "p1"], at=clock()
-        )
-        contribute(again, n, "p0", clock(), content="short again")
-        contribute(again, n, "p1", clock(), content="short too")
-        again.complete_round(round=n, at=clock())
-        ledger.save(again)
+        again = SessionBuilder.of(ledger.get(agg.id), clock=told.clock, store=ledger)
+        again.round(RoundKind.DRAFT, iteration=4,
+                    answers={"p0": "short again", "p1": "short too"}, close=True).save()
         assert ledger.app.snapshots is not None
         snapshots = list(ledger.app.snapshots.get(agg.id, gt=agg.version))
         assert snapshots, "expected a snapshot after the old ones"
@@ -189,10 +179,9 @@ def test_a_snapshot_written_before_loads(tmp_path: Path) -> None:
 def test_inline_answers_load_only_through_load() -> None:
     """``SessionState.load`` moves inline answers into the pool; validating such a state
     without it fails instead of silently losing the texts."""
-    clock = StepClock()
-    agg = new_session(2, clock=clock)
-    n = agg.start_round(kind=RoundKind.DRAFT, iteration=1, participants=["p0", "p1"], at=clock())
-    contribute(agg, n, "p0", clock(), content=LONG)
+    agg = (SessionBuilder().start("Ledger test topic", participants=NAMES[:2])
+           .round(RoundKind.DRAFT, iteration=1, participants=NAMES[:2]).answer("p0", LONG)
+           .aggregate)
     data = agg.state.model_dump_with_answers()
     assert data["rounds"][0]["contributions"][0]["response"]["content"] == LONG
     loaded = SessionState.load(json.dumps(data))
@@ -233,7 +222,7 @@ def test_text_pool_falls_back_and_is_shared_by_copies() -> None:
 def test_a_restored_state_reads_its_answers_after_the_ledger_is_closed(store_url: str) -> None:
     """A command may print a state after closing the store it loaded it from."""
     with Ledger(store_url, snapshot_interval=4) as ledger:
-        agg = _session(ledger, StepClock())
+        agg = _session(ledger).aggregate
     with Ledger(store_url, snapshot_interval=4, create=False) as ledger:
         state = ledger.state(agg.id)
         assert state.text_pool.fallback is not None

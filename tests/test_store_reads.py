@@ -20,10 +20,10 @@ from forge_ledger.clock import FixedStepClock
 from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger
 from support.hostile_inputs import fingerprint, one_error_line, run_cli
+from support.postgres import PG_BASE
 from support.sessions import BuiltSession, build_session
 from support.store import raw_connection
 
-PG_BASE = "postgresql://postgres@127.0.0.1:5432/test"
 READ_COMMANDS = [
     ["sessions"], ["show", "abcd"], ["log", "abcd"], ["verify"], ["trail", "abcd"],
     ["audit", "abcd"], ["export", "abcd"],

@@ -10,6 +10,7 @@ import pytest
 from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.values import (
     ChatMessage,
+    ConvergenceVote,
     DivergenceStatus,
     ModelResponse,
     Participant,
@@ -19,7 +20,7 @@ from forge_ledger.domain.values import (
 )
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.providers import ProviderCall, ProviderCallError
-from forge_ledger.testing import ScriptedProvider, SessionBuilder
+from forge_ledger.testing import ScriptedProvider, ScriptError, SessionBuilder
 
 ALICE = Participant(name="alice", model="openai/alice")
 BOB = Participant(name="bob", model="openai/bob")
@@ -85,3 +86,30 @@ def test_a_told_session_is_stored_forked_and_sealed(sqlite_url: str) -> None:
         assert verify_session(ledger, b.id).ok
         assert verify_session(ledger, fork.id).ok
         assert sorted(b.saved_at) == list(range(1, state.version + 1))
+
+
+def test_in_a_round_with_votes_each_votes_right_after_answering() -> None:
+    b = SessionBuilder().start("Rate limiter", participants=["alice", "bob"])
+    b.round(RoundKind.CONVERGENCE, answers={"alice": "yes", "bob": "no"},
+            votes={"alice": True, "bob": ConvergenceVote(agrees=False, score=20)}, close=True)
+    events = [type(e).__name__ for e in b.aggregate.collect_events()][3:]
+    assert events == ["RoundStarted", "ContributionRecorded", "VoteRecorded",
+                      "ContributionRecorded", "VoteRecorded", "RoundCompleted"]
+    votes = [(c.participant, c.vote.agrees, c.vote.score)
+             for c in b.state.rounds[0].contributions if c.vote]
+    assert votes == [("alice", True, ConvergenceVote(agrees=True).score), ("bob", False, 20)]
+
+
+def test_a_broken_stream_keeps_a_prefix_and_the_wires_own_faults_need_the_server() -> None:
+    content = "one two three four five six"
+    provider = ScriptedProvider.from_script(
+        {"alice": [{"fault": "disconnect", "content": content, "times": 1}, {"fault": "hang"}]},
+    )
+    with pytest.raises(ProviderCallError) as broken:
+        _ask(provider, ALICE)
+    assert broken.value.error_type == "mid_stream"
+    assert broken.value.partial_text
+    assert content.startswith(broken.value.partial_text)
+    assert len(broken.value.partial_text) < len(content)
+    with pytest.raises(ScriptError, match="needs the HTTP server"):
+        _ask(provider, ALICE)

@@ -21,45 +21,40 @@ from click.testing import CliRunner
 from forge_ledger.cli import cli
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.aggregate import Deliberation
-from forge_ledger.domain.values import ChatMessage, ModelResponse, RoundKind, SessionStatus
+from forge_ledger.domain.values import ChatMessage, RoundKind, SessionStatus
 from forge_ledger.ledger import Ledger, resolve_store, texts, verify_session
+from forge_ledger.testing import SessionBuilder
 from support.store import raw_connection
-from support.strategies import StepClock, new_session
 
 SYSTEM = "You deliberate on a specification. Answer as JSON: " + "{schema} " * 40
 SID = uuid.UUID("00000000-0000-4000-8000-0000000000aa")
+NAMES = ("p0", "p1")
 
 
 def _answer(round_no: int, who: str) -> str:
     return f"# Draft by {who}, round {round_no}\n" + f"point {who} {round_no}. " * 30
 
 
+def _prompt(round_no: int, who: str) -> list[ChatMessage]:
+    """A long system prompt shared by every call, and a user prompt per call."""
+    return [
+        ChatMessage(role="system", content=SYSTEM),
+        ChatMessage(role="user", content=f"Round {round_no} for {who}. " * 10),
+    ]
+
+
 def _build() -> Deliberation:
-    clock = StepClock()
-    agg = new_session(2, clock=clock, session_id=SID)
-    for it in (1, 2):
-        kind = RoundKind.DRAFT if it == 1 else RoundKind.SYNTHESIS
-        n = agg.start_round(
-            kind=kind, iteration=it, participants=agg.state.participant_names, at=clock(),
-        )
-        for who in agg.state.participant_names:
-            msgs = [
-                ChatMessage(role="system", content=SYSTEM),
-                ChatMessage(role="user", content=f"Round {n} for {who}. " * 10),
-            ]
-            agg.record_contribution(
-                round=n,
-                participant=who,
-                model="openai/scripted",
-                messages=msgs,
-                params=ev.CallParams(temperature=0.2, max_tokens=256),
-                prompt_hash=ev.prompt_hash(msgs),
-                response=ModelResponse(content=_answer(n, who), model="openai/scripted"),
-                at=clock(),
-            )
-        agg.complete_round(round=n, at=clock())
-    agg.finish(SessionStatus.CONVERGED, at=clock())
-    return agg
+    """Two participants draft and synthesise, long texts throughout, and converge."""
+    b = SessionBuilder(prompt=_prompt, answer_defaults={
+        "model": "openai/scripted", "params": ev.CallParams(temperature=0.2, max_tokens=256),
+    })
+    b.start("Ledger test topic", participants=NAMES, session_id=SID)
+    for it, kind in ((1, RoundKind.DRAFT), (2, RoundKind.SYNTHESIS)):
+        b.round(kind, iteration=it, participants=NAMES)
+        for who in NAMES:
+            b.answer(who, _answer(b.round_number, who))
+        b.close_round()
+    return b.finish(SessionStatus.CONVERGED).aggregate
 
 
 def _outputs(url: str, tmp: Path) -> dict[str, str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +29,20 @@ from forge_ledger.domain.values import (
     DivergenceStatus,
     DivergentPosition,
     Opinion,
+    Participant,
     RoundKind,
     RoundStatus,
-    SessionConfig,
     SessionStatus,
     Stance,
-    Topic,
 )
 from forge_ledger.errors import UsageError
 from forge_ledger.ledger import Ledger
-from support.strategies import T0, StepClock, contribute, make_participants, new_session, run_round
+from forge_ledger.testing import SessionBuilder
 
-Command = Callable[[], None]
+Command = Callable[[], object]
+"""One aggregate command (what it returns does not matter)."""
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+"""Where the sessions' clock starts (``FixedStepClock``'s default)."""
 
 PROGRESS = frozenset(
     {"start_round", "contribute", "complete_round", "vote", "evaluate", "resume", "rewind",
@@ -52,11 +54,12 @@ PROGRESS = frozenset(
 class Driver:
     """Picks a valid next command for the current state from a random choice."""
 
-    def __init__(self, agg: Deliberation, clock: StepClock) -> None:
-        self.agg = agg
-        self.clock = clock
+    def __init__(self, b: SessionBuilder) -> None:
+        self.b = b
+        self.agg = b.aggregate
+        self.clock = b.clock
         self.div_counter = 0
-        self.joined = len(agg.state.participants)
+        self.joined = len(self.agg.state.participants)
 
     def options(self, r: int) -> list[tuple[str, Command]]:
         a, s, c = self.agg, self.agg.state, self.clock
@@ -64,7 +67,7 @@ class Driver:
         opts: list[tuple[str, Command]] = []
         if s.status.terminal:
             if s.seal is None:
-                opts.append(("seal", lambda: a.seal(at=c())))
+                opts.append(("seal", lambda: a.seal(at=c.now())))
             return opts
         rnd = s.open_round
         if rnd is None and s.status is not SessionStatus.PAUSED:
@@ -77,7 +80,7 @@ class Driver:
             opts.append((
                 "start_round",
                 lambda: a.start_round(
-                    kind=kind, iteration=it, participants=who, targets=targets, at=c(),
+                    kind=kind, iteration=it, participants=who, targets=targets, at=c.now(),
                     depth=r % 3, focus=f"focus {r}",
                 ),
             ))
@@ -86,8 +89,8 @@ class Driver:
             missing = [p for p in rnd.missing if p not in rnd.contributors]
             if missing:
                 who1 = missing[r % len(missing)]
-                opts.append(("contribute", lambda: contribute(a, rnd.number, who1, c(),
-                                                              content=f"text {r}")))
+                opts.append(("contribute", lambda: self.b.answer(who1, f"text {r}",
+                                                                 round=rnd.number)))
                 opts.append(("contribute", opts[-1][1]))
                 opts.append(("fail", lambda: a.record_failure(
                     ev.ProviderCallFailed(
@@ -95,14 +98,14 @@ class Driver:
                         error_type="RateLimitError", message="429", retryable=True,
                         will_retry=True, cost_usd=0.0001,
                     ),
-                    at=c(),
+                    at=c.now(),
                 )))
             done = [x for x in rnd.contributions if x.purpose == "answer"]
             if done:
                 ctb = done[r % len(done)]
                 name = ctb.participant
-                opts.append(("repair", lambda: contribute(a, rnd.number, name, c(),
-                                                          purpose="repair")))
+                opts.append(("repair", lambda: self.b.answer(name, "an answer", round=rnd.number,
+                                                             purpose="repair")))
                 latest = rnd.contribution_of(name)
                 assert latest is not None
                 if rnd.kind is RoundKind.CONVERGENCE and not any(
@@ -111,27 +114,27 @@ class Driver:
                     opts.append(("vote", lambda: a.record_vote(
                         round=rnd.number, participant=name,
                         vote=ConvergenceVote(agrees=r % 3 != 0, score=r % 101),
-                        at=c(),
+                        at=c.now(),
                     )))
                 if latest.critique is None and len(names) > 1:
                     target = next(n for n in names if n != name)
                     opts.append(("critique", lambda: a.record_critique(
                         round=rnd.number, participant=name,
                         critique=Critique(target=target, weaknesses=(f"w{r}",), score=r % 101),
-                        at=c(),
+                        at=c.now(),
                     )))
                 if latest.opinion is None:
                     opts.append(("opinion", lambda: a.record_opinion(
                         round=rnd.number, participant=name,
                         opinion=Opinion(stance=list(Stance)[r % 5], concerns=(f"c{r}",)),
-                        at=c(),
+                        at=c.now(),
                     )))
                 opts.append(("parse_failed", lambda: a.record_parse_failure(
-                    round=rnd.number, participant=name, expected="vote", error="bad", at=c(),
+                    round=rnd.number, participant=name, expected="vote", error="bad", at=c.now(),
                 )))
             abst = list(rnd.missing)
             opts.append(("complete_round", lambda: a.complete_round(
-                round=rnd.number, at=c(), abstained=abst[: r % 2],
+                round=rnd.number, at=c.now(), abstained=abst[: r % 2],
             )))
         last = s.last_round
         if (
@@ -146,7 +149,7 @@ class Driver:
                     converged=False, majority_agrees=r % 2 == 0, agree=1, disagree=1,
                     partial=0, threshold=0.85,
                 ),
-                at=c(),
+                at=c.now(),
             )))
         if len(names) > 1:
             self_div = f"d{self.div_counter}"
@@ -163,7 +166,7 @@ class Driver:
                                               stance=Stance.STRONGLY_DISAGREE),
                         ),
                     ),
-                    at=c(),
+                    at=c.now(),
                 )
 
             opts.append(("diverge", detect))
@@ -173,62 +176,63 @@ class Driver:
             status = [DivergenceStatus.ADDRESSED, DivergenceStatus.RESOLVED,
                       DivergenceStatus.WITHDRAWN, DivergenceStatus.OVERRULED][r % 4]
             opts.append(("divergence_change", lambda: a.change_divergence(
-                d.id, status, at=c(), note=f"n{r}", by="alice",
+                d.id, status, at=c.now(), note=f"n{r}", by="alice",
             )))
         if s.status is SessionStatus.PAUSED:
-            opts.append(("resume", lambda: a.resume(at=c(), reason="go on")))
+            opts.append(("resume", lambda: a.resume(at=c.now(), reason="go on")))
             opts.append(("resume", opts[-1][1]))
         else:
-            opts.append(("pause", lambda: a.pause(reason="check", at=c(),
+            opts.append(("pause", lambda: a.pause(reason="check", at=c.now(),
                                                   questions=[f"q{r}?"] if r % 2 else [])))
-        opts.append(("ask", lambda: a.ask([f"why {r}?"], at=c())))
+        opts.append(("ask", lambda: a.ask([f"why {r}?"], at=c.now())))
         opts.append(("human", lambda: a.human_input(
-            author="alice", text=f"h{r}", at=c(), kind=["answer", "note", "steer"][r % 3],
+            author="alice", text=f"h{r}", at=c.now(), kind=["answer", "note", "steer"][r % 3],
         )))
         if rnd is None and s.iteration >= 2:
             steps = 1 + r % min(5, s.iteration - 1)
-            opts.append(("rewind", lambda: a.rewind(steps, at=c())))
+            opts.append(("rewind", lambda: a.rewind(steps, at=c.now())))
         opts.append(("technique", lambda: a.suggest_technique(
             ev.TechniqueSuggested(iteration=s.iteration, technique_slug="5whys",
                                   category="analysis", suggested_reason="weak clarity"),
-            at=c(),
+            at=c.now(),
         )))
         if r % 3 == 1:
 
             def join() -> None:
                 self.joined += 1
-                a.join(make_participants(self.joined)[-1], at=c())
+                a.join(_participant(self.joined - 1), at=c.now())
 
             opts.append(("join", join))
         if r % 13 == 0:
             opts.append(("budget", lambda: a.exhaust_budget(budget="cost", limit=1.0,
-                                                            spent=1.5, at=c())))
+                                                            spent=1.5, at=c.now())))
         if r % 19 == 0:
             status_t = [SessionStatus.CONVERGED, SessionStatus.COMPLETE,
                         SessionStatus.ABORTED, SessionStatus.TIMED_OUT][r % 4]
-            opts.append(("finish", lambda: a.finish(status_t, at=c(), reason="done")))
+            opts.append(("finish", lambda: a.finish(status_t, at=c.now(), reason="done")))
         return opts
 
 
-def _start(_n: int, clock: StepClock) -> Deliberation:
+def _participant(i: int) -> Participant:
+    return Participant(name=f"p{i}", model=f"openai/p{i}")
+
+
+def _start() -> SessionBuilder:
     """Start with no participants, then one join per command: one event per step."""
-    return Deliberation.start(
-        session_id=uuid.uuid4(), topic=Topic(title="Time travel"), config=SessionConfig(),
-        participants=[], at=clock(),
-    )
+    return SessionBuilder().start("Time travel", participants=[])
 
 
 def _check_sequence(path: str, n_participants: int, steps: list[tuple[int, bool]]) -> list[str]:
     """Drive a session through ``steps``, then compare every past state; returns the kinds."""
-    clock = StepClock()
-    agg = _start(n_participants, clock)
+    b = _start()
+    agg, clock = b.aggregate, b.clock
     expected: dict[int, dict[str, Any]] = {1: agg.state.model_dump()}
     times: dict[int, datetime] = {1: agg.state.updated_at}
-    for p in make_participants(n_participants):
-        agg.join(p, at=clock())
+    for p in map(_participant, range(n_participants)):
+        agg.join(p, at=clock.now())
         expected[agg.version] = agg.state.model_dump()
         times[agg.version] = agg.state.updated_at
-    driver = Driver(agg, clock)
+    driver = Driver(b)
     driver.joined = n_participants
     kinds: list[str] = []
     with Ledger(path, snapshot_interval=3) as snap:
@@ -303,16 +307,18 @@ def test_long_seeded_sequences_cover_every_command(tmp_path: Path) -> None:
 
 
 def _three_iterations(ledger: Ledger) -> tuple[Deliberation, dict[int, int]]:
-    clock = StepClock()
-    agg = new_session(2, clock=clock)
+    """Three times: p0 and p1 draft, alice notes, both agree; returns where each ends."""
+    b = SessionBuilder(store=ledger).start("Ledger test topic", participants=["p0", "p1"])
+    everyone = dict.fromkeys(b.names, "an answer")
     ends: dict[int, int] = {}
     for it in (1, 2, 3):
-        run_round(agg, RoundKind.DRAFT, it, clock)
-        agg.human_input(author="alice", text=f"after {it}", at=clock(), kind="note")
-        run_round(agg, RoundKind.CONVERGENCE, it, clock)
-        ends[it] = agg.version
-        ledger.save(agg)
-    return agg, ends
+        b.round(RoundKind.DRAFT, iteration=it, answers=everyone, close=True)
+        b.human(f"after {it}", author="alice", kind="note")
+        b.round(RoundKind.CONVERGENCE, iteration=it, answers=everyone,
+                votes=dict.fromkeys(b.names, True), close=True)
+        ends[it] = b.aggregate.version
+        b.save()
+    return b.aggregate, ends
 
 
 @pytest.mark.parametrize("interval", [0, 3])

@@ -15,12 +15,11 @@ from typing import Any
 import pytest
 
 from forge_ledger.domain import events as ev
-from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.hashing import chain_hash
 from forge_ledger.domain.values import RoundKind
 from forge_ledger.ledger import Ledger, verify_session
+from forge_ledger.testing import SessionBuilder
 from support.store import unpack
-from support.strategies import StepClock, contribute, new_session
 
 V1_DATA: dict[str, Any] = {
     "round": 1,
@@ -60,18 +59,20 @@ def _stored_rows(path: str) -> list[tuple[str, int, str, dict[str, Any]]]:
         con.close()
 
 
-def _session_with_open_round(path: str) -> tuple[Deliberation, StepClock]:
-    clock = StepClock()
-    agg = new_session(2, clock=clock)
-    agg.start_round(kind=RoundKind.DRAFT, iteration=1, participants=["p0", "p1"], at=clock())
+def _session_with_open_round(path: str) -> SessionBuilder:
+    """p0 and p1 are asked for drafts; nobody has answered yet."""
+    b = SessionBuilder().start("Ledger test topic", participants=["p0", "p1"])
+    b.round(RoundKind.DRAFT, iteration=1)
     with Ledger(path, snapshot_interval=0) as ledger:
-        ledger.save(agg)
-    return agg, clock
+        ledger.save(b.aggregate)
+    return b
 
 
-def _write_v1_row(path: str, agg: Deliberation, clock: StepClock) -> int:
+def _write_v1_row(path: str, b: SessionBuilder) -> int:
+    """p0's answer, as a v1 row appended behind the ledger's back; returns its position."""
+    agg = b.aggregate
     position = agg.version + 1
-    at = clock()
+    at = b.clock.now()
     digest = chain_hash(
         session_id=str(agg.id), position=position, type_name="ContributionRecorded",
         timestamp=at, data=V1_DATA, prev_hash=agg.state.head_hash,
@@ -96,8 +97,8 @@ def _write_v1_row(path: str, agg: Deliberation, clock: StepClock) -> int:
 
 def test_hand_written_row_matches_what_the_app_stores(sqlite_url: str) -> None:
     """Guards the fixture: our v1 row has the app's shape, minus class_version and messages."""
-    agg, clock = _session_with_open_round(sqlite_url)
-    contribute(agg, 1, "p1", clock())
+    b = _session_with_open_round(sqlite_url)
+    agg = b.answer("p1", "an answer").aggregate
     with Ledger(sqlite_url, snapshot_interval=0) as ledger:
         ledger.save(agg)
     oid, _, topic, real = _stored_rows(sqlite_url)[-1]
@@ -109,8 +110,9 @@ def test_hand_written_row_matches_what_the_app_stores(sqlite_url: str) -> None:
 
 
 def test_v1_contribution_is_upcast_on_load(sqlite_url: str) -> None:
-    agg, clock = _session_with_open_round(sqlite_url)
-    position = _write_v1_row(sqlite_url, agg, clock)
+    b = _session_with_open_round(sqlite_url)
+    agg = b.aggregate
+    position = _write_v1_row(sqlite_url, b)
     stored = _stored_rows(sqlite_url)[-1][3]
     assert "class_version" not in stored
     assert "messages" not in stored["data"]
@@ -143,13 +145,13 @@ def test_v1_contribution_is_upcast_on_load(sqlite_url: str) -> None:
 
 
 def test_session_continues_after_an_upcast_event(sqlite_url: str) -> None:
-    agg, clock = _session_with_open_round(sqlite_url)
-    position = _write_v1_row(sqlite_url, agg, clock)
+    b = _session_with_open_round(sqlite_url)
+    agg = b.aggregate
+    position = _write_v1_row(sqlite_url, b)
     with Ledger(sqlite_url, snapshot_interval=2, create=False) as ledger:
         loaded = ledger.get(agg.id)
         assert loaded.version == position
-        contribute(loaded, 1, "p1", clock())
-        loaded.complete_round(round=1, at=clock())
+        SessionBuilder.of(loaded, clock=b.clock).answer("p1", "an answer").close_round()
         ledger.save(loaded)
         report = verify_session(ledger, agg.id)
         assert report.ok, report.as_json()

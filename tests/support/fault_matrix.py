@@ -165,8 +165,9 @@ def cell_script(
     return script
 
 
-def cell_participants(url: str) -> list[Participant]:
-    """ada, the only drafter, and bo, the synthesizer."""
+def cell_participants(url: str | None) -> list[Participant]:
+    """ada, the only drafter, and bo, the synthesizer (at ``url``: None for an in-process
+    provider)."""
     roles = {"ada": ParticipantRole.DRAFTER, "bo": ParticipantRole.SYNTHESIZER}
     return [
         Participant(name=n, model=f"openai/{n}", role=r, api_base=url, price=PRICE,

@@ -10,32 +10,39 @@ import uuid
 
 import pytest
 
+from forge_ledger.clock import Clock, FixedStepClock, SequentialIds, UuidIds
 from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.values import RoundKind, SessionStatus
 from forge_ledger.errors import SessionNotFoundError, UsageError
 from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.application import snapshot_due
-from support.strategies import StepClock, new_session, run_round
+from forge_ledger.testing import SessionBuilder
+
+NAMES = ("p0", "p1", "p2")
+TOPIC = "Ledger test topic"
 
 
-def grown_session(ledger: Ledger, clock: StepClock, iterations: int = 2) -> Deliberation:
-    agg = new_session(3, clock=clock)
-    ledger.save(agg)
+def grown_session(
+    ledger: Ledger, *, iterations: int = 2, clock: Clock | None = None,
+) -> Deliberation:
+    """p0, p1 and p2 draft and then all agree, ``iterations`` times, saved round by round as
+    the orchestrator saves (a random id, so a store may hold several)."""
+    b = SessionBuilder(clock=clock or FixedStepClock(), ids=UuidIds(), store=ledger)
+    b.start(TOPIC, participants=NAMES).save()
+    everyone = dict.fromkeys(NAMES, "an answer")
     for it in range(1, iterations + 1):
-        run_round(agg, RoundKind.DRAFT, it, clock)
-        ledger.save(agg)
-        run_round(agg, RoundKind.CONVERGENCE, it, clock)
-        ledger.save(agg)
-    return agg
+        b.round(RoundKind.DRAFT, iteration=it, answers=everyone, close=True).save()
+        b.round(RoundKind.CONVERGENCE, iteration=it, answers=everyone,
+                votes=dict.fromkeys(NAMES, True), close=True).save()
+    return b.aggregate
 
 
 class LedgerContract:
     """Subclass it with a ``Test`` name and a ``store_url`` fixture."""
 
     def test_save_and_get(self, store_url: str) -> None:
-        clock = StepClock()
         with Ledger(store_url) as ledger:
-            agg = grown_session(ledger, clock)
+            agg = grown_session(ledger)
             loaded = ledger.get(agg.id)
             assert loaded.version == agg.version
             assert loaded.state.model_dump() == agg.state.model_dump()
@@ -56,7 +63,9 @@ class LedgerContract:
         b_id = uuid.UUID("aaaa2222-0000-4000-8000-000000000002")
         with Ledger(store_url) as ledger:
             for sid in (a_id, b_id):
-                ledger.save(new_session(2, session_id=sid))
+                SessionBuilder(store=ledger).start(
+                    TOPIC, participants=NAMES[:2], session_id=sid,
+                ).save()
             assert ledger.resolve(str(a_id)) == a_id
             assert ledger.resolve(a_id.hex) == a_id
             assert ledger.resolve(str(a_id).upper()) == a_id
@@ -73,12 +82,13 @@ class LedgerContract:
                 ledger.resolve("  ")
 
     def test_summaries(self, store_url: str) -> None:
-        clock = StepClock()
+        clock = FixedStepClock()
         with Ledger(store_url) as ledger:
-            a = grown_session(ledger, clock, iterations=1)
-            b = new_session(2, clock=clock, title="Second topic")
-            b.finish(SessionStatus.ABORTED, at=clock(), reason="stop")
-            ledger.save(b)
+            a = grown_session(ledger, iterations=1, clock=clock)
+            b = (SessionBuilder(clock=clock, store=ledger)
+                 .start("Second topic", participants=NAMES[:2])
+                 .finish(SessionStatus.ABORTED, reason="stop")
+                 .save().aggregate)
             summaries = {s.id: s for s in ledger.summaries()}
             assert set(summaries) == {str(a.id), str(b.id)}
             sa, sb = summaries[str(a.id)], summaries[str(b.id)]
@@ -90,9 +100,8 @@ class LedgerContract:
             assert ledger.session_ids() == [a.id, b.id]
 
     def test_events_are_ordered_and_decoded(self, store_url: str) -> None:
-        clock = StepClock()
         with Ledger(store_url) as ledger:
-            agg = grown_session(ledger, clock)
+            agg = grown_session(ledger)
             events = list(ledger.events(agg.id))
             assert [e.position for e in events] == list(range(1, agg.version + 1))
             assert events[0].type == "SessionStarted"
@@ -107,16 +116,16 @@ class LedgerContract:
             assert [e.position for e in tail] == [6, 7, 8]
 
     def test_notifications_across_sessions(self, store_url: str) -> None:
-        clock = StepClock()
+        clock, session_ids = FixedStepClock(), SequentialIds()
         with Ledger(store_url) as ledger:
-            a = new_session(2, clock=clock)
-            b = new_session(1, clock=clock)
-            ledger.save(a)
-            ledger.save(b)
-            run_round(a, RoundKind.DRAFT, 1, clock)
-            ledger.save(a)
+            a = SessionBuilder(clock=clock, ids=session_ids, store=ledger)
+            b = SessionBuilder(clock=clock, ids=session_ids, store=ledger)
+            a.start(TOPIC, participants=NAMES[:2]).save()
+            b.start(TOPIC, participants=NAMES[:1]).save()
+            a.round(RoundKind.DRAFT, iteration=1, answers=dict.fromkeys(NAMES[:2], "an answer"),
+                    close=True).save()
             notes = ledger.notifications()
-            expected_total = a.version + b.version
+            expected_total = a.aggregate.version + b.aggregate.version
             assert len(notes) == expected_total
             ids = [n.notification_id for n in notes]
             assert ids == sorted(ids)
@@ -134,11 +143,10 @@ class LedgerContract:
             assert [n.session_id for n in started] == [str(a.id), str(b.id)]
 
     def test_snapshots_are_used_and_state_equal(self, store_url: str) -> None:
-        clock = StepClock()
         with Ledger(store_url, snapshot_interval=4) as snap, Ledger(
             store_url, snapshot_interval=0,
         ) as plain:
-            agg = grown_session(snap, clock, iterations=3)
+            agg = grown_session(snap, iterations=3)
             assert snap.app.snapshots is not None
             assert plain.app.snapshots is None
             snapshots = list(snap.app.snapshots.get(agg.id))
@@ -155,11 +163,10 @@ class LedgerContract:
         """Old snapshots are pruned to the newest plus interval × 2^k, so snapshot storage grows
         linearly with a session (a snapshot per interval would grow with its square); time travel
         still answers the same state at every position."""
-        clock = StepClock()
         with Ledger(store_url, snapshot_interval=3) as snap, Ledger(
             store_url, snapshot_interval=0,
         ) as plain:
-            agg = grown_session(snap, clock, iterations=4)
+            agg = grown_session(snap, iterations=4)
             assert snap.app.snapshots is not None
             versions = sorted(s.originator_version for s in snap.app.snapshots.get(agg.id))
             taken = agg.version // 3
@@ -172,8 +179,7 @@ class LedgerContract:
 
     def test_state_selectors_are_exclusive(self, store_url: str) -> None:
         with Ledger(store_url) as ledger:
-            agg = new_session(2)
-            ledger.save(agg)
+            agg = SessionBuilder(store=ledger).start(TOPIC, participants=NAMES[:2]).save().aggregate
             with pytest.raises(UsageError, match="at most one"):
                 ledger.state(agg.id, at_event=1, at_iteration=1)
             with pytest.raises(UsageError, match="out of range"):

@@ -12,15 +12,36 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import pytest
 
 from forge_ledger.domain.values import ChatMessage, ModelResponse, Participant, Price
-from forge_ledger.providers import Provider, ProviderCall, ProviderCallError
+from forge_ledger.providers import ErrorType, Provider, ProviderCall, ProviderCallError
 
 RATE_LIMITED: Final = "<rate limited>"
 """An outcome standing for one retryable rate-limit failure (HTTP 429)."""
+SERVER_ERROR: Final = "<server error>"
+"""An outcome standing for one provider failure (HTTP 500)."""
+BROKEN_STREAM: Final = "<broken stream>"
+"""An outcome standing for an answer whose stream breaks half-way."""
+FAILURES: Final[dict[str, ErrorType]] = {
+    RATE_LIMITED: "rate_limit", SERVER_ERROR: "server_error", BROKEN_STREAM: "mid_stream",
+}
+"""Each failure outcome and the error type every provider classifies it as."""
+
+
+def fake_server_script(outcomes: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """alice's fake-server rules meeting ``outcomes`` in order, one request each (for the
+    providers that answer by a script: litellm over HTTP, and ScriptedProvider in-process)."""
+    faults = {RATE_LIMITED: "rate_limit", SERVER_ERROR: "server_error",
+              BROKEN_STREAM: "disconnect"}
+    return {"alice": [
+        {"fault": faults[o], "retry_after": 0, "times": 1,
+         "content": "half of this answer arrives before the break"}
+        if o in faults else {"content": o, "times": 1}
+        for o in outcomes
+    ]}
 
 PRICE = Price(input_cost_per_token=1e-6, output_cost_per_token=2e-6, source="user")
 PROMPT = (ChatMessage(role="user", content="Round 1 · draft · iteration 1\nPropose a design."),)
@@ -31,7 +52,7 @@ class ProviderContract:
 
     def provider_answering(self, outcomes: Sequence[str]) -> tuple[Provider, Participant]:
         """A provider whose calls 1, 2, … (attempts 1, 2, … of round 1) meet ``outcomes`` in
-        order (a text, or :data:`RATE_LIMITED`), and the participant (priced :data:`PRICE`)
+        order (a text, or one of :data:`FAILURES`), and the participant (priced :data:`PRICE`)
         those calls are for."""
         raise NotImplementedError
 
@@ -83,6 +104,15 @@ class ProviderContract:
         assert failed.value.error_type == "rate_limit"
         assert failed.value.retryable
         assert self.complete(provider, self.call(who, attempt=2)).content == "after the retry"
+
+    def test_a_server_error_and_a_broken_stream_are_retryable_and_classified(self) -> None:
+        provider, who = self.provider_answering([SERVER_ERROR, BROKEN_STREAM, "after both"])
+        for attempt, outcome in enumerate((SERVER_ERROR, BROKEN_STREAM), start=1):
+            with pytest.raises(ProviderCallError) as failed:
+                self.complete(provider, self.call(who, attempt=attempt))
+            assert failed.value.error_type == FAILURES[outcome]
+            assert failed.value.retryable
+        assert self.complete(provider, self.call(who, attempt=3)).content == "after both"
 
     def test_the_participants_own_price_wins(self) -> None:
         provider, who = self.provider_answering(["hello"])

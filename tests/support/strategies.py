@@ -1,4 +1,6 @@
-"""Hypothesis strategies for forge-ledger's value types and event payloads, plus small builders.
+"""Hypothesis strategies for forge-ledger's value types and event payloads.
+
+Whole sessions are told with :class:`forge_ledger.testing.SessionBuilder`, not built here.
 
 Other test modules reuse these (``from support.strategies import ...``): every value type and every
 event payload has a strategy generating valid instances, so round-trip and fold properties can
@@ -7,14 +9,11 @@ range over the whole catalogue rather than hand-picked examples.
 
 from __future__ import annotations
 
-import uuid
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hypothesis import strategies as st
 
 from forge_ledger.domain import events as ev
-from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.values import (
     PARTICIPANT_NAME_RE,
     ChatMessage,
@@ -41,8 +40,6 @@ from forge_ledger.domain.values import (
     TokenCount,
     Topic,
 )
-
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 # --------------------------------------------------------------------------- primitives
 
@@ -403,92 +400,3 @@ PAYLOAD_STRATEGIES: dict[type[ev.Payload], st.SearchStrategy[Any]] = {
 any_payload = st.sampled_from(sorted(PAYLOAD_STRATEGIES, key=lambda c: c.TYPE)).flatmap(
     lambda cls: PAYLOAD_STRATEGIES[cls],
 )
-
-# --------------------------------------------------------------------------- builders
-
-
-class StepClock:
-    """Deterministic timestamps for tests: T0 + n seconds, one step per call."""
-
-    def __init__(self, start: datetime = T0, step: timedelta = timedelta(seconds=1)) -> None:
-        self.t = start
-        self.step = step
-
-    def __call__(self) -> datetime:
-        t = self.t
-        self.t = t + self.step
-        return t
-
-
-def make_participants(n: int) -> list[Participant]:
-    return [Participant(name=f"p{i}", model=f"openai/scripted-{i}") for i in range(n)]
-
-
-def new_session(
-    n_participants: int = 3,
-    *,
-    clock: StepClock | None = None,
-    session_id: uuid.UUID | None = None,
-    title: str = "Ledger test topic",
-) -> Deliberation:
-    clock = clock or StepClock()
-    return Deliberation.start(
-        session_id=session_id or uuid.uuid4(),
-        topic=Topic(title=title, description="what to decide"),
-        config=SessionConfig(),
-        participants=make_participants(n_participants),
-        at=clock(),
-    )
-
-
-def contribute(
-    agg: Deliberation,
-    round_no: int,
-    participant: str,
-    at: datetime,
-    *,
-    content: str = "an answer",
-    purpose: str = "answer",
-) -> None:
-    msgs = [
-        ChatMessage(role="system", content="You deliberate."),
-        ChatMessage(role="user", content=f"round {round_no} for {participant}"),
-    ]
-    agg.record_contribution(
-        round=round_no,
-        participant=participant,
-        model="openai/scripted",
-        messages=msgs,
-        params=ev.CallParams(temperature=0.2, max_tokens=256),
-        prompt_hash=ev.prompt_hash(msgs),
-        response=ModelResponse(
-            content=content,
-            model="openai/scripted",
-            tokens=TokenCount(input=12, output=34),
-            cost_usd=0.0015,
-            duration_ms=120,
-        ),
-        at=at,
-        purpose=purpose,
-    )
-
-
-def run_round(
-    agg: Deliberation,
-    kind: RoundKind,
-    iteration: int,
-    clock: StepClock,
-    *,
-    who: list[str] | None = None,
-) -> int:
-    """Start a round, let everyone expected contribute (and vote if convergence), complete it."""
-    who = who if who is not None else agg.state.participant_names
-    n = agg.start_round(kind=kind, iteration=iteration, participants=who, at=clock())
-    for name in who:
-        contribute(agg, n, name, clock())
-        if kind is RoundKind.CONVERGENCE:
-            agg.record_vote(
-                round=n, participant=name, vote=ConvergenceVote(agrees=True, score=80), at=clock(),
-            )
-    agg.complete_round(round=n, at=clock())
-    return n

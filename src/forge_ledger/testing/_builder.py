@@ -70,7 +70,15 @@ class SessionStoreLike(Protocol):
 
     def save(self, *aggregates: Deliberation) -> None: ...
 
-    def state(self, session_id: Any, **at: Any) -> SessionState: ...
+    def state(
+        self,
+        session_id: str | uuid.UUID,
+        /,
+        *,
+        at_event: int | None = None,
+        at_iteration: int | None = None,
+        at_time: datetime | None = None,
+    ) -> SessionState: ...
 
 
 class SessionBuilder:
@@ -156,12 +164,15 @@ class SessionBuilder:
         participants: Sequence[str] | None = None,
         targets: Mapping[str, str] | None = None,
         answers: Mapping[str, str] | None = None,
+        votes: Mapping[str, bool | ConvergenceVote] | None = None,
         close: bool = False,
         **options: Any,
     ) -> SessionBuilder:
         """Start a round (of the given participants, else of ``answers``' keys, else everyone).
 
-        ``answers`` records one contribution each; ``close`` completes the round right after.
+        ``answers`` records one contribution each; whoever also has an entry in ``votes``
+        votes right after answering, as the orchestrator records a convergence round (a bool
+        says whether it agrees). ``close`` completes the round right after.
         ``iteration`` defaults to the session's current one (at least 1).
         """
         who = list(participants if participants is not None else answers or self.names)
@@ -175,6 +186,12 @@ class SessionBuilder:
         )
         for name, text in (answers or {}).items():
             self.answer(name, text)
+            if votes is not None and name in votes:
+                vote = votes[name]
+                if isinstance(vote, ConvergenceVote):
+                    self.vote(name, vote)
+                else:
+                    self.vote(name, agrees=vote)
         if close:
             self.close_round()
         return self

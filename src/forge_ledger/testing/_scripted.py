@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ..domain.values import ModelResponse, Participant, Price, TokenCount
-from ..providers import ProviderCall, ProviderCallError, cost_of, stop_reason_for
-from ._script import Script, ScriptError, load_script, pick_rule
+from ..providers import ErrorType, ProviderCall, ProviderCallError, cost_of, stop_reason_for
+from ._script import Fault, ReplyRule, Script, ScriptError, load_script, pick_rule
 from ._server import split_chunks, word_count
 
 __all__ = ["ScriptedAnswer", "ScriptedProvider"]
@@ -52,8 +52,11 @@ class ScriptedProvider:
     def from_script(cls, source: Script | Mapping[str, Any] | str | Path,
                     **options: Any) -> ScriptedProvider:
         """A provider answering as :class:`FakeOpenAIServer` would with the same script (the
-        rule matching the last user message, ``times`` counted), without HTTP. A rule with a
-        ``fault`` is refused: faults are the HTTP server's subject."""
+        rule matching the last user message, ``times`` counted), without HTTP. A rule's
+        ``rate_limit``, ``server_error``, ``unavailable`` or ``disconnect`` fault raises the
+        :class:`ProviderCallError` the real provider classifies it as (a disconnect keeps the
+        first half of the content as its partial text); the wire's own faults (a hang, a
+        stall, a malformed chunk, …) are refused: they need the HTTP server."""
         return cls(script=load_script(source), **options)
 
     def enqueue(self, answers: Iterable[ScriptedAnswer], *,
@@ -111,10 +114,7 @@ class ScriptedProvider:
             )
         rule = picked[1]
         if rule.fault is not None:
-            raise ScriptError(
-                f"fault {rule.fault.value!r} needs the HTTP server",
-                hint="use FakeOpenAIServer for tests whose subject is a provider fault",
-            )
+            raise _fault_error(call, rule)
         return self._respond(call, rule.content, rule.finish_reason)
 
     def _respond(self, call: ProviderCall, text: str,
@@ -132,3 +132,37 @@ class ScriptedProvider:
             stop_reason=stop_reason_for(finish_reason),
             finish_reason=finish_reason,
         )
+
+
+_IN_PROCESS: dict[Fault, tuple[ErrorType, int | None]] = {
+    Fault.RATE_LIMIT: ("rate_limit", 429),
+    Fault.SERVER_ERROR: ("server_error", 500),
+    Fault.UNAVAILABLE: ("server_error", 503),
+    Fault.DISCONNECT: ("mid_stream", None),
+}
+"""The faults with a meaning apart from the wire: the error the real provider classifies each
+as (the provider contract checks both agree) and the HTTP status it carries."""
+
+
+def _fault_error(call: ProviderCall, rule: ReplyRule) -> ProviderCallError:
+    """The error a script's fault stands for in-process; the wire's own faults (a hang, a stall,
+    a malformed chunk, …) need the HTTP server."""
+    assert rule.fault is not None
+    known = _IN_PROCESS.get(rule.fault)
+    if known is None:
+        raise ScriptError(
+            f"fault {rule.fault.value!r} needs the HTTP server",
+            hint="use FakeOpenAIServer for tests whose subject is the wire",
+        )
+    kind, status = known
+    who = f"{call.participant.name} ({call.participant.model})"
+    if kind == "mid_stream":
+        pieces = split_chunks(rule.content)
+        partial = "".join(pieces[: max(1, len(pieces) // 2)] if pieces else [])
+        return ProviderCallError(kind, f"{who}: the stream broke after {len(partial)} characters",
+                                 partial_text=partial, model=call.participant.model)
+    return ProviderCallError(
+        kind, rule.error_message or f"{who}: scripted HTTP {status}",
+        retry_after_secs=rule.retry_after if rule.fault is Fault.RATE_LIMIT else None,
+        status_code=status, model=call.participant.model,
+    )
