@@ -10,6 +10,7 @@ calls too.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -105,10 +106,19 @@ class SessionView:
         return any(line.unpriced for r in self.rounds for line in r.lines)
 
 
+_LINE_BREAK = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+"""What ``str.splitlines`` breaks lines at."""
+
+
 def preview(text: str, width: int = PREVIEW_CHARS) -> str:
-    """The first non-empty line of ``text``, whitespace-collapsed and cut to ``width``."""
-    first = next((ln for ln in text.splitlines() if ln.strip()), "")
-    return clip(first, width)
+    """The first non-empty line of ``text``, whitespace-collapsed and cut to ``width``.
+
+    Found from the first non-blank character to the next line break, without splitting the
+    whole answer into lines: the projection makes a preview for every recorded answer.
+    """
+    start = len(text) - len(text.lstrip())
+    end = _LINE_BREAK.search(text, start)
+    return clip(text[start : end.start() if end is not None else len(text)], width)
 
 
 def _preview_of(state: SessionState, c: ContributionState) -> str:

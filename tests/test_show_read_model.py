@@ -29,6 +29,7 @@ import forge_ledger.cli.read as read_cli
 from forge_ledger.cli import cli
 from forge_ledger.cli._common import out_console
 from forge_ledger.clock import FixedStepClock
+from forge_ledger.domain.text import clip
 from forge_ledger.domain.values import (
     ModelResponse,
     Participant,
@@ -41,6 +42,7 @@ from forge_ledger.domain.values import (
 from forge_ledger.ledger import Ledger
 from forge_ledger.projections import ReadModelProjection, catch_up, open_views
 from forge_ledger.projections.migrations import MIGRATIONS
+from forge_ledger.projections.session_view import preview
 from forge_ledger.testing import SessionBuilder
 from support.random_sessions import build_ledger
 from support.store import raw_connection
@@ -329,3 +331,18 @@ def test_json_and_time_travel_read_the_ledger(
     assert show(path, ids[0], "--json")[0] == 0
     assert show(path, ids[0], "--at-event", "2")[0] == 0
     assert taken == []
+
+
+# --------------------------------------------------------------------------- the preview rule
+
+_LINE_TEXT = st.text(st.sampled_from(list(
+    "ab \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\u2028\u2029\xa0\u3000")), max_size=40)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=_LINE_TEXT | st.text(max_size=40), width=st.integers(min_value=1, max_value=20))
+def test_preview_is_the_first_non_empty_line_clipped(text: str, width: int) -> None:
+    """The preview searches for the first line without splitting the whole text; it must
+    give what the plain rule gives, whatever the line breaks and blanks."""
+    first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    assert preview(text, width) == clip(first, width)
