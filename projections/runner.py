@@ -458,6 +458,8 @@ def _read_if_current(
     except sqlite3.Error:
         return None
     try:
+        # one snapshot for the check and the reads: a runner may commit in between
+        conn.execute("BEGIN")
         if not _is_current(conn, head, marks):
             return None
         return query(conn)

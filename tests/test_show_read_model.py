@@ -99,7 +99,7 @@ def _fork_continued(ledger: Ledger, clock: FixedStepClock, parent_id: str) -> st
     return str(child.id)
 
 
-def _build(path: Path, seed: int) -> list[str]:
+def _build(path: Path | str, seed: int) -> list[str]:
     clock = FixedStepClock(step=timedelta(seconds=2))
     with Ledger(str(path)) as ledger:
         ids = build_ledger(ledger, seed, 3)
@@ -111,7 +111,7 @@ def _build(path: Path, seed: int) -> list[str]:
     return ids
 
 
-def _update(path: Path) -> None:
+def _update(path: Path | str) -> None:
     with Ledger(str(path), create=False) as ledger:
         db = open_views(ledger.location.read_model_path)
         try:
@@ -143,7 +143,7 @@ def taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return seen
 
 
-def show(path: Path, sid: str, *extra: str) -> tuple[int, str]:
+def show(path: Path | str, sid: str, *extra: str) -> tuple[int, str]:
     result = CliRunner().invoke(cli, ["show", sid, "--store", str(path), *extra],
                                 catch_exceptions=False)
     return result.exit_code, result.stdout
@@ -200,6 +200,17 @@ def test_the_read_model_path_is_the_one_taken(tmp_path: Path, taken: list[bool])
     assert code == 0
     assert "from the read model" in text
     assert taken == [True]
+
+
+@pytest.mark.postgres
+def test_show_from_the_read_model_on_postgresql(pg_url: str, taken: list[bool]) -> None:
+    """The read model of a PostgreSQL store (a SQLite file under the forge-ledger home)."""
+    ids = _build(pg_url, 2)
+    expected = {sid: show(pg_url, sid) for sid in ids}
+    _update(pg_url)
+    taken.clear()
+    assert {sid: show(pg_url, sid) for sid in ids} == expected
+    assert taken == [True] * len(ids)
 
 
 # --------------------------------------------------------------------------- falling back
@@ -297,6 +308,24 @@ def test_a_damaged_read_model_is_not_read(
     for sid in ids:
         assert show(path, sid) == (0, expected[sid])
     assert taken == [False] * len(ids)
+
+
+def test_a_locked_read_model_is_not_waited_for(
+    current: tuple[Path, list[str], dict[str, str]], taken: list[bool],
+) -> None:
+    """Another process holds the file exclusively: ``show`` gives up on it within its short
+    timeout and prints from the ledger."""
+    path, ids, expected = current
+    holder = sqlite3.connect(_views(path))
+    try:
+        holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+        holder.execute("BEGIN EXCLUSIVE")
+        assert show(path, ids[0]) == (0, expected[ids[0]])
+    finally:
+        holder.close()
+    assert taken == [False]
+    assert show(path, ids[0]) == (0, expected[ids[0]])
+    assert taken == [False, True]
 
 
 def test_a_broken_chain_is_shown_from_the_ledger(
