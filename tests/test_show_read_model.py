@@ -12,6 +12,7 @@ of an older schema or damaged is not read.
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 import uuid
 from datetime import timedelta
@@ -46,6 +47,8 @@ from forge_ledger.projections.session_view import preview
 from forge_ledger.testing import SessionBuilder
 from support.random_sessions import build_ledger
 from support.store import raw_connection
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 # --------------------------------------------------------------------------- stores
 
@@ -200,6 +203,24 @@ def test_the_read_model_path_is_the_one_taken(tmp_path: Path, taken: list[bool])
     assert code == 0
     assert "from the read model" in text
     assert taken == [True]
+
+
+def test_the_first_format_store_and_an_imported_session(tmp_path: Path, taken: list[bool]) -> None:
+    """Sessions written in the first event format (texts inline) and one imported from a
+    v1.0 YAML file (no rounds; its EMS the file's) print the same from the read model."""
+    path = tmp_path / "store.sqlite"
+    shutil.copyfile(FIXTURES / "store-v1.sqlite", path)
+    imported = CliRunner().invoke(
+        cli, ["import", str(FIXTURES / "v1_0_session.yaml"), "--store", str(path)])
+    assert imported.exit_code == 0, imported.output
+    with Ledger(str(path), create=False) as ledger:
+        ids = [str(s) for s in ledger.session_ids()]
+    assert len(ids) == 5
+    expected = {sid: show(path, sid) for sid in ids}
+    _update(path)
+    taken.clear()
+    assert {sid: show(path, sid) for sid in ids} == expected
+    assert taken == [True] * len(ids)
 
 
 @pytest.mark.postgres
