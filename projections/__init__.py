@@ -2,7 +2,7 @@
 
 - :mod:`.runner` pulls the notification log and commits view rows with tracking positions;
 - :mod:`.session_state`, :mod:`.dissent`, :mod:`.consensus`, :mod:`.read_model` are the folds;
-- :mod:`.session_view` is what ``show`` prints, from a state or from the read model;
+- :mod:`.show_view` is what ``show`` prints, from a state or from the read model;
 - :mod:`.migrations` holds the read-model schema; ``datasette.yaml`` its canned queries.
 """
 
@@ -25,7 +25,7 @@ from .runner import (
     store_head,
 )
 from .session_state import SessionStateProjection, apply_event, fold_events
-from .session_view import SessionView, session_ems, session_view
+from .show_view import SessionView, session_ems, session_view
 
 __all__ = [
     "DEFAULT_PROJECTIONS",

@@ -19,7 +19,7 @@ from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
 
 from .base import EventLike, Op, Patch, Projection, Put
-from .session_view import (
+from .show_view import (
     contribution_line,
     convergence_json,
     dissent_json,

@@ -36,7 +36,7 @@ from .dissent import DissentProjection
 from .migrations import migrate
 from .read_model import ReadModelProjection
 from .session_state import SessionStateProjection, apply_event
-from .session_view import (
+from .show_view import (
     ContributionLine,
     RoundView,
     SessionView,

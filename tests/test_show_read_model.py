@@ -43,7 +43,7 @@ from forge_ledger.domain.values import (
 from forge_ledger.ledger import Ledger
 from forge_ledger.projections import ReadModelProjection, catch_up, open_views
 from forge_ledger.projections.migrations import MIGRATIONS
-from forge_ledger.projections.session_view import preview
+from forge_ledger.projections.show_view import preview
 from forge_ledger.testing import SessionBuilder
 from support.random_sessions import build_ledger
 from support.store import raw_connection

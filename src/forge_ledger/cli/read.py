@@ -38,7 +38,7 @@ from ..projections import (
     session_view,
     store_head,
 )
-from ..projections.session_view import preview as _preview
+from ..projections.show_view import preview as _preview
 from . import cli
 from ._common import (
     HMAC_KEY_ENV,
