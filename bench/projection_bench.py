@@ -14,6 +14,11 @@ Builds ledgers of ~10k and ~100k events (``--quick``: ~2k and ~5k) through the r
 - ``sessions_listing``: listing 1,000 sessions (``--quick``: 100) from the read model's summary
   rows, as ``forge-ledger sessions`` does when the projections are current, against loading
   every session's state from the ledger (goal <= 0.5 s).
+- ``show``: ``forge-ledger show`` (in-process, the human view) on one session of 1,000 rounds
+  (``--quick``: 200) from the read model against from the ledger (the read model moved
+  aside), the outputs compared; ``view_*`` time only what differs, reading the session's rows
+  against loading and folding its state (both paths also verify the session's hash chain
+  and render every round).
 - ``follow_latency`` (PostgreSQL, ``--no-pg`` skips it): from another process's commit to a
   follower having applied it, woken by LISTEN/NOTIFY against polling every second (the
   default ``--interval``), in the same run (goal <= 50 ms median).
@@ -50,7 +55,13 @@ from forge_ledger.domain.values import (
     Topic,
 )
 from forge_ledger.ledger import Ledger
-from forge_ledger.projections import ProjectionRunner, current_summaries, open_views
+from forge_ledger.projections import (
+    ProjectionRunner,
+    current_session_view,
+    current_summaries,
+    open_views,
+    session_view,
+)
 
 REBUILD_RATIO_GOAL = 0.5
 PARAMS = ev.CallParams(temperature=0.2, max_tokens=512)
@@ -68,14 +79,16 @@ def _contribute(agg: Deliberation, clock: FixedStepClock, number: int, name: str
     )
 
 
-def _session(clock: FixedStepClock, i: int, events: int) -> Deliberation:
+def _session(clock: FixedStepClock, i: int, events: int, rounds: int | None = None,
+             ) -> Deliberation:
+    """A session of draft and vote rounds, up to ``events`` events (or ``rounds`` rounds)."""
     agg = Deliberation.start(
         session_id=uuid.uuid5(uuid.NAMESPACE_URL, f"bench-{i}"), topic=Topic(title=f"t{i}"),
         config=SessionConfig(max_rounds=10_000),
         participants=[Participant(name=n, model=f"openai/{n}") for n in NAMES], at=clock.now(),
     )
     it = 1
-    while agg.version < events:
+    while agg.version < events and (rounds is None or len(agg.state.rounds) < rounds):
         for kind in (RoundKind.DRAFT, RoundKind.CONVERGENCE):
             number = agg.start_round(kind=kind, iteration=it, participants=NAMES,
                                      at=clock.now())
@@ -207,6 +220,59 @@ def measure_listing(tmp: Path, sessions: int, batch: int) -> dict[str, Any]:
     }
 
 
+def _median_s(run: Any, times: int = 3) -> tuple[float, Any]:
+    """Median wall time of ``times`` calls of ``run`` and its last result."""
+    took, result = [], None
+    for _ in range(times):
+        t0 = time.perf_counter()
+        result = run()
+        took.append(time.perf_counter() - t0)
+    return statistics.median(took), result
+
+
+def measure_show(tmp: Path, rounds: int, batch: int) -> dict[str, Any]:
+    """``show`` on a session of ``rounds`` rounds: from the read model (current) against from
+    the ledger (the read model moved aside), on the same store in the same run."""
+    from click.testing import CliRunner
+
+    from forge_ledger.cli import cli
+
+    path = tmp / f"show-{rounds}.sqlite"
+    clock = FixedStepClock(step=timedelta(milliseconds=10))
+    with Ledger(str(path), snapshot_interval=100) as ledger:
+        agg = _session(clock, 0, 10**9, rounds=rounds)
+        ledger.save(agg)
+        views = ledger.location.read_model_path
+        db = open_views(views)
+        ProjectionRunner(ledger, db).catch_up(batch_size=batch)
+        db.close()
+        sid = agg.id
+        view_rm_s, from_rows = _median_s(lambda: current_session_view(ledger, views, sid))
+        view_ledger_s, from_state = _median_s(lambda: session_view(ledger.state(sid)))
+        assert from_rows is not None
+        assert from_rows == from_state
+        events = ledger.max_notification_id()
+
+    def show() -> str:
+        result = CliRunner().invoke(cli, ["show", str(sid), "--store", str(path)])
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    read_model_s, printed = _median_s(show)
+    views.rename(views.with_name(views.name + ".aside"))
+    ledger_s, expected = _median_s(show)
+    assert printed == expected
+    return {
+        "rounds": rounds,
+        "events": events,
+        "read_model_s": round(read_model_s, 4),
+        "ledger_s": round(ledger_s, 4),
+        "speedup": round(ledger_s / read_model_s, 2),
+        "view_read_model_s": round(view_rm_s, 4),
+        "view_ledger_s": round(view_ledger_s, 4),
+    }
+
+
 _WRITER = """
 import sys, time, uuid
 from datetime import timedelta
@@ -322,6 +388,9 @@ def main(argv: list[str] | None = None) -> None:
         n_sessions = args.sessions or (100 if args.quick else 1000)
         print(f"listing {n_sessions} sessions", file=sys.stderr)
         listing = measure_listing(Path(d), n_sessions, args.batch_size)
+        show_rounds = 200 if args.quick else 1000
+        print(f"show on a session of {show_rounds} rounds", file=sys.stderr)
+        shown = measure_show(Path(d), show_rounds, args.batch_size)
         follow = None
         if not args.no_pg:
             print("follow latency on PostgreSQL: NOTIFY vs polling", file=sys.stderr)
@@ -334,6 +403,7 @@ def main(argv: list[str] | None = None) -> None:
         "batch_size": args.batch_size,
         "sizes": results,
         "sessions_listing": listing,
+        "show": shown,
         "follow_latency": follow,
         "goals": {
             "ratio_min": REBUILD_RATIO_GOAL, "ratio_ok": worst >= REBUILD_RATIO_GOAL,

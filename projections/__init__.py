@@ -2,6 +2,7 @@
 
 - :mod:`.runner` pulls the notification log and commits view rows with tracking positions;
 - :mod:`.session_state`, :mod:`.dissent`, :mod:`.consensus`, :mod:`.read_model` are the folds;
+- :mod:`.show_view` is what ``show`` prints, from a state or from the read model;
 - :mod:`.migrations` holds the read-model schema; ``datasette.yaml`` its canned queries.
 """
 
@@ -15,13 +16,16 @@ from .runner import (
     ProjectionRunner,
     ProjectionStatus,
     catch_up,
+    current_session_view,
     current_summaries,
     default_projections,
     open_views,
     rebuild,
     status,
+    store_head,
 )
 from .session_state import SessionStateProjection, apply_event, fold_events
+from .show_view import SessionView, session_ems, session_view
 
 __all__ = [
     "DEFAULT_PROJECTIONS",
@@ -38,17 +42,22 @@ __all__ = [
     "Put",
     "ReadModelProjection",
     "SessionStateProjection",
+    "SessionView",
     "TrailRound",
     "TrailVote",
     "apply_event",
     "catch_up",
     "consensus_trail",
+    "current_session_view",
     "current_summaries",
     "default_projections",
     "dissent_log",
     "fold_events",
     "open_views",
     "rebuild",
+    "session_ems",
+    "session_view",
     "status",
+    "store_head",
     "trail_round",
 ]

@@ -239,6 +239,30 @@ def m004_session_summary(db: Database) -> None:
     _table(db, "session_states", SESSION_SUMMARY_COLUMNS, fks=[("id", "sessions", "id")])
 
 
+SHOW_SESSION_COLUMNS: dict[str, Any] = {
+    "ems": int, "convergence_json": str, "open_dissent_json": str,
+}
+"""What ``show`` prints of a session beyond its summary (``read_model`` version 2 fills them)."""
+
+ROUND_LINES_COLUMNS: dict[str, Any] = {
+    "id": str, "session_id": str, "round_id": str, "round": int, "idx": int,
+    "participant": str, "tokens": int, "preview": str, "failed": int, "unpriced": int,
+}
+TABLE_KEYS["round_lines"] = "id"
+
+
+@MIGRATIONS(name="m005_show")
+def m005_show(db: Database) -> None:
+    """What ``show`` prints, so it can read a session here: the session's EMS, latest
+    convergence and open dissent, and one line per contribution of each round
+    (``round_lines``, a fork's inherited rounds included)."""
+    for name, kind in SHOW_SESSION_COLUMNS.items():
+        db["sessions"].add_column(name, kind)  # type: ignore[union-attr]
+    _table(db, "round_lines", ROUND_LINES_COLUMNS,
+           fks=[("session_id", "sessions", "id"), ("round_id", "rounds", "id")],
+           indexes=(("session_id", "round", "idx"),))
+
+
 def migrate(db: Database) -> None:
     """Apply every pending migration (idempotent)."""
     MIGRATIONS.apply(db)

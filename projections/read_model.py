@@ -1,10 +1,12 @@
 """The read model for Datasette: sessions, participants, rounds, contributions and their
-parsed outputs (critiques, suggestions, votes) and the cost of every call.
+parsed outputs (critiques, suggestions, votes) and the cost of every call; and what ``show``
+prints of a session (``round_lines`` and the ``sessions`` row's EMS, latest convergence and
+open dissent), so ``show`` reads one session's rows instead of folding its events.
 
 Row ids are derived from the events (``session:number`` for rounds, ``session:position`` for
 contributions and calls, ``session:name`` for participants), so the same events always give
-the same rows and foreign keys need no lookups. Contribution texts are searchable (FTS5,
-kept in sync by triggers; see :mod:`.migrations`).
+the same rows and foreign keys need no lookups (a round's lines are ``session:number:index``).
+Contribution texts are searchable (FTS5, kept in sync by triggers; see :mod:`.migrations`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,13 @@ from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
 
 from .base import EventLike, Op, Patch, Projection, Put
+from .show_view import (
+    contribution_line,
+    convergence_json,
+    dissent_json,
+    dissent_rows,
+    session_ems,
+)
 
 __all__ = ["ReadModelProjection"]
 
@@ -42,6 +51,35 @@ def _round_row(sid: str, r: RoundState) -> Put:
     })
 
 
+def _line_row(sid: str, state: SessionState, r: RoundState, idx: int) -> Put:
+    """The ``round_lines`` row of ``r``'s contribution number ``idx`` (from 0), as ``show``
+    lists it."""
+    line = contribution_line(state, r.contributions[idx])
+    return Put("round_lines", {
+        "id": f"{sid}:{r.number}:{idx}",
+        "session_id": sid,
+        "round_id": f"{sid}:{r.number}",
+        "round": r.number,
+        "idx": idx,
+        "participant": line.participant,
+        "tokens": line.tokens,
+        "preview": line.preview,
+        "failed": int(line.failed),
+        "unpriced": int(line.unpriced),
+    })
+
+
+def _line_of(sid: str, state: SessionState, round_no: int, name: str) -> list[Op]:
+    """The line of ``name``'s latest contribution in round ``round_no`` (a critique, an opinion,
+    a vote or a parse failure was just recorded on it)."""
+    r = state.round(round_no)
+    c = r.contribution_of(name) if r is not None else None
+    if r is None or c is None:
+        return []
+    idx = next(i for i in range(len(r.contributions) - 1, -1, -1) if r.contributions[i] is c)
+    return [_line_row(sid, state, r, idx)]
+
+
 def _session_row(s: SessionState) -> Put:
     return Put("sessions", {
         "id": s.id,
@@ -64,17 +102,25 @@ def _session_row(s: SessionState) -> Put:
         "head_hash": s.head_hash,
         "created_at": s.created_at.isoformat(),
         "updated_at": s.updated_at.isoformat(),
+        "ems": session_ems(s),
+        "convergence_json": canonical_json(convergence_json(s)),
+        "open_dissent_json": canonical_json(dissent_json(dissent_rows(s))),
     })
 
 
 class ReadModelProjection(Projection):
-    """Tables ``sessions`` … ``costs`` (see the module docstring)."""
+    """Tables ``sessions`` … ``costs`` and ``round_lines`` (see the module docstring).
+
+    Version 2 added what ``show`` prints (the EMS, the latest convergence, the open dissent,
+    one line per contribution) and writes a fork's inherited rounds, so ``show`` can read a
+    session from here when the read model is current.
+    """
 
     name = "read_model"
-    version = 1
+    version = 2
     tables = (
         "sessions", "participants", "rounds", "contributions", "critiques", "suggestions",
-        "votes", "costs",
+        "votes", "costs", "round_lines",
     )
 
     def apply(self, event: EventLike, payload: Payload, state: SessionState) -> Sequence[Op]:
@@ -98,22 +144,34 @@ class ReadModelProjection(Projection):
         p = payload.participant
         return [Patch("participants", f"{event.session_id}:{p.name}", {
             "model": p.model,
+            "role": p.role.value,
             "provider": p.provider.value,
             "participant_json": canonical_json(p.model_dump(mode="json")),
         })]
 
     def on_forked(self, event: EventLike, _payload: Payload, state: SessionState) -> list[Op]:
+        """The fork's participants, and the rounds it carries over from its parent."""
         sid, pos = event.session_id, event.position
-        return [self._participant(sid, state, p.name, pos) for p in state.participants]
+        out: list[Op] = [self._participant(sid, state, p.name, pos) for p in state.participants]
+        for r in state.rounds:
+            out.append(_round_row(sid, r))
+            out.extend(_line_row(sid, state, r, i) for i in range(len(r.contributions)))
+        return out
 
     def on_round(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
-        if isinstance(payload, ev.RoundStarted | ev.RoundCompleted):
-            number = payload.number
-        else:
-            assert isinstance(payload, ev.ParseFailed)
-            number = payload.round
-        r = state.round(number)
+        assert isinstance(payload, ev.RoundStarted | ev.RoundCompleted)
+        r = state.round(payload.number)
         return [_round_row(event.session_id, r)] if r is not None else []
+
+    def on_parse_failed(
+        self, event: EventLike, payload: Payload, state: SessionState
+    ) -> list[Op]:
+        assert isinstance(payload, ev.ParseFailed)
+        sid = event.session_id
+        r = state.round(payload.round)
+        if r is None:
+            return []
+        return [_round_row(sid, r), *_line_of(sid, state, payload.round, payload.participant)]
 
     def on_rewound(self, event: EventLike, _payload: Payload, state: SessionState) -> list[Op]:
         return [_round_row(event.session_id, r) for r in state.rounds]
@@ -123,11 +181,15 @@ class ReadModelProjection(Projection):
         return [_round_row(event.session_id, last)] if last is not None else []
 
     def on_contribution(
-        self, event: EventLike, payload: Payload, _state: SessionState
+        self, event: EventLike, payload: Payload, state: SessionState
     ) -> list[Op]:
         assert isinstance(payload, ev.ContributionRecorded)
-        return self._contribution(event.session_id, event.position,
-                                  event.timestamp.isoformat(), payload)
+        sid = event.session_id
+        out = self._contribution(sid, event.position, event.timestamp.isoformat(), payload)
+        r = state.round(payload.round)
+        if r is not None and r.contributions:  # the fold appended it
+            out.append(_line_row(sid, state, r, len(r.contributions) - 1))
+        return out
 
     def on_failure(self, event: EventLike, payload: Payload, _state: SessionState) -> list[Op]:
         assert isinstance(payload, ev.ProviderCallFailed)
@@ -153,7 +215,13 @@ class ReadModelProjection(Projection):
 
     def on_critique(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
         assert isinstance(payload, ev.CritiqueRecorded)
-        return self._critique(event.session_id, event.position, state, payload)
+        sid = event.session_id
+        return [*self._critique(sid, event.position, state, payload),
+                *_line_of(sid, state, payload.round, payload.participant)]
+
+    def on_opinion(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
+        assert isinstance(payload, ev.OpinionRecorded)
+        return _line_of(event.session_id, state, payload.round, payload.participant)
 
     def on_vote(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
         assert isinstance(payload, ev.VoteRecorded)
@@ -174,7 +242,7 @@ class ReadModelProjection(Projection):
             "concerns_json": canonical_json(list(v.concerns)),
             "reasoning": v.reasoning,
             "position": event.position,
-        })]
+        }), *_line_of(sid, state, payload.round, payload.participant)]
 
     def on_other(self, _event: EventLike, _payload: Payload, _state: SessionState) -> list[Op]:
         return []
@@ -291,7 +359,7 @@ _BY_CLASS: tuple[tuple[type[Any], _Handler], ...] = (
     (ev.SessionForked, ReadModelProjection.on_forked),
     (ev.RoundStarted, ReadModelProjection.on_round),
     (ev.RoundCompleted, ReadModelProjection.on_round),
-    (ev.ParseFailed, ReadModelProjection.on_round),
+    (ev.ParseFailed, ReadModelProjection.on_parse_failed),
     (ev.SessionRewound, ReadModelProjection.on_rewound),
     (ev.SessionConverged, ReadModelProjection.on_terminal),
     (ev.SessionCompleted, ReadModelProjection.on_terminal),
@@ -300,6 +368,7 @@ _BY_CLASS: tuple[tuple[type[Any], _Handler], ...] = (
     (ev.ContributionRecorded, ReadModelProjection.on_contribution),
     (ev.ProviderCallFailed, ReadModelProjection.on_failure),
     (ev.CritiqueRecorded, ReadModelProjection.on_critique),
+    (ev.OpinionRecorded, ReadModelProjection.on_opinion),
     (ev.VoteRecorded, ReadModelProjection.on_vote),
 )
 

@@ -160,8 +160,8 @@ def test_crash_mid_batch_applies_nothing_and_the_next_run_completes_exactly_once
         assert canonical_dump(path) == canonical_dump(full)
 
 
-class _ReadModelV2(ReadModelProjection):
-    version = 2
+class _ReadModelBumped(ReadModelProjection):
+    version = ReadModelProjection.version + 1
 
 
 def test_version_bump_rebuilds_from_zero(tmp_path: Path) -> None:
@@ -176,16 +176,17 @@ def test_version_bump_rebuilds_from_zero(tmp_path: Path) -> None:
         db.execute("UPDATE contributions SET content = 'tampered'")
         db.conn.commit()
         others = [p for p in DEFAULT_PROJECTIONS if p.name != "read_model"]
-        runner = ProjectionRunner(ledger, db, [_ReadModelV2(), *others])
+        runner = ProjectionRunner(ledger, db, [_ReadModelBumped(), *others])
         st_ = {s.name: s for s in runner.status()}
-        assert st_["read_model"].stored_version == 1
+        assert st_["read_model"].stored_version == ReadModelProjection.version
         assert st_["read_model"].lag == head
         assert st_["dissent"].lag == 0
         assert runner.catch_up() == head
         db.close()
         assert canonical_dump(path) == reference
         con = sqlite3.connect(path)
-        assert dict(con.execute("SELECT name, version FROM _projections"))["read_model"] == 2
+        versions = dict(con.execute("SELECT name, version FROM _projections"))
+        assert versions["read_model"] == _ReadModelBumped.version
         con.close()
 
 

@@ -29,6 +29,11 @@ def test_quick_bench_prints_one_json_document() -> None:
     assert listing["sessions"] == 100
     assert listing["read_model_s"] > 0
     assert listing["ledger_s"] > 0
+    shown = doc["show"]
+    assert shown["rounds"] == 200
+    assert shown["events"] > shown["rounds"]
+    for key in ("read_model_s", "ledger_s", "view_read_model_s", "view_ledger_s"):
+        assert shown[key] > 0
     assert len(doc["sizes"]) == 2
     for size, figures in doc["sizes"].items():
         assert figures["events"] >= int(size)

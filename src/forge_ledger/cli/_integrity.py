@@ -17,7 +17,7 @@ import click
 from ..errors import ChainBrokenError
 from ..ledger import Ledger, verify_session
 
-__all__ = ["check_chain", "found_chain_break", "raise_chain_break"]
+__all__ = ["chain_broken", "check_chain", "found_chain_break", "raise_chain_break"]
 
 _KEY = "forge_ledger.chain_breaks"
 _found: list[ChainBrokenError] = []
@@ -38,6 +38,13 @@ def check_chain(ledger: Ledger, session: str | UUID) -> UUID:
         if ctx is not None:
             ctx.meta.setdefault(_KEY, []).append(error)
     return sid
+
+
+def chain_broken() -> bool:
+    """Whether a chain this command checked does not verify: it then prints the events as
+    stored, never a view derived from them before they were altered (the read model)."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get(_KEY))
 
 
 def found_chain_break() -> ChainBrokenError | None:

@@ -4,8 +4,9 @@ These commands only read the ledger (opened with ``create=False``, so a mistyped
 never leaves an empty database behind) and never import litellm: they must stay fast and work
 on machines without provider credentials. Everything printed is a projection of stored events:
 ``show`` folds them into :class:`~forge_ledger.domain.state.SessionState` (optionally as of an
-earlier event, iteration or time), ``log`` prints them as stored, ``verify`` recomputes the
-hash chain.
+earlier event, iteration or time) or, for the present, reads the read model's rows when it is
+current (the same :class:`~forge_ledger.projections.SessionView` either way), ``log`` prints
+them as stored, ``verify`` recomputes the hash chain.
 
 The JSON documents built here (:func:`session_summary_json`, :func:`session_json`, and
 each event's :meth:`~forge_ledger.ledger.RecordedEvent.as_json` for ``log --json``) are the
@@ -25,19 +26,24 @@ from rich.text import Text
 
 from ..domain import events as ev
 from ..domain.state import ContributionState, DivergenceState, RoundState, SessionState
-from ..domain.text import clip
-from ..engine.ems import ems_score
 from ..errors import ChainBrokenError, UsageError
 from ..ledger import ChainReport, Ledger, RecordedEvent, SessionSummary
 from ..ledger import verify_session as _verify_session
 from ..ledger import verify_store as _verify_store
-from ..projections import current_summaries
+from ..projections import (
+    SessionView,
+    current_session_view,
+    current_summaries,
+    session_ems,
+    session_view,
+    store_head,
+)
+from ..projections.show_view import preview as _preview
 from . import cli
 from ._common import (
     HMAC_KEY_ENV,
     emit_json,
     err_console,
-    has_unpriced_calls,
     hmac_key,
     json_option,
     money,
@@ -47,7 +53,7 @@ from ._common import (
     print_table,
     store_option,
 )
-from ._integrity import check_chain
+from ._integrity import chain_broken, check_chain
 
 __all__ = [
     "HMAC_KEY_ENV",
@@ -60,7 +66,6 @@ __all__ = [
     "verify",
 ]
 
-_PREVIEW_CHARS = 72
 _LOG_OMITS = ("session_id", "notification_id")
 """What ``log --json`` leaves out of each event: the session is the one asked for."""
 
@@ -70,7 +75,7 @@ _LOG_OMITS = ("session_id", "notification_id")
 
 def ems_of(state: SessionState) -> int:
     """The session's EMS (0–100): the engine's rule (``engine.ems``), as a whole number."""
-    return int(ems_score(state).score)
+    return session_ems(state)
 
 
 # --------------------------------------------------------------------------- JSON documents
@@ -79,9 +84,7 @@ def ems_of(state: SessionState) -> int:
 def _summaries(ledger: Ledger) -> list[SessionSummary]:
     """From the read model when it is current (one query), else from the ledger (every
     session's state loaded)."""
-    head = ledger.max_notification_id()
-    newest = ledger.notifications(after=head - 1, limit=1) if head else []
-    last = (newest[0].session_id, newest[0].position) if newest else None
+    head, last = store_head(ledger)
     rows = current_summaries(ledger.location.read_model_path, head, last)
     if rows is None:
         return ledger.summaries()
@@ -215,12 +218,6 @@ def session_json(state: SessionState, *, ems: int | None) -> dict[str, Any]:
 # --------------------------------------------------------------------------- helpers
 
 
-def _preview(text: str, width: int = _PREVIEW_CHARS) -> str:
-    """The first non-empty line of ``text``, whitespace-collapsed and cut to ``width``."""
-    first = next((ln for ln in text.splitlines() if ln.strip()), "")
-    return clip(first, width)
-
-
 def _row(table: Table, *cells: str) -> None:
     """Add a row of plain-text cells: titles, names and reasons are user text, not markup."""
     table.add_row(*(Text(c) for c in cells))
@@ -304,7 +301,12 @@ def show(
     store: str | None,
     as_json: bool,
 ) -> None:
-    """Show SESSION (full id or unique prefix), now or as of a past point."""
+    """Show SESSION (full id or unique prefix), now or as of a past point.
+
+    The present view comes from the read model when 'projections update' has brought it up
+    to date with the store (the same output, without folding the session's events); --json
+    and the --at-* options read the ledger.
+    """
     given = [
         name
         for name, value in (
@@ -317,58 +319,68 @@ def show(
     when = parse_iso(at_time, "--at-time") if at_time is not None else None
     with open_ledger(store, create=False) as ledger:
         sid = check_chain(ledger, session)
-        state = ledger.state(sid, at_event=at_event, at_iteration=at_iteration, at_time=when)
-    ems = ems_of(state)
-    if as_json:
-        emit_json(session_json(state, ems=ems))
-        return
-    _print_session(state, ems, as_of=given[0] if given else None)
+        view = (
+            None
+            if as_json or given or chain_broken()
+            else current_session_view(ledger, ledger.location.read_model_path, sid)
+        )
+        state = (
+            ledger.state(sid, at_event=at_event, at_iteration=at_iteration, at_time=when)
+            if view is None
+            else None
+        )
+    if view is None:
+        assert state is not None  # read from the ledger, as the read model was not
+        if as_json:
+            emit_json(session_json(state, ems=ems_of(state)))
+            return
+        view = session_view(state)
+    _print_session(view, as_of=given[0] if given else None)
 
 
-def _print_session(state: SessionState, ems: int | None, *, as_of: str | None) -> None:
+def _print_session(view: SessionView, *, as_of: str | None) -> None:
     header = Table.grid(padding=(0, 2))
     header.add_column(style="bold")
     header.add_column()
-    _row(header, "Session", f"{state.id}  ({state.slug})")
-    _row(header, "Topic", state.topic.title)
-    status = state.status.value + (f" — {state.status_reason}" if state.status_reason else "")
+    _row(header, "Session", f"{view.id}  ({view.slug})")
+    _row(header, "Topic", view.title)
+    status = view.status + (f" — {view.status_reason}" if view.status_reason else "")
     _row(header, "Status", status)
-    _row(header, "Phase", f"{state.phase}, iteration {state.iteration}")
-    _row(header, "As of", f"event {state.version} ({_when(state.updated_at)})"
+    _row(header, "Phase", f"{view.phase}, iteration {view.iteration}")
+    _row(header, "As of", f"event {view.version} ({_when(view.updated_at)})"
                    + (f", selected by {as_of}" if as_of else ""))
-    _row(header, "EMS", "n/a" if ems is None else f"{ems}/100")
+    _row(header, "EMS", f"{view.ems}/100")
     _row(header,
         "Usage",
-        f"{state.tokens.input} in / {state.tokens.output} out tokens, "
-        f"{money(state.cost_usd, unpriced=has_unpriced_calls(state))}",
+        f"{view.tokens_in} in / {view.tokens_out} out tokens, "
+        f"{money(view.cost_usd, unpriced=view.unpriced)}",
     )
-    if state.fork_origin is not None:
-        o = state.fork_origin
-        _row(header, "Forked from", f"{o.parent_id} at event {o.parent_position}")
+    if view.fork_origin is not None:
+        parent_id, parent_position = view.fork_origin
+        _row(header, "Forked from", f"{parent_id} at event {parent_position}")
     print_table(header)
 
     people = Table(title="Participants", title_justify="left")
     for col in ("name", "model", "role"):
         people.add_column(col)
-    for p in state.participants:
-        _row(people, p.name, p.model, p.role.value)
+    for name, model, role in view.participants:
+        _row(people, name, model, role)
     print_table(people)
 
     out_console.print(Text("Rounds", style="bold"))
-    if not state.rounds:
+    if not view.rounds:
         out_console.print("  none yet")
-    for r in state.rounds:
-        flags = [r.status.value] + (["superseded"] if r.superseded else [])
+    for r in view.rounds:
+        flags = [r.status] + (["superseded"] if r.superseded else [])
         out_console.print(
-            f"  #{r.number} {r.kind.value}, iteration {r.iteration} ({', '.join(flags)})",
-            markup=False,
+            Text(f"  #{r.number} {r.kind}, iteration {r.iteration} ({', '.join(flags)})")
         )
-        width = max((len(c.participant) for c in r.contributions), default=0)
-        for c in r.contributions:
-            line = Text(f"    {c.participant:<{width}}  {c.response.tokens.total:>6} tok  ")
-            line.append_text(_contribution_preview(state, c))
+        width = max((len(c.participant) for c in r.lines), default=0)
+        for c in r.lines:
+            line = Text(f"    {c.participant:<{width}}  {c.tokens:>6} tok  ")
+            line.append_text(Text(c.preview, style="red") if c.failed else Text(c.preview))
             out_console.print(line)
-    latest = state.latest_convergence
+    latest = view.convergence
     if latest is None:
         out_console.print("Convergence: no vote yet")
     else:
@@ -381,7 +393,7 @@ def _print_session(state: SessionState, ems: int | None, *, as_of: str | None) -
             f"{latest.partial} partial, {latest.abstain} abstain)"
         )
 
-    dissent = state.open_divergences
+    dissent = view.dissent
     if not dissent:
         out_console.print("Open dissent: none")
         return
@@ -389,26 +401,9 @@ def _print_session(state: SessionState, ems: int | None, *, as_of: str | None) -
     for col in ("id", "topic", "status", "positions"):
         table.add_column(col)
     for d in dissent:
-        positions = "; ".join(
-            f"{p.participant}: {p.position} ({p.stance.value})" for p in d.positions
-        )
-        _row(table, d.id, d.topic, d.status.value, positions)
+        positions = "; ".join(f"{who}: {pos} ({stance})" for who, pos, stance in d.positions)
+        _row(table, d.id, d.topic, d.status, positions)
     print_table(table)
-
-
-def _contribution_preview(state: SessionState, c: ContributionState) -> Text:
-    if c.parse_error is not None:
-        return Text(f"[unparsed: {_preview(c.parse_error, 40)}]", style="red")
-    text = state.answer(c)
-    if c.vote is not None:
-        word = "agrees" if c.vote.agrees else "disagrees"
-        return Text(f"vote: {word} ({c.vote.score}) — {_preview(text, 40)}")
-    if c.critique is not None:
-        target = f" → {c.critique.target}" if c.critique.target else ""
-        return Text(f"critique{target} ({c.critique.score}): {_preview(text, 40)}")
-    if c.opinion is not None:
-        return Text(f"{c.opinion.stance.value}: {_preview(text, 48)}")
-    return Text(_preview(text))
 
 
 # --------------------------------------------------------------------------- log
