@@ -151,7 +151,10 @@ class LedgerContract:
             assert plain.app.snapshots is None
             snapshots = list(snap.app.snapshots.get(agg.id))
             assert snapshots, "expected snapshots with a small interval"
-            assert all(s.originator_version % 4 == 0 for s in snapshots)
+            # taken at the head of a save that reached a multiple of the interval
+            assert all(s.originator_version >= 4 for s in snapshots)
+            for s in snapshots:
+                assert s.state["state"] == plain.state(agg.id, at_event=s.originator_version)
             assert max(s.originator_version for s in snapshots) > agg.version - 4
             for v in range(1, agg.version + 1):
                 assert snap.get(agg.id, version=v).state.model_dump() == plain.get(
@@ -170,9 +173,14 @@ class LedgerContract:
             assert snap.app.snapshots is not None
             versions = sorted(s.originator_version for s in snap.app.snapshots.get(agg.id))
             taken = agg.version // 3
-            ladder = [3 * 2**k for k in range(taken.bit_length()) if 3 * 2**k <= agg.version]
+            # A snapshot is taken at the head of the save that reaches a scheduled position:
+            # one per doubling is kept (the first), and the newest.
+            rungs = [3 * 2**k for k in range(taken.bit_length()) if 3 * 2**k <= agg.version]
+            firsts = [min(v for v in versions if v >= r) for r in rungs]
+            assert all(r <= f < 2 * r for r, f in zip(rungs, firsts, strict=True)), versions
             newest = max(v for v in range(3, agg.version + 1) if snapshot_due(v, 3))
-            assert versions == sorted(set(ladder) | {newest}), versions
+            assert newest <= versions[-1] <= agg.version
+            assert versions == sorted(set(firsts) | {versions[-1]}), versions
             assert len(versions) < taken  # without pruning there would be one per interval
             for v in range(1, agg.version + 1):
                 assert snap.state(agg.id, at_event=v) == plain.state(agg.id, at_event=v)

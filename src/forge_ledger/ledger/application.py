@@ -214,36 +214,35 @@ class _App(Application[UUID]):
         return store
 
     def _take_snapshots(self, processing_event: ProcessingEvent[UUID]) -> None:
-        """Snapshot at the scheduled positions (:func:`snapshot_due`), from the aggregate in
-        hand when the position is the head of the save.
+        """Snapshot a session when a save reaches a scheduled position (:func:`snapshot_due`),
+        from the aggregate in hand, at the head of the save.
 
         A snapshot holds the whole state, whose size grows with the session, so a snapshot
         every ``interval`` events costs the square of the session's length in a live run.
         Their spacing therefore grows with the session: every ``interval`` events up to 16
         intervals, then about eight per doubling of the length, which keeps their total cost
         linear while a load at the head folds at most about an eighth of the session's events
-        after the newest snapshot. eventsourcing's own way also reloads the aggregate from
-        the store (a decode of the whole state) before snapshotting it; that is only needed
-        when a save of several events passes the position before its last event.
+        after the newest snapshot.
+
+        The orchestrator saves several events at a time, so a scheduled position is usually
+        inside a save. eventsourcing's own way then reloads the aggregate from the store up to
+        that position (the previous snapshot decoded, the events after it folded) to snapshot
+        it there: a cost that grew with the session on every snapshot of a live run. The
+        snapshot is taken at the save's head instead, from the state already in memory; the
+        retention ladder (``Ledger._prune_snapshots``) does not need exact positions.
         """
         if self.snapshots is None or not self.snapshotting_intervals:
             return
-        rest = ProcessingEvent[UUID]()
+        taken: set[UUID] = set()
         for event in processing_event.events:
             aggregate = processing_event.aggregates.get(event.originator_id)
             interval = self.snapshotting_intervals.get(type(aggregate)) if aggregate else None
-            if aggregate is None or not interval:
+            if aggregate is None or not interval or aggregate.id in taken:
                 continue
-            if not snapshot_due(event.originator_version, interval):
-                continue
-            if aggregate.version == event.originator_version:
+            if snapshot_due(event.originator_version, interval):
+                taken.add(aggregate.id)
                 snapshot_class: Any = getattr(type(aggregate), "Snapshot", self.snapshot_class)
                 self.snapshots.put([snapshot_class.take(aggregate)])
-            else:
-                rest.events.append(event)
-                rest.aggregates[event.originator_id] = aggregate
-        if rest.events:
-            super()._take_snapshots(rest)
 
 
 def snapshot_due(version: int, interval: int) -> bool:
@@ -256,6 +255,22 @@ def snapshot_due(version: int, interval: int) -> bool:
         return False
     m = version // interval
     return m % (1 << max(0, m.bit_length() - 4)) == 0
+
+
+def ladder(versions: Iterable[int], interval: int) -> set[int]:
+    """The snapshot versions a session keeps: the newest, and the first one of each doubling
+    (versions from interval × 2^k up to twice that), so time travel folds at most about half
+    the distance back to the previous rung. Snapshots are taken at the head of the save that
+    reached a scheduled position, so a rung's snapshot may lie a few events past it."""
+    ordered = sorted(versions)
+    kept = set(ordered[-1:])
+    seen: set[int] = set()
+    for v in ordered:
+        doubling = (v // interval).bit_length()
+        if doubling not in seen:
+            seen.add(doubling)
+            kept.add(v)
+    return kept
 
 
 @dataclass(frozen=True)
@@ -426,7 +441,8 @@ class Ledger:
                     self._prune_snapshots(a.id)
 
     def _prune_snapshots(self, session_id: UUID) -> None:
-        """Keep a session's snapshots to O(log N): the newest, and those at interval × 2^k.
+        """Keep a session's snapshots to O(log N): the newest, and the first at or after each
+        rung interval × 2^k (:func:`ladder`).
 
         A snapshot is the whole session state, which grows with the session, so keeping one
         every ``interval`` events would make snapshot storage grow with the square of the
@@ -450,10 +466,6 @@ class Ledger:
         table = recorder.events_table_name
         interval = self.snapshot_interval
 
-        def keep(version: int, newest: int) -> bool:
-            rung = version // interval
-            return version == newest or (version % interval == 0 and rung & (rung - 1) == 0)
-
         if self.location.kind == "sqlite":
             key: Any = session_id.hex
             select = f"SELECT originator_version FROM {table} WHERE originator_id = ?"
@@ -468,8 +480,8 @@ class Ledger:
             versions = [int(_first_value(row)) for row in cursor.fetchall()]
             if not versions:
                 return
-            newest = max(versions)
-            drop = [(key, v) for v in versions if not keep(v, newest)]
+            kept = ladder(versions, interval)
+            drop = [(key, v) for v in versions if v not in kept]
             if drop:
                 cursor.executemany(delete, drop)
 
