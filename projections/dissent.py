@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from forge_ledger.domain import DivergenceState, DivergenceStatus, SessionState, canonical_json
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
 from forge_ledger.domain.events import _DivergenceChange as DivergenceChangePayload
+from forge_ledger.domain.json_fields import JsonFields
 
 from .base import EventLike, Op, Patch, Projection, Put
 from .session_state import fold_events
@@ -27,21 +29,21 @@ __all__ = ["DissentEntry", "DissentProjection", "LifecycleStep", "dissent_log"]
 
 
 @dataclass(frozen=True)
-class LifecycleStep:
+class LifecycleStep(JsonFields):
+    """One status a divergence went through, with the event that set it."""
+
     status: str
     position: int
     round: int
     note: str = ""
     by: str = ""
 
-    def as_json(self) -> dict[str, Any]:
-        return {"status": self.status, "position": self.position, "round": self.round,
-                "note": self.note, "by": self.by}
-
 
 @dataclass(frozen=True)
-class DissentEntry:
+class DissentEntry(JsonFields):
     """One divergence as the dissent log shows it."""
+
+    json_names = MappingProxyType({"is_open": "open"})
 
     divergence_id: str
     topic: str
@@ -61,24 +63,9 @@ class DissentEntry:
     lifecycle: tuple[LifecycleStep, ...]
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "divergence_id": self.divergence_id,
-            "topic": self.topic,
-            "status": self.status,
-            "open": self.is_open,
-            "strong": self.strong,
-            "strongest": self.strongest,
-            "opened_round": self.opened_round,
-            "opened_position": self.opened_position,
-            "addressed_position": self.addressed_position,
-            "closed_position": self.closed_position,
-            "closed_by": self.closed_by,
-            "rounds_open": self.rounds_open,
-            "positions": [
-                {"participant": p, "stance": s, "position": t} for p, s, t in self.positions
-            ],
-            "lifecycle": [step.as_json() for step in self.lifecycle],
-        }
+        """Each position as a mapping with its names (the tuple's order is not in the JSON)."""
+        positions = [{"participant": p, "stance": s, "position": t} for p, s, t in self.positions]
+        return {**super().as_json(), "positions": positions}
 
 
 def _entry(state: SessionState, d: DivergenceState) -> DissentEntry:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from .clock import Clock, IdSource, SystemClock, UuidIds
+from .domain.json_fields import JsonFields
 from .domain.state import SessionState
 from .domain.values import (
     DivergenceStatus,
@@ -397,8 +398,13 @@ def fork(
 
 
 @dataclass(frozen=True)
-class JumpSummary:
+class JumpSummary(JsonFields):
     """What ``back`` changed, as the session's YAML view shows it before and after."""
+
+    json_keys = (
+        "session_id", "steps", "from_iteration", "to_iteration", "ems_before", "ems_after",
+        "ems_delta", "phase_before", "phase_after", "questions",
+    )
 
     session_id: str
     steps: int
@@ -413,20 +419,6 @@ class JumpSummary:
     @property
     def ems_delta(self) -> int:
         return self.ems_after - self.ems_before
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "session_id": self.session_id,
-            "steps": self.steps,
-            "from_iteration": self.from_iteration,
-            "to_iteration": self.to_iteration,
-            "ems_before": self.ems_before,
-            "ems_after": self.ems_after,
-            "ems_delta": self.ems_delta,
-            "phase_before": self.phase_before,
-            "phase_after": self.phase_after,
-            "questions": list(self.questions),
-        }
 
     def text(self) -> str:
         rule = "-" * 55

@@ -13,7 +13,6 @@ file in the exporter's normal form.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -22,6 +21,7 @@ from ..bounded_yaml import load_yaml
 from ..clock import Clock, IdSource
 from ..domain import Deliberation
 from ..domain import events as ev
+from ..domain.json_fields import JsonFields
 from ..domain.values import SessionConfig, Topic
 from ..errors import ImportValidationError, Loc, validation_summary
 from ..ledger import Ledger
@@ -33,21 +33,14 @@ __all__ = ["ImportResult", "build_import", "import_session", "parse_session_file
 
 
 @dataclass(frozen=True)
-class ImportResult:
+class ImportResult(JsonFields):
+    """The session an import made, as ``import`` reports it."""
+
     session_id: str
     slug: str
     status: str
     iterations: int
     format_version: str
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "session_id": self.session_id,
-            "slug": self.slug,
-            "status": self.status,
-            "iterations": self.iterations,
-            "format_version": self.format_version,
-        }
 
 
 def parse_session_file(text: str, *, source: str = "session file") -> tuple[SessionFile, str]:

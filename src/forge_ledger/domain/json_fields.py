@@ -1,0 +1,71 @@
+"""The JSON form of a dataclass, field by field: one rule for every ``--json`` result type.
+
+A result type lists what it shows instead of writing its dict out by hand: by default its
+fields in declaration order; ``json_keys`` names the attributes (fields or properties) in the
+order the JSON lists them; ``json_names`` renames a key. A value the fields cannot say
+(``problem or None``) is set over the generic form, ``{**super().as_json(), "problem": …}``,
+which keeps the key where the generic form put it, so the output's key order never changes.
+
+Values become JSON values one rule for all: a nested object by its own ``as_json`` (a plain
+dataclass field by field), tuples and lists as lists, a time in ISO 8601, a path as text;
+anything else (numbers, text, ``None``, dicts) stays as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import fields, is_dataclass
+from datetime import datetime
+from pathlib import PurePath
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+__all__ = ["JsonFields", "fields_json", "json_value"]
+
+
+def json_value(value: Any) -> Any:
+    """``value`` as a JSON value (see the module's rules)."""
+    as_json = getattr(value, "as_json", None)
+    if callable(as_json) and not isinstance(value, type):
+        return as_json()
+    if is_dataclass(value) and not isinstance(value, type):
+        return fields_json(value)
+    if isinstance(value, list | tuple):
+        return [json_value(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, PurePath):
+        return str(value)
+    return value
+
+
+def fields_json(
+    obj: Any,
+    *,
+    keys: Iterable[str] | None = None,
+    names: Mapping[str, str] | None = None,
+    exclude: Collection[str] = (),
+) -> dict[str, Any]:
+    """The attributes ``keys`` of ``obj`` (default: its dataclass fields, in order) as JSON
+    values, each under its name in ``names`` or its own, leaving out those in ``exclude``."""
+    order = keys if keys is not None else (f.name for f in fields(obj))
+    renamed = names or {}
+    return {
+        renamed.get(name, name): json_value(getattr(obj, name))
+        for name in order
+        if name not in exclude
+    }
+
+
+class JsonFields:
+    """Mixin for a dataclass whose ``as_json`` is its fields (see :func:`fields_json`).
+
+    ``json_keys``: the attributes shown, in order (``None``: every field, in declaration
+    order); ``json_names``: a key for an attribute whose JSON name differs.
+    """
+
+    json_keys: ClassVar[tuple[str, ...] | None] = None
+    json_names: ClassVar[Mapping[str, str]] = MappingProxyType({})
+
+    def as_json(self) -> dict[str, Any]:
+        return fields_json(self, keys=self.json_keys, names=self.json_names)
