@@ -21,22 +21,12 @@ from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
 from forge_ledger.domain.events import _DivergenceChange as DivergenceChangePayload
 from forge_ledger.domain.json_fields import JsonFields
+from forge_ledger.domain.state import DivergenceChange
 
 from .base import EventLike, Op, Patch, Projection, Put
 from .session_state import fold_events
 
-__all__ = ["DissentEntry", "DissentProjection", "LifecycleStep", "dissent_log"]
-
-
-@dataclass(frozen=True)
-class LifecycleStep(JsonFields):
-    """One status a divergence went through, with the event that set it."""
-
-    status: str
-    position: int
-    round: int
-    note: str = ""
-    by: str = ""
+__all__ = ["DissentEntry", "DissentProjection", "dissent_log"]
 
 
 @dataclass(frozen=True)
@@ -60,7 +50,8 @@ class DissentEntry(JsonFields):
     """Rounds started since it opened while it stayed open (how long the dissent has lasted)."""
     positions: tuple[tuple[str, str, str], ...]
     """(participant, stance, position text) as detected."""
-    lifecycle: tuple[LifecycleStep, ...]
+    lifecycle: tuple[DivergenceChange, ...]
+    """Each status it went through, with the event that set it."""
 
     def as_json(self) -> dict[str, Any]:
         """Each position as a mapping with its names (the tuple's order is not in the JSON)."""
@@ -93,9 +84,7 @@ def _entry(state: SessionState, d: DivergenceState) -> DissentEntry:
         closed_by=closing.by if closing is not None else "",
         rounds_open=rounds_open,
         positions=tuple((p.participant, p.stance.value, p.position) for p in d.positions),
-        lifecycle=tuple(
-            LifecycleStep(h.status.value, h.position, h.round, h.note, h.by) for h in d.history
-        ),
+        lifecycle=tuple(d.history),
     )
 
 

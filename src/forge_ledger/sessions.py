@@ -16,13 +16,13 @@ stay quick to start.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from .clock import Clock, IdSource, SystemClock, UuidIds
+from .clock import Clock, IdSource, SystemClock
 from .domain.json_fields import JsonFields
 from .domain.state import SessionState
 from .domain.values import (
@@ -35,8 +35,7 @@ from .domain.values import (
 )
 from .errors import ConfigError, UsageError, validation_summary
 from .ledger import Ledger
-from .lineage import apply_model_swaps
-from .lineage import fork as _fork
+from .lineage import apply_model_swaps, fork
 from .yaml_format.export import session_document
 
 if TYPE_CHECKING:
@@ -54,7 +53,6 @@ __all__ = [
     "load_participants",
     "overrule",
     "participants_from_models",
-    "resume",
     "run",
     "start",
     "update_participants",
@@ -228,32 +226,20 @@ async def run(
     provider: Provider,
     session_id: UUID,
     *,
+    resume: bool = False,
     claim: bool = True,
     runtime: Runtime | None = None,
     running: contextlib.AbstractContextManager[Any] | None = None,
 ) -> SessionState:
-    """Continue a session that is not paused until it converges, ends or pauses.
+    """Continue a session until it converges, ends or pauses.
 
-    The session is claimed (its lease) before any model call unless the caller already holds
-    the claim (``claim=False``).
+    Without ``resume`` the session must not be paused. With it, a paused or interrupted
+    session is resumed (only what is missing is called) and a session that already ended
+    only gets what its end left undone (seal, exports). The session is claimed (its lease)
+    before any model call unless the caller already holds the claim (``claim=False``).
     """
     orch = (runtime or Runtime()).orchestrator(ledger, provider)
-    return await _play(ledger, orch, session_id, resume=False, claim=claim, running=running)
-
-
-async def resume(
-    ledger: Ledger,
-    provider: Provider,
-    session_id: UUID,
-    *,
-    claim: bool = True,
-    runtime: Runtime | None = None,
-    running: contextlib.AbstractContextManager[Any] | None = None,
-) -> SessionState:
-    """Resume a paused or interrupted session (only what is missing is called); a session
-    that already ended only gets what its end left undone (seal, exports)."""
-    orch = (runtime or Runtime()).orchestrator(ledger, provider)
-    return await _play(ledger, orch, session_id, resume=True, claim=claim, running=running)
+    return await _play(ledger, orch, session_id, resume=resume, claim=claim, running=running)
 
 
 async def _play(
@@ -366,35 +352,6 @@ def abort(
 
 
 # --------------------------------------------------------------------------- history
-
-
-def fork(
-    ledger: Ledger,
-    parent: str | UUID,
-    *,
-    at_iteration: int | None = None,
-    at_event: int | None = None,
-    participants: Sequence[Participant] | None = None,
-    model_swaps: Sequence[str] = (),
-    config_overrides: Mapping[str, Any] | None = None,
-    api_base: str | None = None,
-    clock: Clock | None = None,
-    ids: IdSource | None = None,
-) -> UUID:
-    """Start a new session from ``parent`` as of a past point (see
-    :func:`forge_ledger.lineage.fork`); returns its id. The fork is left paused."""
-    return _fork(
-        ledger,
-        parent,
-        clock=clock or SystemClock(),
-        ids=ids or UuidIds(),
-        at_iteration=at_iteration,
-        at_event=at_event,
-        participants=participants,
-        model_swaps=model_swaps,
-        config_overrides=config_overrides,
-        api_base=api_base,
-    )
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ order the JSON lists them; ``json_names`` renames a key. A value the fields cann
 which keeps the key where the generic form put it, so the output's key order never changes.
 
 Values become JSON values one rule for all: a nested object by its own ``as_json`` (a plain
-dataclass field by field), tuples and lists as lists, a time in ISO 8601, a path as text;
-anything else (numbers, text, ``None``, dicts) stays as it is.
+dataclass field by field, a pydantic model by its JSON dump), tuples and lists as lists, a
+time in ISO 8601, a path as text; anything else (numbers, text, ``None``, dicts) stays as it
+is.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import PurePath
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from pydantic import BaseModel
+
 __all__ = ["JsonFields", "fields_json", "json_value"]
 
 
@@ -30,6 +33,8 @@ def json_value(value: Any) -> Any:
         return as_json()
     if is_dataclass(value) and not isinstance(value, type):
         return fields_json(value)
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
     if isinstance(value, list | tuple):
         return [json_value(v) for v in value]
     if isinstance(value, datetime):

@@ -48,17 +48,7 @@ from ..domain.values import (
 )
 from ..errors import InvariantViolation
 from ..providers import Provider, ProviderCall, ProviderCallError, retry_delay
-from .live import (
-    ContentDelta,
-    ErrorRaised,
-    LiveEvent,
-    ParticipantComplete,
-    ParticipantThinking,
-    RoundComplete,
-    RoundStartedLive,
-    SessionFinished,
-    Subscriber,
-)
+from . import live
 from .ports import KeyedSeal, MonotonicWallTime, SealPolicy, SessionStore, WallTime
 
 __all__ = ["Orchestrator"]
@@ -132,7 +122,7 @@ class Orchestrator:
         *,
         clock: Clock | None = None,
         ids: IdSource | None = None,
-        subscribers: Sequence[Subscriber] = (),
+        subscribers: Sequence[live.Subscriber] = (),
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_checkpoint: Callable[[SessionState], None] | None = None,
         seal: SealPolicy | None = None,
@@ -151,7 +141,7 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ public API
 
-    def subscribe(self, subscriber: Subscriber) -> None:
+    def subscribe(self, subscriber: live.Subscriber) -> None:
         self._subscribers.append(subscriber)
 
     def start(
@@ -236,7 +226,7 @@ class Orchestrator:
             )
             self.ledger.save(agg)
             self._publish(
-                RoundStartedLive(
+                live.RoundStartedLive(
                     round=number,
                     kind=step.kind,
                     iteration=step.iteration,
@@ -270,7 +260,7 @@ class Orchestrator:
         self._seal_now(agg)
         self.ledger.save(agg)
         self._checkpoint(agg.state, force=True)
-        self._publish(SessionFinished(status=status.value, reason=reason))
+        self._publish(live.SessionFinished(status=status.value, reason=reason))
 
     def _seal_now(self, agg: Deliberation) -> None:
         self._seal.seal(agg, self.clock)
@@ -434,7 +424,7 @@ class Orchestrator:
                 attempt=attempt,
             )
             self._publish(
-                ParticipantThinking(
+                live.ParticipantThinking(
                     round=rnd.number,
                     participant=participant.name,
                     model=participant.model,
@@ -462,7 +452,7 @@ class Orchestrator:
                 continue
             out.actions.append(_Answer(attempt, messages, call, phash, response, purpose))
             self._publish(
-                ParticipantComplete(
+                live.ParticipantComplete(
                     round=rnd.number,
                     participant=participant.name,
                     tokens=response.tokens,
@@ -508,7 +498,7 @@ class Orchestrator:
         if e.error_type == "budget_time":
             out.budget = "time"
         self._publish(
-            ErrorRaised(
+            live.ErrorRaised(
                 round=rnd.number,
                 participant=participant.name,
                 message=e.message,
@@ -517,7 +507,7 @@ class Orchestrator:
         )
         if not retry:
             self._publish(
-                ParticipantComplete(
+                live.ParticipantComplete(
                     round=rnd.number,
                     participant=participant.name,
                     tokens=e.tokens,
@@ -532,7 +522,7 @@ class Orchestrator:
             return None
 
         def sink(delta: str) -> None:
-            self._publish(ContentDelta(round=round_no, participant=name, delta=delta))
+            self._publish(live.ContentDelta(round=round_no, participant=name, delta=delta))
 
         return sink
 
@@ -619,7 +609,7 @@ class Orchestrator:
                 agg.suggest_technique(suggestion, at=self.clock.now())
         self.ledger.save(agg)
         self._publish(
-            RoundComplete(
+            live.RoundComplete(
                 round=number,
                 kind=rnd.kind,
                 session_cost_usd=agg.state.cost_usd,
@@ -662,7 +652,7 @@ class Orchestrator:
         agg.pause(reason=reason, fault=fault, at=self.clock.now())
         self.ledger.save(agg)
         self._checkpoint(agg.state, force=True)
-        self._publish(SessionFinished(status=SessionStatus.PAUSED.value, reason=reason))
+        self._publish(live.SessionFinished(status=SessionStatus.PAUSED.value, reason=reason))
 
     def _budget_after_round(self, agg: Deliberation, budgets: set[str]) -> None:
         state = agg.state
@@ -707,7 +697,7 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _publish(self, event: LiveEvent) -> None:
+    def _publish(self, event: live.LiveEvent) -> None:
         for s in self._subscribers:
             s(event)
 

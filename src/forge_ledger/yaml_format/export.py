@@ -14,7 +14,7 @@ priority; party/panel history come from the rounds' contributions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -23,7 +23,7 @@ import yaml
 
 from ..domain import events as ev
 from ..domain.recorded import EventLike
-from ..domain.state import RoundState, SessionState, fold
+from ..domain.state import ContributionState, RoundState, SessionState, fold
 from ..domain.text import text_key
 from ..domain.values import Mode, RoundKind, SessionStatus
 from ..engine.ems import ems_score
@@ -268,17 +268,26 @@ def _topic_of(state: SessionState, r: RoundState) -> str:
     return r.focus or state.topic.title
 
 
+def _deliberative_rounds(state: SessionState) -> Iterator[RoundState]:
+    """The rounds party and panel histories list: deliberative ones that got an answer."""
+    return (r for r in state.active_rounds if r.kind in _DELIBERATIVE and r.contributions)
+
+
+def _answers(r: RoundState) -> Iterator[tuple[str, ContributionState]]:
+    """Each contributor of ``r`` with its (latest) contribution, in the order they answered."""
+    for name in r.contributors:
+        c = r.contribution_of(name)
+        assert c is not None
+        yield name, c
+
+
 def _party(state: SessionState) -> list[dict[str, Any]]:
     names = state.participant_names
     out: list[dict[str, Any]] = []
-    for r in state.active_rounds:
-        if r.kind not in _DELIBERATIVE or not r.contributions:
-            continue
+    for r in _deliberative_rounds(state):
         synthesis, question = _iteration_context(state, r.iteration)
         contributions = []
-        for name in r.contributors:
-            c = r.contribution_of(name)
-            assert c is not None
+        for name, c in _answers(r):
             contributions.append(
                 {
                     "persona": name,
@@ -302,14 +311,10 @@ def _party(state: SessionState) -> list[dict[str, Any]]:
 def _panel(state: SessionState) -> list[dict[str, Any]]:
     names = state.participant_names
     out: list[dict[str, Any]] = []
-    for r in state.active_rounds:
-        if r.kind not in _DELIBERATIVE or not r.contributions:
-            continue
+    for r in _deliberative_rounds(state):
         contributions = []
         convergent: list[str] = []
-        for name in r.contributors:
-            c = r.contribution_of(name)
-            assert c is not None
+        for name, c in _answers(r):
             p = state.participant(name)
             framework = (p.framework or p.expertise or p.role.value) if p else ""
             if c.opinion is not None and c.opinion.reasoning:

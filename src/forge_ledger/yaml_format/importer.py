@@ -13,9 +13,10 @@ file in the exporter's normal form.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ..bounded_yaml import load_yaml
 from ..clock import Clock, IdSource
@@ -30,6 +31,8 @@ from .migrate import migrate
 from .schema import SessionFile
 
 __all__ = ["ImportResult", "build_import", "import_session", "parse_session_file"]
+
+P = TypeVar("P", bound=ev.Payload)
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,13 @@ def _title(model: SessionFile) -> str:
     return model.session.slug
 
 
+def _carried(source: BaseModel, payload: type[P], **given: Any) -> P:
+    """The event ``payload`` holding the file's value for every field the two share (the
+    file's lists as the event's tuples), and ``given`` for the fields named otherwise."""
+    shared = source.model_dump(include=set(payload.model_fields))
+    return payload.model_validate({**shared, **given})
+
+
 def build_import(
     model: SessionFile, version: str, *, clock: Clock, ids: IdSource
 ) -> Deliberation:
@@ -104,59 +114,20 @@ def build_import(
         source="import",
     )
     for h in s.history:
-        agg.record_import(
-            ev.IterationRecorded(
-                iteration=h.iteration,
-                phase=h.phase,
-                ems=h.ems,
-                ems_delta=h.ems_delta,
-                timestamp=h.timestamp,
-                duration=h.duration,
-            ),
-            at=clock.now(),
-        )
+        agg.record_import(_carried(h, ev.IterationRecorded), at=clock.now())
         if h.questions:
             agg.ask(h.questions, at=clock.now())
         for answer in h.responses:
             agg.human_input(author="human", text=answer, at=clock.now())
     for t in s.techniques_history:
-        agg.suggest_technique(
-            ev.TechniqueSuggested(
-                iteration=t.iteration,
-                technique_slug=t.technique_slug,
-                category=t.category,
-                suggested_reason=t.suggested_reason,
-                weak_axes=tuple(t.weak_axes),
-                source=t.source,
-                applied=t.applied,
-            ),
-            at=clock.now(),
-        )
+        agg.suggest_technique(_carried(t, ev.TechniqueSuggested), at=clock.now())
     for idea in s.ideas:
         agg.record_import(
             ev.IdeaRecorded(idea_id=idea.id, content=idea.content, score=idea.score),
             at=clock.now(),
         )
     agg.record_import(
-        ev.SessionImported(
-            format_version=version,
-            yaml_id=s.id,
-            status=s.status,
-            phase=s.phase,
-            ems=s.ems,
-            iteration=s.iteration,
-            techniques_used=tuple(s.techniques_used),
-            started_at=s.started_at,
-            duration_minutes=s.duration_minutes,
-            party_active=s.party_active,
-            party_history=tuple(s.party_history),
-            panel_active=s.panel_active,
-            panel_history=tuple(s.panel_history),
-            last_question=s.last_question,
-            created=s.created,
-            updated=s.updated,
-        ),
-        at=clock.now(),
+        _carried(s, ev.SessionImported, format_version=version, yaml_id=s.id), at=clock.now()
     )
     return agg
 
