@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 from forge_ledger.domain import RoundKind, RoundState, SessionState, canonical_json
@@ -56,9 +55,7 @@ _ARGUMENT_KINDS = (
 class PrecedingRound(JsonFields):
     """The last argument round before a vote: its number, kind and last event position."""
 
-    json_names = MappingProxyType({"number": "round"})
-
-    number: int
+    round: int
     kind: str
     position: int
 
@@ -333,7 +330,7 @@ class ConsensusProjection(Projection):
                 "previous_round": v.previous_round,
                 "previous_stance": v.previous_stance,
                 "changed": int(v.changed),
-                "preceded_by_round": v.preceded_by.number if v.preceded_by else None,
+                "preceded_by_round": v.preceded_by.round if v.preceded_by else None,
                 "preceded_by_kind": v.preceded_by.kind if v.preceded_by else None,
                 "preceded_by_position": v.preceded_by.position if v.preceded_by else None,
                 "new_arguments": len(v.new_arguments),

@@ -87,10 +87,7 @@ class ReplayDifference(JsonFields):
 
 @dataclass
 class ReplayResult(JsonFields):
-    json_keys = (
-        "session_id", "ok", "events", "matched", "generated", "external", "calls_served",
-        "imported", "difference",
-    )
+    json_keys = ("session_id", "ok", ...)
 
     session_id: str
     events: int
@@ -98,8 +95,8 @@ class ReplayResult(JsonFields):
     generated: int
     external: int
     calls_served: int
-    difference: ReplayDifference | None = None
     imported: bool = False
+    difference: ReplayDifference | None = None
 
     @property
     def ok(self) -> bool:

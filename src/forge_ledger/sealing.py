@@ -70,10 +70,7 @@ def seal_session(
 class ExportReport(JsonFields):
     """The outcome of checking one export file against the store."""
 
-    json_keys = (
-        "path", "session_id", "ok", "chain", "block_ok", "hmac_ok", "content_checked",
-        "content_ok", "problems",
-    )
+    json_keys = ("path", "session_id", "ok", ...)
 
     path: str
     session_id: str | None = None

@@ -423,14 +423,7 @@ class Orchestrator:
                 round=rnd.number,
                 attempt=attempt,
             )
-            self._publish(
-                live.ParticipantThinking(
-                    round=rnd.number,
-                    participant=participant.name,
-                    model=participant.model,
-                    attempt=attempt,
-                )
-            )
+            self._tell(turn, live.ParticipantThinking, model=participant.model, attempt=attempt)
             try:
                 if self._wall.exhausted(turn.deadline):
                     raise _time_budget_error()
@@ -451,16 +444,26 @@ class Orchestrator:
                 attempt += 1
                 continue
             out.actions.append(_Answer(attempt, messages, call, phash, response, purpose))
-            self._publish(
-                live.ParticipantComplete(
-                    round=rnd.number,
-                    participant=participant.name,
-                    tokens=response.tokens,
-                    cost_usd=response.cost_usd,
-                    ok=True,
-                )
-            )
+            self._turn_over(turn, response.tokens, response.cost_usd)
             return response, attempt + 1
+
+    def _tell(self, turn: _Turn, event: Callable[..., live.LiveEvent], **fields: Any) -> None:
+        """Publish a live event about ``turn``: every one names its round and participant."""
+        self._publish(event(round=turn.rnd.number, participant=turn.participant.name, **fields))
+
+    def _turn_over(
+        self, turn: _Turn, tokens: TokenCount, cost_usd: float, *, failure: str = ""
+    ) -> None:
+        """Tell the subscribers a participant's turn is over: answered, or ``failure`` (why
+        it gave up)."""
+        self._tell(
+            turn,
+            live.ParticipantComplete,
+            tokens=tokens,
+            cost_usd=cost_usd,
+            ok=not failure,
+            detail=failure,
+        )
 
     def _failed(
         self,
@@ -476,20 +479,13 @@ class Orchestrator:
         rnd, participant = turn.rnd, turn.participant
         out.actions.append(
             _Failure(
-                ev.ProviderCallFailed(
+                ev.ProviderCallFailed.carrying(
+                    e,
                     round=rnd.number,
                     participant=participant.name,
                     attempt=attempt,
                     model=participant.model,
-                    error_type=e.error_type,
-                    message=e.message,
-                    retryable=e.retryable,
                     will_retry=retry,
-                    retry_after_secs=e.retry_after_secs,
-                    partial_text=e.partial_text,
-                    tokens=e.tokens,
-                    cost_usd=e.cost_usd,
-                    duration_ms=e.duration_ms,
                     prompt_hash=phash,
                 )
             )
@@ -497,25 +493,9 @@ class Orchestrator:
         out.last_error = f"{e.error_type}: {e.message}"
         if e.error_type == "budget_time":
             out.budget = "time"
-        self._publish(
-            live.ErrorRaised(
-                round=rnd.number,
-                participant=participant.name,
-                message=e.message,
-                will_retry=retry,
-            )
-        )
+        self._tell(turn, live.ErrorRaised, message=e.message, will_retry=retry)
         if not retry:
-            self._publish(
-                live.ParticipantComplete(
-                    round=rnd.number,
-                    participant=participant.name,
-                    tokens=e.tokens,
-                    cost_usd=e.cost_usd,
-                    ok=False,
-                    detail=out.last_error,
-                )
-            )
+            self._turn_over(turn, e.tokens, e.cost_usd, failure=out.last_error)
 
     def _delta_sink(self, round_no: int, name: str) -> Callable[[str], None] | None:
         if not self._subscribers:

@@ -13,10 +13,9 @@ file in the exporter's normal form.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from ..bounded_yaml import load_yaml
 from ..clock import Clock, IdSource
@@ -31,8 +30,6 @@ from .migrate import migrate
 from .schema import SessionFile
 
 __all__ = ["ImportResult", "build_import", "import_session", "parse_session_file"]
-
-P = TypeVar("P", bound=ev.Payload)
 
 
 @dataclass(frozen=True)
@@ -92,13 +89,6 @@ def _title(model: SessionFile) -> str:
     return model.session.slug
 
 
-def _carried(source: BaseModel, payload: type[P], **given: Any) -> P:
-    """The event ``payload`` holding the file's value for every field the two share (the
-    file's lists as the event's tuples), and ``given`` for the fields named otherwise."""
-    shared = source.model_dump(include=set(payload.model_fields))
-    return payload.model_validate({**shared, **given})
-
-
 def build_import(
     model: SessionFile, version: str, *, clock: Clock, ids: IdSource
 ) -> Deliberation:
@@ -114,20 +104,20 @@ def build_import(
         source="import",
     )
     for h in s.history:
-        agg.record_import(_carried(h, ev.IterationRecorded), at=clock.now())
+        agg.record_import(ev.IterationRecorded.carrying(h), at=clock.now())
         if h.questions:
             agg.ask(h.questions, at=clock.now())
         for answer in h.responses:
             agg.human_input(author="human", text=answer, at=clock.now())
     for t in s.techniques_history:
-        agg.suggest_technique(_carried(t, ev.TechniqueSuggested), at=clock.now())
+        agg.suggest_technique(ev.TechniqueSuggested.carrying(t), at=clock.now())
     for idea in s.ideas:
         agg.record_import(
             ev.IdeaRecorded(idea_id=idea.id, content=idea.content, score=idea.score),
             at=clock.now(),
         )
     agg.record_import(
-        _carried(s, ev.SessionImported, format_version=version, yaml_id=s.id), at=clock.now()
+        ev.SessionImported.carrying(s, format_version=version, yaml_id=s.id), at=clock.now()
     )
     return agg
 
