@@ -305,15 +305,8 @@ def show(
     as_json: bool,
 ) -> None:
     """Show SESSION (full id or unique prefix), now or as of a past point."""
-    given = [
-        name
-        for name, value in (
-            ("--at-event", at_event),
-            ("--at-iteration", at_iteration),
-            ("--at-time", at_time),
-        )
-        if value is not None
-    ]
+    points = {"--at-event": at_event, "--at-iteration": at_iteration, "--at-time": at_time}
+    as_of = next((option for option, value in points.items() if value is not None), None)
     when = parse_iso(at_time, "--at-time") if at_time is not None else None
     with open_ledger(store, create=False) as ledger:
         sid = check_chain(ledger, session)
@@ -322,7 +315,7 @@ def show(
     if as_json:
         emit_json(session_json(state, ems=ems))
         return
-    _print_session(state, ems, as_of=given[0] if given else None)
+    _print_session(state, ems, as_of=as_of)
 
 
 def _print_session(state: SessionState, ems: int | None, *, as_of: str | None) -> None:
