@@ -22,6 +22,7 @@ from typing import Any
 from forge_ledger.domain import RoundKind, RoundState, SessionState, canonical_json
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
+from forge_ledger.domain.json_fields import JsonFields
 from forge_ledger.domain.text import text_key
 from forge_ledger.domain.values import ConvergenceVote
 from forge_ledger.engine.conformity import (
@@ -51,19 +52,24 @@ _ARGUMENT_KINDS = (
 
 
 @dataclass(frozen=True)
-class PrecedingRound:
+class PrecedingRound(JsonFields):
     """The last argument round before a vote: its number, kind and last event position."""
 
-    number: int
+    round: int
     kind: str
     position: int
 
-    def as_json(self) -> dict[str, Any]:
-        return {"round": self.number, "kind": self.kind, "position": self.position}
-
 
 @dataclass(frozen=True)
-class TrailVote:
+class TrailVote(JsonFields):
+    """One participant's vote in a convergence round, with how it came about."""
+
+    json_keys = (
+        "participant", "stance", "agrees", "score", "concerns", "reasoning", "position",
+        "previous_round", "previous_stance", "changed", "preceded_by", "new_arguments",
+        "reasoning_changed", "toward_majority", "influences", "conformity",
+    )
+
     participant: str
     stance: str
     agrees: bool
@@ -97,31 +103,29 @@ class TrailVote:
     def conformity(self) -> bool:
         return self.change is not None and self.change.conformity
 
+    @property
+    def toward_majority(self) -> bool:
+        return self.change is not None and self.change.toward_majority
+
+    @property
+    def influences(self) -> tuple[Influence, ...]:
+        """Who moved this participant to the vote (the engine's matching rule)."""
+        return self.change.influences if self.change is not None else ()
+
     def as_json(self) -> dict[str, Any]:
-        return {
-            "participant": self.participant,
-            "stance": self.stance,
-            "agrees": self.agrees,
-            "score": self.score,
-            "concerns": list(self.concerns),
-            "reasoning": self.reasoning,
-            "position": self.position,
-            "previous_round": self.previous_round,
-            "previous_stance": self.previous_stance,
-            "changed": self.changed,
-            "preceded_by": self.preceded_by.as_json() if self.preceded_by else None,
-            "new_arguments": list(self.new_arguments),
-            "reasoning_changed": self.reasoning_changed,
-            "toward_majority": self.change.toward_majority if self.change else False,
-            "influences": [
-                influence_json(i) for i in (self.change.influences if self.change else ())
-            ],
-            "conformity": self.conformity,
-        }
+        """Influences in the shape the audit shares (:func:`influence_json`)."""
+        return {**super().as_json(), "influences": [influence_json(i) for i in self.influences]}
 
 
 @dataclass(frozen=True)
-class TrailRound:
+class TrailRound(JsonFields):
+    """One convergence round of the trail: the plain majority beside the engine's score."""
+
+    json_keys = (
+        "round", "iteration", "superseded", "majority", "weighted_score", "threshold",
+        "converged", "evaluated_position", "abstained", "conformity", "votes",
+    )
+
     round: int
     iteration: int
     superseded: bool
@@ -146,26 +150,21 @@ class TrailRound:
     def changes(self) -> list[StanceChange]:
         return [v.change for v in self.votes if v.change is not None]
 
-    def as_json(self) -> dict[str, Any]:
+    @property
+    def majority(self) -> dict[str, Any]:
+        """The plain-majority count, abstentions included."""
         return {
-            "round": self.round,
-            "iteration": self.iteration,
-            "superseded": self.superseded,
-            "majority": {
-                "agrees": self.majority_agrees,
-                "agree": self.agree,
-                "disagree": self.disagree,
-                "partial": self.partial,
-                "abstain": len(self.abstained),
-            },
-            "weighted_score": self.weighted_score,
-            "threshold": self.threshold,
-            "converged": self.converged,
-            "evaluated_position": self.evaluated_position,
-            "abstained": list(self.abstained),
-            "conformity": [change_json(c) for c in self.changes if c.conformity],
-            "votes": [v.as_json() for v in self.votes],
+            "agrees": self.majority_agrees,
+            "agree": self.agree,
+            "disagree": self.disagree,
+            "partial": self.partial,
+            "abstain": len(self.abstained),
         }
+
+    def as_json(self) -> dict[str, Any]:
+        """Conformity as the flags themselves (:func:`change_json`), not only the names."""
+        flags = [change_json(c) for c in self.changes if c.conformity]
+        return {**super().as_json(), "conformity": flags}
 
 
 def _votes(r: RoundState) -> dict[str, tuple[ConvergenceVote, int]]:
@@ -331,7 +330,7 @@ class ConsensusProjection(Projection):
                 "previous_round": v.previous_round,
                 "previous_stance": v.previous_stance,
                 "changed": int(v.changed),
-                "preceded_by_round": v.preceded_by.number if v.preceded_by else None,
+                "preceded_by_round": v.preceded_by.round if v.preceded_by else None,
                 "preceded_by_kind": v.preceded_by.kind if v.preceded_by else None,
                 "preceded_by_position": v.preceded_by.position if v.preceded_by else None,
                 "new_arguments": len(v.new_arguments),

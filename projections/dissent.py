@@ -13,35 +13,27 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from forge_ledger.domain import DivergenceState, DivergenceStatus, SessionState, canonical_json
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
 from forge_ledger.domain.events import _DivergenceChange as DivergenceChangePayload
+from forge_ledger.domain.json_fields import JsonFields
+from forge_ledger.domain.state import DivergenceChange
 
 from .base import EventLike, Op, Patch, Projection, Put
 from .session_state import fold_events
 
-__all__ = ["DissentEntry", "DissentProjection", "LifecycleStep", "dissent_log"]
+__all__ = ["DissentEntry", "DissentProjection", "dissent_log"]
 
 
 @dataclass(frozen=True)
-class LifecycleStep:
-    status: str
-    position: int
-    round: int
-    note: str = ""
-    by: str = ""
-
-    def as_json(self) -> dict[str, Any]:
-        return {"status": self.status, "position": self.position, "round": self.round,
-                "note": self.note, "by": self.by}
-
-
-@dataclass(frozen=True)
-class DissentEntry:
+class DissentEntry(JsonFields):
     """One divergence as the dissent log shows it."""
+
+    json_names = MappingProxyType({"is_open": "open"})
 
     divergence_id: str
     topic: str
@@ -58,27 +50,13 @@ class DissentEntry:
     """Rounds started since it opened while it stayed open (how long the dissent has lasted)."""
     positions: tuple[tuple[str, str, str], ...]
     """(participant, stance, position text) as detected."""
-    lifecycle: tuple[LifecycleStep, ...]
+    lifecycle: tuple[DivergenceChange, ...]
+    """Each status it went through, with the event that set it."""
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "divergence_id": self.divergence_id,
-            "topic": self.topic,
-            "status": self.status,
-            "open": self.is_open,
-            "strong": self.strong,
-            "strongest": self.strongest,
-            "opened_round": self.opened_round,
-            "opened_position": self.opened_position,
-            "addressed_position": self.addressed_position,
-            "closed_position": self.closed_position,
-            "closed_by": self.closed_by,
-            "rounds_open": self.rounds_open,
-            "positions": [
-                {"participant": p, "stance": s, "position": t} for p, s, t in self.positions
-            ],
-            "lifecycle": [step.as_json() for step in self.lifecycle],
-        }
+        """Each position as a mapping with its names (the tuple's order is not in the JSON)."""
+        positions = [{"participant": p, "stance": s, "position": t} for p, s, t in self.positions]
+        return {**super().as_json(), "positions": positions}
 
 
 def _entry(state: SessionState, d: DivergenceState) -> DissentEntry:
@@ -106,9 +84,7 @@ def _entry(state: SessionState, d: DivergenceState) -> DissentEntry:
         closed_by=closing.by if closing is not None else "",
         rounds_open=rounds_open,
         positions=tuple((p.participant, p.stance.value, p.position) for p in d.positions),
-        lifecycle=tuple(
-            LifecycleStep(h.status.value, h.position, h.round, h.note, h.by) for h in d.history
-        ),
+        lifecycle=tuple(d.history),
     )
 
 

@@ -28,6 +28,7 @@ from uuid import UUID
 from sqlite_utils import Database
 
 from forge_ledger.domain import SessionState
+from forge_ledger.domain.json_fields import JsonFields
 from forge_ledger.errors import UsageError
 
 from .base import EventLike, Projection
@@ -110,7 +111,11 @@ def open_views(path: str | Path) -> Database:
 
 
 @dataclass(frozen=True)
-class ProjectionStatus:
+class ProjectionStatus(JsonFields):
+    """One projection's progress through the ledger, as ``views status`` shows it."""
+
+    json_keys = (..., "lag", "needs_rebuild")
+
     name: str
     version: int
     stored_version: int | None
@@ -120,20 +125,18 @@ class ProjectionStatus:
     @property
     def lag(self) -> int:
         """Notifications not yet applied (everything when a version bump forces a rebuild)."""
-        if self.stored_version != self.version:
+        if self.needs_rebuild:
             return self.head
         return max(self.head - self.position, 0)
 
+    @property
+    def needs_rebuild(self) -> bool:
+        """A version bump: the projection's rows are rebuilt from the start."""
+        return self.stored_version != self.version
+
     def as_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "version": self.version,
-            "stored_version": self.stored_version,
-            "position": self.position if self.stored_version == self.version else 0,
-            "head": self.head,
-            "lag": self.lag,
-            "needs_rebuild": self.stored_version != self.version,
-        }
+        """The stored position counts only while the version matches (else nothing is kept)."""
+        return {**super().as_json(), "position": 0 if self.needs_rebuild else self.position}
 
 
 class ProjectionRunner:

@@ -28,7 +28,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .clock import Clock, IdSource
+from .clock import Clock, IdSource, SystemClock, UuidIds
 from .domain.aggregate import Deliberation
 from .domain.state import SessionState
 from .domain.values import ModelProvider, Participant, RoundKind, SessionConfig, Stance
@@ -144,8 +144,8 @@ def fork(
     ledger: Ledger,
     parent_id: UUID | str,
     *,
-    clock: Clock,
-    ids: IdSource,
+    clock: Clock | None = None,
+    ids: IdSource | None = None,
     at_iteration: int | None = None,
     at_event: int | None = None,
     participants: Sequence[Participant] | None = None,
@@ -153,13 +153,15 @@ def fork(
     config_overrides: Mapping[str, Any] | None = None,
     api_base: str | None = None,
 ) -> UUID:
-    """Start a new session from ``parent_id`` as of a past position; returns the new id.
+    """Start a new session from ``parent_id`` as of a past position; returns the new id. The
+    fork is left paused.
 
     The position is the end of iteration ``at_iteration``, event ``at_event``, or the parent's
     head when neither is given. ``participants`` replaces the participant list (same names,
     any order of models); ``model_swaps`` then swaps models (see :func:`apply_model_swaps`);
     ``api_base`` then points every participant at that endpoint.
     Forking where a round is open is refused (the fork would inherit a half-run round).
+    ``clock`` and ``ids`` default to the system's clock and random ids.
     """
     pid = ledger.resolve(parent_id)
     position = fork_position(ledger, pid, at_iteration=at_iteration, at_event=at_event)
@@ -176,11 +178,11 @@ def fork(
         people = [p.model_copy(update={"api_base": api_base}) for p in people]
     config = override_config(parent.config, config_overrides or {})
     agg = Deliberation.fork(
-        session_id=ids.new_id(),
+        session_id=(ids or UuidIds()).new_id(),
         parent=parent,
         config=config,
         participants=people if people != parent.participants else (),
-        at=clock.now(),
+        at=(clock or SystemClock()).now(),
     )
     ledger.save(agg)
     return UUID(str(agg.id))

@@ -29,6 +29,7 @@ from uuid import UUID
 
 from .domain import events as ev
 from .domain.aggregate import Deliberation, event_class_for
+from .domain.json_fields import JsonFields
 from .domain.state import SessionState
 from .domain.values import ModelResponse, Participant, Price
 from .errors import ForgeLedgerError
@@ -72,7 +73,7 @@ def is_external(recorded: RecordedEvent) -> bool:
 
 
 @dataclass
-class ReplayDifference:
+class ReplayDifference(JsonFields):
     position: int
     recorded_type: str | None
     replayed_type: str | None
@@ -81,43 +82,25 @@ class ReplayDifference:
     prompt_diff: str = ""
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "position": self.position,
-            "recorded_type": self.recorded_type,
-            "replayed_type": self.replayed_type,
-            "message": self.message,
-            "fields": self.fields,
-            "prompt_diff": self.prompt_diff or None,
-        }
+        return {**super().as_json(), "prompt_diff": self.prompt_diff or None}
 
 
 @dataclass
-class ReplayResult:
+class ReplayResult(JsonFields):
+    json_keys = ("session_id", "ok", ...)
+
     session_id: str
     events: int
     matched: int
     generated: int
     external: int
     calls_served: int
-    difference: ReplayDifference | None = None
     imported: bool = False
+    difference: ReplayDifference | None = None
 
     @property
     def ok(self) -> bool:
         return self.difference is None
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "session_id": self.session_id,
-            "ok": self.ok,
-            "events": self.events,
-            "matched": self.matched,
-            "generated": self.generated,
-            "external": self.external,
-            "calls_served": self.calls_served,
-            "imported": self.imported,
-            "difference": self.difference.as_json() if self.difference else None,
-        }
 
 
 class _Diverged(Exception):

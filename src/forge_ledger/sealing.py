@@ -26,6 +26,7 @@ import yaml
 from .bounded_yaml import load_yaml, read_yaml_file
 from .clock import Clock
 from .domain.hashing import seal_hmac
+from .domain.json_fields import JsonFields
 from .errors import ChainBrokenError, ImportValidationError
 from .ledger import ChainReport, Ledger, verify_session
 
@@ -66,8 +67,10 @@ def seal_session(
 
 
 @dataclass
-class ExportReport:
+class ExportReport(JsonFields):
     """The outcome of checking one export file against the store."""
+
+    json_keys = ("path", "session_id", "ok", ...)
 
     path: str
     session_id: str | None = None
@@ -88,19 +91,6 @@ class ExportReport:
             and self.hmac_ok is not False
             and self.content_ok is not False
         )
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "session_id": self.session_id,
-            "ok": self.ok,
-            "chain": self.chain.as_json() if self.chain is not None else None,
-            "block_ok": self.block_ok,
-            "hmac_ok": self.hmac_ok,
-            "content_checked": self.content_checked,
-            "content_ok": self.content_ok,
-            "problems": list(self.problems),
-        }
 
 
 Exporter = Callable[[Ledger, UUID], str]

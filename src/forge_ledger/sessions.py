@@ -16,13 +16,14 @@ stay quick to start.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from .clock import Clock, IdSource, SystemClock, UuidIds
+from .clock import Clock, IdSource, SystemClock
+from .domain.json_fields import JsonFields
 from .domain.state import SessionState
 from .domain.values import (
     DivergenceStatus,
@@ -34,8 +35,7 @@ from .domain.values import (
 )
 from .errors import ConfigError, UsageError, validation_summary
 from .ledger import Ledger
-from .lineage import apply_model_swaps
-from .lineage import fork as _fork
+from .lineage import apply_model_swaps, fork
 from .yaml_format.export import session_document
 
 if TYPE_CHECKING:
@@ -53,7 +53,6 @@ __all__ = [
     "load_participants",
     "overrule",
     "participants_from_models",
-    "resume",
     "run",
     "start",
     "update_participants",
@@ -227,32 +226,20 @@ async def run(
     provider: Provider,
     session_id: UUID,
     *,
+    resume: bool = False,
     claim: bool = True,
     runtime: Runtime | None = None,
     running: contextlib.AbstractContextManager[Any] | None = None,
 ) -> SessionState:
-    """Continue a session that is not paused until it converges, ends or pauses.
+    """Continue a session until it converges, ends or pauses.
 
-    The session is claimed (its lease) before any model call unless the caller already holds
-    the claim (``claim=False``).
+    Without ``resume`` the session must not be paused. With it, a paused or interrupted
+    session is resumed (only what is missing is called) and a session that already ended
+    only gets what its end left undone (seal, exports). The session is claimed (its lease)
+    before any model call unless the caller already holds the claim (``claim=False``).
     """
     orch = (runtime or Runtime()).orchestrator(ledger, provider)
-    return await _play(ledger, orch, session_id, resume=False, claim=claim, running=running)
-
-
-async def resume(
-    ledger: Ledger,
-    provider: Provider,
-    session_id: UUID,
-    *,
-    claim: bool = True,
-    runtime: Runtime | None = None,
-    running: contextlib.AbstractContextManager[Any] | None = None,
-) -> SessionState:
-    """Resume a paused or interrupted session (only what is missing is called); a session
-    that already ended only gets what its end left undone (seal, exports)."""
-    orch = (runtime or Runtime()).orchestrator(ledger, provider)
-    return await _play(ledger, orch, session_id, resume=True, claim=claim, running=running)
+    return await _play(ledger, orch, session_id, resume=resume, claim=claim, running=running)
 
 
 async def _play(
@@ -367,38 +354,14 @@ def abort(
 # --------------------------------------------------------------------------- history
 
 
-def fork(
-    ledger: Ledger,
-    parent: str | UUID,
-    *,
-    at_iteration: int | None = None,
-    at_event: int | None = None,
-    participants: Sequence[Participant] | None = None,
-    model_swaps: Sequence[str] = (),
-    config_overrides: Mapping[str, Any] | None = None,
-    api_base: str | None = None,
-    clock: Clock | None = None,
-    ids: IdSource | None = None,
-) -> UUID:
-    """Start a new session from ``parent`` as of a past point (see
-    :func:`forge_ledger.lineage.fork`); returns its id. The fork is left paused."""
-    return _fork(
-        ledger,
-        parent,
-        clock=clock or SystemClock(),
-        ids=ids or UuidIds(),
-        at_iteration=at_iteration,
-        at_event=at_event,
-        participants=participants,
-        model_swaps=model_swaps,
-        config_overrides=config_overrides,
-        api_base=api_base,
-    )
-
-
 @dataclass(frozen=True)
-class JumpSummary:
+class JumpSummary(JsonFields):
     """What ``back`` changed, as the session's YAML view shows it before and after."""
+
+    json_keys = (
+        "session_id", "steps", "from_iteration", "to_iteration", "ems_before", "ems_after",
+        "ems_delta", "phase_before", "phase_after", "questions",
+    )
 
     session_id: str
     steps: int
@@ -413,20 +376,6 @@ class JumpSummary:
     @property
     def ems_delta(self) -> int:
         return self.ems_after - self.ems_before
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "session_id": self.session_id,
-            "steps": self.steps,
-            "from_iteration": self.from_iteration,
-            "to_iteration": self.to_iteration,
-            "ems_before": self.ems_before,
-            "ems_after": self.ems_after,
-            "ems_delta": self.ems_delta,
-            "phase_before": self.phase_before,
-            "phase_after": self.phase_after,
-            "questions": list(self.questions),
-        }
 
     def text(self) -> str:
         rule = "-" * 55

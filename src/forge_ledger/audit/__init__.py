@@ -21,49 +21,12 @@ carry positions in the *parent's* ledger.
 from __future__ import annotations
 
 from .analysis import audit_report, document_similarity
-from .model import (
-    AuditReport,
-    ConformityFlag,
-    ConsensusPoint,
-    DeliberationEffect,
-    DissentRecord,
-    DissentTally,
-    DocumentChange,
-    FailedCall,
-    HumanIntervention,
-    InfluenceEdge,
-    MinorityEntry,
-    ParticipantUsage,
-    RoundUsage,
-    SelfPreference,
-    StancePoint,
-    StanceShift,
-    Trajectory,
-    Usage,
-    VoteSummary,
-)
+from .model import *  # noqa: F403
+from .model import __all__ as _model_all
 from .render import excerpt, render_markdown
 
 __all__ = [
-    "AuditReport",
-    "ConformityFlag",
-    "ConsensusPoint",
-    "DeliberationEffect",
-    "DissentRecord",
-    "DissentTally",
-    "DocumentChange",
-    "FailedCall",
-    "HumanIntervention",
-    "InfluenceEdge",
-    "MinorityEntry",
-    "ParticipantUsage",
-    "RoundUsage",
-    "SelfPreference",
-    "StancePoint",
-    "StanceShift",
-    "Trajectory",
-    "Usage",
-    "VoteSummary",
+    *_model_all,
     "audit_report",
     "document_similarity",
     "excerpt",

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..domain.recorded import EventLike
-from ..domain.state import DivergenceChange, SessionState
+from ..domain.state import SessionState
 from ..domain.values import DivergenceStatus, RoundKind
 from ..engine.conformity import Influence, StanceChange
 from ..engine.prompts import text_under_vote
@@ -162,9 +162,7 @@ def _dissent(state: SessionState) -> list[DissentRecord]:
                 opened_position=d.opened_position, addressed_position=d.addressed_position,
                 closed_position=d.closed_position, closed_by=d.closed_by,
                 rounds_open=d.rounds_open,
-                history=tuple(DivergenceChange(status=DivergenceStatus(s.status),
-                                               position=s.position, round=s.round, note=s.note,
-                                               by=s.by) for s in d.lifecycle),
+                history=d.lifecycle,
             )
         )
     return out

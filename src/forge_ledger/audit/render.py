@@ -33,6 +33,22 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str
     return [*lines, ""]
 
 
+def _table_section(
+    title: str,
+    headers: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    *,
+    empty: str,
+    intro: str = "",
+) -> list[str]:
+    """A section of one table (after its introduction, if any); ``empty`` stands in for the
+    table when there are no rows, so the reader learns there was nothing, not a gap."""
+    out = [f"## {title}", "", *((intro, "") if intro else ())]
+    if not rows:
+        return [*out, empty, ""]
+    return out + _table(headers, rows)
+
+
 def _usd(x: float) -> str:
     return f"${x:.4f}"
 
@@ -66,17 +82,16 @@ def _header(r: AuditReport) -> list[str]:
 
 
 def _consensus(r: AuditReport) -> list[str]:
-    out = ["## Consensus per iteration", "",
-           "The weighted score (by role) beside the plain majority of the vote.", ""]
-    if not r.consensus:
-        return [*out, "No convergence vote was evaluated.", ""]
-    return out + _table(
+    return _table_section(
+        "Consensus per iteration",
         ("Iteration", "Round", "Weighted score", "Threshold", "Majority",
          "Agree / disagree / partial / abstain", "Converged"),
         [(c.iteration, c.round, f"{c.weighted_score:.2f}", f"{c.threshold:.2f}",
           "agrees" if c.majority_agrees else "does not agree",
           f"{c.agree} / {c.disagree} / {c.partial} / {c.abstain}",
           "yes" if c.converged else "no") for c in r.consensus],
+        empty="No convergence vote was evaluated.",
+        intro="The weighted score (by role) beside the plain majority of the vote.",
     )
 
 
@@ -112,27 +127,25 @@ def _changes(r: AuditReport) -> list[str]:
 
 
 def _influence(r: AuditReport) -> list[str]:
-    out = ["## Who moved whom", "",
-           "Contributions between two votes that argued toward the new stance, matched by "
-           "topic. Quotes are verbatim (the table shortens long ones; the stance changes "
-           "above give them whole).", ""]
-    if not r.influence:
-        return [*out, "No stance change followed a matching argument.", ""]
-    return out + _table(
+    return _table_section(
+        "Who moved whom",
         ("From", "To", "Round", "Topic", "Quote", "Event"),
         [(i.from_, i.to, i.round if i.round is not None else "human", i.topic,
           f"“{excerpt(i.quote, 120)}”", i.position) for i in r.influence],
+        empty="No stance change followed a matching argument.",
+        intro="Contributions between two votes that argued toward the new stance, matched by "
+        "topic. Quotes are verbatim (the table shortens long ones; the stance changes "
+        "above give them whole).",
     )
 
 
 def _conformity(r: AuditReport) -> list[str]:
-    out = ["## Conformity flags", "",
-           "A stance that moved toward the previous vote's majority with no new argument.", ""]
-    if not r.conformity:
-        return [*out, "None.", ""]
-    return out + _table(
+    return _table_section(
+        "Conformity flags",
         ("Participant", "Round", "From", "To", "Why"),
         [(c.participant, c.round, c.from_.value, c.to.value, c.reason) for c in r.conformity],
+        empty="None.",
+        intro="A stance that moved toward the previous vote's majority with no new argument.",
     )
 
 
@@ -178,26 +191,24 @@ def _self_preference(r: AuditReport) -> list[str]:
 
 
 def _dissent(r: AuditReport) -> list[str]:
-    out = ["## Dissent", ""]
-    if not r.dissent:
-        return [*out, "No dissent was recorded.", ""]
-    return out + _table(
+    return _table_section(
+        "Dissent",
         ("Id", "Topic", "Who", "Strongest", "Opened", "Status", "Closed at"),
         [(d.id, d.topic, ", ".join(d.who), d.strongest.value,
           f"round {d.opened_round}, event {d.opened_position}", d.status,
           f"event {d.closed_position}" if d.closed_position is not None else "—")
          for d in r.dissent],
+        empty="No dissent was recorded.",
     )
 
 
 def _human(r: AuditReport) -> list[str]:
-    out = ["## Human interventions", ""]
-    if not r.human_interventions:
-        return [*out, "None.", ""]
-    return out + _table(
+    return _table_section(
+        "Human interventions",
         ("Event", "Kind", "Author", "Iteration", "What"),
         [(h.position, h.kind, h.author or "—", h.iteration if h.iteration is not None else "—",
           excerpt(h.text)) for h in r.human_interventions],
+        empty="None.",
     )
 
 
@@ -217,13 +228,12 @@ def _usage(r: AuditReport) -> list[str]:
 
 
 def _failures(r: AuditReport) -> list[str]:
-    out = ["## Failed calls", ""]
-    if not r.failed_calls:
-        return [*out, "None.", ""]
-    return out + _table(
+    return _table_section(
+        "Failed calls",
         ("Event", "Round", "Participant", "Attempt", "Error", "Message", "Retried"),
         [(f.position, f.round, f.participant, f.attempt, f.error_type, excerpt(f.message, 80),
           "yes" if f.will_retry else "no") for f in r.failed_calls],
+        empty="None.",
     )
 
 

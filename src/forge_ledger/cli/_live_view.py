@@ -15,16 +15,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ..orchestrator.live import (
-    ContentDelta,
-    ErrorRaised,
-    LiveEvent,
-    ParticipantComplete,
-    ParticipantThinking,
-    RoundComplete,
-    RoundStartedLive,
-    SessionFinished,
-)
+from ..orchestrator import live
 from ._common import money
 
 __all__ = ["LiveView"]
@@ -71,50 +62,50 @@ class LiveView:
             self._live.__exit__(None, None, None)
             self._live = None
 
-    def handle(self, event: LiveEvent) -> None:
+    def handle(self, event: live.LiveEvent) -> None:
         if not self.enabled:
             return
         self._name_resumed_round(event)
-        if isinstance(event, RoundStartedLive):
+        if isinstance(event, live.RoundStartedLive):
             self._round = f"round {event.round} · {event.kind.value} · iteration {event.iteration}"
             self._rows = {name: _Row() for name in event.participants}
             if not self.interactive:
                 self.console.print(f"{self._round}: {', '.join(event.participants)}")
-        elif isinstance(event, ParticipantThinking):
+        elif isinstance(event, live.ParticipantThinking):
             row = self._rows.setdefault(event.participant, _Row())
             row.status = "thinking" if event.attempt == 1 else f"retry {event.attempt}"
-        elif isinstance(event, ContentDelta):
+        elif isinstance(event, live.ContentDelta):
             row = self._rows.setdefault(event.participant, _Row())
             row.status = "streaming"
             row.chars += len(event.delta)
             row.tail = (row.tail + event.delta)[-200:]
-        elif isinstance(event, ParticipantComplete):
+        elif isinstance(event, live.ParticipantComplete):
             self._participant_complete(event)
-        elif isinstance(event, ErrorRaised):
+        elif isinstance(event, live.ErrorRaised):
             row = self._rows.setdefault(event.participant, _Row())
             row.status = "retrying" if event.will_retry else "failed"
             if not self.interactive:
                 again = " (will retry)" if event.will_retry else ""
                 self.console.print(f"  {event.participant}: {event.message}{again}")
-        elif isinstance(event, RoundComplete):
+        elif isinstance(event, live.RoundComplete):
             self._round_complete(event)
-        elif isinstance(event, SessionFinished) and self._live is not None:
+        elif isinstance(event, live.SessionFinished) and self._live is not None:
             self._live.console.print(f"finished: {event.status} {event.reason}".rstrip())
         if self._live is not None:
             self._live.update(self._render())
 
-    def _name_resumed_round(self, event: LiveEvent) -> None:
+    def _name_resumed_round(self, event: live.LiveEvent) -> None:
         """A session resumed inside an open round sends no RoundStartedLive for it: name the
         round from the first event that carries its number, so no line is left headless."""
         number = getattr(event, "round", None)
-        if self._round or number is None or isinstance(event, RoundStartedLive):
+        if self._round or number is None or isinstance(event, live.RoundStartedLive):
             return
         kind = getattr(event, "kind", None)
         self._round = f"round {number}" + (f" · {kind.value}" if kind is not None else "")
         if not self.interactive:
             self.console.print(f"{self._round} (resumed)")
 
-    def _participant_complete(self, event: ParticipantComplete) -> None:
+    def _participant_complete(self, event: live.ParticipantComplete) -> None:
         row = self._rows.setdefault(event.participant, _Row())
         row.status = "done" if event.ok else "failed"
         row.tokens += event.tokens.total
@@ -127,7 +118,7 @@ class LiveView:
                 f"{cost}{detail}"
             )
 
-    def _round_complete(self, event: RoundComplete) -> None:
+    def _round_complete(self, event: live.RoundComplete) -> None:
         self._cost = event.session_cost_usd
         extra = ""
         if event.score is not None:

@@ -126,9 +126,8 @@ def run_session(
                     ledger, prov, topic, config, participants, source=source,
                     runtime=runtime, on_start=started, running=view,
                 )
-            play = sessions.resume if resume else sessions.run
-            return await play(ledger, prov, session_id, claim=claim, runtime=runtime,
-                              running=view)
+            return await sessions.run(ledger, prov, session_id, resume=resume, claim=claim,
+                                      runtime=runtime, running=view)
         finally:
             if provider is None:
                 await prov.aclose()

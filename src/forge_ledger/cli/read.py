@@ -307,35 +307,23 @@ def show(
     to date with the store (the same output, without folding the session's events); --json
     and the --at-* options read the ledger.
     """
-    given = [
-        name
-        for name, value in (
-            ("--at-event", at_event),
-            ("--at-iteration", at_iteration),
-            ("--at-time", at_time),
-        )
-        if value is not None
-    ]
+    points = {"--at-event": at_event, "--at-iteration": at_iteration, "--at-time": at_time}
+    as_of = next((option for option, value in points.items() if value is not None), None)
     when = parse_iso(at_time, "--at-time") if at_time is not None else None
     with open_ledger(store, create=False) as ledger:
         sid = check_chain(ledger, session)
         view = (
             None
-            if as_json or given or chain_broken()
+            if as_json or as_of or chain_broken()
             else current_session_view(ledger, ledger.location.read_model_path, sid)
         )
-        state = (
-            ledger.state(sid, at_event=at_event, at_iteration=at_iteration, at_time=when)
-            if view is None
-            else None
-        )
-    if view is None:
-        assert state is not None  # read from the ledger, as the read model was not
-        if as_json:
-            emit_json(session_json(state, ems=ems_of(state)))
-            return
-        view = session_view(state)
-    _print_session(view, as_of=given[0] if given else None)
+        if view is None:
+            state = ledger.state(sid, at_event=at_event, at_iteration=at_iteration, at_time=when)
+            if as_json:
+                emit_json(session_json(state, ems=ems_of(state)))
+                return
+            view = session_view(state)
+    _print_session(view, as_of=as_of)
 
 
 def _print_session(view: SessionView, *, as_of: str | None) -> None:

@@ -230,7 +230,7 @@ def trail(session: str, store: str | None, as_json: bool) -> None:
             table.add_column(col)
         for v in r.votes:
             change = f"{v.previous_stance} → {v.stance}" if v.changed else ""
-            pre = f"{v.preceded_by.kind} r{v.preceded_by.number}" if v.preceded_by else ""
+            pre = f"{v.preceded_by.kind} r{v.preceded_by.round}" if v.preceded_by else ""
             table.add_row(v.participant, v.stance, str(v.score), "; ".join(v.concerns),
                           change, pre, "conformity" if v.conformity else "")
         print_table(table)

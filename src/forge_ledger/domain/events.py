@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -93,6 +93,18 @@ class Payload(BaseModel):
 
     TYPE: ClassVar[str]
     SCHEMA_VERSION: ClassVar[int] = 1
+
+    @classmethod
+    def carrying(cls, source: object, /, **given: Any) -> Self:
+        """The payload of a fact ``source`` already holds field by field (an imported file's
+        entry, a classified call failure): each field ``source`` has an attribute of that
+        name for, and ``given`` for the rest; validated as any payload is."""
+        shared = {
+            name: getattr(source, name)
+            for name in cls.model_fields
+            if name not in given and hasattr(source, name)
+        }
+        return cls.model_validate({**shared, **given})
 
 
 # --------------------------------------------------------------------------- session lifecycle
@@ -306,6 +318,13 @@ class RoundCompleted(Payload):
     abstained: tuple[str, ...] = ()
 
 
+class _ByParticipant(Payload):
+    """An event about one participant's part in one round."""
+
+    round: int = Field(ge=1)
+    participant: str
+
+
 class CallParams(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     temperature: float
@@ -315,13 +334,11 @@ class CallParams(BaseModel):
     api_base: str | None = None
 
 
-class ContributionRecorded(Payload):
+class ContributionRecorded(_ByParticipant):
     """One participant's completed call in one round: the exact prompt and the full answer."""
 
     TYPE: ClassVar[str] = "ContributionRecorded"
     SCHEMA_VERSION: ClassVar[int] = 2
-    round: int = Field(ge=1)
-    participant: str
     attempt: int = Field(ge=1, default=1)
     model: str
     messages: tuple[ChatMessage, ...]
@@ -331,12 +348,10 @@ class ContributionRecorded(Payload):
     purpose: Literal["answer", "repair"] = "answer"
 
 
-class ProviderCallFailed(Payload):
+class ProviderCallFailed(_ByParticipant):
     """A failed attempt. Messages are sanitised (no API keys); partial text is kept."""
 
     TYPE: ClassVar[str] = "ProviderCallFailed"
-    round: int = Field(ge=1)
-    participant: str
     attempt: int = Field(ge=1)
     model: str
     error_type: str
@@ -351,33 +366,25 @@ class ProviderCallFailed(Payload):
     prompt_hash: str = ""
 
 
-class CritiqueRecorded(Payload):
+class CritiqueRecorded(_ByParticipant):
     TYPE: ClassVar[str] = "CritiqueRecorded"
-    round: int = Field(ge=1)
-    participant: str
     critique: Critique
 
 
-class OpinionRecorded(Payload):
+class OpinionRecorded(_ByParticipant):
     TYPE: ClassVar[str] = "OpinionRecorded"
-    round: int = Field(ge=1)
-    participant: str
     opinion: Opinion
 
 
-class VoteRecorded(Payload):
+class VoteRecorded(_ByParticipant):
     TYPE: ClassVar[str] = "VoteRecorded"
-    round: int = Field(ge=1)
-    participant: str
     vote: ConvergenceVote
 
 
-class ParseFailed(Payload):
+class ParseFailed(_ByParticipant):
     """The answer could not be parsed even after the repair attempt: the participant abstains."""
 
     TYPE: ClassVar[str] = "ParseFailed"
-    round: int = Field(ge=1)
-    participant: str
     expected: str
     error: str
 

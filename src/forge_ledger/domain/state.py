@@ -775,17 +775,7 @@ def _rewound(s: SessionState, p: ev.SessionRewound, pos: int, at: datetime) -> N
 
 
 def _technique(s: SessionState, p: ev.TechniqueSuggested, _pos: int, _at: datetime) -> None:
-    s.techniques.append(
-        Technique(
-            iteration=p.iteration,
-            technique_slug=p.technique_slug,
-            category=p.category,
-            suggested_reason=p.suggested_reason,
-            weak_axes=list(p.weak_axes),
-            source=p.source,
-            applied=p.applied,
-        )
-    )
+    s.techniques.append(Technique.model_validate(p.model_dump()))
 
 
 def _budget(s: SessionState, p: ev.BudgetExhausted, _pos: int, _at: datetime) -> None:

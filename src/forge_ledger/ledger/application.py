@@ -13,7 +13,7 @@ import contextlib
 import json
 import sqlite3
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 from uuid import UUID
@@ -35,6 +35,7 @@ from eventsourcing.utils import resolve_topic
 
 from ..domain import events as ev
 from ..domain.aggregate import Deliberation, topic_for
+from ..domain.json_fields import JsonFields, fields_json
 from ..domain.state import ContributionState, SessionState
 from ..domain.texts import missing_text
 from ..domain.values import ChatMessage
@@ -296,17 +297,14 @@ class RecordedEvent:
         """The event as JSON values, field by field (the time in ISO 8601,
         ``notification_id`` only when known), without the fields in ``exclude``: ``log
         --json`` leaves out the session id and the notification id."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in exclude or (f.name == "notification_id" and value is None):
-                continue
-            out[f.name] = value.isoformat() if isinstance(value, datetime) else value
-        return out
+        unknown = ("notification_id",) if self.notification_id is None else ()
+        return fields_json(self, exclude={*exclude, *unknown})
 
 
 @dataclass(frozen=True)
-class SessionSummary:
+class SessionSummary(JsonFields):
+    """One session as ``sessions`` lists it."""
+
     id: str
     slug: str
     title: str
@@ -316,19 +314,6 @@ class SessionSummary:
     created: datetime
     updated: datetime
     parent_id: str | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "slug": self.slug,
-            "title": self.title,
-            "status": self.status,
-            "iteration": self.iteration,
-            "events": self.events,
-            "created": self.created.isoformat(),
-            "updated": self.updated.isoformat(),
-            "parent_id": self.parent_id,
-        }
 
 
 class Ledger:

@@ -11,10 +11,12 @@ seal was made by someone holding the key.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 from uuid import UUID
 
 from ..domain.hashing import GENESIS, chain_hash, seal_hmac
+from ..domain.json_fields import JsonFields
 from ..errors import StoreError
 from .application import Ledger
 from .texts import resolve
@@ -25,7 +27,15 @@ _PREFIX = "forge_ledger:"
 
 
 @dataclass
-class ChainReport:
+class ChainReport(JsonFields):
+    """What checking one session's hash chain found (``details`` stays out of the JSON)."""
+
+    json_keys = (
+        "session_id", "ok", "events", "position", "problem", "head_hash", "sealed", "seal_ok",
+        "hmac_ok",
+    )
+    json_names = MappingProxyType({"position": "first_bad_position"})
+
     session_id: str
     events: int = 0
     ok: bool = True
@@ -44,17 +54,7 @@ class ChainReport:
         return self
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "session_id": self.session_id,
-            "ok": self.ok,
-            "events": self.events,
-            "first_bad_position": self.position,
-            "problem": self.problem or None,
-            "head_hash": self.head_hash,
-            "sealed": self.sealed,
-            "seal_ok": self.seal_ok,
-            "hmac_ok": self.hmac_ok,
-        }
+        return {**super().as_json(), "problem": self.problem or None}
 
 
 def verify_session(ledger: Ledger, session_id: UUID, *, key: bytes | None = None) -> ChainReport:

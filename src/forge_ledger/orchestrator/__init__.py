@@ -1,16 +1,7 @@
 """Runs deliberations: engine decisions, concurrent provider calls, ordered event recording."""
 
-from .live import (
-    ContentDelta,
-    ErrorRaised,
-    LiveEvent,
-    ParticipantComplete,
-    ParticipantThinking,
-    RoundComplete,
-    RoundStartedLive,
-    SessionFinished,
-    Subscriber,
-)
+from .live import *  # noqa: F403
+from .live import __all__ as _live_all
 from .ports import (
     KeyedSeal,
     MonotonicWallTime,
@@ -23,21 +14,13 @@ from .ports import (
 from .runner import Orchestrator
 
 __all__ = [
-    "ContentDelta",
-    "ErrorRaised",
+    *_live_all,
     "KeyedSeal",
-    "LiveEvent",
     "MonotonicWallTime",
     "NoSeal",
     "NoWallTime",
     "Orchestrator",
-    "ParticipantComplete",
-    "ParticipantThinking",
-    "RoundComplete",
-    "RoundStartedLive",
     "SealPolicy",
-    "SessionFinished",
     "SessionStore",
-    "Subscriber",
     "WallTime",
 ]

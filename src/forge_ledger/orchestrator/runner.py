@@ -48,17 +48,7 @@ from ..domain.values import (
 )
 from ..errors import InvariantViolation
 from ..providers import Provider, ProviderCall, ProviderCallError, retry_delay
-from .live import (
-    ContentDelta,
-    ErrorRaised,
-    LiveEvent,
-    ParticipantComplete,
-    ParticipantThinking,
-    RoundComplete,
-    RoundStartedLive,
-    SessionFinished,
-    Subscriber,
-)
+from . import live
 from .ports import KeyedSeal, MonotonicWallTime, SealPolicy, SessionStore, WallTime
 
 __all__ = ["Orchestrator"]
@@ -132,7 +122,7 @@ class Orchestrator:
         *,
         clock: Clock | None = None,
         ids: IdSource | None = None,
-        subscribers: Sequence[Subscriber] = (),
+        subscribers: Sequence[live.Subscriber] = (),
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_checkpoint: Callable[[SessionState], None] | None = None,
         seal: SealPolicy | None = None,
@@ -151,7 +141,7 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ public API
 
-    def subscribe(self, subscriber: Subscriber) -> None:
+    def subscribe(self, subscriber: live.Subscriber) -> None:
         self._subscribers.append(subscriber)
 
     def start(
@@ -236,7 +226,7 @@ class Orchestrator:
             )
             self.ledger.save(agg)
             self._publish(
-                RoundStartedLive(
+                live.RoundStartedLive(
                     round=number,
                     kind=step.kind,
                     iteration=step.iteration,
@@ -270,7 +260,7 @@ class Orchestrator:
         self._seal_now(agg)
         self.ledger.save(agg)
         self._checkpoint(agg.state, force=True)
-        self._publish(SessionFinished(status=status.value, reason=reason))
+        self._publish(live.SessionFinished(status=status.value, reason=reason))
 
     def _seal_now(self, agg: Deliberation) -> None:
         self._seal.seal(agg, self.clock)
@@ -433,14 +423,7 @@ class Orchestrator:
                 round=rnd.number,
                 attempt=attempt,
             )
-            self._publish(
-                ParticipantThinking(
-                    round=rnd.number,
-                    participant=participant.name,
-                    model=participant.model,
-                    attempt=attempt,
-                )
-            )
+            self._tell(turn, live.ParticipantThinking, model=participant.model, attempt=attempt)
             try:
                 if self._wall.exhausted(turn.deadline):
                     raise _time_budget_error()
@@ -461,16 +444,26 @@ class Orchestrator:
                 attempt += 1
                 continue
             out.actions.append(_Answer(attempt, messages, call, phash, response, purpose))
-            self._publish(
-                ParticipantComplete(
-                    round=rnd.number,
-                    participant=participant.name,
-                    tokens=response.tokens,
-                    cost_usd=response.cost_usd,
-                    ok=True,
-                )
-            )
+            self._turn_over(turn, response.tokens, response.cost_usd)
             return response, attempt + 1
+
+    def _tell(self, turn: _Turn, event: Callable[..., live.LiveEvent], **fields: Any) -> None:
+        """Publish a live event about ``turn``: every one names its round and participant."""
+        self._publish(event(round=turn.rnd.number, participant=turn.participant.name, **fields))
+
+    def _turn_over(
+        self, turn: _Turn, tokens: TokenCount, cost_usd: float, *, failure: str = ""
+    ) -> None:
+        """Tell the subscribers a participant's turn is over: answered, or ``failure`` (why
+        it gave up)."""
+        self._tell(
+            turn,
+            live.ParticipantComplete,
+            tokens=tokens,
+            cost_usd=cost_usd,
+            ok=not failure,
+            detail=failure,
+        )
 
     def _failed(
         self,
@@ -486,20 +479,13 @@ class Orchestrator:
         rnd, participant = turn.rnd, turn.participant
         out.actions.append(
             _Failure(
-                ev.ProviderCallFailed(
+                ev.ProviderCallFailed.carrying(
+                    e,
                     round=rnd.number,
                     participant=participant.name,
                     attempt=attempt,
                     model=participant.model,
-                    error_type=e.error_type,
-                    message=e.message,
-                    retryable=e.retryable,
                     will_retry=retry,
-                    retry_after_secs=e.retry_after_secs,
-                    partial_text=e.partial_text,
-                    tokens=e.tokens,
-                    cost_usd=e.cost_usd,
-                    duration_ms=e.duration_ms,
                     prompt_hash=phash,
                 )
             )
@@ -507,32 +493,16 @@ class Orchestrator:
         out.last_error = f"{e.error_type}: {e.message}"
         if e.error_type == "budget_time":
             out.budget = "time"
-        self._publish(
-            ErrorRaised(
-                round=rnd.number,
-                participant=participant.name,
-                message=e.message,
-                will_retry=retry,
-            )
-        )
+        self._tell(turn, live.ErrorRaised, message=e.message, will_retry=retry)
         if not retry:
-            self._publish(
-                ParticipantComplete(
-                    round=rnd.number,
-                    participant=participant.name,
-                    tokens=e.tokens,
-                    cost_usd=e.cost_usd,
-                    ok=False,
-                    detail=out.last_error,
-                )
-            )
+            self._turn_over(turn, e.tokens, e.cost_usd, failure=out.last_error)
 
     def _delta_sink(self, round_no: int, name: str) -> Callable[[str], None] | None:
         if not self._subscribers:
             return None
 
         def sink(delta: str) -> None:
-            self._publish(ContentDelta(round=round_no, participant=name, delta=delta))
+            self._publish(live.ContentDelta(round=round_no, participant=name, delta=delta))
 
         return sink
 
@@ -619,7 +589,7 @@ class Orchestrator:
                 agg.suggest_technique(suggestion, at=self.clock.now())
         self.ledger.save(agg)
         self._publish(
-            RoundComplete(
+            live.RoundComplete(
                 round=number,
                 kind=rnd.kind,
                 session_cost_usd=agg.state.cost_usd,
@@ -662,7 +632,7 @@ class Orchestrator:
         agg.pause(reason=reason, fault=fault, at=self.clock.now())
         self.ledger.save(agg)
         self._checkpoint(agg.state, force=True)
-        self._publish(SessionFinished(status=SessionStatus.PAUSED.value, reason=reason))
+        self._publish(live.SessionFinished(status=SessionStatus.PAUSED.value, reason=reason))
 
     def _budget_after_round(self, agg: Deliberation, budgets: set[str]) -> None:
         state = agg.state
@@ -707,7 +677,7 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _publish(self, event: LiveEvent) -> None:
+    def _publish(self, event: live.LiveEvent) -> None:
         for s in self._subscribers:
             s(event)
 

@@ -314,78 +314,86 @@ def _describe(e: BaseException) -> str:
     return text.replace("OpenAIException - ", "").strip() or type(e).__name__
 
 
+_AUTH_NAMES = frozenset({"AuthenticationError", "PermissionDeniedError"})
+_CONNECTION_NAMES = frozenset(
+    {"APIConnectionError", "ConnectError", "ConnectionRefusedError", "ClientConnectorError"}
+)
+_TIMEOUT_NAMES = frozenset({"Timeout", "APITimeoutError", "TimeoutException"})
+_SERVER_NAMES = frozenset({"InternalServerError", "ServiceUnavailableError", "BadGatewayError"})
+_REQUEST_NAMES = frozenset(
+    {"BadRequestError", "NotFoundError", "UnsupportedParamsError", "UnprocessableEntityError"}
+)
+
+_MESSAGES: dict[ErrorType, str] = {
+    "mid_stream": "{who}: the stream broke after {chars} characters: {detail}",
+    "context_window": "{who}: the prompt exceeds the context window: {detail}",
+    "rate_limit": "{who}: rate limited by the provider (HTTP 429): {detail}",
+    "auth": (
+        "{who}: the provider refused the credentials or none are set: {detail} "
+        "(set the provider's API key in the environment)"
+    ),
+    "connection": "{who}: cannot connect to {base}: {detail} (is it running and reachable?)",
+    "timeout": "{who}: the provider timed out: {detail}",
+    "server_error": "{who}: provider error (HTTP {status}): {detail}",
+    "bad_request": "{who}: the provider rejected the request: {detail}",
+    "unknown": "{who}: {exception}: {detail}",
+}
+"""One line per kind: who failed, what the kind means, then the scrubbed detail."""
+
+
+def _error_kind(names: frozenset[str], status: int | None, detail: str) -> ErrorType:
+    """The kind of failure, most specific first: the exception classes anywhere in the chain,
+    then the HTTP status, then words in the message (some servers say no more)."""
+    lowered = detail.lower()
+    if "MidStreamFallbackError" in names:
+        return "mid_stream"
+    if "ContextWindowExceededError" in names:
+        return "context_window"
+    if "RateLimitError" in names or status == 429:
+        return "rate_limit"
+    if (
+        names & _AUTH_NAMES
+        or status in (401, 403)
+        or "missing credentials" in lowered
+        or ("api key" in lowered and "missing" in lowered)
+    ):
+        return "auth"
+    if names & _CONNECTION_NAMES or "connection error" in lowered:
+        return "connection"
+    if names & _TIMEOUT_NAMES:
+        return "timeout"
+    if names & _SERVER_NAMES or (status is not None and status >= 500):
+        return "server_error"
+    if names & _REQUEST_NAMES or (status is not None and 400 <= status < 500):
+        return "bad_request"
+    return "unknown"
+
+
+def _streamed_so_far(e: BaseException, partial_text: str) -> str:
+    """The longer of what we received and what litellm says it had generated before the break."""
+    generated = getattr(e, "generated_content", None)
+    if isinstance(generated, str) and len(generated) > len(partial_text):
+        return generated
+    return partial_text
+
+
 def classify_exception(
     e: BaseException, call: ProviderCall, *, partial_text: str = "", duration_ms: int = 0
 ) -> ProviderCallError:
     """Turn whatever litellm raised into one classified, scrubbed :class:`ProviderCallError`."""
-    names = [type(x).__name__ for x in _chain(e)]
     status = getattr(e, "status_code", None)
     status = status if isinstance(status, int) else None
-    who = f"{call.participant.name} ({call.participant.model})"
     detail = _describe(e)
-    kind: ErrorType
-    partial = partial_text
-    lowered = detail.lower()
-    if "MidStreamFallbackError" in names:
-        kind = "mid_stream"
-        generated = getattr(e, "generated_content", None)
-        if isinstance(generated, str) and len(generated) > len(partial):
-            partial = generated
-        message = f"{who}: the stream broke after {len(partial)} characters: {detail}"
-    elif "ContextWindowExceededError" in names:
-        kind, message = "context_window", f"{who}: the prompt exceeds the context window: {detail}"
-    elif "RateLimitError" in names or status == 429:
-        kind, message = "rate_limit", f"{who}: rate limited by the provider (HTTP 429): {detail}"
-    elif (
-        "AuthenticationError" in names
-        or "PermissionDeniedError" in names
-        or status
-        in (
-            401,
-            403,
-        )
-        or "missing credentials" in lowered
-        or ("api key" in lowered and "missing" in lowered)
-    ):
-        kind = "auth"
-        message = (
-            f"{who}: the provider refused the credentials or none are set: {detail} "
-            "(set the provider's API key in the environment)"
-        )
-    elif (
-        any(
-            n in names
-            for n in (
-                "APIConnectionError",
-                "ConnectError",
-                "ConnectionRefusedError",
-                "ClientConnectorError",
-            )
-        )
-        or "connection error" in lowered
-    ):
-        kind = "connection"
-        base = call.participant.api_base or "the provider"
-        message = f"{who}: cannot connect to {base}: {detail} (is it running and reachable?)"
-    elif "Timeout" in names or "APITimeoutError" in names or "TimeoutException" in names:
-        kind, message = "timeout", f"{who}: the provider timed out: {detail}"
-    elif (
-        "InternalServerError" in names
-        or "ServiceUnavailableError" in names
-        or "BadGatewayError" in names
-        or (status is not None and status >= 500)
-    ):
-        kind, message = "server_error", f"{who}: provider error (HTTP {status or 500}): {detail}"
-    elif (
-        "BadRequestError" in names
-        or "NotFoundError" in names
-        or "UnsupportedParamsError" in names
-        or "UnprocessableEntityError" in names
-        or (status is not None and 400 <= status < 500)
-    ):
-        kind, message = "bad_request", f"{who}: the provider rejected the request: {detail}"
-    else:
-        kind, message = "unknown", f"{who}: {type(e).__name__}: {detail}"
+    kind = _error_kind(frozenset(type(x).__name__ for x in _chain(e)), status, detail)
+    partial = _streamed_so_far(e, partial_text) if kind == "mid_stream" else partial_text
+    message = _MESSAGES[kind].format(
+        who=f"{call.participant.name} ({call.participant.model})",
+        detail=detail,
+        chars=len(partial),
+        base=call.participant.api_base or "the provider",
+        status=status or 500,
+        exception=type(e).__name__,
+    )
     return ProviderCallError(
         kind,
         message,

@@ -252,28 +252,26 @@ class SessionBuilder:
     def critique(self, participant: str, critique: Critique | None = None,
                  **fields: Any) -> SessionBuilder:
         """``CritiqueRecorded`` (the ``critique`` given, else one built from ``fields``)."""
-        self.aggregate.record_critique(
-            round=self.round_number, participant=participant,
-            critique=critique or Critique(**fields), at=self.clock.now(),
-        )
-        return self
+        return self._parsed(self.aggregate.record_critique, participant,
+                            critique=critique or Critique(**fields))
 
     def opinion(self, participant: str, opinion: Opinion | None = None,
                 **fields: Any) -> SessionBuilder:
         """``OpinionRecorded`` (the ``opinion`` given, else one built from ``fields``)."""
-        self.aggregate.record_opinion(
-            round=self.round_number, participant=participant,
-            opinion=opinion or Opinion(**fields), at=self.clock.now(),
-        )
-        return self
+        return self._parsed(self.aggregate.record_opinion, participant,
+                            opinion=opinion or Opinion(**fields))
 
     def vote(self, participant: str, vote: ConvergenceVote | None = None,
              **fields: Any) -> SessionBuilder:
         """``VoteRecorded`` (the ``vote`` given, else one built from ``fields``)."""
-        self.aggregate.record_vote(
-            round=self.round_number, participant=participant,
-            vote=vote or ConvergenceVote(**fields), at=self.clock.now(),
-        )
+        return self._parsed(self.aggregate.record_vote, participant,
+                            vote=vote or ConvergenceVote(**fields))
+
+    def _parsed(self, record: Callable[..., None], participant: str,
+                **answer: Any) -> SessionBuilder:
+        """Record ``participant``'s parsed answer (its critique, opinion or vote) in the
+        current round."""
+        record(round=self.round_number, participant=participant, at=self.clock.now(), **answer)
         return self
 
     def parse_failure(self, participant: str, *, expected: str, error: str) -> SessionBuilder:

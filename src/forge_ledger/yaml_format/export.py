@@ -14,7 +14,7 @@ priority; party/panel history come from the rounds' contributions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -23,7 +23,7 @@ import yaml
 
 from ..domain import events as ev
 from ..domain.recorded import EventLike
-from ..domain.state import RoundState, SessionState, fold
+from ..domain.state import ContributionState, RoundState, SessionState, fold
 from ..domain.text import text_key
 from ..domain.values import Mode, RoundKind, SessionStatus
 from ..engine.ems import ems_score
@@ -268,17 +268,26 @@ def _topic_of(state: SessionState, r: RoundState) -> str:
     return r.focus or state.topic.title
 
 
+def _deliberative_rounds(state: SessionState) -> Iterator[RoundState]:
+    """The rounds party and panel histories list: deliberative ones that got an answer."""
+    return (r for r in state.active_rounds if r.kind in _DELIBERATIVE and r.contributions)
+
+
+def _answers(r: RoundState) -> Iterator[tuple[str, ContributionState]]:
+    """Each contributor of ``r`` with its (latest) contribution, in the order they answered."""
+    for name in r.contributors:
+        c = r.contribution_of(name)
+        assert c is not None
+        yield name, c
+
+
 def _party(state: SessionState) -> list[dict[str, Any]]:
     names = state.participant_names
     out: list[dict[str, Any]] = []
-    for r in state.active_rounds:
-        if r.kind not in _DELIBERATIVE or not r.contributions:
-            continue
+    for r in _deliberative_rounds(state):
         synthesis, question = _iteration_context(state, r.iteration)
         contributions = []
-        for name in r.contributors:
-            c = r.contribution_of(name)
-            assert c is not None
+        for name, c in _answers(r):
             contributions.append(
                 {
                     "persona": name,
@@ -302,14 +311,10 @@ def _party(state: SessionState) -> list[dict[str, Any]]:
 def _panel(state: SessionState) -> list[dict[str, Any]]:
     names = state.participant_names
     out: list[dict[str, Any]] = []
-    for r in state.active_rounds:
-        if r.kind not in _DELIBERATIVE or not r.contributions:
-            continue
+    for r in _deliberative_rounds(state):
         contributions = []
         convergent: list[str] = []
-        for name in r.contributors:
-            c = r.contribution_of(name)
-            assert c is not None
+        for name, c in _answers(r):
             p = state.participant(name)
             framework = (p.framework or p.expertise or p.role.value) if p else ""
             if c.opinion is not None and c.opinion.reasoning:
@@ -345,53 +350,117 @@ def _minutes(a: datetime, b: datetime) -> int:
     return max(0, int((b - a).total_seconds() // 60))
 
 
-def session_document(events: Iterable[EventLike]) -> dict[str, Any]:
-    """The YAML v1.2 document (plain dict, seed key order) of one session's events."""
+@dataclass
+class _Frame:
+    """The fields that come from an import when there was one, or from the run itself."""
+
+    session_id: str
+    started: str
+    created: str
+    duration: int
+    updated: str
+    party_active: bool
+    panel_active: bool
+    party: list[dict[str, Any]]
+    panel: list[dict[str, Any]]
+
+
+def _folded(events: Iterable[EventLike]) -> _Fold:
     fold = _Fold()
     for e in events:
         fold.apply(e)
     if fold.state is None or fold.last_at is None:
         raise ValueError("a session document needs at least the session's first event")
     fold.finalize_live()
-    s = fold.state
-    imp = fold.imported
-    fresh = imp is not None and not fold.after_import
-    report = ems_score(s)
-    ems, phase = fold.override if fold.override is not None else (report.score, s.phase)
+    return fold
 
-    techniques = _technique_rows(s)
+
+def _techniques_used(
+    imp: ev.SessionImported | None, techniques: list[dict[str, Any]]
+) -> list[str]:
+    """The imported list, then each applied technique not yet named, in order."""
     used = list(imp.techniques_used) if imp is not None else []
     for t in techniques:
         if t["applied"] and t["technique_slug"] not in used:
             used.append(t["technique_slug"])
+    return used
 
-    if imp is not None:
-        assert fold.imported_at is not None
-        session_id = imp.yaml_id
-        started = imp.started_at or iso(s.created_at)
-        created = imp.created or iso(s.created_at)
-        base = imp.duration_minutes if imp.duration_minutes is not None else 0
-        duration = base + (0 if fresh else _minutes(fold.imported_at, fold.last_at))
-        updated = imp.updated if (fresh and imp.updated) else iso(fold.last_at)
-        party_active, panel_active = imp.party_active, imp.panel_active
-        party = [dict(p) for p in imp.party_history]
-        panel = [dict(p) for p in imp.panel_history]
-    else:
-        session_id = f"{s.slug}-{s.created_at.date().isoformat()}"
-        started = created = iso(s.created_at)
-        duration = _minutes(s.created_at, fold.last_at)
-        updated = iso(fold.last_at)
-        live = not s.status.terminal
-        party_active = s.config.mode is Mode.PARTY and live
-        panel_active = s.config.mode is Mode.PANEL and live
-        party, panel = [], []
+
+def _imported_frame(fold: _Fold, s: SessionState, imp: ev.SessionImported) -> _Frame:
+    """An imported session keeps its file's values; time spent after the import adds up."""
+    assert fold.imported_at is not None
+    assert fold.last_at is not None
+    fresh = not fold.after_import
+    base = imp.duration_minutes if imp.duration_minutes is not None else 0
+    return _Frame(
+        session_id=imp.yaml_id,
+        started=imp.started_at or iso(s.created_at),
+        created=imp.created or iso(s.created_at),
+        duration=base + (0 if fresh else _minutes(fold.imported_at, fold.last_at)),
+        updated=imp.updated if (fresh and imp.updated) else iso(fold.last_at),
+        party_active=imp.party_active,
+        panel_active=imp.panel_active,
+        party=[dict(p) for p in imp.party_history],
+        panel=[dict(p) for p in imp.panel_history],
+    )
+
+
+def _run_frame(fold: _Fold, s: SessionState) -> _Frame:
+    """A session run here: its id from slug and start day, its times from its events."""
+    assert fold.last_at is not None
+    live = not s.status.terminal
+    return _Frame(
+        session_id=f"{s.slug}-{s.created_at.date().isoformat()}",
+        started=iso(s.created_at),
+        created=iso(s.created_at),
+        duration=_minutes(s.created_at, fold.last_at),
+        updated=iso(fold.last_at),
+        party_active=s.config.mode is Mode.PARTY and live,
+        panel_active=s.config.mode is Mode.PANEL and live,
+        party=[],
+        panel=[],
+    )
+
+
+def _ledger_block(s: SessionState) -> dict[str, Any] | None:
+    """The ``ledger:`` block, or ``None`` when the document has none.
+
+    The format has no field for the topic's title (only its slug): it rides in this block,
+    so importing an export keeps the title.
+    """
+    titled = {"title": s.topic.title} if s.topic.title != s.slug else {}
+    if s.seal is not None:
+        return {
+            "session_id": s.id,
+            "events": s.seal.get("events"),
+            "root_hash": s.seal.get("root_hash"),
+            "hmac": s.seal.get("hmac"),
+            **titled,
+        }
+    if s.source != "import":
+        # Sessions run here name their ledger session, so two sessions with one slug started
+        # on the same day (same YAML ``session.id``) never overwrite each other's file. An
+        # imported, unsealed session exports exactly what was imported (round trip).
+        return {"session_id": s.id, **titled}
+    return titled or None
+
+
+def session_document(events: Iterable[EventLike]) -> dict[str, Any]:
+    """The YAML v1.2 document (plain dict, seed key order) of one session's events."""
+    fold = _folded(events)
+    s = fold.state
+    assert s is not None
+    imp = fold.imported
+    report = ems_score(s)
+    ems, phase = fold.override if fold.override is not None else (report.score, s.phase)
+    techniques = _technique_rows(s)
+    frame = _imported_frame(fold, s, imp) if imp is not None else _run_frame(fold, s)
     if s.config.mode is Mode.PARTY:
-        party += _party(s)
+        frame.party += _party(s)
     if s.config.mode is Mode.PANEL:
-        panel += _panel(s)
-
+        frame.panel += _panel(s)
     session: dict[str, Any] = {
-        "id": session_id,
+        "id": frame.session_id,
         "slug": s.slug,
         "status": _STATUS.get(s.status, "in_progress"),
         "phase": phase,
@@ -399,39 +468,24 @@ def session_document(events: Iterable[EventLike]) -> dict[str, Any]:
         "ems": ems,
         "persona": s.config.persona.value,
         "iteration": s.iteration,
-        "techniques_used": used,
-        "started_at": started,
-        "duration_minutes": duration,
+        "techniques_used": _techniques_used(imp, techniques),
+        "started_at": frame.started,
+        "duration_minutes": frame.duration,
         "techniques_history": techniques,
-        "party_active": party_active,
-        "party_history": party,
-        "panel_active": panel_active,
-        "panel_history": panel,
+        "party_active": frame.party_active,
+        "party_history": frame.party,
+        "panel_active": frame.panel_active,
+        "panel_history": frame.panel,
         "ideas": _ideas(s),
         "history": _history(fold.entries),
         "last_question": fold.last_question,
-        "created": created,
-        "updated": updated,
+        "created": frame.created,
+        "updated": frame.updated,
     }
     doc: dict[str, Any] = {"format_version": FORMAT_VERSION, "session": session}
-    # The format has no field for the topic's title (only its slug): it rides in the
-    # ``ledger:`` block, so importing an export keeps the title.
-    titled = {"title": s.topic.title} if s.topic.title != s.slug else {}
-    if s.seal is not None:
-        doc["ledger"] = {
-            "session_id": s.id,
-            "events": s.seal.get("events"),
-            "root_hash": s.seal.get("root_hash"),
-            "hmac": s.seal.get("hmac"),
-            **titled,
-        }
-    elif s.source != "import":
-        # Sessions run here name their ledger session, so two sessions with one slug started
-        # on the same day (same YAML ``session.id``) never overwrite each other's file. An
-        # imported, unsealed session exports exactly what was imported (round trip).
-        doc["ledger"] = {"session_id": s.id, **titled}
-    elif titled:
-        doc["ledger"] = titled
+    ledger = _ledger_block(s)
+    if ledger is not None:
+        doc["ledger"] = ledger
     return doc
 
 

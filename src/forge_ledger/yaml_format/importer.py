@@ -13,7 +13,6 @@ file in the exporter's normal form.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -22,6 +21,7 @@ from ..bounded_yaml import load_yaml
 from ..clock import Clock, IdSource
 from ..domain import Deliberation
 from ..domain import events as ev
+from ..domain.json_fields import JsonFields
 from ..domain.values import SessionConfig, Topic
 from ..errors import ImportValidationError, Loc, validation_summary
 from ..ledger import Ledger
@@ -33,21 +33,14 @@ __all__ = ["ImportResult", "build_import", "import_session", "parse_session_file
 
 
 @dataclass(frozen=True)
-class ImportResult:
+class ImportResult(JsonFields):
+    """The session an import made, as ``import`` reports it."""
+
     session_id: str
     slug: str
     status: str
     iterations: int
     format_version: str
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "session_id": self.session_id,
-            "slug": self.slug,
-            "status": self.status,
-            "iterations": self.iterations,
-            "format_version": self.format_version,
-        }
 
 
 def parse_session_file(text: str, *, source: str = "session file") -> tuple[SessionFile, str]:
@@ -111,59 +104,20 @@ def build_import(
         source="import",
     )
     for h in s.history:
-        agg.record_import(
-            ev.IterationRecorded(
-                iteration=h.iteration,
-                phase=h.phase,
-                ems=h.ems,
-                ems_delta=h.ems_delta,
-                timestamp=h.timestamp,
-                duration=h.duration,
-            ),
-            at=clock.now(),
-        )
+        agg.record_import(ev.IterationRecorded.carrying(h), at=clock.now())
         if h.questions:
             agg.ask(h.questions, at=clock.now())
         for answer in h.responses:
             agg.human_input(author="human", text=answer, at=clock.now())
     for t in s.techniques_history:
-        agg.suggest_technique(
-            ev.TechniqueSuggested(
-                iteration=t.iteration,
-                technique_slug=t.technique_slug,
-                category=t.category,
-                suggested_reason=t.suggested_reason,
-                weak_axes=tuple(t.weak_axes),
-                source=t.source,
-                applied=t.applied,
-            ),
-            at=clock.now(),
-        )
+        agg.suggest_technique(ev.TechniqueSuggested.carrying(t), at=clock.now())
     for idea in s.ideas:
         agg.record_import(
             ev.IdeaRecorded(idea_id=idea.id, content=idea.content, score=idea.score),
             at=clock.now(),
         )
     agg.record_import(
-        ev.SessionImported(
-            format_version=version,
-            yaml_id=s.id,
-            status=s.status,
-            phase=s.phase,
-            ems=s.ems,
-            iteration=s.iteration,
-            techniques_used=tuple(s.techniques_used),
-            started_at=s.started_at,
-            duration_minutes=s.duration_minutes,
-            party_active=s.party_active,
-            party_history=tuple(s.party_history),
-            panel_active=s.panel_active,
-            panel_history=tuple(s.panel_history),
-            last_question=s.last_question,
-            created=s.created,
-            updated=s.updated,
-        ),
-        at=clock.now(),
+        ev.SessionImported.carrying(s, format_version=version, yaml_id=s.id), at=clock.now()
     )
     return agg
 

@@ -12,7 +12,14 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+)
 
 from ..domain.values import Mode, Persona
 
@@ -89,6 +96,13 @@ class HistoryEntry(_Model):
     duration: int | None = Field(ge=0, default=None)
 
 
+_KEYS = {
+    "history": ("iteration", "history has two entries for the same iteration"),
+    "ideas": ("id", "two ideas have the same id"),
+}
+"""The key of each list that may not repeat one, and what a repeat is called."""
+
+
 class SessionBody(_Model):
     id: Annotated[str, Field(min_length=1, max_length=200)]
     slug: str
@@ -124,20 +138,14 @@ class SessionBody(_Model):
             )
         return v
 
-    @field_validator("history")
+    @field_validator("history", "ideas")
     @classmethod
-    def _unique_iterations(cls, v: list[HistoryEntry]) -> list[HistoryEntry]:
-        seen = [h.iteration for h in v]
-        if len(set(seen)) != len(seen):
-            raise ValueError("history has two entries for the same iteration")
-        return v
-
-    @field_validator("ideas")
-    @classmethod
-    def _unique_ids(cls, v: list[Idea]) -> list[Idea]:
-        ids = [i.id for i in v]
-        if len(set(ids)) != len(ids):
-            raise ValueError("two ideas have the same id")
+    def _unique_keys(cls, v: list[Any], info: ValidationInfo) -> list[Any]:
+        """History entries are keyed by iteration and ideas by id: a file may not repeat one."""
+        key, problem = _KEYS[info.field_name or ""]
+        keys = [getattr(item, key) for item in v]
+        if len(set(keys)) != len(keys):
+            raise ValueError(problem)
         return v
 
 

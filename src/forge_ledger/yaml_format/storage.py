@@ -19,6 +19,7 @@ from uuid import UUID
 import yaml
 
 from ..bounded_yaml import load_yaml, read_yaml_file
+from ..domain.json_fields import JsonFields
 from ..errors import InputLimitError, UsageError
 from ..ledger import Ledger
 from ..ledger.outputs import store_outputs
@@ -109,19 +110,13 @@ def autosave(ledger: Ledger, session_id: str | UUID, *, directory: Path | None =
 
 
 @dataclass(frozen=True)
-class CleanupItem:
+class CleanupItem(JsonFields):
+    """One export file ``cleanup`` removed or would remove."""
+
     path: Path
     status: str
     updated: str
     removed: bool
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "path": str(self.path),
-            "status": self.status,
-            "updated": self.updated,
-            "removed": self.removed,
-        }
 
 
 def _when(value: Any) -> datetime | None:
