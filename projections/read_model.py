@@ -80,6 +80,12 @@ def _line_of(sid: str, state: SessionState, round_no: int, name: str) -> list[Op
     return [_line_row(sid, state, r, idx)]
 
 
+def _round_rows(sid: str, state: SessionState, number: int) -> list[Op]:
+    """Round ``number``'s row as the state now holds it (none for a round it does not)."""
+    r = state.round(number)
+    return [_round_row(sid, r)] if r is not None else []
+
+
 def _session_row(s: SessionState) -> Put:
     return Put("sessions", {
         "id": s.id,
@@ -160,18 +166,15 @@ class ReadModelProjection(Projection):
 
     def on_round(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
         assert isinstance(payload, ev.RoundStarted | ev.RoundCompleted)
-        r = state.round(payload.number)
-        return [_round_row(event.session_id, r)] if r is not None else []
+        return _round_rows(event.session_id, state, payload.number)
 
     def on_parse_failed(
         self, event: EventLike, payload: Payload, state: SessionState
     ) -> list[Op]:
         assert isinstance(payload, ev.ParseFailed)
         sid = event.session_id
-        r = state.round(payload.round)
-        if r is None:
-            return []
-        return [_round_row(sid, r), *_line_of(sid, state, payload.round, payload.participant)]
+        rows = _round_rows(sid, state, payload.round)
+        return [*rows, *_line_of(sid, state, payload.round, payload.participant)] if rows else []
 
     def on_rewound(self, event: EventLike, _payload: Payload, state: SessionState) -> list[Op]:
         return [_round_row(event.session_id, r) for r in state.rounds]

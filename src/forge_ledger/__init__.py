@@ -55,7 +55,7 @@ _LAZY = {
 
 _LAZY_MODULES = frozenset({"sessions"})
 """Submodules offered as attributes: ``forge_ledger.sessions`` holds the session operations
-(start, run, resume, answer, overrule, participants, fork, back, abort) the CLI itself uses."""
+(start, run or resume, answer, overrule, participants, fork, back, abort) the CLI itself uses."""
 
 
 def __getattr__(name: str) -> Any:

@@ -36,6 +36,7 @@ from .values import (
     Stance,
     TokenCount,
     Topic,
+    carrying,
 )
 
 __all__ = [
@@ -99,12 +100,7 @@ class Payload(BaseModel):
         """The payload of a fact ``source`` already holds field by field (an imported file's
         entry, a classified call failure): each field ``source`` has an attribute of that
         name for, and ``given`` for the rest; validated as any payload is."""
-        shared = {
-            name: getattr(source, name)
-            for name in cls.model_fields
-            if name not in given and hasattr(source, name)
-        }
-        return cls.model_validate({**shared, **given})
+        return carrying(cls, source, **given)
 
 
 # --------------------------------------------------------------------------- session lifecycle
