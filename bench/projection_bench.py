@@ -289,11 +289,15 @@ with Ledger(url, create=False) as ledger:
                                  config=SessionConfig(), at=clock.now(),
                                  participants=[Participant(name="A", model="openai/A")])
         events = len(agg.pending_events)
+        issued = time.time()
         ledger.save(agg)
-        print(time.time(), events, flush=True)
+        print(issued, events, flush=True)
 """
-"""Another process: ``n`` commits, ``gap`` seconds apart; prints each commit's wall time and
-its number of events."""
+"""Another process: ``n`` commits, ``gap`` seconds apart; prints the wall time at which each
+save was issued and its number of events. The time is taken before the save: the follower is
+woken by the commit itself and may apply it before the writer's ``save`` has returned, so a
+time taken after it could come later than the follower's (a negative latency). The latency
+measured thus includes the commit's own duration."""
 
 
 def _follow_once(url: str, tmp: Path, samples: int, notify: bool) -> list[float]:

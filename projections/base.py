@@ -19,7 +19,7 @@ from forge_ledger.domain import SessionState
 from forge_ledger.domain.events import Payload
 from forge_ledger.domain.recorded import EventLike
 
-__all__ = ["EventLike", "Op", "Patch", "Projection", "Put"]
+__all__ = ["EventLike", "Op", "Patch", "Projection", "Put", "links"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,18 @@ class Patch:
 
 
 Op = Put | Patch
+
+
+def links(session_id: str, round_no: int, participant: str) -> dict[str, Any]:
+    """The columns by which a row of one participant in one round refers to its session,
+    its round and its participant: the read model's keys are ``<session>:<round>`` and
+    ``<session>:<name>`` (the ``rounds`` and ``participants`` rows' own ids)."""
+    return {
+        "session_id": session_id,
+        "round_id": f"{session_id}:{round_no}",
+        "participant_id": f"{session_id}:{participant}",
+        "participant": participant,
+    }
 
 
 class Projection:

@@ -32,7 +32,7 @@ from forge_ledger.engine.conformity import (
     round_changes,
 )
 
-from .base import EventLike, Op, Projection, Put
+from .base import EventLike, Op, Projection, Put, links
 from .session_state import fold_events
 
 __all__ = [
@@ -317,10 +317,7 @@ class ConsensusProjection(Projection):
         return [
             Put("consensus_trail", {
                 "id": f"{sid}:{t.round}:{v.participant}",
-                "session_id": sid,
-                "round_id": f"{sid}:{t.round}",
-                "participant_id": f"{sid}:{v.participant}",
-                "participant": v.participant,
+                **links(sid, t.round, v.participant),
                 "round": t.round,
                 "iteration": t.iteration,
                 "stance": v.stance,

@@ -18,7 +18,7 @@ from forge_ledger.domain import RoundState, SessionState, canonical_json
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
 
-from .base import EventLike, Op, Patch, Projection, Put
+from .base import EventLike, Op, Patch, Projection, Put, links
 from .show_view import (
     contribution_line,
     convergence_json,
@@ -199,10 +199,7 @@ class ReadModelProjection(Projection):
         sid, pos = event.session_id, event.position
         return [Put("costs", {
             "id": f"{sid}:{pos}",
-            "session_id": sid,
-            "round_id": f"{sid}:{payload.round}",
-            "participant_id": f"{sid}:{payload.participant}",
-            "participant": payload.participant,
+            **links(sid, payload.round, payload.participant),
             "kind": "failed_call",
             "attempt": payload.attempt,
             "model": payload.model,
@@ -233,11 +230,8 @@ class ReadModelProjection(Projection):
         v = payload.vote
         return [Put("votes", {
             "id": f"{sid}:{payload.round}:{payload.participant}",
-            "session_id": sid,
-            "round_id": f"{sid}:{payload.round}",
-            "participant_id": f"{sid}:{payload.participant}",
+            **links(sid, payload.round, payload.participant),
             "contribution_id": f"{sid}:{c}" if c is not None else None,
-            "participant": payload.participant,
             "round": payload.round,
             "agrees": int(v.agrees),
             "stance": v.effective_stance.value,
@@ -281,10 +275,7 @@ class ReadModelProjection(Projection):
         return [
             Put("contributions", {
                 "id": f"{sid}:{pos}",
-                "session_id": sid,
-                "round_id": f"{sid}:{p.round}",
-                "participant_id": f"{sid}:{p.participant}",
-                "participant": p.participant,
+                **links(sid, p.round, p.participant),
                 "round": p.round,
                 "position": pos,
                 "attempt": p.attempt,
@@ -302,10 +293,7 @@ class ReadModelProjection(Projection):
             }),
             Put("costs", {
                 "id": f"{sid}:{pos}",
-                "session_id": sid,
-                "round_id": f"{sid}:{p.round}",
-                "participant_id": f"{sid}:{p.participant}",
-                "participant": p.participant,
+                **links(sid, p.round, p.participant),
                 "kind": "contribution",
                 "attempt": p.attempt,
                 "model": r.model,
@@ -328,11 +316,8 @@ class ReadModelProjection(Projection):
         cr = p.critique
         out: list[Op] = [Put("critiques", {
             "id": key,
-            "session_id": sid,
-            "round_id": f"{sid}:{p.round}",
-            "participant_id": f"{sid}:{p.participant}",
+            **links(sid, p.round, p.participant),
             "contribution_id": f"{sid}:{c}" if c is not None else None,
-            "participant": p.participant,
             "target": cr.target,
             "score": cr.score,
             "strengths_json": canonical_json(list(cr.strengths)),

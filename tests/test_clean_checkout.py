@@ -19,6 +19,8 @@ def test_a_run_that_leaves_a_file_in_the_checkout_fails(tmp_path: Path) -> None:
     repo = tmp_path / "checkout"
     (repo / "tests").mkdir(parents=True)
     shutil.copy(HERE / "conftest.py", repo / "tests" / "conftest.py")
+    shutil.copytree(HERE / "support", repo / "tests" / "support",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(HERE.parent / ".gitignore", repo / ".gitignore")
     (repo / "tests" / "test_litter.py").write_text(
         "from pathlib import Path\n\n\n"

@@ -84,7 +84,7 @@ def test_the_first_draft_after_import_sees_the_files_questions_answers_and_ideas
     with Ledger(sqlite_url) as ledger:
         uid = ledger.resolve(sid)
         sessions.add_participants(ledger, uid, participants(None, ("ana", "ben")))
-        state = asyncio.run(sessions.resume(ledger, provider, uid))
+        state = asyncio.run(sessions.run(ledger, provider, uid, resume=True))
     assert min(r.iteration for r in state.rounds) == 4
     draft_prompt = next(
         text for text in (c.messages[-1].content for c in provider.calls) if "· draft ·" in text

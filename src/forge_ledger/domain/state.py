@@ -31,7 +31,6 @@ from .values import (
     Stance,
     TokenCount,
     Topic,
-    carrying,
 )
 
 __all__ = [
@@ -617,7 +616,18 @@ def _contribution(s: SessionState, p: ev.ContributionRecorded, pos: int, at: dat
 
 
 def _failed(s: SessionState, p: ev.ProviderCallFailed, pos: int, _at: datetime) -> None:
-    s.failures.append(carrying(CallFailure, p, position=pos))
+    s.failures.append(
+        CallFailure(
+            round=p.round,
+            participant=p.participant,
+            attempt=p.attempt,
+            position=pos,
+            error_type=p.error_type,
+            message=p.message,
+            will_retry=p.will_retry,
+            partial_text=p.partial_text,
+        )
+    )
     s.tokens = s.tokens + p.tokens
     s.cost_usd += p.cost_usd
 
@@ -655,7 +665,23 @@ def _parse_failed(s: SessionState, p: ev.ParseFailed, _pos: int, _at: datetime) 
 
 
 def _convergence(s: SessionState, p: ev.ConvergenceEvaluated, pos: int, _at: datetime) -> None:
-    s.convergence.append(carrying(ConvergenceResult, p, position=pos))
+    s.convergence.append(
+        ConvergenceResult(
+            round=p.round,
+            iteration=p.iteration,
+            score=p.score,
+            converged=p.converged,
+            majority_agrees=p.majority_agrees,
+            agree=p.agree,
+            disagree=p.disagree,
+            partial=p.partial,
+            abstain=p.abstain,
+            threshold=p.threshold,
+            blocking=list(p.blocking),
+            remaining_issues=list(p.remaining_issues),
+            position=pos,
+        )
+    )
 
 
 def _divergence(s: SessionState, p: ev.DivergenceDetected, pos: int, _at: datetime) -> None:
