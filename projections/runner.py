@@ -413,22 +413,41 @@ class StoreHead(Protocol):
 
     def head_version(self, session_id: UUID) -> int: ...
 
+    def events(
+        self, session_id: str | UUID, *, after: int = 0, upto: int | None = None
+    ) -> Iterable[EventLike]: ...
 
-def store_head(source: StoreHead) -> tuple[int, tuple[str, int] | None]:
-    """The store's last notification id and (session id, position) of its event (or None)."""
+
+Mark = tuple[str, int, str]
+"""A session's head as the store holds it: (session id, position, hash of that event)."""
+
+
+def store_head(source: StoreHead) -> tuple[int, Mark | None]:
+    """The store's last notification id and the :data:`Mark` of its event (or None)."""
     head = source.max_notification_id()
     newest = source.notifications(after=head - 1, limit=1) if head else []
-    return head, ((newest[0].session_id, newest[0].position) if newest else None)
+    if not newest:
+        return head, None
+    return head, (newest[0].session_id, newest[0].position, newest[0].hash)
 
 
-def _is_current(conn: sqlite3.Connection, head: int, marks: Iterable[tuple[str, int]]) -> bool:
+def session_head(source: StoreHead, session_id: UUID) -> Mark:
+    """The :data:`Mark` of ``session_id``'s last event."""
+    version = source.head_version(session_id)
+    last = list(source.events(session_id, after=version - 1))
+    return str(session_id), version, last[-1].hash if last else ""
+
+
+def _is_current(conn: sqlite3.Connection, head: int, marks: Iterable[Mark]) -> bool:
     """The one rule for "the read model is current" (see :func:`current_summaries`).
 
     The read-model projection is at its present version and has applied every notification
-    up to ``head``, and each (session id, position) of ``marks`` has its ``sessions`` row at
-    that position: the session of the store's last event, and the session a reader is about
-    to show. A read model left beside a store that was since replaced by another one, or
-    one a session has moved past, is not current.
+    up to ``head``, and each :data:`Mark` of ``marks`` has its ``sessions`` row at that
+    position and that event hash: the session of the store's last event, and the session a
+    reader is about to show. A read model left beside a store that was since replaced by
+    another one, one a session has moved past, or one that counts as many events as a store
+    restored from a backup and written again (the same positions, other events) is not
+    current.
     """
     row = conn.execute(
         "SELECT version, position FROM _projections WHERE name = ?",
@@ -437,16 +456,19 @@ def _is_current(conn: sqlite3.Connection, head: int, marks: Iterable[tuple[str, 
     if row is None or int(row[0]) != ReadModelProjection.version or int(row[1]) != head:
         return False
     return all(
-        conn.execute("SELECT 1 FROM sessions WHERE id = ? AND events = ?", [sid, pos]).fetchone()
+        conn.execute(
+            "SELECT 1 FROM sessions WHERE id = ? AND events = ? AND head_hash = ?",
+            [sid, pos, hash_],
+        ).fetchone()
         is not None
-        for sid, pos in marks
+        for sid, pos, hash_ in marks
     )
 
 
 def _read_if_current(
     path: Path,
     head: int,
-    marks: Iterable[tuple[str, int]],
+    marks: Iterable[Mark],
     query: Callable[[sqlite3.Connection], _T],
 ) -> _T | None:
     """``query`` on the read model when it is current (:func:`_is_current`), else None.
@@ -473,13 +495,13 @@ def _read_if_current(
 
 
 def current_summaries(
-    path: Path, head: int, last: tuple[str, int] | None = None
+    path: Path, head: int, last: Mark | None = None
 ) -> list[dict[str, Any]] | None:
     """The read model's ``sessions`` rows, in creation order, if it is current; else None.
 
     Current means the read-model projection, at its present version, has applied every
-    notification up to ``head`` (the store's last) and, when ``last`` (session id, position)
-    names that notification, its session's row is at that position (a read model left
+    notification up to ``head`` (the store's last) and, when ``last`` (a :data:`Mark`) names
+    that notification's event, its session's row is at that event (a read model left
     beside a store that was since replaced by another one is not taken for current).
     Listing sessions from the ledger loads each session's whole state; the read model holds
     the summary already. The file is opened read-only: a listing creates nothing, and a
@@ -496,13 +518,13 @@ def current_summaries(
 
 def current_session_view(source: StoreHead, path: Path, session_id: UUID) -> SessionView | None:
     """What ``show`` prints of ``session_id``, from the read model at ``path`` if it is current
-    for the store and for that session (its row at the session's last position); else None.
+    for the store and for that session (its row at the session's last event); else None.
 
     Reading the session's rows is a handful of indexed queries, where the ledger loads the
     session's newest snapshot and folds the events after it.
     """
     head, last = store_head(source)
-    marks = [(str(session_id), source.head_version(session_id))]
+    marks = [session_head(source, session_id)]
     if last is not None:
         marks.append(last)
     return _read_if_current(path, head, marks, lambda conn: _view_rows(conn, str(session_id)))

@@ -267,6 +267,40 @@ def test_a_stale_read_model_is_not_read(
     assert taken == [False, False]
 
 
+def test_a_store_restored_from_a_backup_and_written_again_is_not_taken_for_current(
+    tmp_path: Path, taken: list[bool],
+) -> None:
+    """A restored store whose session was then written to the same length has the same event
+    counts as the read model, but other events: the read model is not read, and ``show``
+    prints the new last event."""
+    path = tmp_path / "restored.sqlite"
+    clock = FixedStepClock(step=timedelta(seconds=2))
+    with Ledger(str(path)) as ledger:
+        b = SessionBuilder(clock=clock, store=ledger).start(
+            Topic(title="Backups"), participants=[Participant(name="a", model="openai/a")],
+            session_id=uuid.UUID(int=7),
+        )
+        b.round(RoundKind.DRAFT, iteration=1).answer("a", "first draft").save()
+    backup = tmp_path / "backup.sqlite"
+    shutil.copy(path, backup)
+    with Ledger(str(path), create=False) as ledger:
+        SessionBuilder.of(ledger.get(str(b.id)), clock=clock, store=ledger).human(
+            "the lost remark", kind="steer").save()
+    _update(path)
+    sid = str(b.id)
+    assert show(path, sid)[0] == 0
+    shutil.copy(backup, path)  # the store restored; its read model left as it was
+    with Ledger(str(path), create=False) as ledger:
+        SessionBuilder.of(ledger.get(sid), clock=clock, store=ledger).human(
+            "a different remark", kind="steer").save()
+    code, text = show(path, sid)
+    assert code == 0
+    assert taken == [True, False]
+    with Ledger(str(path), create=False) as ledger:
+        assert ledger.head_version(uuid.UUID(sid)) == ledger.state(sid).version
+        assert f"event {ledger.state(sid).version} " in text
+
+
 def test_a_read_model_of_an_older_version_is_not_read_until_refolded(
     current: tuple[Path, list[str], dict[str, str]], taken: list[bool],
 ) -> None:
