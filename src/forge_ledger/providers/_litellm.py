@@ -213,7 +213,10 @@ class LiteLLMProvider:
         except Exception as e:
             await _close(stream)
             if _ended_without_finish(e):
-                raise _cut_short(got, call) from None
+                reported, tokens = _usage(got, stream)
+                price = self.price(call.participant)
+                raise _cut_short(got, call, None, tokens if reported else TokenCount(),
+                                 cost_of(price, tokens) if reported else 0.0) from None
             raise classify_exception(
                 e, call, partial_text=got.text, duration_ms=got.elapsed_ms()
             ) from None
@@ -454,8 +457,10 @@ def _ended_without_finish(e: BaseException) -> bool:
     """Whether litellm's exception only says the stream closed with no finish reason: that is
     the same fault :func:`_judge` finds in a stream litellm let through (``truncated`` or
     ``empty``), not a connection that broke mid-stream."""
-    names = {type(x).__name__ for x in _chain(e)}
-    return "MidStreamFallbackError" in names and _NO_FINISH in str(e).lower()
+    chain = list(_chain(e))
+    return any(type(x).__name__ == "MidStreamFallbackError" for x in chain) and any(
+        _NO_FINISH in str(x).lower() for x in chain
+    )
 
 
 def _cut_short(
@@ -481,6 +486,17 @@ def _cut_short(
     )
 
 
+def _usage(got: _Received, stream: Any) -> tuple[bool, TokenCount]:
+    """Whether the provider itself reported usage (a chunk of its own carried it; litellm may
+    estimate usage it did not send), and the tokens the stream last carried."""
+    provider_chunks = getattr(stream, "chunks", None)
+    if provider_chunks is not None:
+        reported = any(getattr(c, "usage", None) is not None for c in provider_chunks)
+    else:
+        reported = got.last_usage is not None
+    return reported, _tokens(got.last_usage)
+
+
 def _judge(
     got: _Received, stream: Any, call: ProviderCall, price: Price | None, *, mocked: bool
 ) -> ModelResponse:
@@ -492,16 +508,11 @@ def _judge(
     the yielded values are trusted. No text is an ``empty`` fault; text with no finish reason
     was cut short (it may be incomplete): a ``truncated`` fault keeping the partial text.
     """
-    provider_chunks = getattr(stream, "chunks", None)
-    if provider_chunks is not None:
-        reported = any(getattr(c, "usage", None) is not None for c in provider_chunks)
-    else:
-        reported = got.last_usage is not None
+    reported, tokens = _usage(got, stream)
     raw_finish = getattr(stream, "received_finish_reason", got.seen_finish)
     if raw_finish is None and (reported or mocked):
         raw_finish = got.seen_finish
         reported = reported or got.last_usage is not None
-    tokens = _tokens(got.last_usage)
     if not got.text or raw_finish is None:
         raise _cut_short(got, call, raw_finish, tokens if reported else TokenCount(),
                          cost_of(price, tokens) if reported else 0.0)
