@@ -22,6 +22,7 @@ from forge_ledger.cli import cli
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.values import ChatMessage, RoundKind, SessionStatus
+from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger, resolve_store, texts, verify_session
 from forge_ledger.testing import SessionBuilder
 from support.store import raw_connection
@@ -145,6 +146,30 @@ def test_verify_reports_a_missing_or_altered_text(store_url: str) -> None:
         report = verify_session(ledger, SID)
     assert not report.ok
     assert "missing from the store" in report.problem
+
+
+def test_a_state_is_built_without_reading_its_prompts(store_url: str) -> None:
+    """Loading a session (its state, as of any position) never reads a prompt's text: the
+    state refers to a prompt by its event. The events themselves still come back whole, so a
+    missing prompt text stops ``events`` and ``verify``, not the state."""
+    with Ledger(store_url, snapshot_interval=0) as ledger:
+        agg = _build()
+        ledger.save(agg)
+        positions = range(1, agg.version + 1)
+        before = [ledger.state(SID, at_event=v) for v in positions]
+    _execute(
+        store_url,
+        f"DELETE FROM {texts.TEXT_TABLE} WHERE sha256 = ?",
+        f"DELETE FROM {{schema}}.{texts.TEXT_TABLE} WHERE sha256 = %s",
+        texts.text_address(SYSTEM),
+    )
+    with Ledger(store_url, snapshot_interval=0, create=False) as ledger:
+        assert [ledger.state(SID, at_event=v) for v in positions] == before
+        assert ledger.state(SID).answer(ledger.state(SID).rounds[0].contributions[0]) == _answer(
+            1, NAMES[0])
+        with pytest.raises(StoreError, match="missing from the store"):
+            list(ledger.events(SID))
+        assert not verify_session(ledger, SID).ok
 
 
 def test_a_store_written_with_texts_inline_takes_new_sessions(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, cast
 from uuid import UUID
 
-from eventsourcing.application import Application, ProcessingEvent
+from eventsourcing.application import Application, ProcessingEvent, Repository
 from eventsourcing.domain import Snapshot
 from eventsourcing.persistence import (
     EventStore,
@@ -180,6 +180,25 @@ class _WindowedEventStore(EventStore[UUID]):
         return cast(TextMapper, self.mapper).to_domain_events(stored)
 
 
+class _StateEventStore(_WindowedEventStore):
+    """The events an aggregate is rebuilt from, without their prompts' texts (see
+    :meth:`TextMapper.to_domain_events`): the state refers to a prompt by its event."""
+
+    def get(
+        self,
+        originator_id: UUID,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[Any]:
+        stored = self.recorder.select_events(
+            originator_id=originator_id, gt=gt, lte=lte, desc=desc, limit=limit
+        )
+        return cast(TextMapper, self.mapper).to_domain_events(stored, prompts=False)
+
+
 class _App(Application[UUID]):
     name = "ForgeLedger"
     SNAPSHOT_RECORDER_TOPIC = "FORGE_SNAPSHOT_RECORDER_TOPIC"
@@ -200,6 +219,12 @@ class _App(Application[UUID]):
     def construct_event_store(self) -> EventStore[UUID]:
         """An event store whose reads fetch texts a window of events at a time."""
         return _WindowedEventStore(mapper=self.mapper, recorder=self.recorder)
+
+    def construct_repository(self) -> Repository[UUID]:
+        """eventsourcing's repository, rebuilding sessions from :class:`_StateEventStore`."""
+        repository = super().construct_repository()
+        repository.event_store = _StateEventStore(mapper=self.mapper, recorder=self.recorder)
+        return repository
 
     def construct_snapshot_store(self) -> EventStore[UUID]:
         """The snapshot table of eventsourcing, through a recorder that also writes the texts a

@@ -60,6 +60,10 @@ _REF_PATTERN = re.compile(
 )
 """A reference under a text key, as any JSON writer spaces it (a PostgreSQL row may have been
 re-serialised through ``jsonb``)."""
+_PROMPT_REF = re.compile(
+    rb'("role"\s*:\s*"[a-z]+"\s*,\s*"content"\s*:\s*)\{\s*"sha256"\s*:\s*"[0-9a-f]{64}"\s*\}'
+)
+"""A prompt message's text by reference (a chat message is ``{"role": …, "content": …}``)."""
 _CACHE_SIZE = 4096
 _PREFIX = "forge_ledger:"
 
@@ -224,12 +228,24 @@ class TextMapper(Mapper[Any]):
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         return self._decoded(stored_event, unpack(stored_event.state))
 
-    def to_domain_events(self, stored_events: Iterable[StoredEvent]) -> Iterator[Any]:
+    def to_domain_events(
+        self, stored_events: Iterable[StoredEvent], *, prompts: bool = True
+    ) -> Iterator[Any]:
         """Many events, their texts read a window at a time: one query for a window's texts
-        instead of one (or two, for a prompt and the answers it quotes) per event."""
+        instead of one (or two, for a prompt and the answers it quotes) per event.
+
+        Without ``prompts`` the prompt messages' texts are not read: each comes back empty.
+        Building a session's state never reads them (the state refers to a prompt by its
+        event), and they are most of a session's text: reading them (each packed against the
+        answers it quotes) and parsing them was more than half the cost of a fold. Only the
+        ledger's aggregate loads ask for this; every other read gives the events whole.
+        """
         window: list[tuple[StoredEvent, bytes]] = []
         for stored_event in stored_events:
-            window.append((stored_event, unpack(stored_event.state)))
+            plain = unpack(stored_event.state)
+            if not prompts and _REF_KEY in plain:
+                plain = _PROMPT_REF.sub(rb'\1""', plain)
+            window.append((stored_event, plain))
             if len(window) == _WINDOW:
                 yield from self._decoded_window(window)
                 window = []
