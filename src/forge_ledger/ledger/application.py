@@ -165,6 +165,9 @@ class _WindowedEventStore(EventStore[UUID]):
     """eventsourcing's event store, decoding a read through :meth:`TextMapper.to_domain_events`
     (its own maps events one by one, so each event's texts cost a query)."""
 
+    prompts: bool = True
+    """Whether the prompts' texts are read (see :class:`_StateEventStore`)."""
+
     def get(
         self,
         originator_id: UUID,
@@ -177,26 +180,14 @@ class _WindowedEventStore(EventStore[UUID]):
         stored = self.recorder.select_events(
             originator_id=originator_id, gt=gt, lte=lte, desc=desc, limit=limit
         )
-        return cast(TextMapper, self.mapper).to_domain_events(stored)
+        return cast(TextMapper, self.mapper).to_domain_events(stored, prompts=self.prompts)
 
 
 class _StateEventStore(_WindowedEventStore):
     """The events an aggregate is rebuilt from, without their prompts' texts (see
     :meth:`TextMapper.to_domain_events`): the state refers to a prompt by its event."""
 
-    def get(
-        self,
-        originator_id: UUID,
-        *,
-        gt: int | None = None,
-        lte: int | None = None,
-        desc: bool = False,
-        limit: int | None = None,
-    ) -> Iterator[Any]:
-        stored = self.recorder.select_events(
-            originator_id=originator_id, gt=gt, lte=lte, desc=desc, limit=limit
-        )
-        return cast(TextMapper, self.mapper).to_domain_events(stored, prompts=False)
+    prompts = False
 
 
 class _App(Application[UUID]):
