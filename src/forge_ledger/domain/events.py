@@ -36,7 +36,6 @@ from .values import (
     Stance,
     TokenCount,
     Topic,
-    carrying,
 )
 
 __all__ = [
@@ -100,7 +99,12 @@ class Payload(BaseModel):
         """The payload of a fact ``source`` already holds field by field (an imported file's
         entry, a classified call failure): each field ``source`` has an attribute of that
         name for, and ``given`` for the rest; validated as any payload is."""
-        return carrying(cls, source, **given)
+        shared = {
+            name: getattr(source, name)
+            for name in cls.model_fields
+            if name not in given and hasattr(source, name)
+        }
+        return cls.model_validate({**shared, **given})
 
 
 # --------------------------------------------------------------------------- session lifecycle

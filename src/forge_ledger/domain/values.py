@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -57,7 +57,6 @@ __all__ = [
     "TokenCount",
     "Topic",
     "Value",
-    "carrying",
 ]
 
 
@@ -65,21 +64,6 @@ class Value(BaseModel):
     """Base of immutable value objects: frozen, unknown fields refused."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-ModelT = TypeVar("ModelT", bound=BaseModel)
-
-
-def carrying(cls: type[ModelT], source: object, /, **given: Any) -> ModelT:
-    """A ``cls`` made of what ``source`` already holds field by field (an imported file's
-    entry, a classified call failure, the event a state record copies): each field ``source``
-    has an attribute of that name for, and ``given`` for the rest; validated as ``cls`` is."""
-    shared = {
-        name: getattr(source, name)
-        for name in cls.model_fields
-        if name not in given and hasattr(source, name)
-    }
-    return cls.model_validate({**shared, **given})
 
 
 # --------------------------------------------------------------------------- enums
