@@ -214,9 +214,9 @@ class LiteLLMProvider:
             await _close(stream)
             if _ended_without_finish(e):
                 reported, tokens = _usage(got, stream)
-                price = self.price(call.participant)
-                raise _cut_short(got, call, None, tokens if reported else TokenCount(),
-                                 cost_of(price, tokens) if reported else 0.0) from None
+                raise _cut_short(
+                    got, call, self.price(call.participant), tokens if reported else None
+                ) from None
             raise classify_exception(
                 e, call, partial_text=got.text, duration_ms=got.elapsed_ms()
             ) from None
@@ -466,12 +466,13 @@ def _ended_without_finish(e: BaseException) -> bool:
 def _cut_short(
     got: _Received,
     call: ProviderCall,
+    price: Price | None,
+    reported: TokenCount | None,
     raw_finish: str | None = None,
-    tokens: TokenCount | None = None,
-    cost_usd: float = 0.0,
 ) -> ProviderCallError:
     """The fault of a stream that ended with no text or no finish reason: ``truncated`` keeps
-    the partial text (it may be incomplete), ``empty`` had none."""
+    the partial text (it may be incomplete), ``empty`` had none. Only usage the provider
+    ``reported`` is charged; none reported, the fault costs nothing."""
     content, who = got.text, f"{call.participant.name} ({call.participant.model})"
     what = "an empty reply" if raw_finish is None else f"no text (finish {raw_finish!r})"
     return ProviderCallError(
@@ -479,8 +480,8 @@ def _cut_short(
         f"{who} ended its stream with no finish reason (cut short)" if content
         else f"{who} sent {what}",
         partial_text=content,
-        tokens=tokens or TokenCount(),
-        cost_usd=cost_usd,
+        tokens=reported or TokenCount(),
+        cost_usd=cost_of(price, reported) if reported is not None else 0.0,
         duration_ms=got.elapsed_ms(),
         model=got.model,
     )
@@ -514,8 +515,7 @@ def _judge(
         raw_finish = got.seen_finish
         reported = reported or got.last_usage is not None
     if not got.text or raw_finish is None:
-        raise _cut_short(got, call, raw_finish, tokens if reported else TokenCount(),
-                         cost_of(price, tokens) if reported else 0.0)
+        raise _cut_short(got, call, price, tokens if reported else None, raw_finish)
     return ModelResponse(
         content=got.text,
         model=str(got.model),
