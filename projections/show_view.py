@@ -145,7 +145,7 @@ def contribution_line(state: SessionState, c: ContributionState) -> Contribution
         tokens=c.response.tokens.total,
         preview=_preview_of(state, c),
         failed=c.parse_error is not None,
-        unpriced=c.response.price is None,
+        unpriced=c.unpriced,
     )
 
 

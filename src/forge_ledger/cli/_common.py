@@ -121,7 +121,7 @@ def money(usd: float, *, unpriced: bool = False) -> str:
 
 def has_unpriced_calls(state: SessionState) -> bool:
     """Whether any contribution of ``state`` was charged at no known price."""
-    return any(c.response.price is None for r in state.rounds for c in r.contributions)
+    return any(c.unpriced for r in state.rounds for c in r.contributions)
 
 
 HMAC_KEY_ENV = "FORGE_LEDGER_HMAC_KEY"

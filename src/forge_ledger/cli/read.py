@@ -57,7 +57,6 @@ from ._integrity import chain_broken, check_chain
 
 __all__ = [
     "HMAC_KEY_ENV",
-    "ems_of",
     "log",
     "session_json",
     "session_summary_json",
@@ -71,11 +70,6 @@ _LOG_OMITS = ("session_id", "notification_id")
 
 
 # --------------------------------------------------------------------------- EMS (one place)
-
-
-def ems_of(state: SessionState) -> int:
-    """The session's EMS (0–100): the engine's rule (``engine.ems``), as a whole number."""
-    return session_ems(state)
 
 
 # --------------------------------------------------------------------------- JSON documents
@@ -320,7 +314,7 @@ def show(
         if view is None:
             state = ledger.state(sid, at_event=at_event, at_iteration=at_iteration, at_time=when)
             if as_json:
-                emit_json(session_json(state, ems=ems_of(state)))
+                emit_json(session_json(state, ems=session_ems(state)))
                 return
             view = session_view(state)
     _print_session(view, as_of=as_of)

@@ -111,6 +111,11 @@ class ContributionState(_State):
         return self.parse_error is not None
 
     @property
+    def unpriced(self) -> bool:
+        """Whether the call was charged at no known price (its cost is then a lower bound)."""
+        return self.response.price is None
+
+    @property
     def blank(self) -> bool:
         """Whether the answer's text is empty (known from its address, without reading it)."""
         return self.answer_sha256 == _EMPTY
