@@ -4,8 +4,10 @@ reads the same answers a fold from the first event holds (SQLite and PostgreSQL)
 
 from __future__ import annotations
 
+import gc
 import json
 import sqlite3
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -227,3 +229,34 @@ def test_a_restored_state_reads_its_answers_after_the_ledger_is_closed(store_url
         state = ledger.state(agg.id)
         assert state.text_pool.fallback is not None
     assert _answers(state) == _answers(agg.state)
+
+
+def test_a_restored_state_is_freed_as_soon_as_it_is_dropped(store_url: str) -> None:
+    """No reference cycle: a restored state (and its answers' fallback) goes when its last
+    reference does. A long run restores many large states; kept until a full collection,
+    each made every later collection longer."""
+    with Ledger(store_url, snapshot_interval=4) as ledger:
+        agg = _session(ledger).aggregate
+        gc.collect()
+        gc.disable()
+        try:
+            state = ledger.state(agg.id)
+            assert state.text_pool.fallback is not None
+            gone = weakref.ref(state)
+            del state
+            assert gone() is None
+        finally:
+            gc.enable()
+
+
+def test_a_copy_reads_its_answers_after_the_restored_state_is_gone(store_url: str) -> None:
+    """Copies share the restored state's text pool; its fallback reads on without it."""
+    with Ledger(store_url, snapshot_interval=4) as ledger:
+        agg = _session(ledger).aggregate
+        state = ledger.state(agg.id)
+        assert state.text_pool.fallback is not None
+        copy = state.model_copy(deep=True)
+        assert copy.text_pool is state.text_pool
+        del state
+        gc.collect()
+        assert _answers(copy) == _answers(agg.state)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import weakref
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -75,7 +76,13 @@ class StoredTexts:
 
     def __init__(self, lookup: Lookup, state: SessionState) -> None:
         self._lookup = lookup
-        self._state = state
+        # Weakly: the state holds this (through its text pool), and a strong reference back
+        # made every restored state a reference cycle that only the cyclic collector could
+        # free. A long run restores many large states; each stayed in memory until a full
+        # collection, and each full collection walked all of them, a cost that grew with the
+        # session. A copy of the state shares its pool: if the restored state is gone, an
+        # answer is still read, alone.
+        self._state = weakref.ref(state)
         self._order: dict[str, int] | None = None
         self._addresses: list[str] = []
         self._read: dict[str, str] = {}
@@ -84,13 +91,14 @@ class StoredTexts:
         found = self._read.pop(address, None)
         if found is not None:
             return found
-        if self._order is None:
-            self._addresses = self._state.answer_addresses()
+        state = self._state()
+        if self._order is None and state is not None:
+            self._addresses = state.answer_addresses()
             self._order = {a: i for i, a in enumerate(self._addresses)}
-        start = self._order.get(address)
-        pool = self._state.text_pool
+        start = self._order.get(address) if self._order is not None else None
         wanted = [address]
-        if start is not None:
+        if start is not None and state is not None:
+            pool = state.text_pool
             following = self._addresses[start + 1 : start + 4 * _BATCH]
             wanted += [a for a in following if a not in pool and a not in self._read][
                 : _BATCH - 1
