@@ -195,7 +195,7 @@ def test_ctrl_c_exits_130_naming_the_session_and_it_resumes(
     assert last == (
         f"error: interrupted; session {sid[:8]} keeps everything recorded so far; "
         f"continue with: forge-ledger resume {sid[:8]}"
-    )
+    ), err
     kept = _events(store) or []
     assert sum(e.type == "ContributionRecorded" for e in kept) == 2  # committed work is kept
     fake_openai.set_script({n: voice(n) for n in NAMES})

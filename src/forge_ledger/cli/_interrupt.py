@@ -12,6 +12,7 @@ half-way: writes to a broken stream are dropped quietly and the deliberation run
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import io
@@ -24,6 +25,7 @@ from typing import Any, TextIO, TypeVar
 
 __all__ = [
     "QuietWhenClosed",
+    "interrupt_reported_once",
     "quiet_when_closed",
     "second_interrupt_exits",
     "survives_closed_output",
@@ -66,6 +68,24 @@ def second_interrupt_exits() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
         raise
     signal.signal(signal.SIGINT, previous)
+
+
+def interrupt_reported_once(loop: asyncio.AbstractEventLoop) -> None:
+    """Keep asyncio from reporting the interrupt a second time, as a traceback.
+
+    The first Ctrl-C raises ``KeyboardInterrupt`` wherever the main thread is. Inside a task's
+    step (a stream chunk, a save, an HTTP client's own task) that task ends with the interrupt
+    as its exception and the loop stops; the command then says in one line how to resume. When
+    nobody awaited that task, asyncio prints "Task exception was never retrieved" and a
+    traceback once the task is collected, before or after that line. Those reports are
+    dropped; every other goes to asyncio's default handler.
+    """
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if not isinstance(context.get("exception"), KeyboardInterrupt):
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
 
 
 class QuietWhenClosed(io.TextIOBase):

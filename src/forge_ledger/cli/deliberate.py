@@ -56,7 +56,7 @@ from ._common import (
     open_ledger,
     store_option,
 )
-from ._interrupt import second_interrupt_exits, survives_closed_output
+from ._interrupt import interrupt_reported_once, second_interrupt_exits, survives_closed_output
 
 if TYPE_CHECKING:
     from ..domain.state import SessionState
@@ -119,6 +119,7 @@ def run_session(
         view.started(str(sid), start[0].title, start[2])
 
     async def go() -> SessionState:
+        interrupt_reported_once(asyncio.get_running_loop())
         try:
             if start is not None:
                 topic, config, participants = start
