@@ -5,7 +5,8 @@ a task's step (on a loaded machine, often: a stream chunk or a save in progress)
 with the interrupt as its exception, the loop stops and the command prints its one line. The
 task's exception is never retrieved, so asyncio used to print "Task exception was never
 retrieved" and a traceback when the task was collected, before or after that line depending on
-when the collector ran. Here the interrupt is raised from inside a call, so the case is
+when the collector ran; and a call whose coroutine was created but not yet awaited made Python warn
+at exit that it never was. Here the interrupt is raised from inside a call, so the case is
 deterministic rather than a matter of timing.
 """
 
@@ -38,6 +39,7 @@ class _CtrlCDuringACritique:
         self.inner = ScriptedProvider.from_script(bundled_script("demo"))
         self.answered = 0
         self.transport: set[asyncio.Task[None]] = set()
+        self.unawaited: list[Any] = []
 
     async def complete(
         self, call: ProviderCall, on_delta: Callable[[str], None] | None = None,
@@ -45,6 +47,7 @@ class _CtrlCDuringACritique:
         self.answered += 1
         if self.answered == 4:  # the draft is in; the last critic's call is in flight
             self.transport.add(asyncio.create_task(self._reading()))
+            self.unawaited.append(self.inner.complete(call, on_delta))  # created, not awaited yet
             await asyncio.sleep(3600)
         return await self.inner.complete(call, on_delta)
 
@@ -59,7 +62,7 @@ class _CtrlCDuringACritique:
 
 
 def test_an_interrupt_inside_a_call_is_reported_once_without_a_traceback(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, recwarn: pytest.WarningsRecorder,
 ) -> None:
     provider = _CtrlCDuringACritique()
     with Ledger(str(tmp_path / "s.sqlite"), create=True) as ledger:
@@ -71,7 +74,9 @@ def test_an_interrupt_inside_a_call_is_reported_once_without_a_traceback(
         assert provider.answered == 4
         del e
         provider.transport.clear()
+        provider.unawaited.clear()
         gc.collect()  # the interrupted task is collected now, not at some later instant
         assert [r.getMessage() for r in caplog.records] == []
+        assert [str(w.message) for w in recwarn] == []
         kept = ledger.state(ledger.session_ids()[0])
         assert len(kept.rounds) >= 1  # what was committed before the interrupt is kept

@@ -19,12 +19,14 @@ import io
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, TextIO, TypeVar
 
 __all__ = [
     "QuietWhenClosed",
+    "abandoned_calls_are_quiet",
     "interrupt_reported_once",
     "quiet_when_closed",
     "second_interrupt_exits",
@@ -86,6 +88,19 @@ def interrupt_reported_once(loop: asyncio.AbstractEventLoop) -> None:
             loop.default_exception_handler(context)
 
     loop.set_exception_handler(handler)
+
+
+def abandoned_calls_are_quiet() -> None:
+    """After the first Ctrl-C, keep Python from warning at exit about coroutines never awaited.
+
+    An interrupt that lands between a client creating a call's coroutine and awaiting it
+    (litellm's streaming call, say) leaves that coroutine to be collected unawaited, and Python
+    prints a ``RuntimeWarning`` after the command's one line. The process is on its way out and
+    the call's work is abandoned on purpose; the warning says nothing a user can act on.
+    """
+    warnings.filterwarnings(
+        "ignore", message=r"coroutine .* was never awaited", category=RuntimeWarning,
+    )
 
 
 class QuietWhenClosed(io.TextIOBase):

@@ -56,7 +56,12 @@ from ._common import (
     open_ledger,
     store_option,
 )
-from ._interrupt import interrupt_reported_once, second_interrupt_exits, survives_closed_output
+from ._interrupt import (
+    abandoned_calls_are_quiet,
+    interrupt_reported_once,
+    second_interrupt_exits,
+    survives_closed_output,
+)
 
 if TYPE_CHECKING:
     from ..domain.state import SessionState
@@ -137,6 +142,7 @@ def run_session(
         with second_interrupt_exits():
             return asyncio.run(go())
     except KeyboardInterrupt:
+        abandoned_calls_are_quiet()
         raise _interrupted(current[0]) from None
 
 
