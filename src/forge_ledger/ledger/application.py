@@ -92,22 +92,25 @@ class StoredTexts:
         if found is not None:
             return found
         state = self._state()
-        if self._order is None and state is not None:
-            self._addresses = state.answer_addresses()
-            self._order = {a: i for i, a in enumerate(self._addresses)}
-        start = self._order.get(address) if self._order is not None else None
-        wanted = [address]
-        if start is not None and state is not None:
-            pool = state.text_pool
-            following = self._addresses[start + 1 : start + 4 * _BATCH]
-            wanted += [a for a in following if a not in pool and a not in self._read][
-                : _BATCH - 1
-            ]
-        self._read.update(self._lookup(wanted))
+        ahead = self._read_ahead(address, state) if state is not None else []
+        self._read.update(self._lookup([address, *ahead]))
         found = self._read.pop(address, None)
         if found is None:
             raise missing_text(address)
         return found
+
+    def _read_ahead(self, address: str, state: SessionState) -> list[str]:
+        """The answers recorded after ``address`` that the state has not read yet: readers ask
+        for answers in the order they were recorded, so one query fetches a batch of them."""
+        if self._order is None:
+            self._addresses = state.answer_addresses()
+            self._order = {a: i for i, a in enumerate(self._addresses)}
+        start = self._order.get(address)
+        if start is None:
+            return []
+        pool = state.text_pool
+        following = self._addresses[start + 1 : start + 4 * _BATCH]
+        return [a for a in following if a not in pool and a not in self._read][: _BATCH - 1]
 
 
 class _SessionStateAsJson(Transcoding):
