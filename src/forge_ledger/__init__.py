@@ -15,28 +15,27 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 __version__ = "0.1.0"
 
-from .clock import Clock, FixedStepClock, IdSource, SequentialIds, SystemClock, UuidIds
-from .domain import (
-    Deliberation,
-    Participant,
-    ParticipantRole,
-    SessionConfig,
-    SessionState,
-    Topic,
-)
-from .errors import (
-    ChainBrokenError,
-    ConcurrencyConflictError,
-    ForgeLedgerError,
-    InvariantViolation,
-    SessionNotFoundError,
-    StoreError,
-)
-from .ledger import ChainReport, Ledger, RecordedEvent, verify_session, verify_store
-
 if TYPE_CHECKING:
     from . import sessions
     from .audit import audit_report
+    from .clock import Clock, FixedStepClock, IdSource, SequentialIds, SystemClock, UuidIds
+    from .domain import (
+        Deliberation,
+        Participant,
+        ParticipantRole,
+        SessionConfig,
+        SessionState,
+        Topic,
+    )
+    from .errors import (
+        ChainBrokenError,
+        ConcurrencyConflictError,
+        ForgeLedgerError,
+        InvariantViolation,
+        SessionNotFoundError,
+        StoreError,
+    )
+    from .ledger import ChainReport, Ledger, RecordedEvent, verify_session, verify_store
     from .lineage import fork
     from .orchestrator import Orchestrator
     from .providers import get_provider
@@ -44,13 +43,38 @@ if TYPE_CHECKING:
     from .sealing import seal_session
 
 _LAZY = {
+    "ChainBrokenError": "errors",
+    "ChainReport": "ledger",
+    "Clock": "clock",
+    "ConcurrencyConflictError": "errors",
+    "Deliberation": "domain",
+    "FixedStepClock": "clock",
+    "ForgeLedgerError": "errors",
+    "IdSource": "clock",
+    "InvariantViolation": "errors",
+    "Ledger": "ledger",
     "Orchestrator": "orchestrator",
+    "Participant": "domain",
+    "ParticipantRole": "domain",
+    "RecordedEvent": "ledger",
+    "SequentialIds": "clock",
+    "SessionConfig": "domain",
+    "SessionNotFoundError": "errors",
+    "SessionState": "domain",
+    "StoreError": "errors",
+    "SystemClock": "clock",
+    "Topic": "domain",
+    "UuidIds": "clock",
     "audit_report": "audit",
     "fork": "lineage",
     "get_provider": "providers",
     "replay_session": "replay",
     "seal_session": "sealing",
+    "verify_session": "ledger",
+    "verify_store": "ledger",
 }
+"""Where each public name lives. Nothing is imported with the package itself: the console
+script imports it before it can catch a Ctrl-C, and every name loads on first use."""
 
 
 _LAZY_MODULES = frozenset({"sessions"})
@@ -59,8 +83,8 @@ _LAZY_MODULES = frozenset({"sessions"})
 
 
 def __getattr__(name: str) -> Any:
-    """The running side (orchestrator, replay, audit…) loads on first use, so read-only
-    tools that import this package stay fast."""
+    """Each public name loads on first use, so importing the package costs nothing and
+    read-only tools never load the running side (orchestrator, providers…)."""
     import importlib
 
     if name in _LAZY_MODULES:

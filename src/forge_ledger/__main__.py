@@ -1,6 +1,6 @@
-"""``python -m forge_ledger`` runs the CLI."""
+"""``python -m forge_ledger`` runs the CLI, as the ``forge-ledger`` script does."""
 
-from forge_ledger.cli import main
+from forge_ledger._entry import main
 
 if __name__ == "__main__":
     main()

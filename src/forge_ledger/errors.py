@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
 __all__ = [
+    "INTERRUPTED",
     "ArgumentError",
     "BudgetExhaustedError",
     "ChainBrokenError",
@@ -134,6 +135,11 @@ class RunInterrupted(ForgeLedgerError):
     """The person pressed Ctrl-C: what was committed is kept and the session is resumable."""
 
     exit_code = 130
+
+
+INTERRUPTED = "interrupted"
+"""The line a command prints on Ctrl-C outside a run (a run says how to resume instead), before
+it exits with ``RunInterrupted.exit_code``."""
 
 
 class ChainBrokenError(ForgeLedgerError):

@@ -1,0 +1,31 @@
+"""The ``forge-ledger`` console script and ``python -m forge_ledger``.
+
+Loading the command line takes a second or more (pydantic models, eventsourcing, every
+command's module). A Ctrl-C in that second used to end in a Python traceback, because the
+command line's own handling of Ctrl-C did not exist yet. This module imports nothing heavy
+itself, so it is in place before that second starts; nothing has been recorded then, so the
+command just says it was interrupted.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+from .errors import INTERRUPTED, RunInterrupted
+
+__all__ = ["main"]
+
+
+def main() -> None:
+    """Load the command line, then run it (it handles Ctrl-C itself from then on)."""
+    try:
+        from .cli import main as run
+    except KeyboardInterrupt:
+        _interrupted_while_loading()
+    run()
+
+
+def _interrupted_while_loading() -> NoReturn:
+    sys.stderr.write(f"{INTERRUPTED}\n")
+    sys.exit(RunInterrupted.exit_code)
