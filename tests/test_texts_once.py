@@ -22,7 +22,7 @@ from forge_ledger.cli import cli
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.values import ChatMessage, RoundKind, SessionStatus
-from forge_ledger.errors import StoreError
+from forge_ledger.errors import ConcurrencyConflictError, StoreError
 from forge_ledger.ledger import Ledger, resolve_store, texts, verify_session
 from forge_ledger.testing import SessionBuilder
 from support.store import raw_connection
@@ -191,3 +191,31 @@ def test_a_postgres_schema_without_the_text_table_gets_it_on_first_save(pg_url: 
         ledger.save(_build())
         assert verify_session(ledger, SID).ok
     assert len(_text_rows(pg_url)) == 9
+
+
+def test_a_text_whose_save_lost_to_another_writer_is_stored_when_it_is_saved_again(
+    store_url: str,
+) -> None:
+    """A writer remembers which texts its committed saves stored, and does not ask the store
+    about them again; a save that lost to another writer stored nothing, so its texts must
+    still be written by the retry."""
+    b = SessionBuilder(prompt=_prompt)
+    b.start("Lost saves", participants=NAMES, session_id=SID)
+    b.round(RoundKind.DRAFT, iteration=1, participants=NAMES)
+    note = "A note long enough to be stored apart from its event. " * 4
+    with Ledger(store_url) as first, Ledger(store_url, create=False) as second:
+        first.save(b.aggregate)
+        mine, theirs = first.get(SID), second.get(SID)
+        theirs.human_input(author="bo", text="Their note, stored first. " * 8, at=b.clock.now())
+        second.save(theirs)
+        mine.human_input(author="ada", text=note, at=b.clock.now())
+        with pytest.raises(ConcurrencyConflictError):
+            first.save(mine)
+        again = first.get(SID)
+        again.human_input(author="ada", text=note, at=b.clock.now())
+        first.save(again)
+        assert verify_session(first, SID).ok
+        assert [e.data["text"] for e in first.events(SID) if e.type == "HumanInputRecorded"][
+            -1
+        ] == note
+    assert texts.text_address(note) in dict(_text_rows(store_url))

@@ -334,15 +334,39 @@ def dictionaries_of(stored_events: Iterable[StoredEvent]) -> dict[str, list[str]
     return out
 
 
-class TextsSQLiteRecorder(SQLiteApplicationRecorder):
+class _WritesTexts(SQLiteAggregateRecorder):
+    """Writes the texts of the events it inserts in the same transaction, asking the store
+    only what a committed write has not already told it (:class:`_TextWrites`)."""
+
+    _text_writes: _TextWrites | None = None
+
+    @property
+    def text_writes(self) -> _TextWrites:
+        if self._text_writes is None:
+            self._text_writes = _TextWrites()
+        return self._text_writes
+
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        try:
+            ids = super().insert_events(stored_events, **kwargs)
+        except BaseException:
+            self.text_writes.rolled_back()
+            raise
+        self.text_writes.committed()
+        return ids
+
+    def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
+        self.text_writes.insert(c, stored_events)
+        return super()._insert_events(c, stored_events, **kwargs)
+
+
+class TextsSQLiteRecorder(_WritesTexts, SQLiteApplicationRecorder):
     """Writes an event's texts in the transaction that inserts the event."""
 
     def construct_create_table_statements(self) -> list[str]:
         return [*super().construct_create_table_statements(), _SQLITE_DDL, _DICTIONARIES_DDL]
-
-    def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
-        _insert_texts(c, stored_events)
-        return super()._insert_events(c, stored_events, **kwargs)
 
     def select_texts(self, addresses: Sequence[str], *, _depth: int = 0) -> dict[str, str]:
         rows: list[tuple[str, bytes, int, str | None]] = []
@@ -360,32 +384,64 @@ class TextsSQLiteRecorder(SQLiteApplicationRecorder):
         return out
 
 
-class TextsSQLiteSnapshotRecorder(SQLiteAggregateRecorder):
+class TextsSQLiteSnapshotRecorder(_WritesTexts):
     """Writes the texts a snapshot refers to in the transaction that inserts the snapshot: a
     snapshot holds answers by reference, and the events it stands for may hold a text inline
     (a short one, or any in a store written before texts were stored apart)."""
 
-    def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
-        _insert_texts(c, stored_events)
-        return super()._insert_events(c, stored_events, **kwargs)
+
+_KNOWN_MAX = 65_536
+"""Addresses a writer remembers as stored (64 characters each); past that it starts over."""
 
 
-def _insert_texts(c: Any, stored_events: Sequence[StoredEvent]) -> None:
-    """The texts of ``stored_events`` not stored yet, in the caller's transaction."""
-    rows = texts_of(stored_events)
-    if rows:
-        c.execute(_SQLITE_DDL)
-        c.execute(_DICTIONARIES_DDL)
-        new = _absent(c, dict(rows))
+@dataclass
+class _TextWrites:
+    """What a writer knows its store holds already, so that a save does not ask again: the
+    text tables exist, and these texts are stored. Each save asked both (two ``CREATE TABLE IF
+    NOT EXISTS`` and a ``SELECT``): about a tenth of an append's cost, for answers most of
+    which were known (a system prompt is in every call of a session).
+
+    Only a committed write counts. A transaction that rolled back (another writer appended
+    first) stored nothing, not even the tables it created. Texts are never deleted, so what a
+    committed write stored stays true; texts another process stored are merely asked about.
+    """
+
+    tables_ready: bool = False
+    stored: set[str] = field(default_factory=set)
+    _pending: set[str] = field(default_factory=set)
+    _pending_tables: bool = False
+
+    def insert(self, c: Any, stored_events: Sequence[StoredEvent]) -> None:
+        """The texts of ``stored_events`` not stored yet, in the caller's transaction."""
+        texts = dict(texts_of(stored_events))
+        if not texts:
+            return
+        if not self.tables_ready:
+            c.execute(_SQLITE_DDL)
+            c.execute(_DICTIONARIES_DDL)
+            self._pending_tables = True
+        new = _absent(c, {a: t for a, t in texts.items() if a not in self.stored})
         dictionaries = dictionaries_of(stored_events)
         c.executemany(
             f"INSERT OR IGNORE INTO {TEXT_TABLE} (sha256, body) VALUES (?, ?)",
-            [(a, _body(t, dictionaries.get(a), dict(rows))) for a, t in new.items()],
+            [(a, _body(t, dictionaries.get(a), texts)) for a, t in new.items()],
         )
         c.executemany(
             f"INSERT OR IGNORE INTO {DICTIONARIES_TABLE} (sha256, members) VALUES (?, ?)",
             [(a, json.dumps(dictionaries[a])) for a in new if a in dictionaries],
         )
+        self._pending = set(texts)
+
+    def committed(self) -> None:
+        self.tables_ready = self.tables_ready or self._pending_tables
+        if len(self.stored) + len(self._pending) > _KNOWN_MAX:
+            self.stored.clear()
+        self.stored |= self._pending
+        self.rolled_back()
+
+    def rolled_back(self) -> None:
+        self._pending = set()
+        self._pending_tables = False
 
 
 def _select_rows(c: Any, chunk: Sequence[str]) -> list[tuple[str, bytes, int, str | None]]:
