@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import threading
 import weakref
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from eventsourcing.persistence import (
     IntegrityError,
     JSONTranscoder,
     Mapper,
+    MapperDeserialisationError,
     Recording,
     StoredEvent,
     Transcoding,
@@ -52,7 +54,14 @@ from .compression import unpack
 from .lease import SessionLease
 from .postgres import EventWaiter, postgres_guard
 from .store import SqliteAccess, StoreLocation, check_sqlite_file, resolve_store, sqlite_uri
-from .texts import Lookup, StoredEventWithTexts, TextMapper, TextsSQLiteRecorder
+from .texts import (
+    Lookup,
+    StoredEventWithTexts,
+    TextMapper,
+    TextsSQLiteRecorder,
+    refer_to_texts,
+    with_texts,
+)
 
 __all__ = ["Ledger", "RecordedEvent", "SessionSummary", "store_failure"]
 
@@ -120,45 +129,83 @@ class _SessionStateAsJson(Transcoding):
     The state travels as one JSON *string* (pydantic's Rust serializer and validator) rather
     than as nested dicts: eventsourcing's transcoder then sees a single value instead of
     calling its Python object hook on every dict of a large state, which made restoring a
-    snapshot several times slower than folding the events it replaces. The state holds its
-    answers by address; a restored one reads them from the store's texts (``lookup``, set
-    by the ledger), and one written before, with its answers inline, still loads.
+    snapshot several times slower than folding the events it replaces.
+
+    The state holds its answers by address; a restored one reads them from the store's texts
+    (``lookup``, set by the ledger). Its other long texts (the reasoning of every parsed
+    opinion and vote, four fifths of a snapshot) are stored by reference too, as in the
+    events they came from, which already stored them: a snapshot then holds the structure,
+    and a restored state reads those texts back in one query (``reads``, set by the ledger)
+    before it is parsed. A snapshot written before, with its texts inline, still loads.
     """
 
     type = SessionState
     name = "forge_session_state_json"
     lookup: Lookup | None = None
+    reads: Lookup | None = None
+
+    def __init__(self) -> None:
+        self._encoded = threading.local()
 
     def encode(self, obj: SessionState) -> str:
-        return obj.model_dump_json(exclude_defaults=True)
+        texts: dict[str, str] = {}
+        document = refer_to_texts(obj.model_dump_json(exclude_defaults=True), texts)
+        self._encoded.texts = texts
+        return document
+
+    def encoded_texts(self) -> dict[str, str]:
+        """The texts the last state encoded on this thread refers to (once: the mapper that
+        asked for the encoding adds them to the stored snapshot)."""
+        texts: dict[str, str] = getattr(self._encoded, "texts", {})
+        self._encoded.texts = {}
+        return texts
 
     def decode(self, data: str) -> SessionState:
-        state = SessionState.load(data)
+        document = data.encode("utf-8")
+        if self.reads is not None:
+            document = with_texts(document, self.reads)
+        state = SessionState.load(document)
         if self.lookup is not None:
             state.text_pool.fallback = StoredTexts(self.lookup, state)
         return state
 
 
 class _SnapshotTextsMapper(TextMapper):
-    """Adds to a stored snapshot the answer texts its state holds itself, for the snapshot
-    recorder to write with it (``TextsSQLiteSnapshotRecorder``, ``TextsPostgresSnapshot
-    Recorder``): a snapshot refers to answers by address, and an answer folded from an
+    """Adds to a stored snapshot the texts its state refers to, for the snapshot recorder to
+    write with it (``TextsSQLiteSnapshotRecorder``, ``TextsPostgresSnapshotRecorder``).
+
+    A snapshot refers to answers and reasoning by address, and an answer folded from an
     event may be stored nowhere else (a short one is inline in its event, and so is every
     text of a store written before texts were stored apart). Texts the state read from the
-    store are in the store already."""
+    store are in the store already; the recorder writes only those that are not."""
+
+    states: _SessionStateAsJson | None = None
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         stored = super().to_stored_event(domain_event)
         state = getattr(domain_event, "state", None)
-        held = state.get("state") if isinstance(domain_event, Snapshot) and isinstance(
-            state, dict
-        ) else None
+        held = (
+            state.get("state")
+            if isinstance(domain_event, Snapshot) and isinstance(state, dict)
+            else None
+        )
         if not isinstance(held, SessionState):
             return stored
-        texts = held.text_pool.held(held.answer_addresses())
+        texts = self.states.encoded_texts() if self.states is not None else {}
+        texts.update(held.text_pool.held(held.answer_addresses()))
         if not texts:
             return stored
         return StoredEventWithTexts.of(stored, texts)
+
+    def to_domain_event(self, stored_event: StoredEvent) -> Any:
+        """A text a snapshot refers to that is missing from the store is reported as such,
+        not as eventsourcing's failure to deserialise the snapshot."""
+        try:
+            return super().to_domain_event(stored_event)
+        except MapperDeserialisationError as e:
+            if isinstance(e.__cause__, StoreError):
+                raise e.__cause__ from None
+            raise
 
 
 def _project(aggregate: Any, domain_events: Iterable[Any]) -> Any:
@@ -217,7 +264,9 @@ class _App(Application[UUID]):
         compressed (see :mod:`forge_ledger.ledger.compression`). PostgreSQL keeps them plain
         JSON, queryable in place, and compresses long values itself (TOAST)."""
         compress = type(self.factory).__module__.startswith("eventsourcing.sqlite")
-        return _SnapshotTextsMapper(transcoder=self.construct_transcoder(), compress=compress)
+        mapper = _SnapshotTextsMapper(transcoder=self.construct_transcoder(), compress=compress)
+        mapper.states = self.state_transcoding
+        return mapper
 
     def construct_event_store(self) -> EventStore[UUID]:
         """An event store whose reads fetch texts a window of events at a time."""
@@ -410,8 +459,10 @@ class Ledger:
         env[_App.SNAPSHOT_RECORDER_TOPIC] = f"{__package__}.{module}:Texts{db}SnapshotRecorder"
         try:
             app = _App(env=env)
-            cast(TextMapper, app.mapper).lookup = self.texts
+            mapper = cast(TextMapper, app.mapper)
+            mapper.lookup = self.texts
             app.state_transcoding.lookup = self.texts
+            app.state_transcoding.reads = mapper.cached_lookup
             return app
         except ImportError:
             raise StoreError(

@@ -38,9 +38,11 @@ __all__ = [
     "TextsSQLiteRecorder",
     "TextsSQLiteSnapshotRecorder",
     "externalise",
+    "refer_to_texts",
     "resolve",
     "text_address",
     "texts_of",
+    "with_texts",
 ]
 
 TEXT_TABLE = "forge_texts"
@@ -64,6 +66,10 @@ _PROMPT_REF = re.compile(
     rb'("role"\s*:\s*"[a-z]+"\s*,\s*"content"\s*:\s*)\{\s*"sha256"\s*:\s*"[0-9a-f]{64}"\s*\}'
 )
 """A prompt message's text by reference (a chat message is ``{"role": …, "content": …}``)."""
+_TEXT_VALUE = re.compile(
+    '"(' + "|".join(re.escape(k) for k in sorted(TEXT_KEYS)) + r')":"([^"\\]*(?:\\.[^"\\]*)*)"'
+)
+"""A string under a text key, in compact JSON (the string's body, escapes and all, is group 2)."""
 _CACHE_SIZE = 4096
 _PREFIX = "forge_ledger:"
 
@@ -132,6 +138,49 @@ def resolve(data: Any, lookup: Lookup, *, check: bool = False) -> Any:
                 hint="restore the store from a backup",
             )
     return _substitute(data, texts)
+
+
+def with_texts(plain: bytes, lookup: Lookup) -> bytes:
+    """The stored JSON ``plain`` with each reference replaced by its text, as JSON, before it
+    is decoded; a missing text raises :class:`StoreError`.
+
+    Substituting in the bytes costs a search; walking the decoded payload for references
+    (most events have none) cost more than decoding it. A reference can only be the whole
+    value of a text key: inside a JSON string its quotes would be escaped.
+    """
+    if _REF_KEY not in plain:
+        return plain
+    addresses = [m.group(2).decode("ascii") for m in _REF_PATTERN.finditer(plain)]
+    if not addresses:
+        return plain
+    texts = lookup(addresses)
+    for address in addresses:
+        if address not in texts:
+            raise _missing(address)
+
+    def text(m: re.Match[bytes]) -> bytes:
+        body = json.dumps(texts[m.group(2).decode("ascii")], ensure_ascii=False)
+        return b'"' + m.group(1) + b'":' + body.encode("utf-8")
+
+    return _REF_PATTERN.sub(text, plain)
+
+
+def refer_to_texts(document: str, texts: dict[str, str]) -> str:
+    """``document`` (compact JSON, as pydantic writes it) with every long text under a text
+    key replaced by its reference, as :func:`externalise` does to a payload; the texts are
+    added to ``texts``. For a JSON document already written: decoding a large one to walk
+    it would cost more than this search. As in :func:`with_texts`, only a key can match: in
+    a string every quote is escaped."""
+
+    def reference(m: re.Match[str]) -> str:
+        value = json.loads(f'"{m.group(2)}"')
+        if len(value) < MIN_LENGTH:
+            return m.group(0)
+        address = text_address(value)
+        texts[address] = value
+        return f'"{m.group(1)}":{{"{_REF}":"{address}"}}'
+
+    return _TEXT_VALUE.sub(reference, document)
 
 
 def _missing(address: str) -> StoreError:
@@ -281,27 +330,7 @@ class TextMapper(Mapper[Any]):
         return domain_event
 
     def _inline(self, plain: bytes) -> bytes:
-        """The stored JSON with each reference replaced by its text, as JSON, before decoding.
-
-        Substituting in the bytes costs a search; walking the decoded payload for references
-        (most events have none) cost more than decoding it. A reference can only be the whole
-        value of a text key: inside a JSON string its quotes would be escaped.
-        """
-        if _REF_KEY not in plain:
-            return plain
-        addresses = [m.group(2).decode("ascii") for m in _REF_PATTERN.finditer(plain)]
-        if not addresses:
-            return plain
-        texts = self.cached_lookup(addresses)
-        for address in addresses:
-            if address not in texts:
-                raise _missing(address)
-
-        def text(m: re.Match[bytes]) -> bytes:
-            body = json.dumps(texts[m.group(2).decode("ascii")], ensure_ascii=False)
-            return b'"' + m.group(1) + b'":' + body.encode("utf-8")
-
-        return _REF_PATTERN.sub(text, plain)
+        return with_texts(plain, self.cached_lookup)
 
     def cached_lookup(self, addresses: Sequence[str]) -> dict[str, str]:
         """Texts never change under their address, so recently read ones are kept (a system
