@@ -48,7 +48,7 @@ def _session(ledger: Ledger, iterations: int = 4) -> SessionBuilder:
     return b
 
 
-def _reasonings(ledger: Ledger, b: SessionBuilder) -> list[str]:
+def _reasonings(b: SessionBuilder) -> list[str]:
     state = b.aggregate.state
     out = [c.opinion.reasoning for r in state.rounds for c in r.contributions if c.opinion]
     return out + [c.vote.reasoning for r in state.rounds for c in r.contributions if c.vote]
@@ -71,7 +71,7 @@ def test_a_snapshot_refers_to_reasoning_and_restores_it(store_url: str) -> None:
         store_url, snapshot_interval=0, create=False
     ) as plain:
         b = _session(snap)
-        texts = _reasonings(snap, b)
+        texts = _reasonings(b)
         rows = _snapshots(store_url, snap)
         assert rows, "expected snapshots"
         for row in rows:
@@ -95,7 +95,7 @@ def test_a_snapshot_whose_reasoning_is_missing_says_so(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite"
     with Ledger(str(path), snapshot_interval=5) as ledger:
         b = _session(ledger, iterations=2)
-        gone = text_address(_reasonings(ledger, b)[0])
+        gone = text_address(_reasonings(b)[0])
     with sqlite3.connect(path) as conn:
         assert conn.execute(f"DELETE FROM {TEXT_TABLE} WHERE sha256 = ?", (gone,)).rowcount == 1
     with Ledger(str(path), create=False) as ledger, pytest.raises(
@@ -122,7 +122,7 @@ def test_texts_out_of_a_document_and_back_give_it_unchanged(document: Any) -> No
     texts: dict[str, str] = {}
     referred = refer_to_texts(compact, texts)
     assert all(text_address(t) == a and len(t) >= 96 for a, t in texts.items())
-    assert json.loads(with_texts(referred.encode(), lambda wanted: texts)) == document
+    assert json.loads(with_texts(referred.encode(), lambda _: texts)) == document
 
     def inline_long_texts(x: Any) -> bool:
         if isinstance(x, dict):

@@ -10,6 +10,13 @@ compression read unchanged:
 - a text is stored compressed as a BLOB and plain as TEXT, so the column's type tells them
   apart (a plain text may well begin with ``x``).
 
+A stored state is a few hundred bytes of JSON, mostly the same keys and structure from one
+event to the next, which zlib alone cannot share between rows. States are therefore compressed
+with a preset dictionary (:data:`STATE_DICTIONARY`): about two fifths smaller than alone. A
+zlib stream names the dictionary it needs (its Adler-32, in the header), so rows compressed
+with it, rows compressed alone and plain rows read side by side, and a dictionary, once used,
+can never change: a new one gets a new file, and :func:`unpack` keeps reading the old.
+
 The hash chain covers the decoded payloads, never these bytes, so compression changes no hash.
 """
 
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from importlib import resources
 from typing import Any
 
 from eventsourcing.persistence import Compressor, JSONTranscoder, Transcoder
@@ -35,23 +43,42 @@ MIN_COMPRESS = 128
 """Shorter values are stored as they are: zlib's header and checksum would eat the gain."""
 _LEVEL = 6
 _ZLIB_FIRST = 0x78
+_FDICT = 0x20
+"""The zlib header's flag for a preset dictionary, whose Adler-32 follows the header."""
+STATE_DICTIONARY = (
+    resources.files("forge_ledger").joinpath("data/event-states-1.zdict").read_bytes()
+)
+"""One stored state of each event type of the demo session, the rarest first, with hashes and
+addresses blanked (``forge-ledger demo`` of 2026-11-25). Frozen: stored rows need it."""
+_DICTIONARIES = {zlib.adler32(STATE_DICTIONARY): STATE_DICTIONARY}
 _TYPE_KEY = "_type_"
 _TYPED = b'"_type_"'
 
 
-def pack(data: bytes) -> bytes:
-    """``data`` compressed if that is smaller, else ``data`` itself."""
+def pack(data: bytes, dictionary: bytes | None = None) -> bytes:
+    """``data`` compressed (with ``dictionary`` if given) if that is smaller, else ``data``."""
     if len(data) < MIN_COMPRESS:
         return data
-    packed = zlib.compress(data, _LEVEL)
+    if dictionary is None:
+        packed = zlib.compress(data, _LEVEL)
+    else:
+        packer = zlib.compressobj(_LEVEL, zdict=dictionary)
+        packed = packer.compress(data) + packer.flush()
     return packed if len(packed) < len(data) else data
 
 
 def unpack(data: bytes) -> bytes:
-    """The stored state as written by :func:`pack` (or by a store that never compressed)."""
-    if data[:1] and data[0] == _ZLIB_FIRST:
-        return zlib.decompress(data)
-    return data
+    """The stored state as written by :func:`pack` (or by a store that never compressed).
+    A row that needs a dictionary this version does not have raises ``zlib.error``."""
+    if not data[:1] or data[0] != _ZLIB_FIRST:
+        return data
+    if len(data) > 1 and data[1] & _FDICT:
+        dictionary = _DICTIONARIES.get(int.from_bytes(data[2:6], "big"))
+        if dictionary is None:
+            raise zlib.error("compressed with a dictionary this version does not have")
+        unpacker = zlib.decompressobj(zdict=dictionary)
+        return unpacker.decompress(data) + unpacker.flush()
+    return zlib.decompress(data)
 
 
 def pack_text(text: str) -> str | bytes:
@@ -78,7 +105,7 @@ class StateCompressor(Compressor):
         self.write = write
 
     def compress(self, data: bytes) -> bytes:
-        return pack(data) if self.write else data
+        return pack(data, STATE_DICTIONARY) if self.write else data
 
     def decompress(self, data: bytes) -> bytes:
         return unpack(data)
