@@ -13,6 +13,7 @@ import uuid
 import zlib
 from datetime import datetime
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,6 +84,12 @@ def _payloads(url: str) -> list[dict[str, object]]:
         return [e.data for e in ledger.events(SID)]
 
 
+def _bodies(url: str) -> dict[str, bytes]:
+    with raw_connection(url) as con:
+        rows = con.execute(f"SELECT sha256, CAST(body AS BLOB) FROM {texts.TEXT_TABLE}")
+        return {a: bytes(b) for a, b in rows}
+
+
 def test_a_prompt_is_stored_against_the_answer_it_quotes(sqlite_url: str) -> None:
     agg, parts = _build()
     written = [dict(e.data) for e in agg.pending_events if hasattr(e, "data")]
@@ -91,14 +98,17 @@ def test_a_prompt_is_stored_against_the_answer_it_quotes(sqlite_url: str) -> Non
         assert verify_session(ledger, SID).ok
     assert _payloads(sqlite_url) == written
 
-    with raw_connection(sqlite_url) as con:
-        quotes = dict(con.execute(f"SELECT sha256, members FROM {texts.DICTIONARIES_TABLE}"))
-        bodies = dict(con.execute(f"SELECT sha256, body FROM {texts.TEXT_TABLE}"))
+    bodies = _bodies(sqlite_url)
     a, b = agg.state.participant_names
     prompt = texts.text_address(parts[f"prompt/{a}"])
-    assert json.loads(quotes[prompt]) == [texts.text_address(parts[b])]
+    split = texts.quoting_body(bodies[prompt])
+    assert split is not None
+    assert split[0] == [texts.text_address(parts[b])]
     alone = len(zlib.compress(parts[f"prompt/{a}"].encode()))
     assert len(bodies[prompt]) < alone / 5, (len(bodies[prompt]), alone)
+    with raw_connection(sqlite_url) as con:  # the quote lists' table of earlier stores
+        tables = {n for (n,) in con.execute("SELECT name FROM sqlite_master")}
+    assert texts.DICTIONARIES_TABLE not in tables
 
 
 def test_parsed_reasoning_is_a_reference_packed_against_its_answer(sqlite_url: str) -> None:
@@ -114,18 +124,66 @@ def test_parsed_reasoning_is_a_reference_packed_against_its_answer(sqlite_url: s
                 "SELECT unpack(state) FROM stored_events WHERE topic = 'forge_ledger:VoteRecorded'",
             )
         ]
-        members = con.execute(
-            f"SELECT members FROM {texts.DICTIONARIES_TABLE} WHERE sha256 = ?",
-            (texts.text_address(reasoning),),
-        ).fetchone()
     assert rows[0]["data"]["vote"]["reasoning"] == {"sha256": texts.text_address(reasoning)}
-    assert members is not None  # packed against the vote's answer, which quotes it
+    # packed against the vote's answer, which quotes it
+    assert texts.quoting_body(_bodies(sqlite_url)[texts.text_address(reasoning)]) is not None
 
 
-def test_losing_the_quote_list_or_a_quoted_answer_is_reported(sqlite_url: str) -> None:
+def _set_body(url: str, address: str, body: bytes) -> None:
+    with raw_connection(url) as con:
+        con.execute(f"UPDATE {texts.TEXT_TABLE} SET body = ? WHERE sha256 = ?", (body, address))
+
+
+@pytest.mark.parametrize("damage", ["cut", "other answer", "unknown answer"])
+def test_a_damaged_quote_list_is_reported(sqlite_url: str, damage: str) -> None:
+    """The prompt cannot be unpacked without the right answers: it is reported, never read
+    as another text."""
     agg, parts = _build()
     with Ledger(sqlite_url) as ledger:
         ledger.save(agg)
+    a = agg.state.participant_names[0]
+    prompt = texts.text_address(parts[f"prompt/{a}"])
+    body = _bodies(sqlite_url)[prompt]
+    if damage == "cut":
+        body = body[:20]
+    else:
+        other = texts.text_address(parts[a]) if damage == "other answer" else "ab" * 32
+        body = body[:2] + bytes.fromhex(other) + body[34:]
+    _set_body(sqlite_url, prompt, body)
+    with Ledger(sqlite_url, create=False) as ledger:
+        report = verify_session(ledger, SID)
+    assert not report.ok
+    assert "missing from the store, or unreadable" in report.problem
+
+
+def test_texts_with_their_quote_lists_in_a_table_read_as_before(sqlite_url: str) -> None:
+    """A store written before the lists were held in the bodies: the same payloads, the same
+    verification, and a lost list is reported."""
+    agg, parts = _build()
+    written = [dict(e.data) for e in agg.pending_events if hasattr(e, "data")]
+    with Ledger(sqlite_url) as ledger:
+        ledger.save(agg)
+    with raw_connection(sqlite_url) as con:
+        con.execute(
+            f"CREATE TABLE {texts.DICTIONARIES_TABLE} "
+            "(sha256 TEXT PRIMARY KEY, members TEXT NOT NULL) WITHOUT ROWID"
+        )
+    moved = 0
+    for address, body in _bodies(sqlite_url).items():
+        split = texts.quoting_body(body)
+        if split is None:
+            continue
+        _set_body(sqlite_url, address, split[1])
+        with raw_connection(sqlite_url) as con:
+            con.execute(
+                f"INSERT INTO {texts.DICTIONARIES_TABLE} VALUES (?, ?)",
+                (address, json.dumps(split[0])),
+            )
+        moved += 1
+    assert moved >= 3  # two prompts, and the reasoning of the votes
+    assert _payloads(sqlite_url) == written
+    with Ledger(sqlite_url, create=False) as ledger:
+        assert verify_session(ledger, SID).ok
     a = agg.state.participant_names[0]
     prompt = texts.text_address(parts[f"prompt/{a}"])
     with raw_connection(sqlite_url) as con:

@@ -77,7 +77,10 @@ def unpack(data: bytes) -> bytes:
         if dictionary is None:
             raise zlib.error("compressed with a dictionary this version does not have")
         unpacker = zlib.decompressobj(zdict=dictionary)
-        return unpacker.decompress(data) + unpacker.flush()
+        state = unpacker.decompress(data) + unpacker.flush()
+        if not unpacker.eof:  # cut short, as a one-shot decompress would say
+            raise zlib.error("incomplete or truncated stream")
+        return state
     return zlib.decompress(data)
 
 

@@ -90,4 +90,7 @@ def pack_with(text: str, members: Sequence[str]) -> bytes:
 def unpack_with(body: bytes, members: Sequence[str]) -> str:
     """The text :func:`pack_with` packed, given the same members in the same order."""
     unpacker = zlib.decompressobj(zdict=_dictionary(members))
-    return (unpacker.decompress(body) + unpacker.flush()).decode("utf-8")
+    text = unpacker.decompress(body) + unpacker.flush()
+    if not unpacker.eof:  # cut short: its beginning is not the text
+        raise zlib.error("incomplete or truncated stream")
+    return text.decode("utf-8")

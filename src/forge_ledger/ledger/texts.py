@@ -38,6 +38,7 @@ __all__ = [
     "TextsSQLiteRecorder",
     "TextsSQLiteSnapshotRecorder",
     "externalise",
+    "quoting_body",
     "refer_to_texts",
     "resolve",
     "text_address",
@@ -395,22 +396,34 @@ class TextsSQLiteRecorder(_WritesTexts, SQLiteApplicationRecorder):
     """Writes an event's texts in the transaction that inserts the event."""
 
     def construct_create_table_statements(self) -> list[str]:
-        return [*super().construct_create_table_statements(), _SQLITE_DDL, _DICTIONARIES_DDL]
+        return [*super().construct_create_table_statements(), _SQLITE_DDL]
+
+    _quote_lists = False
+    """Whether the store has the table of quote lists of texts written before the lists were
+    held in the texts' bodies (known once seen: a table is never dropped)."""
 
     def select_texts(self, addresses: Sequence[str], *, _depth: int = 0) -> dict[str, str]:
         rows: list[tuple[str, bytes, int, str | None]] = []
         unique = sorted(set(addresses))
         with self.datastore.transaction(commit=False) as c:
+            lists = self._has_quote_lists(c)
             for i in range(0, len(unique), 500):
-                rows += _select_rows(c, unique[i : i + 500])
-        out = _readable((a, body, z) for a, body, z, members in rows if members is None)
-        quoting = [(a, body, json.loads(m)) for a, body, _, m in rows if m is not None]
+                rows += _select_rows(c, unique[i : i + 500], quote_lists=lists)
+        plain, quoting = _by_kind(rows)
+        out = _readable(plain)
         # A text's quoted answers were stored before it, so there is no cycle; the bound only
         # keeps a damaged table from recursing.
         if quoting and _depth < _MAX_DEPTH:
             wanted = sorted({m for _, _, ms in quoting for m in ms})
             out.update(_unquoted(quoting, self.select_texts(wanted, _depth=_depth + 1)))
         return out
+
+
+    def _has_quote_lists(self, c: Any) -> bool:
+        if not self._quote_lists:
+            c.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (DICTIONARIES_TABLE,))
+            self._quote_lists = bool(c.fetchall())
+        return self._quote_lists
 
 
 class TextsSQLiteSnapshotRecorder(_WritesTexts):
@@ -447,17 +460,12 @@ class _TextWrites:
             return
         if not self.tables_ready:
             c.execute(_SQLITE_DDL)
-            c.execute(_DICTIONARIES_DDL)
             self._pending_tables = True
         new = _absent(c, {a: t for a, t in texts.items() if a not in self.stored})
         dictionaries = dictionaries_of(stored_events)
         c.executemany(
             f"INSERT OR IGNORE INTO {TEXT_TABLE} (sha256, body) VALUES (?, ?)",
             [(a, _body(t, dictionaries.get(a), texts)) for a, t in new.items()],
-        )
-        c.executemany(
-            f"INSERT OR IGNORE INTO {DICTIONARIES_TABLE} (sha256, members) VALUES (?, ?)",
-            [(a, json.dumps(dictionaries[a])) for a in new if a in dictionaries],
         )
         self._pending = set(texts)
 
@@ -473,25 +481,57 @@ class _TextWrites:
         self._pending_tables = False
 
 
-def _select_rows(c: Any, chunk: Sequence[str]) -> list[tuple[str, bytes, int, str | None]]:
-    """Stored rows (address, body as bytes, compressed?, quoted answers as JSON or None)."""
+def _select_rows(
+    c: Any, chunk: Sequence[str], *, quote_lists: bool
+) -> list[tuple[str, bytes, int, str | None]]:
+    """Stored rows (address, body as bytes, compressed?, quote list as JSON or None); the
+    quote lists of texts written before they were held in the bodies come from their table."""
     marks = ",".join("?" * len(chunk))
     body = "CAST(t.body AS BLOB), typeof(t.body) = 'blob'"
     try:
-        c.execute(
-            f"SELECT t.sha256, {body}, d.members FROM {TEXT_TABLE} t "
-            f"LEFT JOIN {DICTIONARIES_TABLE} d ON d.sha256 = t.sha256 "
-            f"WHERE t.sha256 IN ({marks})",
-            chunk,
-        )
-        return list(c.fetchall())
-    except Exception:  # a store from before prompts were stored against their quotes
-        pass
-    try:
+        if quote_lists:
+            c.execute(
+                f"SELECT t.sha256, {body}, d.members FROM {TEXT_TABLE} t "
+                f"LEFT JOIN {DICTIONARIES_TABLE} d ON d.sha256 = t.sha256 "
+                f"WHERE t.sha256 IN ({marks})",
+                chunk,
+            )
+            return list(c.fetchall())
         c.execute(f"SELECT t.sha256, {body} FROM {TEXT_TABLE} t WHERE t.sha256 IN ({marks})", chunk)
     except Exception:  # no text table: an old store, or a damaged one
         return []
     return [(a, b, z, None) for a, b, z in c.fetchall()]
+
+
+def _by_kind(
+    rows: Iterable[tuple[str, bytes, int, str | None]],
+) -> tuple[list[tuple[str, bytes, int]], list[tuple[str, bytes, list[str]]]]:
+    """The rows of texts stored on their own, and those packed against the answers they
+    quote (address, packed text, quoted answers' addresses). A body whose quote list is
+    damaged is in neither, and is then reported as missing or unreadable."""
+    plain: list[tuple[str, bytes, int]] = []
+    quoting: list[tuple[str, bytes, list[str]]] = []
+    for address, body, compressed, members in rows:
+        if members is not None:
+            quoting.append((address, body, json.loads(members)))
+        elif compressed and body[:1] == _QUOTING:
+            split = quoting_body(body)
+            if split is not None:
+                quoting.append((address, split[1], split[0]))
+        else:
+            plain.append((address, body, compressed))
+    return plain, quoting
+
+
+def quoting_body(body: bytes) -> tuple[list[str], bytes] | None:
+    """The quoted answers' addresses and the packed text of a body packed against them (see
+    :func:`_body`); None if it is not one, or its quote list is cut short."""
+    if body[:1] != _QUOTING or len(body) < 2:
+        return None
+    end = 2 + 32 * body[1]
+    if len(body) <= end:
+        return None
+    return [body[i : i + 32].hex() for i in range(2, end, 32)], body[end:]
 
 
 def _unquoted(
@@ -523,9 +563,18 @@ def _absent(c: Any, texts: dict[str, str]) -> dict[str, str]:
 
 
 def _body(text: str, quoted: list[str] | None, texts: dict[str, str]) -> str | bytes:
-    """A text's stored body: packed against the answers it quotes, or on its own."""
+    """A text's stored body: packed against the answers it quotes, or on its own.
+
+    Packed, it begins with :data:`_QUOTING`, the number of quoted answers (one byte) and
+    their addresses (32 bytes each), in dictionary order. These lists used to be rows of a
+    table of their own (``forge_text_quotes``, still read): a 64-character key and a JSON
+    list of 64-character addresses per text, about a tenth of a store's file.
+    """
     if quoted:
-        return pack_with(text, [texts[m] for m in quoted])
+        quoted = quoted[:255]
+        members = b"".join(bytes.fromhex(a) for a in quoted)
+        packed = pack_with(text, [texts[m] for m in quoted])
+        return _QUOTING + bytes([len(quoted)]) + members + packed
     return pack_text(text)
 
 
@@ -543,12 +592,12 @@ def _readable(rows: Iterable[tuple[str, bytes, int]]) -> dict[str, str]:
 
 
 _MAX_DEPTH = 4
+_QUOTING = b"\x01"
+"""The first byte of a body packed against the answers it quotes (a compressed body begins
+with zlib's 0x78, and a plain one is TEXT)."""
 DICTIONARIES_TABLE = "forge_text_quotes"
-_DICTIONARIES_DDL = (
-    f"CREATE TABLE IF NOT EXISTS {DICTIONARIES_TABLE} "
-    "(sha256 TEXT PRIMARY KEY, members TEXT NOT NULL) WITHOUT ROWID"
-)
-"""A prompt packed against the answers it quotes: their addresses, in dictionary order."""
+"""Texts written before their quote lists were held in their bodies: (address, the quoted
+answers' addresses as a JSON list, in dictionary order). No longer written."""
 _SQLITE_DDL = f"CREATE TABLE IF NOT EXISTS {TEXT_TABLE} (sha256 TEXT PRIMARY KEY, body NOT NULL)"
 """A rowid table: a text is a few KB, and SQLite packs such rows into overflow pages far better
 in a rowid table than in a WITHOUT ROWID one (which held 466 KB of texts in 1.2 MB of pages).
