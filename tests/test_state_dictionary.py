@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.compression import STATE_DICTIONARY, StateCompressor, pack, unpack
 from forge_ledger.testing import SessionBuilder
 
-FROZEN_SHA256 = "4434f5ba1af8f2c9ec327a61728ee8733b8acec83efcf3ac697241d93a4ccc05"
+FROZEN_SHA256 = "0f99254e044498aff9edf9a3a051b290bb822ebef596a28c30fd3313751c0730"
 STATE = (
     b'{"timestamp":{"_type_":"datetime_iso","_data_":"2026-01-01T00:00:00+00:00"},'
     b'"data":{"round":3,"participant":"ada","vote":{"agrees":true,"score":80,'
@@ -58,3 +60,23 @@ def test_a_store_holds_dictionary_rows_and_reads_them(tmp_path: Path) -> None:
     assert any(r[0] == 0x78 and r[1] & 0x20 for r in rows)
     with Ledger(str(path), create=False) as ledger:
         assert [e.data for e in ledger.events(b.id)] == expected
+
+
+@pytest.mark.parametrize("command", ["replay", "log", "verify"])
+def test_a_row_this_version_cannot_read_is_one_line(tmp_path: Path, command: str) -> None:
+    """A store written by a later version (a dictionary this one lacks): each command says so
+    in one line, exit non-zero, no traceback."""
+    path = tmp_path / "s.sqlite"
+    with Ledger(str(path)) as ledger:
+        b = SessionBuilder(store=ledger).start("Dictionary", participants=("p0", "p1")).save()
+    with sqlite3.connect(path) as conn:
+        rowid, state = conn.execute("SELECT rowid, state FROM stored_events LIMIT 1").fetchone()
+        later = pack(unpack(bytes(state)), b"a dictionary of a later version " * 8)
+        conn.execute("UPDATE stored_events SET state = ? WHERE rowid = ?", (later, rowid))
+    done = subprocess.run(
+        [sys.executable, "-m", "forge_ledger", command, str(b.id), "--store", str(path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode in (1, 2), done.stderr
+    assert "Traceback" not in done.stderr
+    assert "dictionary this version does not have" in done.stderr.strip().splitlines()[-1]

@@ -14,6 +14,7 @@ import json
 import sqlite3
 import threading
 import weakref
+import zlib
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -842,10 +843,10 @@ def _recorded(domain_event: Any, *, notification_id: int | None = None) -> Recor
 
 
 def store_failure(e: BaseException) -> StoreError | None:
-    """A database error escaping from a read (a damaged file, a lost connection) as the one
-    line a user sees, or None when ``e`` is not one (then it is a bug and keeps its
-    traceback)."""
-    if not isinstance(e, _PersistenceError | sqlite3.DatabaseError):
+    """A database error escaping from a read (a damaged file, a lost connection, a stored row
+    that does not decompress) as the one line a user sees, or None when ``e`` is not one (then
+    it is a bug and keeps its traceback)."""
+    if not isinstance(e, _PersistenceError | sqlite3.DatabaseError | zlib.error):
         return None
     return StoreError(
         f"the store cannot be read: {_first_line(e)}",

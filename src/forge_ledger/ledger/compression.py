@@ -22,6 +22,7 @@ The hash chain covers the decoded payloads, never these bytes, so compression ch
 
 from __future__ import annotations
 
+import functools
 import json
 import zlib
 from importlib import resources
@@ -48,8 +49,10 @@ _FDICT = 0x20
 STATE_DICTIONARY = (
     resources.files("forge_ledger").joinpath("data/event-states-1.zdict").read_bytes()
 )
-"""One stored state of each event type of the demo session, the rarest first, with hashes and
-addresses blanked (``forge-ledger demo`` of 2026-11-25). Frozen: stored rows need it."""
+"""One stored state of each event type a run records: those of the demo session (``forge-ledger
+demo`` of 2026-11-25), the rarest first, after those the demo never records (a failed call, a
+technique, questions, a pause, a human answer, a resume, a budget exhausted, a completion),
+with hashes and addresses blanked. Frozen: stored rows need it."""
 _DICTIONARIES = {zlib.adler32(STATE_DICTIONARY): STATE_DICTIONARY}
 _TYPE_KEY = "_type_"
 _TYPED = b'"_type_"'
@@ -62,9 +65,16 @@ def pack(data: bytes, dictionary: bytes | None = None) -> bytes:
     if dictionary is None:
         packed = zlib.compress(data, _LEVEL)
     else:
-        packer = zlib.compressobj(_LEVEL, zdict=dictionary)
+        packer = _primed(dictionary).copy()
         packed = packer.compress(data) + packer.flush()
     return packed if len(packed) < len(data) else data
+
+
+@functools.lru_cache(maxsize=4)
+def _primed(dictionary: bytes) -> Any:
+    """A compressor with ``dictionary`` loaded, to copy: loading a dictionary of a few KB
+    costs more than copying a compressor that has it."""
+    return zlib.compressobj(_LEVEL, zdict=dictionary)
 
 
 def unpack(data: bytes) -> bytes:
