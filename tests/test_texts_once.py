@@ -219,3 +219,34 @@ def test_a_text_whose_save_lost_to_another_writer_is_stored_when_it_is_saved_aga
             -1
         ] == note
     assert texts.text_address(note) in dict(_text_rows(store_url))
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_text_table_created_by_a_save_that_lost_is_created_again(
+    kind: str, tmp_path: Path, pg_url: str
+) -> None:
+    """A store without the text table (written before texts were stored apart): the save
+    that would create it loses to another writer, so the table was never created; the retry
+    creates it."""
+    if kind == "sqlite":
+        url = str(tmp_path / "old.sqlite")
+        shutil.copy(Path(__file__).parent / "fixtures" / "store-v1.sqlite", url)
+    else:
+        url = pg_url
+        with Ledger(url):
+            pass
+        _execute(url, "", f"DROP TABLE {{schema}}.{texts.TEXT_TABLE}")
+    note = "A note long enough to be stored apart from its event, in a table of texts. " * 3
+    with Ledger(url, create=False) as first, Ledger(url, create=False) as second:
+        b = SessionBuilder(store=first).start("No text table yet", participants=NAMES).save()
+        mine, theirs = first.get(b.id), second.get(b.id)
+        theirs.human_input(author="bo", text="short", at=b.clock.now())
+        second.save(theirs)
+        mine.human_input(author="ada", text=note, at=b.clock.now())
+        with pytest.raises(ConcurrencyConflictError):
+            first.save(mine)
+        again = first.get(b.id)
+        again.human_input(author="ada", text=note, at=b.clock.now())
+        first.save(again)
+        assert verify_session(first, b.id).ok
+    assert texts.text_address(note) in dict(_text_rows(url))

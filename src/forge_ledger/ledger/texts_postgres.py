@@ -19,6 +19,9 @@ class _WritesTexts:
 
     datastore: Any
     _texts_table_ready = False
+    _texts_table_pending = False
+    """Created by the transaction in progress: known to exist only once it commits (a
+    transaction that lost to another writer rolls its CREATE TABLE back too)."""
 
     @property
     def _text_table(self) -> str:
@@ -42,12 +45,18 @@ class _WritesTexts:
                 (f"forge_texts:{self.datastore.schema}",),
             )
             curs.execute(self._ddl())
-            self._texts_table_ready = True
+            self._texts_table_pending = True
         curs.executemany(
             f"INSERT INTO {self._text_table} (sha256, body) VALUES (%s, %s) "
             "ON CONFLICT (sha256) DO NOTHING",
             rows,
         )
+
+    def _ended(self, *, committed: bool) -> None:
+        self._texts_table_ready = self._texts_table_ready or (
+            committed and self._texts_table_pending
+        )
+        self._texts_table_pending = False
 
 
 class TextsPostgresRecorder(_WritesTexts, PostgresApplicationRecorder):
@@ -58,6 +67,17 @@ class TextsPostgresRecorder(_WritesTexts, PostgresApplicationRecorder):
         with self.datastore.transaction(commit=True) as curs:
             curs.execute(self._ddl())
         self._texts_table_ready = True
+
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        try:
+            ids: Sequence[int] | None = super().insert_events(stored_events, **kwargs)
+        except BaseException:
+            self._ended(committed=False)
+            raise
+        self._ended(committed=True)
+        return ids
 
     def _insert_events(self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
         self._insert_texts(curs, stored_events)
@@ -87,7 +107,12 @@ class TextsPostgresSnapshotRecorder(_WritesTexts, PostgresAggregateRecorder):
         if not texts_of(stored_events):
             ids: Sequence[int] | None = super().insert_events(stored_events, **kwargs)
             return ids
-        with self.datastore.transaction(commit=True) as curs:
-            self._insert_texts(curs, stored_events)
-            self._insert_stored_events(curs, stored_events, **kwargs)
+        try:
+            with self.datastore.transaction(commit=True) as curs:
+                self._insert_texts(curs, stored_events)
+                self._insert_stored_events(curs, stored_events, **kwargs)
+        except BaseException:
+            self._ended(committed=False)
+            raise
+        self._ended(committed=True)
         return None
