@@ -3,11 +3,11 @@
 A prompt quotes earlier answers (the draft to critique, the critiques received, the previous
 synthesis), so stored whole, the prompts of a session hold every answer several times over:
 half of a session's stored text. On SQLite a prompt is instead compressed with zlib using the
-answers it quotes as the preset dictionary, and the row lists those answers' addresses: a
-quoted answer then costs a few bytes per 258 quoted characters, and the prompt is, in effect,
-its own words plus references to the answers it quotes. The answers themselves are stored once,
-under their own addresses, in the same transaction (they are written with the prompt if they
-are not there yet).
+answers it quotes as the preset dictionary, and its stored body begins with those answers'
+addresses (``texts._body``): a quoted answer then costs a few bytes per 258 quoted
+characters, and the prompt is, in effect, its own words plus references to the answers it
+quotes. The answers themselves are stored once, under their own addresses, in the same
+transaction (they are written with the prompt if they are not there yet).
 
 Which answers a prompt quotes is found by looking, not by being told: each recent answer (the
 last :data:`RECENT` this process wrote or read) is probed with a few short windows of its text,
