@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -250,3 +251,66 @@ def test_a_text_table_created_by_a_save_that_lost_is_created_again(
         first.save(again)
         assert verify_session(first, b.id).ok
     assert texts.text_address(note) in dict(_text_rows(url))
+
+
+def test_a_save_in_another_thread_never_makes_a_lost_saves_texts_known(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two threads share one writer. A commits; while its bookkeeping runs, B's transaction
+    has inserted its texts and then loses to another writer. B's texts must not be taken
+    for stored: its retry writes them."""
+    url = str(tmp_path / "s.sqlite")
+    note_a = "Thread A's note, long enough to be stored apart from its event. " * 3
+    note_b = "Thread B's note, long enough to be stored apart from its event. " * 3
+    b_inserted, a_learned = threading.Event(), threading.Event()
+    insert, learn = texts._insert_texts, texts.StoreFacts.learn  # noqa: SLF001
+
+    def inserting(c: Any, events: Any, facts: Any, learned: Any) -> None:
+        insert(c, events, facts, learned)
+        if threading.current_thread().name == "B":
+            b_inserted.set()
+            assert a_learned.wait(10)  # A's bookkeeping runs inside B's transaction
+
+    def learning(self: texts.StoreFacts, learned: texts.Learned) -> None:
+        if threading.current_thread().name == "A":
+            assert b_inserted.wait(10)
+            learn(self, learned)
+            a_learned.set()
+            return
+        learn(self, learned)
+
+    with Ledger(url) as ledger, Ledger(url, create=False) as other:
+        a = SessionBuilder(store=ledger).start("A", participants=NAMES, session_id=uuid.uuid4())
+        b = SessionBuilder(store=ledger).start("B", participants=NAMES, session_id=uuid.uuid4())
+        a.save()
+        b.save()
+        mine_a, mine_b, theirs = ledger.get(a.id), ledger.get(b.id), other.get(b.id)
+        theirs.human_input(author="bo", text="short", at=b.clock.now())
+        other.save(theirs)
+        mine_a.human_input(author="ada", text=note_a, at=a.clock.now())
+        mine_b.human_input(author="ada", text=note_b, at=b.clock.now())
+        monkeypatch.setattr(texts, "_insert_texts", inserting)
+        monkeypatch.setattr(texts.StoreFacts, "learn", learning)
+        lost: list[BaseException] = []
+
+        def save_b() -> None:
+            try:
+                ledger.save(mine_b)
+            except ConcurrencyConflictError as e:
+                lost.append(e)
+
+        threads = [
+            threading.Thread(target=ledger.save, args=(mine_a,), name="A"),
+            threading.Thread(target=save_b, name="B"),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        monkeypatch.undo()
+        assert len(lost) == 1
+        again = ledger.get(b.id)
+        again.human_input(author="ada", text=note_b, at=b.clock.now())
+        ledger.save(again)
+        assert verify_session(ledger, b.id).ok
+    assert texts.text_address(note_b) in dict(_text_rows(url))

@@ -34,10 +34,13 @@ from .quotes import QuotedAnswers, pack_with, unpack_with
 __all__ = [
     "TEXT_KEYS",
     "TEXT_TABLE",
+    "Learned",
+    "StoreFacts",
     "TextMapper",
     "TextsSQLiteRecorder",
     "TextsSQLiteSnapshotRecorder",
     "externalise",
+    "learned_in",
     "quoting_body",
     "refer_to_texts",
     "resolve",
@@ -366,29 +369,23 @@ def dictionaries_of(stored_events: Iterable[StoredEvent]) -> dict[str, list[str]
 
 class _WritesTexts(SQLiteAggregateRecorder):
     """Writes the texts of the events it inserts in the same transaction, asking the store
-    only what a committed write has not already told it (:class:`_TextWrites`)."""
+    only what a committed write has not already told it (:class:`StoreFacts`)."""
 
-    _text_writes: _TextWrites | None = None
+    _facts: StoreFacts | None = None
 
     @property
-    def text_writes(self) -> _TextWrites:
-        if self._text_writes is None:
-            self._text_writes = _TextWrites()
-        return self._text_writes
+    def facts(self) -> StoreFacts:
+        if self._facts is None:
+            self._facts = StoreFacts()
+        return self._facts
 
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
-        try:
-            ids = super().insert_events(stored_events, **kwargs)
-        except BaseException:
-            self.text_writes.rolled_back()
-            raise
-        self.text_writes.committed()
-        return ids
+        return self.facts.inserting(super().insert_events, stored_events, **kwargs)
 
     def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
-        self.text_writes.insert(c, stored_events)
+        _insert_texts(c, stored_events, self.facts, learned_in(kwargs))
         return super()._insert_events(c, stored_events, **kwargs)
 
 
@@ -434,51 +431,78 @@ class TextsSQLiteSnapshotRecorder(_WritesTexts):
 
 _KNOWN_MAX = 65_536
 """Addresses a writer remembers as stored (64 characters each); past that it starts over."""
+_LEARNED = "_forge_learned"
+"""The keyword under which a save's :class:`Learned` travels down to its transaction (the
+recorders pass their keywords through to the insert)."""
 
 
 @dataclass
-class _TextWrites:
+class Learned:
+    """What one transaction found out about the store: true once it commits."""
+
+    tables: bool = False
+    texts: set[str] = field(default_factory=set)
+
+
+def learned_in(kwargs: dict[str, Any]) -> Learned:
+    """The :class:`Learned` of the save in progress (a throwaway one if it has none)."""
+    found = kwargs.get(_LEARNED)
+    return found if isinstance(found, Learned) else Learned()
+
+
+@dataclass
+class StoreFacts:
     """What a writer knows its store holds already, so that a save does not ask again: the
-    text tables exist, and these texts are stored. Each save asked both (two ``CREATE TABLE IF
+    text table exists, and these texts are stored. Each save asked both (``CREATE TABLE IF
     NOT EXISTS`` and a ``SELECT``): about a tenth of an append's cost, for answers most of
     which were known (a system prompt is in every call of a session).
 
     Only a committed write counts. A transaction that rolled back (another writer appended
-    first) stored nothing, not even the tables it created. Texts are never deleted, so what a
-    committed write stored stays true; texts another process stored are merely asked about.
+    first) stored nothing, not even a table it created. What a save finds out travels with
+    that save (:class:`Learned`), never through shared state: a writer used from several
+    threads must not take another save's texts for stored before that save commits. Texts
+    are never deleted, so what a committed write stored stays true; texts another process
+    stored are merely asked about.
     """
 
     tables_ready: bool = False
     stored: set[str] = field(default_factory=set)
-    _pending: set[str] = field(default_factory=set)
-    _pending_tables: bool = False
 
-    def insert(self, c: Any, stored_events: Sequence[StoredEvent]) -> None:
-        """The texts of ``stored_events`` not stored yet, in the caller's transaction."""
-        texts = dict(texts_of(stored_events))
-        if not texts:
-            return
-        if not self.tables_ready:
-            c.execute(_SQLITE_DDL)
-            self._pending_tables = True
-        new = _absent(c, {a: t for a, t in texts.items() if a not in self.stored})
-        dictionaries = dictionaries_of(stored_events)
-        c.executemany(
-            f"INSERT OR IGNORE INTO {TEXT_TABLE} (sha256, body) VALUES (?, ?)",
-            [(a, _body(t, dictionaries.get(a), texts)) for a, t in new.items()],
-        )
-        self._pending = set(texts)
+    def inserting(
+        self, insert: Callable[..., Sequence[int] | None], stored_events: Any, **kwargs: Any
+    ) -> Sequence[int] | None:
+        """``insert(stored_events, …)`` (one transaction), then what it found out, if it
+        committed."""
+        learned = Learned()
+        ids = insert(stored_events, **{**kwargs, _LEARNED: learned})
+        self.learn(learned)
+        return ids
 
-    def committed(self) -> None:
-        self.tables_ready = self.tables_ready or self._pending_tables
-        if len(self.stored) + len(self._pending) > _KNOWN_MAX:
+    def learn(self, learned: Learned) -> None:
+        """Call once the transaction that found ``learned`` out has committed."""
+        self.tables_ready = self.tables_ready or learned.tables
+        if len(self.stored) + len(learned.texts) > _KNOWN_MAX:
             self.stored.clear()
-        self.stored |= self._pending
-        self.rolled_back()
+        self.stored |= learned.texts
 
-    def rolled_back(self) -> None:
-        self._pending = set()
-        self._pending_tables = False
+
+def _insert_texts(
+    c: Any, stored_events: Sequence[StoredEvent], facts: StoreFacts, learned: Learned
+) -> None:
+    """The texts of ``stored_events`` not stored yet, in the caller's transaction."""
+    texts = dict(texts_of(stored_events))
+    if not texts:
+        return
+    if not facts.tables_ready:
+        c.execute(_SQLITE_DDL)
+        learned.tables = True
+    new = _absent(c, {a: t for a, t in texts.items() if a not in facts.stored})
+    dictionaries = dictionaries_of(stored_events)
+    c.executemany(
+        f"INSERT OR IGNORE INTO {TEXT_TABLE} (sha256, body) VALUES (?, ?)",
+        [(a, _body(t, dictionaries.get(a), texts)) for a, t in new.items()],
+    )
+    learned.texts |= set(texts)
 
 
 def _select_rows(

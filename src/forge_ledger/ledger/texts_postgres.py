@@ -9,7 +9,7 @@ from typing import Any
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.postgres import PostgresAggregateRecorder, PostgresApplicationRecorder
 
-from .texts import TEXT_TABLE, texts_of
+from .texts import TEXT_TABLE, Learned, StoreFacts, learned_in, texts_of
 
 __all__ = ["TextsPostgresRecorder", "TextsPostgresSnapshotRecorder"]
 
@@ -18,10 +18,13 @@ class _WritesTexts:
     """The text table of a PostgreSQL store, written in the caller's transaction."""
 
     datastore: Any
-    _texts_table_ready = False
-    _texts_table_pending = False
-    """Created by the transaction in progress: known to exist only once it commits (a
-    transaction that lost to another writer rolls its CREATE TABLE back too)."""
+    _facts: StoreFacts | None = None
+
+    @property
+    def facts(self) -> StoreFacts:
+        if self._facts is None:
+            self._facts = StoreFacts()
+        return self._facts
 
     @property
     def _text_table(self) -> str:
@@ -33,11 +36,13 @@ class _WritesTexts:
             "(sha256 text PRIMARY KEY, body text NOT NULL)"
         )
 
-    def _insert_texts(self, curs: Any, stored_events: Sequence[StoredEvent]) -> None:
+    def _insert_texts(
+        self, curs: Any, stored_events: Sequence[StoredEvent], learned: Learned
+    ) -> None:
         rows = texts_of(stored_events)
         if not rows:
             return
-        if not self._texts_table_ready:
+        if not self.facts.tables_ready:
             # A store created before texts were stored apart has no table yet; two writers'
             # first saves must not race on CREATE TABLE, hence the lock (this transaction).
             curs.execute(
@@ -45,18 +50,12 @@ class _WritesTexts:
                 (f"forge_texts:{self.datastore.schema}",),
             )
             curs.execute(self._ddl())
-            self._texts_table_pending = True
+            learned.tables = True
         curs.executemany(
             f"INSERT INTO {self._text_table} (sha256, body) VALUES (%s, %s) "
             "ON CONFLICT (sha256) DO NOTHING",
             rows,
         )
-
-    def _ended(self, *, committed: bool) -> None:
-        self._texts_table_ready = self._texts_table_ready or (
-            committed and self._texts_table_pending
-        )
-        self._texts_table_pending = False
 
 
 class TextsPostgresRecorder(_WritesTexts, PostgresApplicationRecorder):
@@ -66,21 +65,15 @@ class TextsPostgresRecorder(_WritesTexts, PostgresApplicationRecorder):
         super().create_table()
         with self.datastore.transaction(commit=True) as curs:
             curs.execute(self._ddl())
-        self._texts_table_ready = True
+        self.facts.tables_ready = True
 
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
-        try:
-            ids: Sequence[int] | None = super().insert_events(stored_events, **kwargs)
-        except BaseException:
-            self._ended(committed=False)
-            raise
-        self._ended(committed=True)
-        return ids
+        return self.facts.inserting(super().insert_events, stored_events, **kwargs)
 
     def _insert_events(self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
-        self._insert_texts(curs, stored_events)
+        self._insert_texts(curs, stored_events, learned_in(kwargs))
         return super()._insert_events(curs, stored_events, **kwargs)
 
     def select_texts(self, addresses: Sequence[str]) -> dict[str, str]:
@@ -107,12 +100,9 @@ class TextsPostgresSnapshotRecorder(_WritesTexts, PostgresAggregateRecorder):
         if not texts_of(stored_events):
             ids: Sequence[int] | None = super().insert_events(stored_events, **kwargs)
             return ids
-        try:
-            with self.datastore.transaction(commit=True) as curs:
-                self._insert_texts(curs, stored_events)
-                self._insert_stored_events(curs, stored_events, **kwargs)
-        except BaseException:
-            self._ended(committed=False)
-            raise
-        self._ended(committed=True)
+        learned = Learned()
+        with self.datastore.transaction(commit=True) as curs:
+            self._insert_texts(curs, stored_events, learned)
+            self._insert_stored_events(curs, stored_events, **kwargs)
+        self.facts.learn(learned)
         return None
