@@ -76,3 +76,17 @@ def test_every_public_name_loads_on_first_use() -> None:
         assert getattr(forge_ledger, name) is not None, name
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         _ = forge_ledger.Nope  # type: ignore[attr-defined]
+
+
+def test_submodules_are_attributes_of_the_package() -> None:
+    """As when the package imported its parts itself: ``forge_ledger.ledger.Ledger`` after a
+    bare ``import forge_ledger``; ``dir`` lists public names and submodules."""
+    code = (
+        "import forge_ledger as f; "
+        "print(f.ledger.Ledger.__name__, f.domain.canonical_json.__name__, "
+        "{'Ledger', 'ledger', 'sessions'} <= set(dir(f)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split() == ["Ledger", "canonical_json", "True"]

@@ -84,15 +84,27 @@ _LAZY_MODULES = frozenset({"sessions"})
 
 def __getattr__(name: str) -> Any:
     """Each public name loads on first use, so importing the package costs nothing and
-    read-only tools never load the running side (orchestrator, providers…)."""
+    read-only tools never load the running side (orchestrator, providers…). A submodule is
+    an attribute too (``forge_ledger.ledger.Ledger`` after ``import forge_ledger``), as it
+    was when the package imported its parts itself."""
     import importlib
 
-    if name in _LAZY_MODULES:
+    if name in _LAZY_MODULES or name in _submodules():
         return importlib.import_module(f".{name}", __name__)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'forge_ledger' has no attribute {name!r}")
     return getattr(importlib.import_module(f".{module}", __name__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__, *_submodules()})
+
+
+def _submodules() -> frozenset[str]:
+    import pkgutil
+
+    return frozenset(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 
 __all__ = [
     "ChainBrokenError",

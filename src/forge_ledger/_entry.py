@@ -9,10 +9,7 @@ command just says it was interrupted.
 
 from __future__ import annotations
 
-import sys
-from typing import NoReturn
-
-from .errors import INTERRUPTED, RunInterrupted
+from .errors import exit_interrupted
 
 __all__ = ["main"]
 
@@ -22,10 +19,5 @@ def main() -> None:
     try:
         from .cli import main as run
     except KeyboardInterrupt:
-        _interrupted_while_loading()
+        exit_interrupted()
     run()
-
-
-def _interrupted_while_loading() -> NoReturn:
-    sys.stderr.write(f"{INTERRUPTED}\n")
-    sys.exit(RunInterrupted.exit_code)

@@ -8,8 +8,9 @@ instead of showing a traceback. Anything that is *not* a ``ForgeLedgerError`` is
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -35,6 +36,7 @@ __all__ = [
     "StoreError",
     "UsageError",
     "dotted_loc",
+    "exit_interrupted",
     "validation_summary",
 ]
 
@@ -138,8 +140,13 @@ class RunInterrupted(ForgeLedgerError):
 
 
 INTERRUPTED = "interrupted"
-"""The line a command prints on Ctrl-C outside a run (a run says how to resume instead), before
-it exits with ``RunInterrupted.exit_code``."""
+"""The line a command prints on Ctrl-C outside a run (a run says how to resume instead)."""
+
+
+def exit_interrupted() -> NoReturn:
+    """Ctrl-C outside a run: :data:`INTERRUPTED` on stderr, exit ``RunInterrupted.exit_code``."""
+    sys.stderr.write(f"{INTERRUPTED}\n")
+    sys.exit(RunInterrupted.exit_code)
 
 
 class ChainBrokenError(ForgeLedgerError):

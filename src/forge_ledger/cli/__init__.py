@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from .. import __version__
-from ..errors import INTERRUPTED, ArgumentError, ForgeLedgerError, RunInterrupted
+from ..errors import ArgumentError, ForgeLedgerError, exit_interrupted
 
 __all__ = ["cli", "main"]
 
@@ -131,8 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
-        click.echo(INTERRUPTED, err=True)
-        sys.exit(RunInterrupted.exit_code)
+        exit_interrupted()
     except BrokenPipeError:
         _discard_stdout()
         sys.exit(0)

@@ -51,7 +51,7 @@ from ..errors import (
     StoreError,
     UsageError,
 )
-from .compression import unpack
+from .compression import NewerFormatError, unpack
 from .lease import SessionLease
 from .postgres import EventWaiter, postgres_guard
 from .store import SqliteAccess, StoreLocation, check_sqlite_file, resolve_store, sqlite_uri
@@ -162,13 +162,16 @@ class _SessionStateAsJson(Transcoding):
         return texts
 
     def decode(self, data: str) -> SessionState:
-        document = data.encode("utf-8")
-        if self.reads is not None:
-            document = with_texts(document, self.reads)
+        document = with_texts(data.encode("utf-8"), self.reads or _no_texts)
         state = SessionState.load(document)
         if self.lookup is not None:
             state.text_pool.fallback = StoredTexts(self.lookup, state)
         return state
+
+
+def _no_texts(_: Sequence[str]) -> dict[str, str]:
+    """The texts of a store that cannot be read: a reference then reads as missing."""
+    return {}
 
 
 class _SnapshotTextsMapper(TextMapper):
@@ -199,13 +202,18 @@ class _SnapshotTextsMapper(TextMapper):
         return StoredEventWithTexts.of(stored, texts)
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
-        """A text a snapshot refers to that is missing from the store is reported as such,
-        not as eventsourcing's failure to deserialise the snapshot."""
+        """A text a snapshot refers to that is missing from the store, or a store failure
+        while reading it, is reported as such (one line), not as eventsourcing's failure to
+        deserialise the snapshot."""
         try:
             return super().to_domain_event(stored_event)
         except MapperDeserialisationError as e:
-            if isinstance(e.__cause__, StoreError):
-                raise e.__cause__ from None
+            cause = e.__cause__
+            failure = cause if isinstance(cause, StoreError) else None
+            if cause is not None and failure is None:
+                failure = store_failure(cause)
+            if failure is not None:
+                raise failure from None
             raise
 
 
@@ -750,6 +758,8 @@ class Ledger:
             try:
                 state = transcoder.decode(unpack(stored.state))
                 yield int(stored.originator_version), stored.topic, state, ""
+            except NewerFormatError as e:  # not damage: this version cannot judge the row
+                raise cast(StoreError, store_failure(e)) from None
             except Exception as e:  # a damaged row: report, don't crash
                 yield int(stored.originator_version), stored.topic, None, _first_line(e)
 
@@ -846,6 +856,11 @@ def store_failure(e: BaseException) -> StoreError | None:
     """A database error escaping from a read (a damaged file, a lost connection, a stored row
     that does not decompress) as the one line a user sees, or None when ``e`` is not one (then
     it is a bug and keeps its traceback)."""
+    if isinstance(e, NewerFormatError):
+        return StoreError(
+            f"the store cannot be read by this version: {_first_line(e)}",
+            hint="upgrade forge-ledger to read it",
+        )
     if not isinstance(e, _PersistenceError | sqlite3.DatabaseError | zlib.error):
         return None
     return StoreError(

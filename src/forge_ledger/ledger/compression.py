@@ -32,8 +32,11 @@ from eventsourcing.persistence import Compressor, JSONTranscoder, Transcoder
 
 __all__ = [
     "MIN_COMPRESS",
+    "STATE_DICTIONARY",
+    "NewerFormatError",
     "StateCompressor",
     "TopLevelTranscoder",
+    "inflate",
     "pack",
     "pack_text",
     "unpack",
@@ -56,6 +59,10 @@ with hashes and addresses blanked. Frozen: stored rows need it."""
 _DICTIONARIES = {zlib.adler32(STATE_DICTIONARY): STATE_DICTIONARY}
 _TYPE_KEY = "_type_"
 _TYPED = b'"_type_"'
+
+
+class NewerFormatError(zlib.error):
+    """A stored row this version cannot read because a later one wrote it (not damage)."""
 
 
 def pack(data: bytes, dictionary: bytes | None = None) -> bytes:
@@ -85,13 +92,22 @@ def unpack(data: bytes) -> bytes:
     if len(data) > 1 and data[1] & _FDICT:
         dictionary = _DICTIONARIES.get(int.from_bytes(data[2:6], "big"))
         if dictionary is None:
-            raise zlib.error("compressed with a dictionary this version does not have")
-        unpacker = zlib.decompressobj(zdict=dictionary)
-        state = unpacker.decompress(data) + unpacker.flush()
-        if not unpacker.eof:  # cut short, as a one-shot decompress would say
-            raise zlib.error("incomplete or truncated stream")
-        return state
+            raise NewerFormatError(
+                "compressed with a dictionary this version does not have: written by a newer "
+                "forge-ledger"
+            )
+        return inflate(data, dictionary)
     return zlib.decompress(data)
+
+
+def inflate(data: bytes, dictionary: bytes) -> bytes:
+    """``data`` decompressed with ``dictionary``. A stream cut short raises ``zlib.error``, as
+    a one-shot decompress does: its beginning is not what was stored."""
+    unpacker = zlib.decompressobj(zdict=dictionary)
+    out = unpacker.decompress(data) + unpacker.flush()
+    if not unpacker.eof:
+        raise zlib.error("incomplete or truncated stream")
+    return out
 
 
 def pack_text(text: str) -> str | bytes:

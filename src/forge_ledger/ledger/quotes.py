@@ -21,6 +21,8 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from .compression import inflate
+
 __all__ = ["MIN_PROMPT", "RECENT", "QuotedAnswers", "pack_with", "unpack_with"]
 
 RECENT = 32
@@ -89,8 +91,4 @@ def pack_with(text: str, members: Sequence[str]) -> bytes:
 
 def unpack_with(body: bytes, members: Sequence[str]) -> str:
     """The text :func:`pack_with` packed, given the same members in the same order."""
-    unpacker = zlib.decompressobj(zdict=_dictionary(members))
-    text = unpacker.decompress(body) + unpacker.flush()
-    if not unpacker.eof:  # cut short: its beginning is not the text
-        raise zlib.error("incomplete or truncated stream")
-    return text.decode("utf-8")
+    return inflate(body, _dictionary(members)).decode("utf-8")

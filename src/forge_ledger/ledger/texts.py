@@ -84,18 +84,24 @@ def _is_ref(value: Any) -> bool:
     return isinstance(value, dict) and len(value) == 1 and isinstance(value.get(_REF), str)
 
 
+def _reference(text: str, texts: dict[str, str]) -> dict[str, str] | None:
+    """The reference that stands for ``text`` under a text key, its text added to ``texts``;
+    None for a text short enough to stay inline."""
+    if len(text) < MIN_LENGTH:
+        return None
+    address = text_address(text)
+    texts[address] = text
+    return {_REF: address}
+
+
 def externalise(data: Any, texts: dict[str, str]) -> Any:
     """``data`` with every long text under a :data:`TEXT_KEYS` key replaced by its reference;
     the texts are added to ``texts`` (address → text). ``data`` itself is not changed."""
     if isinstance(data, dict):
         out: dict[str, Any] = {}
         for key, value in data.items():
-            if key in TEXT_KEYS and isinstance(value, str) and len(value) >= MIN_LENGTH:
-                address = text_address(value)
-                texts[address] = value
-                out[key] = {_REF: address}
-            else:
-                out[key] = externalise(value, texts)
+            ref = _reference(value, texts) if key in TEXT_KEYS and isinstance(value, str) else None
+            out[key] = ref if ref is not None else externalise(value, texts)
         return out
     if isinstance(data, list | tuple):
         return [externalise(v, texts) for v in data]
@@ -177,12 +183,10 @@ def refer_to_texts(document: str, texts: dict[str, str]) -> str:
     a string every quote is escaped."""
 
     def reference(m: re.Match[str]) -> str:
-        value = json.loads(f'"{m.group(2)}"')
-        if len(value) < MIN_LENGTH:
+        ref = _reference(json.loads(f'"{m.group(2)}"'), texts)
+        if ref is None:
             return m.group(0)
-        address = text_address(value)
-        texts[address] = value
-        return f'"{m.group(1)}":{{"{_REF}":"{address}"}}'
+        return f'"{m.group(1)}":{json.dumps(ref, separators=(",", ":"))}'
 
     return _TEXT_VALUE.sub(reference, document)
 
@@ -392,12 +396,12 @@ class _WritesTexts(SQLiteAggregateRecorder):
 class TextsSQLiteRecorder(_WritesTexts, SQLiteApplicationRecorder):
     """Writes an event's texts in the transaction that inserts the event."""
 
-    def construct_create_table_statements(self) -> list[str]:
-        return [*super().construct_create_table_statements(), _SQLITE_DDL]
-
     _quote_lists = False
     """Whether the store has the table of quote lists of texts written before the lists were
     held in the texts' bodies (known once seen: a table is never dropped)."""
+
+    def construct_create_table_statements(self) -> list[str]:
+        return [*super().construct_create_table_statements(), _SQLITE_DDL]
 
     def select_texts(self, addresses: Sequence[str], *, _depth: int = 0) -> dict[str, str]:
         rows: list[tuple[str, bytes, int, str | None]] = []
@@ -414,7 +418,6 @@ class TextsSQLiteRecorder(_WritesTexts, SQLiteApplicationRecorder):
             wanted = sorted({m for _, _, ms in quoting for m in ms})
             out.update(_unquoted(quoting, self.select_texts(wanted, _depth=_depth + 1)))
         return out
-
 
     def _has_quote_lists(self, c: Any) -> bool:
         if not self._quote_lists:
@@ -537,7 +540,10 @@ def _by_kind(
     quoting: list[tuple[str, bytes, list[str]]] = []
     for address, body, compressed, members in rows:
         if members is not None:
-            quoting.append((address, body, json.loads(members)))
+            try:
+                quoting.append((address, body, list(map(str, json.loads(members)))))
+            except (ValueError, TypeError):  # a damaged list: the text is unreadable
+                continue
         elif compressed and body[:1] == _QUOTING:
             split = quoting_body(body)
             if split is not None:
