@@ -88,3 +88,20 @@ def test_a_row_this_version_cannot_read_is_one_line(tmp_path: Path, command: str
     last = done.stderr.strip().splitlines()[-1]
     assert "written by a newer forge-ledger" in last
     assert last.endswith("upgrade forge-ledger to read it")
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["cut at the end", "cut short", "checksum", "data", "header"],
+)
+def test_a_damaged_dictionary_row_is_refused_never_read_short(damage: str) -> None:
+    packed = StateCompressor().compress(STATE)
+    bad = {
+        "cut at the end": packed[:-1],
+        "cut short": packed[: len(packed) // 2],
+        "checksum": packed[:-1] + bytes([packed[-1] ^ 1]),
+        "data": packed[:10] + bytes([packed[10] ^ 0x55]) + packed[11:],
+        "header": packed[:1] + bytes([packed[1] ^ 0x01]) + packed[2:],
+    }[damage]
+    with pytest.raises(zlib.error):
+        unpack(bad)
