@@ -56,16 +56,21 @@ def test_the_console_script_is_the_entry_that_catches_it() -> None:
     assert script.value == "forge_ledger._entry:main"
 
 
+def _python(code: str) -> str:
+    """What a fresh interpreter running ``code`` prints."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    return done.stdout
+
+
 def test_importing_the_package_loads_nothing_heavy() -> None:
-    code = (
+    printed = _python(
         "import sys, forge_ledger, forge_ledger._entry; "
         "print(sorted(m for m in ('pydantic', 'eventsourcing', 'click', 'litellm') "
         "if m in sys.modules))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert done.stdout.strip() == "[]"
+    assert printed.strip() == "[]"
 
 
 def test_every_public_name_loads_on_first_use() -> None:
@@ -81,12 +86,9 @@ def test_every_public_name_loads_on_first_use() -> None:
 def test_submodules_are_attributes_of_the_package() -> None:
     """As when the package imported its parts itself: ``forge_ledger.ledger.Ledger`` after a
     bare ``import forge_ledger``; ``dir`` lists public names and submodules."""
-    code = (
+    printed = _python(
         "import forge_ledger as f; "
         "print(f.ledger.Ledger.__name__, f.domain.canonical_json.__name__, "
         "{'Ledger', 'ledger', 'sessions'} <= set(dir(f)))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert done.stdout.split() == ["Ledger", "canonical_json", "True"]
+    assert printed.split() == ["Ledger", "canonical_json", "True"]

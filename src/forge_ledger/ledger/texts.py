@@ -34,6 +34,7 @@ from .quotes import QuotedAnswers, pack_with, unpack_with
 __all__ = [
     "TEXT_KEYS",
     "TEXT_TABLE",
+    "KnowsStore",
     "Learned",
     "StoreFacts",
     "TextMapper",
@@ -138,10 +139,8 @@ def resolve(data: Any, lookup: Lookup, *, check: bool = False) -> Any:
     wanted = _addresses(data, [])
     if not wanted:
         return data
-    texts = lookup(wanted)
+    texts = _all_found(lookup, wanted)
     for address in wanted:
-        if address not in texts:
-            raise _missing(address)
         if check and text_address(texts[address]) != address:
             raise StoreError(
                 f"text {address[:12]} does not hash to its address (the text was altered)",
@@ -163,10 +162,7 @@ def with_texts(plain: bytes, lookup: Lookup) -> bytes:
     addresses = [m.group(2).decode("ascii") for m in _REF_PATTERN.finditer(plain)]
     if not addresses:
         return plain
-    texts = lookup(addresses)
-    for address in addresses:
-        if address not in texts:
-            raise _missing(address)
+    texts = _all_found(lookup, addresses)
 
     def text(m: re.Match[bytes]) -> bytes:
         body = json.dumps(texts[m.group(2).decode("ascii")], ensure_ascii=False)
@@ -189,6 +185,15 @@ def refer_to_texts(document: str, texts: dict[str, str]) -> str:
         return f'"{m.group(1)}":{json.dumps(ref, separators=(",", ":"))}'
 
     return _TEXT_VALUE.sub(reference, document)
+
+
+def _all_found(lookup: Lookup, addresses: Sequence[str]) -> dict[str, str]:
+    """The texts at ``addresses``; one missing from the store raises :class:`StoreError`."""
+    texts = lookup(addresses)
+    for address in addresses:
+        if address not in texts:
+            raise _missing(address)
+    return texts
 
 
 def _missing(address: str) -> StoreError:
@@ -371,9 +376,8 @@ def dictionaries_of(stored_events: Iterable[StoredEvent]) -> dict[str, list[str]
     return out
 
 
-class _WritesTexts(SQLiteAggregateRecorder):
-    """Writes the texts of the events it inserts in the same transaction, asking the store
-    only what a committed write has not already told it (:class:`StoreFacts`)."""
+class KnowsStore:
+    """A recorder that writes texts, with what its committed saves found out (its facts)."""
 
     _facts: StoreFacts | None = None
 
@@ -382,6 +386,11 @@ class _WritesTexts(SQLiteAggregateRecorder):
         if self._facts is None:
             self._facts = StoreFacts()
         return self._facts
+
+
+class _WritesTexts(KnowsStore, SQLiteAggregateRecorder):
+    """Writes the texts of the events it inserts in the same transaction, asking the store
+    only what a committed write has not already told it (:class:`StoreFacts`)."""
 
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any

@@ -9,22 +9,15 @@ from typing import Any
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.postgres import PostgresAggregateRecorder, PostgresApplicationRecorder
 
-from .texts import TEXT_TABLE, Learned, StoreFacts, learned_in, texts_of
+from .texts import TEXT_TABLE, KnowsStore, Learned, learned_in, texts_of
 
 __all__ = ["TextsPostgresRecorder", "TextsPostgresSnapshotRecorder"]
 
 
-class _WritesTexts:
+class _WritesTexts(KnowsStore):
     """The text table of a PostgreSQL store, written in the caller's transaction."""
 
     datastore: Any
-    _facts: StoreFacts | None = None
-
-    @property
-    def facts(self) -> StoreFacts:
-        if self._facts is None:
-            self._facts = StoreFacts()
-        return self._facts
 
     @property
     def _text_table(self) -> str:
