@@ -44,11 +44,14 @@ class _WritesTexts(KnowsStore):
             )
             curs.execute(self._ddl())
             learned.tables = True
-        curs.executemany(
-            f"INSERT INTO {self._text_table} (sha256, body) VALUES (%s, %s) "
-            "ON CONFLICT (sha256) DO NOTHING",
-            rows,
-        )
+        new = [(a, t) for a, t in rows if a not in self.facts.stored]
+        if new:
+            curs.executemany(
+                f"INSERT INTO {self._text_table} (sha256, body) VALUES (%s, %s) "
+                "ON CONFLICT (sha256) DO NOTHING",
+                new,
+            )
+        learned.texts |= {a for a, _ in rows}
 
 
 class TextsPostgresRecorder(_WritesTexts, PostgresApplicationRecorder):
