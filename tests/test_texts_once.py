@@ -258,11 +258,12 @@ def test_a_save_in_another_thread_never_makes_a_lost_saves_texts_known(
 ) -> None:
     """Two threads share one writer. A commits; while its bookkeeping runs, B's transaction
     has inserted its texts and then loses to another writer. B's texts must not be taken
-    for stored: its retry writes them."""
+    for stored: its retry writes them. B starts only once A has committed (SQLite lets one
+    writer in at a time), so the interleaving is the same on every run."""
     url = str(tmp_path / "s.sqlite")
     note_a = "Thread A's note, long enough to be stored apart from its event. " * 3
     note_b = "Thread B's note, long enough to be stored apart from its event. " * 3
-    b_inserted, a_learned = threading.Event(), threading.Event()
+    a_committed, b_inserted, a_learned = threading.Event(), threading.Event(), threading.Event()
     insert, learn = texts._insert_texts, texts.StoreFacts.learn  # noqa: SLF001
 
     def inserting(c: Any, events: Any, facts: Any, learned: Any) -> None:
@@ -273,6 +274,7 @@ def test_a_save_in_another_thread_never_makes_a_lost_saves_texts_known(
 
     def learning(self: texts.StoreFacts, learned: texts.Learned) -> None:
         if threading.current_thread().name == "A":
+            a_committed.set()
             assert b_inserted.wait(10)
             learn(self, learned)
             a_learned.set()
@@ -291,24 +293,24 @@ def test_a_save_in_another_thread_never_makes_a_lost_saves_texts_known(
         mine_b.human_input(author="ada", text=note_b, at=b.clock.now())
         monkeypatch.setattr(texts, "_insert_texts", inserting)
         monkeypatch.setattr(texts.StoreFacts, "learn", learning)
-        lost: list[BaseException] = []
+        raised: dict[str, BaseException] = {}
 
-        def save_b() -> None:
+        def save(name: str, session: Any) -> None:
             try:
-                ledger.save(mine_b)
-            except ConcurrencyConflictError as e:
-                lost.append(e)
+                ledger.save(session)
+            except BaseException as e:  # reported below, from the test's thread
+                raised[name] = e
 
-        threads = [
-            threading.Thread(target=ledger.save, args=(mine_a,), name="A"),
-            threading.Thread(target=save_b, name="B"),
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
+        saving_a = threading.Thread(target=save, args=("A", mine_a), name="A")
+        saving_b = threading.Thread(target=save, args=("B", mine_b), name="B")
+        saving_a.start()
+        assert a_committed.wait(10)
+        saving_b.start()
+        for t in (saving_a, saving_b):
             t.join(30)
         monkeypatch.undo()
-        assert len(lost) == 1
+        assert "A" not in raised, raised
+        assert isinstance(raised.get("B"), ConcurrencyConflictError), raised
         again = ledger.get(b.id)
         again.human_input(author="ada", text=note_b, at=b.clock.now())
         ledger.save(again)
