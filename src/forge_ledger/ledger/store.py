@@ -9,9 +9,11 @@ anything is created, so a typo never leaves a stray database behind.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -179,6 +181,7 @@ def check_sqlite_file(path: Path, *, create: bool) -> SqliteCheck:
             )
         _check_writable_folder(path.parent)
         path.parent.mkdir(parents=True, exist_ok=True)
+        _write_ahead_logged(path)
         return SqliteCheck(SqliteAccess.CREATE)
     size = path.stat().st_size
     writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
@@ -190,6 +193,7 @@ def check_sqlite_file(path: Path, *, create: bool) -> SqliteCheck:
             )
         if not writable:
             raise _read_only(path)
+        _write_ahead_logged(path)
         return SqliteCheck(SqliteAccess.CREATE)
     _check_header(path, size)
     snapshots = "stored_snapshots" in _check_tables(path, create=create)
@@ -199,6 +203,34 @@ def check_sqlite_file(path: Path, *, create: bool) -> SqliteCheck:
     if create:
         raise _read_only(path)
     return SqliteCheck(SqliteAccess.READ_ONLY, has_snapshots=snapshots)
+
+
+_WAL_RETRIES = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.0, 1.0)
+"""Waits between attempts to put a new store in WAL mode (about 5 s in all, SQLite's usual
+busy timeout)."""
+
+
+def _write_ahead_logged(path: Path) -> None:
+    """Put a new (or empty) store file in WAL mode before eventsourcing opens it.
+
+    Several processes may open a store that does not exist yet at once (two commands started
+    together on a new project; a follower started beside the first run). Each connection
+    eventsourcing opens switches a file that is not in WAL mode yet to WAL, which needs the
+    file to itself; SQLite refuses a connection that would wait for that while others come and
+    go ("database is locked") rather than call its busy handler, and the open failed. The
+    switch is done here, once, waiting for the file as the busy timeout would; WAL mode is
+    kept by the file, so every later connection finds it and switches nothing.
+    """
+    for delay in (*_WAL_RETRIES, None):
+        try:
+            with contextlib.closing(sqlite3.connect(path, timeout=5)) as con:
+                if str(con.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                    con.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if delay is None or "locked" not in str(e):
+                raise
+            time.sleep(delay)
 
 
 def _read_only(path: Path) -> StoreError:
