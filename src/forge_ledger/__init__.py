@@ -8,6 +8,7 @@ litellm (model calls load it lazily, only when a model is actually called).
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -89,19 +90,22 @@ def __getattr__(name: str) -> Any:
     was when the package imported its parts itself."""
     import importlib
 
+    module = _LAZY.get(name)
+    if module is not None:
+        return getattr(importlib.import_module(f".{module}", __name__), name)
     if name in _LAZY_MODULES or name in _submodules():
         return importlib.import_module(f".{name}", __name__)
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'forge_ledger' has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{module}", __name__), name)
+    raise AttributeError(f"module 'forge_ledger' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__, *_submodules()})
 
 
+@functools.cache
 def _submodules() -> frozenset[str]:
+    """The package's public submodules, listed from its folder once (not on every access to
+    a public name, which also comes through ``__getattr__``)."""
     import pkgutil
 
     return frozenset(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
