@@ -96,9 +96,9 @@ class TextsPostgresSnapshotRecorder(_WritesTexts, PostgresAggregateRecorder):
         if not texts_of(stored_events):
             ids: Sequence[int] | None = super().insert_events(stored_events, **kwargs)
             return ids
-        learned = Learned()
+        return self.facts.inserting(self._insert_with_texts, stored_events, **kwargs)
+
+    def _insert_with_texts(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
         with self.datastore.transaction(commit=True) as curs:
-            self._insert_texts(curs, stored_events, learned)
+            self._insert_texts(curs, stored_events, learned_in(kwargs))
             self._insert_stored_events(curs, stored_events, **kwargs)
-        self.facts.learn(learned)
-        return None
