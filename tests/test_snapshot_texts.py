@@ -17,7 +17,6 @@ from forge_ledger.domain.texts import text_address
 from forge_ledger.domain.values import ConvergenceVote, RoundKind, Stance
 from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger
-from forge_ledger.ledger.compression import unpack
 from forge_ledger.ledger.texts import (
     TEXT_KEYS,
     TEXT_TABLE,
@@ -26,6 +25,7 @@ from forge_ledger.ledger.texts import (
     with_texts,
 )
 from forge_ledger.testing import SessionBuilder
+from support.store import snapshot_rows
 
 NAMES = ("p0", "p1")
 _AWKWARD = 'quotes " and \\ backslashes, "reasoning":"not a key", é, 中文, \u2028 and\nlines. '
@@ -72,25 +72,13 @@ def _long_texts(x: Any) -> list[str]:
     return [t for v in x for t in _long_texts(v)] if isinstance(x, list) else []
 
 
-def _snapshots(store_url: str, ledger: Ledger) -> list[bytes]:
-    assert ledger.app.snapshots is not None
-    recorder: Any = ledger.app.snapshots.recorder
-    table = recorder.events_table_name
-    if ledger.location.kind == "sqlite":
-        with sqlite3.connect(store_url) as conn:
-            return [unpack(bytes(s)) for (s,) in conn.execute(f"SELECT state FROM {table}")]
-    with recorder.datastore.transaction(commit=False) as curs:
-        curs.execute(f'SELECT state FROM "{ledger.location.schema}"."{table}"')
-        return [bytes(r["state"]) for r in curs.fetchall()]
-
-
 def test_a_snapshot_refers_to_reasoning_and_restores_it(store_url: str) -> None:
     with Ledger(store_url, snapshot_interval=5) as snap, Ledger(
         store_url, snapshot_interval=0, create=False
     ) as plain:
         b = _session(snap)
         texts = _reasonings(b)
-        rows = _snapshots(store_url, snap)
+        rows = [row for _, row in snapshot_rows(store_url, snap)]
         assert rows, "expected snapshots"
         for row in rows:
             state = json.loads(json.loads(row)["state"]["state"]["_data_"])

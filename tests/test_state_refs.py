@@ -21,6 +21,7 @@ from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.compression import unpack, unpack_text
 from forge_ledger.ledger.texts import TEXT_TABLE
 from forge_ledger.testing import SessionBuilder
+from support.store import snapshot_rows
 
 NAMES = ("p0", "p1", "p2")
 LONG = "A long answer that is well over the inline threshold of the text table. " * 3
@@ -48,28 +49,13 @@ def _answers(state: SessionState) -> list[str]:
     return [state.answer(c) for r in state.rounds for c in r.contributions]
 
 
-def _snapshot_rows(store_url: str, ledger: Ledger) -> list[tuple[int, bytes]]:
-    assert ledger.app.snapshots is not None
-    recorder: Any = ledger.app.snapshots.recorder
-    table = recorder.events_table_name
-    if ledger.location.kind == "sqlite":
-        with sqlite3.connect(store_url) as conn:
-            rows = conn.execute(f"SELECT originator_version, state FROM {table}").fetchall()
-        return [(int(v), unpack(bytes(s))) for v, s in rows]
-    with recorder.datastore.transaction(commit=False) as curs:
-        curs.execute(
-            f'SELECT originator_version, state FROM "{ledger.location.schema}"."{table}"'
-        )
-        return [(int(r["originator_version"]), bytes(r["state"])) for r in curs.fetchall()]
-
-
 def test_a_snapshot_holds_no_answer_text(store_url: str) -> None:
     """The snapshot row (uncompressed) has the answers' addresses, not their bytes; the
     store's text table has every text a snapshot refers to, the short ones (inline in their
     events) too."""
     with Ledger(store_url, snapshot_interval=5) as ledger:
         agg = _session(ledger).aggregate
-        rows = _snapshot_rows(store_url, ledger)
+        rows = snapshot_rows(store_url, ledger)
         assert rows, "expected snapshots"
         texts = _answers(agg.state)
         for _, row in rows:

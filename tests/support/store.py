@@ -11,9 +11,10 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.compression import unpack, unpack_text
 
-__all__ = ["raw_connection", "unpack"]
+__all__ = ["raw_connection", "snapshot_rows", "unpack"]
 
 
 
@@ -26,3 +27,19 @@ def raw_connection(path: str, **kwargs: Any) -> sqlite3.Connection:
     con.create_function("unpack", 1, _unpack, deterministic=True)
     con.create_function("unpack_text", 1, unpack_text, deterministic=True)
     return con
+
+
+def snapshot_rows(store_url: str, ledger: Ledger) -> list[tuple[int, bytes]]:
+    """The stored snapshots of ``ledger`` (SQLite or PostgreSQL) as (version, JSON bytes)."""
+    assert ledger.app.snapshots is not None
+    recorder: Any = ledger.app.snapshots.recorder
+    table = recorder.events_table_name
+    if ledger.location.kind == "sqlite":
+        with sqlite3.connect(store_url) as conn:
+            rows = conn.execute(f"SELECT originator_version, state FROM {table}").fetchall()
+        return [(int(v), unpack(bytes(s))) for v, s in rows]
+    with recorder.datastore.transaction(commit=False) as curs:
+        curs.execute(
+            f'SELECT originator_version, state FROM "{ledger.location.schema}"."{table}"'
+        )
+        return [(int(r["originator_version"]), bytes(r["state"])) for r in curs.fetchall()]
