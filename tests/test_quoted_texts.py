@@ -86,7 +86,7 @@ def _payloads(url: str) -> list[dict[str, object]]:
 
 def _bodies(url: str) -> dict[str, bytes]:
     with raw_connection(url) as con:
-        rows = con.execute(f"SELECT sha256, CAST(body AS BLOB) FROM {texts.TEXT_TABLE}")
+        rows = con.execute(f"SELECT address(sha256), CAST(body AS BLOB) FROM {texts.TEXT_TABLE}")
         return {a: bytes(b) for a, b in rows}
 
 
@@ -131,7 +131,9 @@ def test_parsed_reasoning_is_a_reference_packed_against_its_answer(sqlite_url: s
 
 def _set_body(url: str, address: str, body: bytes) -> None:
     with raw_connection(url) as con:
-        con.execute(f"UPDATE {texts.TEXT_TABLE} SET body = ? WHERE sha256 = ?", (body, address))
+        con.execute(
+            f"UPDATE {texts.TEXT_TABLE} SET body = ? WHERE address(sha256) = ?", (body, address)
+        )
 
 
 @pytest.mark.parametrize("damage", ["cut", "other answer", "unknown answer"])
@@ -163,7 +165,13 @@ def test_texts_with_their_quote_lists_in_a_table_read_as_before(sqlite_url: str)
     written = [dict(e.data) for e in agg.pending_events if hasattr(e, "data")]
     with Ledger(sqlite_url) as ledger:
         ledger.save(agg)
-    with raw_connection(sqlite_url) as con:
+    with raw_connection(sqlite_url) as con:  # such stores keyed texts by their hex digests
+        con.executescript(
+            f"CREATE TABLE hex_keyed (sha256 TEXT PRIMARY KEY, body NOT NULL);"
+            f"INSERT INTO hex_keyed SELECT address(sha256), body FROM {texts.TEXT_TABLE};"
+            f"DROP TABLE {texts.TEXT_TABLE};"
+            f"ALTER TABLE hex_keyed RENAME TO {texts.TEXT_TABLE};"
+        )
         con.execute(
             f"CREATE TABLE {texts.DICTIONARIES_TABLE} "
             "(sha256 TEXT PRIMARY KEY, members TEXT NOT NULL) WITHOUT ROWID"
@@ -201,7 +209,7 @@ def test_an_altered_quoted_answer_is_reported(sqlite_url: str) -> None:
     _, b = agg.state.participant_names
     with raw_connection(sqlite_url) as con:
         con.execute(
-            f"UPDATE {texts.TEXT_TABLE} SET body = ? WHERE sha256 = ?",
+            f"UPDATE {texts.TEXT_TABLE} SET body = ? WHERE address(sha256) = ?",
             (parts[b].replace("vote", "veto", 1), texts.text_address(parts[b])),
         )
     with Ledger(sqlite_url, create=False) as ledger:

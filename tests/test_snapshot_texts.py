@@ -5,7 +5,6 @@ structure (SQLite and PostgreSQL)."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from forge_ledger.ledger.texts import (
     with_texts,
 )
 from forge_ledger.testing import SessionBuilder
-from support.store import snapshot_rows
+from support.store import raw_connection, snapshot_rows
 
 NAMES = ("p0", "p1")
 _AWKWARD = 'quotes " and \\ backslashes, "reasoning":"not a key", é, 中文, \u2028 and\nlines. '
@@ -102,8 +101,9 @@ def test_a_snapshot_whose_reasoning_is_missing_says_so(tmp_path: Path) -> None:
     with Ledger(str(path), snapshot_interval=5) as ledger:
         b = _session(ledger, iterations=2)
         gone = text_address(_reasonings(b)[0])
-    with sqlite3.connect(path) as conn:
-        assert conn.execute(f"DELETE FROM {TEXT_TABLE} WHERE sha256 = ?", (gone,)).rowcount == 1
+    with raw_connection(str(path)) as conn:
+        deleted = conn.execute(f"DELETE FROM {TEXT_TABLE} WHERE address(sha256) = ?", (gone,))
+        assert deleted.rowcount == 1
     with Ledger(str(path), create=False) as ledger, pytest.raises(
         StoreError, match=f"text {gone[:12]} is referenced but missing"
     ):

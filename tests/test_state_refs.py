@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gc
 import json
-import sqlite3
 import weakref
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.compression import unpack, unpack_text
 from forge_ledger.ledger.texts import TEXT_TABLE
 from forge_ledger.testing import SessionBuilder
-from support.store import snapshot_rows
+from support.store import raw_connection, snapshot_rows
 
 NAMES = ("p0", "p1", "p2")
 LONG = "A long answer that is well over the inline threshold of the text table. " * 3
@@ -95,7 +94,7 @@ def _rewrite_snapshots_inline(path: Path) -> int:
     """Turn every snapshot of a SQLite store into the format written before answers were
     held by reference (each answer's text inline under ``response.content``), and drop the
     short texts from the text table (a store written before never had them there)."""
-    conn = sqlite3.connect(path)
+    conn = raw_connection(str(path))
     short: set[str] = set()
     with conn:
         rows = conn.execute("SELECT originator_id, originator_version, state FROM stored_snapshots")
@@ -110,7 +109,9 @@ def _rewrite_snapshots_inline(path: Path) -> int:
                 "originator_version = ?",
                 (json.dumps(outer).encode(), oid, version),
             )
-        conn.executemany(f"DELETE FROM {TEXT_TABLE} WHERE sha256 = ?", [(a,) for a in short])
+        conn.executemany(
+            f"DELETE FROM {TEXT_TABLE} WHERE address(sha256) = ?", [(a,) for a in short]
+        )
     count = conn.execute("SELECT COUNT(*) FROM stored_snapshots").fetchone()[0]
     conn.close()
     return int(count)
@@ -121,9 +122,9 @@ class _StoreTexts:
         self.path = path
 
     def text(self, address: str) -> str:
-        with sqlite3.connect(self.path) as conn:
+        with raw_connection(str(self.path)) as conn:
             row = conn.execute(
-                f"SELECT body FROM {TEXT_TABLE} WHERE sha256 = ?", (address,)
+                f"SELECT body FROM {TEXT_TABLE} WHERE address(sha256) = ?", (address,)
             ).fetchone()
         return unpack_text(row[0])
 

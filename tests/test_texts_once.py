@@ -79,7 +79,8 @@ def _text_rows(url: str) -> list[tuple[str, str]]:
     loc = resolve_store(url)
     if loc.kind == "sqlite":
         with raw_connection(url) as con:
-            return list(con.execute(f"SELECT sha256, unpack_text(body) FROM {texts.TEXT_TABLE}"))
+            rows = con.execute(f"SELECT address(sha256), unpack_text(body) FROM {texts.TEXT_TABLE}")
+            return list(rows)
     with psycopg.connect(dbname=loc.dbname, host=loc.host, port=loc.port, user=loc.user) as con:
         return list(con.execute(f"SELECT sha256, body FROM {loc.schema}.{texts.TEXT_TABLE}"))
 
@@ -127,7 +128,7 @@ def test_verify_reports_a_missing_or_altered_text(store_url: str) -> None:
     address = texts.text_address(SYSTEM)
     _execute(
         store_url,
-        f"UPDATE {texts.TEXT_TABLE} SET body = unpack_text(body) || 'x' WHERE sha256 = ?",
+        f"UPDATE {texts.TEXT_TABLE} SET body = unpack_text(body) || 'x' WHERE address(sha256) = ?",
         f"UPDATE {{schema}}.{texts.TEXT_TABLE} SET body = body || 'x' WHERE sha256 = %s",
         address,
     )
@@ -139,7 +140,7 @@ def test_verify_reports_a_missing_or_altered_text(store_url: str) -> None:
     assert report.position == first_contribution, report.as_json()
     _execute(
         store_url,
-        f"DELETE FROM {texts.TEXT_TABLE} WHERE sha256 = ?",
+        f"DELETE FROM {texts.TEXT_TABLE} WHERE address(sha256) = ?",
         f"DELETE FROM {{schema}}.{texts.TEXT_TABLE} WHERE sha256 = %s",
         address,
     )
@@ -160,7 +161,7 @@ def test_a_state_is_built_without_reading_its_prompts(store_url: str) -> None:
         before = [ledger.state(SID, at_event=v) for v in positions]
     _execute(
         store_url,
-        f"DELETE FROM {texts.TEXT_TABLE} WHERE sha256 = ?",
+        f"DELETE FROM {texts.TEXT_TABLE} WHERE address(sha256) = ?",
         f"DELETE FROM {{schema}}.{texts.TEXT_TABLE} WHERE sha256 = %s",
         texts.text_address(SYSTEM),
     )
@@ -182,6 +183,48 @@ def test_a_store_written_with_texts_inline_takes_new_sessions(tmp_path: Path) ->
         ledger.save(_build())
         assert all(verify_session(ledger, sid).ok for sid in [*old, SID])
     assert len(_text_rows(url)) == 9
+
+
+def _bodies(url: str) -> dict[str, bytes]:
+    with raw_connection(url) as con:
+        rows = con.execute(f"SELECT address(sha256), CAST(body AS BLOB) FROM {texts.TEXT_TABLE}")
+        return dict(rows)
+
+
+def _key_types(url: str) -> list[tuple[str, int]]:
+    with raw_connection(url) as con:
+        rows = con.execute(f"SELECT typeof(sha256), length(sha256) FROM {texts.TEXT_TABLE}")
+        return sorted(set(rows))
+
+
+def test_a_new_sqlite_store_keys_texts_by_the_digests_bytes(tmp_path: Path) -> None:
+    """The key is stored twice (row and primary key index): 32 bytes, not 64 hex digits."""
+    url = str(tmp_path / "new.sqlite")
+    with Ledger(url) as ledger:
+        ledger.save(_build())
+    assert _key_types(url) == [("blob", 32)]
+    assert len(_text_rows(url)) == 9
+
+
+def test_a_store_keyed_by_hex_digests_keeps_its_keys(tmp_path: Path) -> None:
+    """The v2 fixture keys its texts by their hex digests: a new session stores its texts under
+    the same kind of key, finds those stored already (the system prompt of the fixture's demo
+    is not the same as this one's, its answers are), and every session still verifies."""
+    url = str(tmp_path / "v2.sqlite")
+    shutil.copy(Path(__file__).parent / "fixtures" / "store-v2.sqlite", url)
+    before = _bodies(url)
+    assert _key_types(url) == [("text", 64)]
+    with Ledger(url, create=False) as ledger:
+        old = ledger.session_ids()
+        ledger.save(_build())
+        assert all(verify_session(ledger, sid).ok for sid in [*old, SID])
+        assert [e.data for e in ledger.events(SID)] == [
+            dict(e.data) for e in _build().pending_events if hasattr(e, "data")
+        ]
+    after = _bodies(url)
+    assert _key_types(url) == [("text", 64)]
+    assert before.items() <= after.items()
+    assert len(after) == len(before) + 9
 
 
 def test_a_postgres_schema_without_the_text_table_gets_it_on_first_save(pg_url: str) -> None:

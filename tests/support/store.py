@@ -2,8 +2,10 @@
 
 Stored states may be zlib-compressed (see ``forge_ledger.ledger.compression``); the SQL function
 ``unpack(state)`` registered here gives their JSON, so tamper tests can edit it in place with
-SQLite's JSON functions; ``unpack_text(body)`` gives a stored text. Writing the edited JSON
-back uncompressed is a valid stored form too.
+SQLite's JSON functions; ``unpack_text(body)`` gives a stored text, and ``address(sha256)`` a
+text's key as its address (64 hex digits, whether the store keys texts by the digest's bytes
+or, as stores written before did, by its hex). Writing the edited JSON back uncompressed is a
+valid stored form too.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ __all__ = ["raw_connection", "snapshot_rows", "unpack"]
 
 
 
+def _address(key: bytes | str) -> str:
+    return key.hex() if isinstance(key, bytes) else key
+
+
 def _unpack(value: bytes | None) -> bytes | None:
     return None if value is None else unpack(value)
 
@@ -26,6 +32,7 @@ def raw_connection(path: str, **kwargs: Any) -> sqlite3.Connection:
     con = sqlite3.connect(path, **kwargs)
     con.create_function("unpack", 1, _unpack, deterministic=True)
     con.create_function("unpack_text", 1, unpack_text, deterministic=True)
+    con.create_function("address", 1, _address, deterministic=True)
     return con
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "TextMapper",
     "TextsSQLiteRecorder",
     "TextsSQLiteSnapshotRecorder",
+    "binary_keys",
     "externalise",
     "learned_in",
     "quoting_body",
@@ -405,6 +406,8 @@ class _WritesTexts(KnowsStore, SQLiteAggregateRecorder):
 class TextsSQLiteRecorder(_WritesTexts, SQLiteApplicationRecorder):
     """Writes an event's texts in the transaction that inserts the event."""
 
+    _binary: bool | None = None
+    """Whether the store's texts are keyed by their digests' bytes (known once seen)."""
     _quote_lists = False
     """Whether the store has the table of quote lists of texts written before the lists were
     held in the texts' bodies (known once seen: a table is never dropped)."""
@@ -416,9 +419,12 @@ class TextsSQLiteRecorder(_WritesTexts, SQLiteApplicationRecorder):
         rows: list[tuple[str, bytes, int, str | None]] = []
         unique = sorted(set(addresses))
         with self.datastore.transaction(commit=False) as c:
+            binary = self._binary_keys(c)
+            if binary is None:  # no text table: an old store
+                return {}
             lists = self._has_quote_lists(c)
             for i in range(0, len(unique), 500):
-                rows += _select_rows(c, unique[i : i + 500], quote_lists=lists)
+                rows += _select_rows(c, unique[i : i + 500], binary=binary, quote_lists=lists)
         plain, quoting = _by_kind(rows)
         out = _readable(plain)
         # A text's quoted answers were stored before it, so there is no cycle; the bound only
@@ -427,6 +433,11 @@ class TextsSQLiteRecorder(_WritesTexts, SQLiteApplicationRecorder):
             wanted = sorted({m for _, _, ms in quoting for m in ms})
             out.update(_unquoted(quoting, self.select_texts(wanted, _depth=_depth + 1)))
         return out
+
+    def _binary_keys(self, c: Any) -> bool | None:
+        if self._binary is None:
+            self._binary = binary_keys(c)
+        return self._binary
 
     def _has_quote_lists(self, c: Any) -> bool:
         if not self._quote_lists:
@@ -453,6 +464,7 @@ class Learned:
     """What one transaction found out about the store: true once it commits."""
 
     tables: bool = False
+    binary_keys: bool = True
     texts: set[str] = field(default_factory=set)
 
 
@@ -478,6 +490,8 @@ class StoreFacts:
     """
 
     tables_ready: bool = False
+    binary_keys: bool = True
+    """Whether the text table is keyed by the digests' bytes (known once ``tables_ready``)."""
     stored: set[str] = field(default_factory=set)
 
     def inserting(
@@ -492,7 +506,8 @@ class StoreFacts:
 
     def learn(self, learned: Learned) -> None:
         """Call once the transaction that found ``learned`` out has committed."""
-        self.tables_ready = self.tables_ready or learned.tables
+        if learned.tables and not self.tables_ready:
+            self.tables_ready, self.binary_keys = True, learned.binary_keys
         if len(self.stored) + len(learned.texts) > _KNOWN_MAX:
             self.stored.clear()
         self.stored |= learned.texts
@@ -505,24 +520,27 @@ def _insert_texts(
     texts = dict(texts_of(stored_events))
     if not texts:
         return
+    binary = facts.binary_keys
     if not facts.tables_ready:
         c.execute(_SQLITE_DDL)
+        binary = learned.binary_keys = bool(binary_keys(c))
         learned.tables = True
-    new = _absent(c, {a: t for a, t in texts.items() if a not in facts.stored})
+    new = _absent(c, {a: t for a, t in texts.items() if a not in facts.stored}, binary)
     dictionaries = dictionaries_of(stored_events)
     c.executemany(
         f"INSERT OR IGNORE INTO {TEXT_TABLE} (sha256, body) VALUES (?, ?)",
-        [(a, _body(t, dictionaries.get(a), texts)) for a, t in new.items()],
+        [(_key(a, binary), _body(t, dictionaries.get(a), texts)) for a, t in new.items()],
     )
     learned.texts |= set(texts)
 
 
 def _select_rows(
-    c: Any, chunk: Sequence[str], *, quote_lists: bool
+    c: Any, chunk: Sequence[str], *, binary: bool, quote_lists: bool
 ) -> list[tuple[str, bytes, int, str | None]]:
     """Stored rows (address, body as bytes, compressed?, quote list as JSON or None); the
     quote lists of texts written before they were held in the bodies come from their table."""
-    marks = ",".join("?" * len(chunk))
+    keys = _keys(chunk, binary)
+    marks = ",".join("?" * len(keys))
     body = "CAST(t.body AS BLOB), typeof(t.body) = 'blob'"
     try:
         if quote_lists:
@@ -530,13 +548,13 @@ def _select_rows(
                 f"SELECT t.sha256, {body}, d.members FROM {TEXT_TABLE} t "
                 f"LEFT JOIN {DICTIONARIES_TABLE} d ON d.sha256 = t.sha256 "
                 f"WHERE t.sha256 IN ({marks})",
-                chunk,
+                keys,
             )
-            return list(c.fetchall())
-        c.execute(f"SELECT t.sha256, {body} FROM {TEXT_TABLE} t WHERE t.sha256 IN ({marks})", chunk)
-    except Exception:  # no text table: an old store, or a damaged one
+            return [(_address(a), b, z, m) for a, b, z, m in c.fetchall()]
+        c.execute(f"SELECT t.sha256, {body} FROM {TEXT_TABLE} t WHERE t.sha256 IN ({marks})", keys)
+    except Exception:  # a damaged store
         return []
-    return [(a, b, z, None) for a, b, z in c.fetchall()]
+    return [(_address(a), b, z, None) for a, b, z in c.fetchall()]
 
 
 def _by_kind(
@@ -588,16 +606,16 @@ def _unquoted(
     return out
 
 
-def _absent(c: Any, texts: dict[str, str]) -> dict[str, str]:
+def _absent(c: Any, texts: dict[str, str], binary: bool) -> dict[str, str]:
     """The texts not stored yet: packing one costs more than looking it up (a system prompt is
     in every event of a session)."""
     present: set[str] = set()
     addresses = list(texts)
     for i in range(0, len(addresses), 500):
-        chunk = addresses[i : i + 500]
-        marks = ",".join("?" * len(chunk))
-        c.execute(f"SELECT sha256 FROM {TEXT_TABLE} WHERE sha256 IN ({marks})", chunk)
-        present.update(row[0] for row in c.fetchall())
+        keys = _keys(addresses[i : i + 500], binary)
+        marks = ",".join("?" * len(keys))
+        c.execute(f"SELECT sha256 FROM {TEXT_TABLE} WHERE sha256 IN ({marks})", keys)
+        present.update(_address(row[0]) for row in c.fetchall())
     return {a: t for a, t in texts.items() if a not in present}
 
 
@@ -637,7 +655,36 @@ with zlib's 0x78, and a plain one is TEXT)."""
 DICTIONARIES_TABLE = "forge_text_quotes"
 """Texts written before their quote lists were held in their bodies: (address, the quoted
 answers' addresses as a JSON list, in dictionary order). No longer written."""
-_SQLITE_DDL = f"CREATE TABLE IF NOT EXISTS {TEXT_TABLE} (sha256 TEXT PRIMARY KEY, body NOT NULL)"
+_SQLITE_DDL = f"CREATE TABLE IF NOT EXISTS {TEXT_TABLE} (sha256 BLOB PRIMARY KEY, body NOT NULL)"
 """A rowid table: a text is a few KB, and SQLite packs such rows into overflow pages far better
 in a rowid table than in a WITHOUT ROWID one (which held 466 KB of texts in 1.2 MB of pages).
-The body has no declared type: a compressed body is a BLOB, a plain one TEXT."""
+The key is the digest's 32 bytes: the key is stored twice (in the row and in the primary key's
+index), and in hexadecimal the two copies were a tenth of a store's file. The body has no
+declared type: a compressed body is a BLOB, a plain one TEXT."""
+
+
+def binary_keys(c: Any) -> bool | None:
+    """Whether the store's text table is keyed by the digests' 32 bytes; False for a table keyed
+    by their 64 hexadecimal characters (stores written before, which keep that key, and every
+    PostgreSQL store); None if the store has no text table."""
+    c.execute(f"SELECT upper(type) FROM pragma_table_info('{TEXT_TABLE}') WHERE name = 'sha256'")
+    rows = c.fetchall()
+    return None if not rows else rows[0][0] == "BLOB"
+
+
+def _key(address: str, binary: bool) -> str | bytes:
+    """A text's key in a store keyed as ``binary`` says (an address is 64 hex digits)."""
+    return bytes.fromhex(address) if binary else address
+
+
+def _keys(addresses: Sequence[str], binary: bool) -> list[str | bytes]:
+    """The keys of ``addresses`` (one that is not a digest's hex cannot be stored: left out)."""
+    return [_key(a, binary) for a in addresses if _ADDRESS.fullmatch(a)]
+
+
+def _address(key: str | bytes) -> str:
+    """A stored key as an address (64 lowercase hex digits)."""
+    return key.hex() if isinstance(key, bytes) else key
+
+
+_ADDRESS = re.compile("[0-9a-f]{64}")

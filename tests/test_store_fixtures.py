@@ -1,10 +1,11 @@
-"""A store written in the first event format still reads exactly as it did.
+"""Stores written in past storage formats still read exactly as they did.
 
-``tests/fixtures/store-v1.sqlite`` was written by the code of the first event format (texts
-inline in every event) and ``tests/fixtures/store-v1/`` holds what the commands printed for it
-then (made by ``tests/fixtures/make_store_v1.py``). Whatever the current format, that store
-must open, verify, replay identically and give the same listing, log, document, state, audit
-and YAML export, byte for byte.
+``tests/fixtures/store-NAME.sqlite`` was written by the code of one past format and
+``tests/fixtures/store-NAME/`` holds what the commands printed for it then (both made by
+``tests/fixtures/make_store.py NAME``): ``v1``, texts inline in every event; ``v2``, each text
+stored once under its SHA-256 in hexadecimal. Whatever the current format, such a store must
+open, verify, replay identically and give the same listing, log, document, state, audit and
+YAML export, byte for byte.
 """
 
 from __future__ import annotations
@@ -20,17 +21,22 @@ from typing import Any
 import pytest
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FORMATS = ("v1", "v2")
 GOLDEN = FIXTURES / "store-v1"
 STORE_MARK = "{store}"
-MANIFEST: dict[str, dict[str, Any]] = json.loads((GOLDEN / "manifest.json").read_text())
+MANIFESTS: dict[str, dict[str, dict[str, Any]]] = {
+    f: json.loads((FIXTURES / f"store-{f}" / "manifest.json").read_text()) for f in FORMATS
+}
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the fixture store (reading must not depend on the file being writable)."""
-    path = tmp_path_factory.mktemp("store-v1") / "store.sqlite"
-    shutil.copyfile(FIXTURES / "store-v1.sqlite", path)
-    return path
+def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A copy of each fixture store (reading must not depend on the file being writable)."""
+    out: dict[str, Path] = {}
+    for f in FORMATS:
+        out[f] = tmp_path_factory.mktemp(f"store-{f}") / "store.sqlite"
+        shutil.copyfile(FIXTURES / f"store-{f}.sqlite", out[f])
+    return out
 
 
 def _run(store: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
@@ -42,26 +48,33 @@ def _run(store: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("name", sorted(MANIFEST))
-def test_command_output_is_unchanged(store: Path, tmp_path: Path, name: str) -> None:
-    entry = MANIFEST[name]
-    expected = (GOLDEN / name).read_text(encoding="utf-8")
+@pytest.mark.parametrize(
+    ("fmt", "name"), [(f, name) for f in FORMATS for name in sorted(MANIFESTS[f])]
+)
+def test_command_output_is_unchanged(
+    stores: dict[str, Path], tmp_path: Path, fmt: str, name: str
+) -> None:
+    store, golden = stores[fmt], FIXTURES / f"store-{fmt}"
+    entry = MANIFESTS[fmt][name]
+    expected = (golden / name).read_text(encoding="utf-8")
     if entry.get("writes"):
         target = tmp_path / name
         proc = _run(store, [a.format(output=target) for a in entry["args"]])
         assert proc.returncode == entry["exit"], proc.stderr
-        assert target.read_bytes() == (GOLDEN / name).read_bytes()
+        assert target.read_bytes() == (golden / name).read_bytes()
         return
     proc = _run(store, entry["args"])
     assert proc.returncode == entry["exit"], proc.stderr
     assert proc.stdout.replace(str(store), STORE_MARK) == expected
 
 
-def test_every_session_verifies_and_replays_identically() -> None:
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_session_verifies_and_replays_identically(fmt: str) -> None:
     """The golden outputs themselves say the store was sound when it was made."""
-    verify = json.loads((GOLDEN / "verify.json").read_text())
-    replay = json.loads((GOLDEN / "replay-all.json").read_text())
-    sessions = json.loads((GOLDEN / "sessions.json").read_text())
+    golden = FIXTURES / f"store-{fmt}"
+    verify = json.loads((golden / "verify.json").read_text())
+    replay = json.loads((golden / "replay-all.json").read_text())
+    sessions = json.loads((golden / "sessions.json").read_text())
     assert verify["ok"]
     assert len(verify["sessions"]) == len(sessions) == 4
     assert all(r["ok"] for r in replay)
