@@ -12,6 +12,8 @@ import zlib
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.compression import (
@@ -43,6 +45,24 @@ def test_a_state_names_its_dictionary_and_reads_back() -> None:
     assert int.from_bytes(packed[2:6], "big") == zlib.adler32(STATE_DICTIONARY)
     assert len(packed) < len(zlib.compress(STATE, 6))
     assert unpack(packed) == STATE
+
+
+@given(st.binary(min_size=0, max_size=40_000) | st.builds(lambda n: STATE * n, st.integers(1, 200)))
+@settings(max_examples=60, deadline=None)
+def test_a_packed_state_is_a_plain_zlib_stream(data: bytes) -> None:
+    """Written by a raw compressor with a smaller window under the header a default one
+    writes: zlib itself reads it (so does any version that reads the dictionary's rows),
+    whatever the state's length, and nothing follows the stream."""
+    packed = pack(data, STATE_DICTIONARY)
+    if packed == data:  # left as it was: too short, or not smaller compressed
+        return
+    default = zlib.compressobj(6, zdict=STATE_DICTIONARY)  # the level states are packed at
+    assert packed[:6] == (default.compress(b"") + default.flush())[:6]
+    reader = zlib.decompressobj(zdict=STATE_DICTIONARY)
+    assert reader.decompress(packed) + reader.flush() == data
+    assert reader.eof
+    assert not reader.unused_data
+    assert unpack(packed) == data
 
 
 @pytest.mark.parametrize("stored", [zlib.compress(STATE, 6), STATE], ids=["alone", "plain"])

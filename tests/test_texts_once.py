@@ -45,16 +45,17 @@ def _prompt(round_no: int, who: str) -> list[ChatMessage]:
     ]
 
 
-def _build() -> Deliberation:
-    """Two participants draft and synthesise, long texts throughout, and converge."""
+def _build(session_id: uuid.UUID = SID, *, variant: str = "") -> Deliberation:
+    """Two participants draft and synthesise, long texts throughout, and converge (``variant``
+    ends every answer: other texts)."""
     b = SessionBuilder(prompt=_prompt, answer_defaults={
         "model": "openai/scripted", "params": ev.CallParams(temperature=0.2, max_tokens=256),
     })
-    b.start("Ledger test topic", participants=NAMES, session_id=SID)
+    b.start("Ledger test topic", participants=NAMES, session_id=session_id)
     for it, kind in ((1, RoundKind.DRAFT), (2, RoundKind.SYNTHESIS)):
         b.round(kind, iteration=it, participants=NAMES)
         for who in NAMES:
-            b.answer(who, _answer(b.round_number, who))
+            b.answer(who, _answer(b.round_number, who) + variant)
         b.close_round()
     return b.finish(SessionStatus.CONVERGED).aggregate
 
@@ -208,8 +209,10 @@ def test_a_new_sqlite_store_keys_texts_by_the_digests_bytes(tmp_path: Path) -> N
 
 def test_a_store_keyed_by_hex_digests_keeps_its_keys(tmp_path: Path) -> None:
     """The v2 fixture keys its texts by their hex digests: a new session stores its texts under
-    the same kind of key, finds those stored already (the system prompt of the fixture's demo
-    is not the same as this one's, its answers are), and every session still verifies."""
+    the same kind of key, and every session still verifies. A writer that knows nothing yet
+    (another process) then saves a session with the same texts: it finds them stored (a
+    lookup with the wrong kind of key would miss them and store each again, under the other
+    kind)."""
     url = str(tmp_path / "v2.sqlite")
     shutil.copy(Path(__file__).parent / "fixtures" / "store-v2.sqlite", url)
     before = _bodies(url)
@@ -225,6 +228,95 @@ def test_a_store_keyed_by_hex_digests_keeps_its_keys(tmp_path: Path) -> None:
     assert _key_types(url) == [("text", 64)]
     assert before.items() <= after.items()
     assert len(after) == len(before) + 9
+    again = uuid.uuid4()
+    with Ledger(url, create=False) as ledger:
+        ledger.save(_build(again))
+        assert verify_session(ledger, again).ok
+    assert _bodies(url) == after
+
+
+def test_a_second_thread_never_writes_the_other_kind_of_key(tmp_path: Path) -> None:
+    """A writer learns the kind of key its store uses with its first committed save. Thread B
+    saves while thread A's save has committed but A has not yet recorded what it learned: B
+    must see either nothing learned (and ask the store) or all of it, never the table
+    known ready with the default kind of key (bytes, in a store keyed by hex digests)."""
+    url = str(tmp_path / "v2.sqlite")
+    shutil.copy(Path(__file__).parent / "fixtures" / "store-v2.sqlite", url)
+    a_committed, b_read, a_learned = threading.Event(), threading.Event(), threading.Event()
+
+    class Facts(texts.StoreFacts):
+        def __getattribute__(self, name: str) -> Any:
+            value = object.__getattribute__(self, name)
+            if name in ("tables_ready", "binary_keys") and threading.current_thread().name == "B":
+                b_read.set()  # B is reading the facts: A learns now, between B's two reads
+                assert a_learned.wait(10)
+            return value
+
+        def learn(self, learned: texts.Learned) -> None:
+            if threading.current_thread().name == "A":
+                a_committed.set()
+                assert b_read.wait(10)
+                super().learn(learned)
+                a_learned.set()
+                return
+            super().learn(learned)
+
+    sa, sb = uuid.uuid4(), uuid.uuid4()
+    with Ledger(url, create=False) as ledger:
+        ledger.app.recorder._facts = Facts()  # noqa: SLF001
+        errors: list[BaseException] = []
+
+        def save(sid: uuid.UUID) -> None:
+            try:  # each thread its own answers: B has texts A did not store
+                ledger.save(_build(sid, variant=threading.current_thread().name))
+            except BaseException as e:  # reported below
+                errors.append(e)
+
+        a = threading.Thread(target=save, args=(sa,), name="A")
+        a.start()
+        assert a_committed.wait(10)
+        b = threading.Thread(target=save, args=(sb,), name="B")
+        b.start()
+        a.join(20)
+        b.join(20)
+        assert not errors
+    assert _key_types(url) == [("text", 64)]
+    with Ledger(url, create=False) as ledger:
+        assert verify_session(ledger, sa).ok
+        assert verify_session(ledger, sb).ok
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("closed", [False, True], ids=["connection-open", "connection-closed"])
+def test_an_interrupted_postgres_save_stores_nothing_and_is_not_retried(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, closed: bool
+) -> None:
+    """Ctrl-C during a save's transaction reaches the caller as it is, once: psycopg closes
+    the connection itself on a second Ctrl-C, and rolling back on a closed connection raises
+    an error of its own, which the save's retry on connection errors would have taken for a
+    reason to save again."""
+    from forge_ledger.ledger.texts_postgres import TextsPostgresRecorder
+
+    calls = []
+    insert = TextsPostgresRecorder._insert_texts  # noqa: SLF001
+
+    def interrupted(self: Any, curs: Any, events: Any, learned: Any) -> None:
+        calls.append(1)
+        insert(self, curs, events, learned)
+        if closed:
+            curs.connection.close()
+        raise KeyboardInterrupt
+
+    with Ledger(pg_url) as ledger:
+        monkeypatch.setattr(TextsPostgresRecorder, "_insert_texts", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            ledger.save(_build())
+        assert calls == [1]
+        assert ledger.session_ids() == []
+        monkeypatch.undo()
+        ledger.save(_build())  # the pool gave back a usable connection
+        assert verify_session(ledger, SID).ok
+    assert len(_text_rows(pg_url)) == 9
 
 
 def test_a_postgres_schema_without_the_text_table_gets_it_on_first_save(pg_url: str) -> None:

@@ -491,7 +491,8 @@ class StoreFacts:
 
     tables_ready: bool = False
     binary_keys: bool = True
-    """Whether the text table is keyed by the digests' bytes (known once ``tables_ready``)."""
+    """Whether the SQLite text table is keyed by the digests' bytes: known once
+    ``tables_ready``, and read only then (PostgreSQL keys texts by their hex digests)."""
     stored: set[str] = field(default_factory=set)
 
     def inserting(
@@ -507,7 +508,10 @@ class StoreFacts:
     def learn(self, learned: Learned) -> None:
         """Call once the transaction that found ``learned`` out has committed."""
         if learned.tables and not self.tables_ready:
-            self.tables_ready, self.binary_keys = True, learned.binary_keys
+            # In this order: a save in another thread reads ``tables_ready`` first, and then
+            # ``binary_keys`` only if it is set.
+            self.binary_keys = learned.binary_keys
+            self.tables_ready = True
         if len(self.stored) + len(learned.texts) > _KNOWN_MAX:
             self.stored.clear()
         self.stored |= learned.texts
@@ -520,8 +524,9 @@ def _insert_texts(
     texts = dict(texts_of(stored_events))
     if not texts:
         return
-    binary = facts.binary_keys
-    if not facts.tables_ready:
+    if facts.tables_ready:
+        binary = facts.binary_keys
+    else:
         c.execute(_SQLITE_DDL)
         binary = learned.binary_keys = bool(binary_keys(c))
         learned.tables = True

@@ -3,12 +3,15 @@ store, so a SQLite-only install never needs psycopg)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
 from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
 from eventsourcing.postgres import PostgresAggregateRecorder, PostgresApplicationRecorder
 from eventsourcing.utils import retry
+from psycopg.pq import ConnStatus
 from psycopg.sql import SQL, Identifier
 
 from .texts import TEXT_TABLE, KnowsStore, Learned, learned_in, texts_of
@@ -75,7 +78,8 @@ class TextsPostgresRecorder(_WritesTexts, PostgresApplicationRecorder):
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def _insert_at_once(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
         """eventsourcing's insert in three round trips: begin, lock the table and notify (one
-        query); the texts and the events; commit.
+        query); the events; commit (and one more, the texts, before the lock when the save
+        has texts not stored yet).
 
         eventsourcing sends the same statements in a psycopg pipeline, one result each (a
         transaction's begin and commit, the lock's time-out, the lock, the NOTIFY, the insert
@@ -89,25 +93,34 @@ class TextsPostgresRecorder(_WritesTexts, PostgresApplicationRecorder):
             for e in stored_events
         ]
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
-            begin, insert = self._statements(conn)
+            lock, insert = self._statements(conn)
             try:
-                curs.execute(begin)
-                self._insert_texts(curs, stored_events, learned)
+                if self._writes_texts(stored_events):  # texts, then the lock, as eventsourcing
+                    curs.execute(b"BEGIN")
+                    self._insert_texts(curs, stored_events, learned)
+                    curs.execute(lock)
+                else:
+                    curs.execute(b"BEGIN; " + lock)
                 curs.execute(insert, (events,), prepare=True)
                 ids = [row["notification_id"] for row in curs.fetchall()]
-                curs.execute("COMMIT")
+                curs.execute(b"COMMIT")
             except BaseException:
-                conn.rollback()
+                _roll_back(conn)
                 raise
         return ids
 
+    def _writes_texts(self, stored_events: Sequence[StoredEvent]) -> bool:
+        known = self.facts.stored
+        rows = texts_of(stored_events)
+        return bool(rows) and (not self.facts.tables_ready or any(a not in known for a, _ in rows))
+
     def _statements(self, conn: Any) -> tuple[bytes, bytes]:
-        """The begin-lock-notify query and the insert, as bytes: psycopg renders a composed
+        """The lock-and-notify query and the insert, as bytes: psycopg renders a composed
         query on every execution, which cost more than the insert's own parameters."""
         if self._sql is None:
             notify = SQL("NOTIFY {0}").format(Identifier(self.channel_name))
-            begin = SQL("; ").join([SQL("BEGIN"), *self.lock_table_statements, notify])
-            self._sql = (begin.as_bytes(conn), self.insert_events_statement.as_bytes(conn))
+            lock = SQL("; ").join([*self.lock_table_statements, notify])
+            self._sql = (lock.as_bytes(conn), self.insert_events_statement.as_bytes(conn))
         return self._sql
 
     _sql: tuple[bytes, bytes] | None = None
@@ -123,6 +136,16 @@ class TextsPostgresRecorder(_WritesTexts, PostgresApplicationRecorder):
             except Exception:  # no text table: an old store
                 return {}
             return {row["sha256"]: row["body"] for row in curs.fetchall()}
+
+
+def _roll_back(conn: Any) -> None:
+    """Roll back the failed save's transaction, if the connection is still usable: psycopg
+    closes it itself on a second Ctrl-C or a cancel that timed out, and a rollback's own
+    error must not replace what went wrong (an interrupt would become a retried save). The
+    pool discards a connection it gets back broken."""
+    if conn.pgconn.status == ConnStatus.OK:
+        with contextlib.suppress(psycopg.Error):
+            conn.rollback()
 
 
 class TextsPostgresSnapshotRecorder(_WritesTexts, PostgresAggregateRecorder):
