@@ -27,7 +27,7 @@ from forge_ledger.domain.values import (
 from forge_ledger.ledger import Ledger, texts, verify_session
 from forge_ledger.ledger.quotes import QuotedAnswers, pack_with, unpack_with
 from forge_ledger.testing import SessionBuilder
-from support.store import raw_connection
+from support.store import raw_connection, text_bodies
 
 SID = uuid.UUID("00000000-0000-4000-8000-0000000000ab")
 _WORDS = [
@@ -84,12 +84,6 @@ def _payloads(url: str) -> list[dict[str, object]]:
         return [e.data for e in ledger.events(SID)]
 
 
-def _bodies(url: str) -> dict[str, bytes]:
-    with raw_connection(url) as con:
-        rows = con.execute(f"SELECT address(sha256), CAST(body AS BLOB) FROM {texts.TEXT_TABLE}")
-        return {a: bytes(b) for a, b in rows}
-
-
 def test_a_prompt_is_stored_against_the_answer_it_quotes(sqlite_url: str) -> None:
     agg, parts = _build()
     written = [dict(e.data) for e in agg.pending_events if hasattr(e, "data")]
@@ -98,7 +92,7 @@ def test_a_prompt_is_stored_against_the_answer_it_quotes(sqlite_url: str) -> Non
         assert verify_session(ledger, SID).ok
     assert _payloads(sqlite_url) == written
 
-    bodies = _bodies(sqlite_url)
+    bodies = text_bodies(sqlite_url)
     a, b = agg.state.participant_names
     prompt = texts.text_address(parts[f"prompt/{a}"])
     split = texts.quoting_body(bodies[prompt])
@@ -126,7 +120,7 @@ def test_parsed_reasoning_is_a_reference_packed_against_its_answer(sqlite_url: s
         ]
     assert rows[0]["data"]["vote"]["reasoning"] == {"sha256": texts.text_address(reasoning)}
     # packed against the vote's answer, which quotes it
-    assert texts.quoting_body(_bodies(sqlite_url)[texts.text_address(reasoning)]) is not None
+    assert texts.quoting_body(text_bodies(sqlite_url)[texts.text_address(reasoning)]) is not None
 
 
 def _set_body(url: str, address: str, body: bytes) -> None:
@@ -145,7 +139,7 @@ def test_a_damaged_quote_list_is_reported(sqlite_url: str, damage: str) -> None:
         ledger.save(agg)
     a = agg.state.participant_names[0]
     prompt = texts.text_address(parts[f"prompt/{a}"])
-    body = _bodies(sqlite_url)[prompt]
+    body = text_bodies(sqlite_url)[prompt]
     if damage == "cut":
         body = body[:20]
     else:
@@ -177,7 +171,7 @@ def test_texts_with_their_quote_lists_in_a_table_read_as_before(sqlite_url: str)
             "(sha256 TEXT PRIMARY KEY, members TEXT NOT NULL) WITHOUT ROWID"
         )
     moved = 0
-    for address, body in _bodies(sqlite_url).items():
+    for address, body in text_bodies(sqlite_url).items():
         split = texts.quoting_body(body)
         if split is None:
             continue

@@ -26,7 +26,7 @@ from forge_ledger.domain.values import ChatMessage, RoundKind, SessionStatus
 from forge_ledger.errors import ConcurrencyConflictError, StoreError
 from forge_ledger.ledger import Ledger, resolve_store, texts, verify_session
 from forge_ledger.testing import SessionBuilder
-from support.store import raw_connection
+from support.store import raw_connection, text_bodies
 
 SYSTEM = "You deliberate on a specification. Answer as JSON: " + "{schema} " * 40
 SID = uuid.UUID("00000000-0000-4000-8000-0000000000aa")
@@ -186,12 +186,6 @@ def test_a_store_written_with_texts_inline_takes_new_sessions(tmp_path: Path) ->
     assert len(_text_rows(url)) == 9
 
 
-def _bodies(url: str) -> dict[str, bytes]:
-    with raw_connection(url) as con:
-        rows = con.execute(f"SELECT address(sha256), CAST(body AS BLOB) FROM {texts.TEXT_TABLE}")
-        return dict(rows)
-
-
 def _key_types(url: str) -> list[tuple[str, int]]:
     with raw_connection(url) as con:
         rows = con.execute(f"SELECT typeof(sha256), length(sha256) FROM {texts.TEXT_TABLE}")
@@ -215,7 +209,7 @@ def test_a_store_keyed_by_hex_digests_keeps_its_keys(tmp_path: Path) -> None:
     kind)."""
     url = str(tmp_path / "v2.sqlite")
     shutil.copy(Path(__file__).parent / "fixtures" / "store-v2.sqlite", url)
-    before = _bodies(url)
+    before = text_bodies(url)
     assert _key_types(url) == [("text", 64)]
     with Ledger(url, create=False) as ledger:
         old = ledger.session_ids()
@@ -224,7 +218,7 @@ def test_a_store_keyed_by_hex_digests_keeps_its_keys(tmp_path: Path) -> None:
         assert [e.data for e in ledger.events(SID)] == [
             dict(e.data) for e in _build().pending_events if hasattr(e, "data")
         ]
-    after = _bodies(url)
+    after = text_bodies(url)
     assert _key_types(url) == [("text", 64)]
     assert before.items() <= after.items()
     assert len(after) == len(before) + 9
@@ -232,7 +226,7 @@ def test_a_store_keyed_by_hex_digests_keeps_its_keys(tmp_path: Path) -> None:
     with Ledger(url, create=False) as ledger:
         ledger.save(_build(again))
         assert verify_session(ledger, again).ok
-    assert _bodies(url) == after
+    assert text_bodies(url) == after
 
 
 def test_a_second_thread_never_writes_the_other_kind_of_key(tmp_path: Path) -> None:

@@ -15,8 +15,9 @@ from typing import Any
 
 from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.compression import unpack, unpack_text
+from forge_ledger.ledger.texts import TEXT_TABLE
 
-__all__ = ["raw_connection", "snapshot_rows", "unpack"]
+__all__ = ["raw_connection", "snapshot_rows", "text_bodies", "unpack"]
 
 
 
@@ -34,6 +35,13 @@ def raw_connection(path: str, **kwargs: Any) -> sqlite3.Connection:
     con.create_function("unpack_text", 1, unpack_text, deterministic=True)
     con.create_function("address", 1, _address, deterministic=True)
     return con
+
+
+def text_bodies(path: str) -> dict[str, bytes]:
+    """The stored bodies of a SQLite store's texts by address, as stored (packed or not)."""
+    with raw_connection(path) as con:
+        rows = con.execute(f"SELECT address(sha256), CAST(body AS BLOB) FROM {TEXT_TABLE}")
+        return {a: bytes(b) for a, b in rows}
 
 
 def snapshot_rows(store_url: str, ledger: Ledger) -> list[tuple[int, bytes]]:

@@ -505,6 +505,13 @@ class StoreFacts:
         self.learn(learned)
         return ids
 
+    def unknown(self, texts: Iterable[tuple[str, str]]) -> dict[str, str]:
+        """Of ``texts`` (address, text), those no committed write has told this writer are
+        stored: the texts a save must write (or, on SQLite, ask the store about). Until the
+        text table is known ready, nothing is known stored, so a save with texts always
+        reaches the code that creates the table."""
+        return {a: t for a, t in texts if a not in self.stored}
+
     def learn(self, learned: Learned) -> None:
         """Call once the transaction that found ``learned`` out has committed."""
         if learned.tables and not self.tables_ready:
@@ -530,7 +537,7 @@ def _insert_texts(
         c.execute(_SQLITE_DDL)
         binary = learned.binary_keys = bool(binary_keys(c))
         learned.tables = True
-    new = _absent(c, {a: t for a, t in texts.items() if a not in facts.stored}, binary)
+    new = _absent(c, facts.unknown(texts.items()), binary)
     dictionaries = dictionaries_of(stored_events)
     c.executemany(
         f"INSERT OR IGNORE INTO {TEXT_TABLE} (sha256, body) VALUES (?, ?)",

@@ -4,6 +4,7 @@ store, so a SQLite-only install never needs psycopg)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,11 +35,13 @@ class _WritesTexts(KnowsStore):
             "(sha256 text PRIMARY KEY, body text NOT NULL)"
         )
 
-    def _insert_texts(
-        self, curs: Any, stored_events: Sequence[StoredEvent], learned: Learned
-    ) -> None:
-        rows = texts_of(stored_events)
-        if not rows:
+    def _texts_to_write(self, stored_events: Sequence[StoredEvent]) -> dict[str, str]:
+        """The texts of ``stored_events`` a save must write (:meth:`StoreFacts.unknown`)."""
+        return self.facts.unknown(texts_of(stored_events))
+
+    def _insert_texts(self, curs: Any, texts: dict[str, str], learned: Learned) -> None:
+        """``texts`` (from :meth:`_texts_to_write`), in the caller's transaction."""
+        if not texts:
             return
         if not self.facts.tables_ready:
             # A store created before texts were stored apart has no table yet; two writers'
@@ -49,14 +52,12 @@ class _WritesTexts(KnowsStore):
             )
             curs.execute(self._ddl())
             learned.tables = True
-        new = [(a, t) for a, t in rows if a not in self.facts.stored]
-        if new:
-            curs.executemany(
-                f"INSERT INTO {self._text_table} (sha256, body) VALUES (%s, %s) "
-                "ON CONFLICT (sha256) DO NOTHING",
-                new,
-            )
-        learned.texts |= {a for a, _ in rows}
+        curs.executemany(
+            f"INSERT INTO {self._text_table} (sha256, body) VALUES (%s, %s) "
+            "ON CONFLICT (sha256) DO NOTHING",
+            list(texts.items()),
+        )
+        learned.texts |= set(texts)
 
 
 class TextsPostgresRecorder(_WritesTexts, PostgresApplicationRecorder):
@@ -88,6 +89,7 @@ class TextsPostgresRecorder(_WritesTexts, PostgresApplicationRecorder):
         inserting transactions, so notification ids are in commit order, as there.
         """
         learned = learned_in(kwargs)
+        texts = self._texts_to_write(stored_events)
         events = [
             self.construct_pg_stored_event(e.originator_id, e.originator_version, e.topic, e.state)
             for e in stored_events
@@ -95,9 +97,9 @@ class TextsPostgresRecorder(_WritesTexts, PostgresApplicationRecorder):
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             lock, insert = self._statements(conn)
             try:
-                if self._writes_texts(stored_events):  # texts, then the lock, as eventsourcing
+                if texts:  # the texts, then the lock, in eventsourcing's order
                     curs.execute(b"BEGIN")
-                    self._insert_texts(curs, stored_events, learned)
+                    self._insert_texts(curs, texts, learned)
                     curs.execute(lock)
                 else:
                     curs.execute(b"BEGIN; " + lock)
@@ -108,11 +110,6 @@ class TextsPostgresRecorder(_WritesTexts, PostgresApplicationRecorder):
                 _roll_back(conn)
                 raise
         return ids
-
-    def _writes_texts(self, stored_events: Sequence[StoredEvent]) -> bool:
-        known = self.facts.stored
-        rows = texts_of(stored_events)
-        return bool(rows) and (not self.facts.tables_ready or any(a not in known for a, _ in rows))
 
     def _statements(self, conn: Any) -> tuple[bytes, bytes]:
         """The lock-and-notify query and the insert, as bytes: psycopg renders a composed
@@ -151,17 +148,22 @@ def _roll_back(conn: Any) -> None:
 class TextsPostgresSnapshotRecorder(_WritesTexts, PostgresAggregateRecorder):
     """Writes the texts a snapshot refers to in the transaction that inserts the snapshot
     (see ``texts.TextsSQLiteSnapshotRecorder``). eventsourcing inserts a snapshot on an
-    autocommit connection; with texts to write, both go in one explicit transaction."""
+    autocommit connection; with texts to write (none this writer knows stored), both go in
+    one explicit transaction."""
 
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
-        if not texts_of(stored_events):
+        texts = self._texts_to_write(stored_events)
+        if not texts:
             ids: Sequence[int] | None = super().insert_events(stored_events, **kwargs)
             return ids
-        return self.facts.inserting(self._insert_with_texts, stored_events, **kwargs)
+        insert = functools.partial(self._insert_with_texts, texts=texts)
+        return self.facts.inserting(insert, stored_events, **kwargs)
 
-    def _insert_with_texts(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
+    def _insert_with_texts(
+        self, stored_events: Sequence[StoredEvent], texts: dict[str, str], **kwargs: Any
+    ) -> None:
         with self.datastore.transaction(commit=True) as curs:
-            self._insert_texts(curs, stored_events, learned_in(kwargs))
+            self._insert_texts(curs, texts, learned_in(kwargs))
             self._insert_stored_events(curs, stored_events, **kwargs)
