@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
+from psycopg.pq import TransactionStatus
 
 from forge_ledger.cli import cli
 from forge_ledger.domain import events as ev
@@ -288,21 +289,31 @@ def test_an_interrupted_postgres_save_stores_nothing_and_is_not_retried(
     """Ctrl-C during a save's transaction reaches the caller as it is, once: psycopg closes
     the connection itself on a second Ctrl-C, and rolling back on a closed connection raises
     an error of its own, which the save's retry on connection errors would have taken for a
-    reason to save again."""
+    reason to save again. The interrupt is made to land after the save's statements ran and
+    before its commit: the save's query is sent without its COMMIT."""
+    from forge_ledger.ledger import texts_postgres
     from forge_ledger.ledger.texts_postgres import TextsPostgresRecorder
 
     calls = []
-    insert = TextsPostgresRecorder._insert_texts  # noqa: SLF001
+    query = TextsPostgresRecorder._save_query  # noqa: SLF001
+    returned = texts_postgres._returned_ids  # noqa: SLF001
 
-    def interrupted(self: Any, curs: Any, events: Any, learned: Any) -> None:
+    def uncommitted(self: Any, *args: Any, **kwargs: Any) -> bytes:
+        sent: bytes = query(self, *args, **kwargs)
+        assert sent.endswith(b"; COMMIT")
+        return sent.removesuffix(b"; COMMIT")
+
+    def interrupted(curs: Any) -> list[int]:
         calls.append(1)
-        insert(self, curs, events, learned)
+        assert returned(curs)
+        assert curs.connection.info.transaction_status == TransactionStatus.INTRANS
         if closed:
             curs.connection.close()
         raise KeyboardInterrupt
 
     with Ledger(pg_url) as ledger:
-        monkeypatch.setattr(TextsPostgresRecorder, "_insert_texts", interrupted)
+        monkeypatch.setattr(TextsPostgresRecorder, "_save_query", uncommitted)
+        monkeypatch.setattr(texts_postgres, "_returned_ids", interrupted)
         with pytest.raises(KeyboardInterrupt):
             ledger.save(_build())
         assert calls == [1]

@@ -12,7 +12,8 @@ import psycopg
 from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
 from eventsourcing.postgres import PostgresAggregateRecorder, PostgresApplicationRecorder
 from eventsourcing.utils import retry
-from psycopg.pq import ConnStatus
+from psycopg.adapt import Transformer
+from psycopg.pq import ConnStatus, ExecStatus
 from psycopg.sql import SQL, Identifier
 
 from .texts import TEXT_TABLE, KnowsStore, Learned, learned_in, texts_of
@@ -78,49 +79,87 @@ class TextsPostgresRecorder(_WritesTexts, PostgresApplicationRecorder):
 
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def _insert_at_once(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
-        """eventsourcing's insert in three round trips: begin, lock the table and notify (one
-        query); the events; commit (and one more, the texts, before the lock when the save
-        has texts not stored yet).
+        """eventsourcing's insert as one round trip: the transaction's statements (begin, the
+        texts not stored yet, the table's lock and time-out, the NOTIFY, the events, commit)
+        sent as one query, their values rendered as literals by psycopg's own adapters.
 
-        eventsourcing sends the same statements in a psycopg pipeline, one result each (a
-        transaction's begin and commit, the lock's time-out, the lock, the NOTIFY, the insert
-        and a sync): fourteen waits on the server per save, each costing more of this
-        process's time than the statement did the server's. The table lock serialises the
-        inserting transactions, so notification ids are in commit order, as there.
+        eventsourcing sends the same statements in a psycopg pipeline, one result each:
+        fourteen waits on the server per save, each costing more of this process's time than
+        the statement did the server's. The table lock serialises the inserting transactions,
+        so notification ids are in commit order, as there. If a statement fails, the server
+        skips the rest of the query and the transaction is rolled back here. The first save
+        of texts into a store without a text table creates it, under a lock, as before.
         """
         learned = learned_in(kwargs)
         texts = self._texts_to_write(stored_events)
-        events = [
-            self.construct_pg_stored_event(e.originator_id, e.originator_version, e.topic, e.state)
-            for e in stored_events
-        ]
-        with self.datastore.get_connection() as conn, conn.cursor() as curs:
-            lock, insert = self._statements(conn)
+        with self.datastore.get_connection() as conn:
+            curs = psycopg.ClientCursor(conn)
             try:
-                if texts:  # the texts, then the lock, in eventsourcing's order
+                begun = bool(texts) and not self.facts.tables_ready
+                if begun:
                     curs.execute(b"BEGIN")
                     self._insert_texts(curs, texts, learned)
-                    curs.execute(lock)
-                else:
-                    curs.execute(b"BEGIN; " + lock)
-                curs.execute(insert, (events,), prepare=True)
-                ids = [row["notification_id"] for row in curs.fetchall()]
-                curs.execute(b"COMMIT")
+                    texts = {}
+                curs.execute(self._save_query(conn, stored_events, texts, begin=not begun))
+                ids = _returned_ids(curs)
             except BaseException:
                 _roll_back(conn)
                 raise
+            finally:
+                curs.close()
+        learned.texts |= set(texts)
         return ids
 
+    def _save_query(
+        self, conn: Any, stored_events: Sequence[StoredEvent], texts: dict[str, str], begin: bool
+    ) -> bytes:
+        """The whole save as one query (see :meth:`_insert_at_once`), texts before the lock
+        (eventsourcing's order: an older writer and this one never deadlock on a text)."""
+        lock, insert = self._statements(conn)
+        literal = Transformer(conn).as_literal
+        parts = [b"BEGIN"] if begin else []
+        if texts:
+            rows = b", ".join(
+                b"(" + literal(a) + b", " + literal(t) + b")" for a, t in texts.items()
+            )
+            parts.append(self._texts_insert() % rows)
+        events = b", ".join(
+            b"(%b, %b, %b, %b)"
+            % (
+                literal(e.originator_id),
+                literal(e.originator_version),
+                literal(e.topic),
+                literal(e.state),
+            )
+            for e in stored_events
+        )
+        parts += [lock, insert % events, b"COMMIT"]
+        return b"; ".join(parts)
+
     def _statements(self, conn: Any) -> tuple[bytes, bytes]:
-        """The lock-and-notify query and the insert, as bytes: psycopg renders a composed
-        query on every execution, which cost more than the insert's own parameters."""
+        """The save's fixed statements as bytes (rendered once: psycopg renders a composed
+        query on every execution), the insert with ``%b`` where its rows go."""
         if self._sql is None:
             notify = SQL("NOTIFY {0}").format(Identifier(self.channel_name))
-            lock = SQL("; ").join([*self.lock_table_statements, notify])
-            self._sql = (lock.as_bytes(conn), self.insert_events_statement.as_bytes(conn))
+            lock = SQL("; ").join([*self.lock_table_statements, notify]).as_bytes(conn)
+            table = SQL("{0}.{1}").format(
+                Identifier(self.datastore.schema), Identifier(self.events_table_name)
+            )
+            insert = table.as_bytes(conn).replace(b"%", b"%%")
+            self._sql = (
+                lock,
+                b"INSERT INTO " + insert + b" (originator_id, originator_version, topic, state) "
+                b"VALUES %b RETURNING notification_id",
+            )
         return self._sql
 
     _sql: tuple[bytes, bytes] | None = None
+
+    def _texts_insert(self) -> bytes:
+        table = self._text_table.encode().replace(b"%", b"%%")
+        return (
+            b"INSERT INTO " + table + b" (sha256, body) VALUES %b ON CONFLICT (sha256) DO NOTHING"
+        )
 
     def select_texts(self, addresses: Sequence[str]) -> dict[str, str]:
         unique = sorted(set(addresses))
@@ -133,6 +172,15 @@ class TextsPostgresRecorder(_WritesTexts, PostgresApplicationRecorder):
             except Exception:  # no text table: an old store
                 return {}
             return {row["sha256"]: row["body"] for row in curs.fetchall()}
+
+
+def _returned_ids(curs: Any) -> list[int]:
+    """The notification ids the save's insert returned: the one result of its query with
+    rows (the statements before it return none)."""
+    while curs.pgresult is None or curs.pgresult.status != ExecStatus.TUPLES_OK:
+        if not curs.nextset():
+            raise psycopg.InternalError("the save's insert returned no notification ids")
+    return [row["notification_id"] for row in curs.fetchall()]
 
 
 def _roll_back(conn: Any) -> None:
