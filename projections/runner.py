@@ -27,6 +27,7 @@ from uuid import UUID
 
 from sqlite_utils import Database
 
+from forge_ledger._collector import fewer_collections
 from forge_ledger.domain import SessionState
 from forge_ledger.domain.json_fields import JsonFields
 from forge_ledger.errors import UsageError
@@ -255,14 +256,15 @@ class ProjectionRunner:
             raise UsageError("batch size must be at least 1")
         total = 0
         batches = 0
-        while max_batches is None or batches < max_batches:
-            n = self._one_batch(batch_size)
-            total += n
-            batches += 1
-            if n and on_batch is not None:
-                on_batch(n)
-            if n < batch_size:
-                break  # the log had no more: skip one empty round trip
+        with fewer_collections():  # the states of every session touched stay in memory
+            while max_batches is None or batches < max_batches:
+                n = self._one_batch(batch_size)
+                total += n
+                batches += 1
+                if n and on_batch is not None:
+                    on_batch(n)
+                if n < batch_size:
+                    break  # the log had no more: skip one empty round trip
         return total
 
     def follow(

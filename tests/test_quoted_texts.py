@@ -14,7 +14,7 @@ import zlib
 from datetime import datetime
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from forge_ledger.domain import events as ev
@@ -25,7 +25,7 @@ from forge_ledger.domain.values import (
     SessionStatus,
 )
 from forge_ledger.ledger import Ledger, texts, verify_session
-from forge_ledger.ledger.quotes import QuotedAnswers, pack_with, unpack_with
+from forge_ledger.ledger.quotes import RECENT, QuotedAnswers, pack_with, unpack_with
 from forge_ledger.testing import SessionBuilder
 from support.store import raw_connection, text_bodies
 
@@ -215,14 +215,43 @@ def test_an_altered_quoted_answer_is_reported(sqlite_url: str) -> None:
 
 def test_the_quoted_answers_are_found_by_looking() -> None:
     quotes = QuotedAnswers()
-    answers = {f"a{i}": _prose(f"answer/{i}") for i in range(5)}
-    for address, text in answers.items():
-        quotes.remember(address, text)
-    middle = answers["a2"][len(answers["a2"]) // 3 : 2 * len(answers["a2"]) // 3]
-    prompt = f"Intro.\n{answers['a3']}\nA field quoted: {middle}\nEnd."
-    assert [a for a, _ in quotes.quoted_in(prompt)] == ["a3", "a2"]
+    answers = [_prose(f"answer/{i}") for i in range(5)]
+    for text in answers:
+        quotes.remember(text)
+    middle = answers[2][len(answers[2]) // 3 : 2 * len(answers[2]) // 3]
+    prompt = f"Intro.\n{answers[3]}\nA field quoted: {middle}\nEnd."
+    expected = [(texts.text_address(answers[i]), answers[i]) for i in (3, 2)]
+    assert quotes.quoted_in(prompt) == expected
     assert quotes.quoted_in("short") == []
     assert quotes.quoted_in(_prose("unrelated")) == []
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 40), st.none()), max_size=400))
+@example(steps=[i * 7 % 41 for i in range(300)] + [None] + [i % 9 for i in range(200)])
+@example(steps=[*range(32), *[32] * 97, None])  # the queue overflows holding 33 distinct
+def test_queued_answers_are_the_ones_remembered_one_by_one(steps: list[int | None]) -> None:
+    """Remembering only queues an answer; what a prompt is then matched against is exactly
+    the last RECENT distinct answers, newest first, as if each had been taken in at once
+    (a step is an answer remembered, or None: a prompt written)."""
+    pool = [_prose(f"answer/{i}", words=40) for i in range(41)]  # 32 fit in zlib's window
+    everything = "\n".join(pool)
+    quotes = QuotedAnswers()
+    reference: dict[str, str] = {}
+    for step in steps:
+        if step is None:
+            found = quotes.quoted_in(everything)
+            assert found == [(texts.text_address(t), t) for t in reversed(reference.values())]
+            continue
+        quotes.remember(pool[step])
+        address = texts.text_address(pool[step])
+        reference.pop(address, None)
+        reference[address] = pool[step]
+        while len(reference) > RECENT:
+            del reference[next(iter(reference))]
+    assert quotes.quoted_in(everything) == [
+        (texts.text_address(t), t) for t in reversed(reference.values())
+    ]
 
 
 @settings(max_examples=60, deadline=None)

@@ -38,6 +38,7 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import resolve_topic
 
+from .._collector import fewer_collections
 from ..domain import events as ev
 from ..domain.aggregate import Deliberation, topic_for
 from ..domain.json_fields import JsonFields, fields_json
@@ -585,7 +586,8 @@ class Ledger:
     def get(self, session_id: str | UUID, *, version: int | None = None) -> Deliberation:
         sid = self.resolve(session_id) if isinstance(session_id, str) else session_id
         try:
-            agg: Any = self.app.repository.get(sid, version=version, projector_func=_project)
+            with fewer_collections():  # a load may fold thousands of events into a large state
+                agg: Any = self.app.repository.get(sid, version=version, projector_func=_project)
         except Exception as e:  # AggregateNotFoundError and persistence errors
             if type(e).__name__ == "AggregateNotFoundError":
                 raise SessionNotFoundError(f"no session {sid}") from None

@@ -21,6 +21,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from ..domain.texts import text_address
 from .compression import inflate
 
 __all__ = ["MIN_PROMPT", "RECENT", "QuotedAnswers", "pack_with", "unpack_with"]
@@ -36,19 +37,43 @@ _WINDOW = 48
 _DICTIONARY_BYTES = 32 * 1024
 """zlib looks back at most 32 KiB, so a longer dictionary would only cost time."""
 _LEVEL = 6
+_QUEUED_MAX = 4 * RECENT
+"""Answers queued before they are taken in (see :class:`QuotedAnswers`)."""
 
 
 class QuotedAnswers:
-    """The recent answers a prompt may quote (address → text), most recent last."""
+    """The recent answers a prompt may quote (address → text), most recent last.
+
+    Every event read or written passes its answer here, and most are never looked at again: a
+    projection rebuild or an audit reads thousands and writes no prompt. So remembering only
+    queues the text; an answer's address and probes are computed when a prompt is written,
+    and only for the answers still among the last :data:`RECENT` then.
+    """
 
     def __init__(self) -> None:
         self._answers: OrderedDict[str, tuple[str, tuple[str, ...]]] = OrderedDict()
+        self._queued: list[str] = []
 
-    def remember(self, address: str, text: str) -> None:
+    def remember(self, text: str) -> None:
         if len(text) < MIN_ANSWER:
             return
-        self._answers[address] = (text, _probes(text))
-        self._answers.move_to_end(address)
+        self._queued.append(text)
+        if len(self._queued) > _QUEUED_MAX:
+            self._settle()
+
+    def _settle(self) -> None:
+        """Take in the queued answers: the same answers, in the same order, as if each had been
+        taken in when it was remembered (the newest occurrence of a text counts)."""
+        queued, self._queued = self._queued, []
+        newest: dict[str, None] = {}
+        for text in reversed(queued):
+            newest.setdefault(text)
+            if len(newest) == RECENT:
+                break
+        for text in reversed(newest):
+            address = text_address(text)
+            self._answers[address] = (text, _probes(text))
+            self._answers.move_to_end(address)
         while len(self._answers) > RECENT:
             self._answers.popitem(last=False)
 
@@ -57,6 +82,8 @@ class QuotedAnswers:
         zlib's window."""
         if len(prompt) < MIN_PROMPT:
             return []
+        if self._queued:
+            self._settle()
         found: list[tuple[str, str]] = []
         size = 0
         for address, (text, probes) in reversed(self._answers.items()):

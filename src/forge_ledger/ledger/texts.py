@@ -286,7 +286,7 @@ class TextMapper(Mapper[Any]):
         response = data.get("response")
         content = response.get("content") if isinstance(response, dict) else None
         if isinstance(content, str):
-            self.quotes.remember(text_address(content), content)
+            self.quotes.remember(content)
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         return self._decoded(stored_event, unpack(stored_event.state))
