@@ -21,10 +21,15 @@ import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
+from uuid import UUID
 
 from eventsourcing.persistence import Mapper, StoredEvent
-from eventsourcing.sqlite import SQLiteAggregateRecorder, SQLiteApplicationRecorder
+from eventsourcing.sqlite import (
+    SQLiteAggregateRecorder,
+    SQLiteApplicationRecorder,
+    SQLiteTransaction,
+)
 
 from ..domain.texts import text_address
 from ..errors import StoreError
@@ -406,6 +411,33 @@ class _WritesTexts(KnowsStore, SQLiteAggregateRecorder):
 class TextsSQLiteRecorder(_WritesTexts, SQLiteApplicationRecorder):
     """Writes an event's texts in the transaction that inserts the event."""
 
+    def insert_events(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Sequence[int] | None:
+        return self.facts.inserting(self._insert_at_once, stored_events, **kwargs)
+
+    def _insert_at_once(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
+        """eventsourcing's insert (the pool's writer connection; begin, the texts, the events,
+        commit; its transaction's rollback and error mapping), without the four nested
+        context managers and the cursor wrapper it goes through: a third of a save's cost
+        outside the commit."""
+        pool = self.datastore.pool
+        conn = pool.get_connection(is_writer=True)
+        try:
+            with SQLiteTransaction(conn, commit=True) as c:
+                _insert_texts(c, stored_events, self.facts, learned_in(kwargs))
+                cursor = c.sqlite_cursor
+                ids = []
+                for s in stored_events:
+                    cursor.execute(
+                        self.insert_events_statement,
+                        (_row_id(s.originator_id), s.originator_version, s.topic, s.state),
+                    )
+                    ids.append(cast(int, cursor.lastrowid))  # set by an INSERT
+                return ids
+        finally:
+            pool.put_connection(conn)
+
     _binary: bool | None = None
     """Whether the store's texts are keyed by their digests' bytes (known once seen)."""
     _quote_lists = False
@@ -444,6 +476,11 @@ class TextsSQLiteRecorder(_WritesTexts, SQLiteApplicationRecorder):
             c.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (DICTIONARIES_TABLE,))
             self._quote_lists = bool(c.fetchall())
         return self._quote_lists
+
+
+def _row_id(originator_id: Any) -> Any:
+    """A session's id as eventsourcing's SQLite recorders store it (hex digits of a UUID)."""
+    return originator_id.hex if isinstance(originator_id, UUID) else originator_id
 
 
 class TextsSQLiteSnapshotRecorder(_WritesTexts):
@@ -537,7 +574,10 @@ def _insert_texts(
         c.execute(_SQLITE_DDL)
         binary = learned.binary_keys = bool(binary_keys(c))
         learned.tables = True
-    new = _absent(c, facts.unknown(texts.items()), binary)
+    unknown = facts.unknown(texts.items())
+    if not unknown:
+        return  # every text of the save is known stored: nothing to ask or write
+    new = _absent(c, unknown, binary)
     dictionaries = dictionaries_of(stored_events)
     c.executemany(
         f"INSERT OR IGNORE INTO {TEXT_TABLE} (sha256, body) VALUES (?, ?)",
