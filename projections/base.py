@@ -65,6 +65,10 @@ class Projection:
     version: ClassVar[int] = 1
     tables: ClassVar[tuple[str, ...]] = ()
 
+    def begin(self) -> None:
+        """A batch starts (before its first :meth:`apply`). A projection that defers rows to
+        :meth:`flush` forgets here whatever a batch that failed midway left pending."""
+
     def apply(self, _event: EventLike, _payload: Payload, _state: SessionState) -> Sequence[Op]:
         """Writes for one event (none by default)."""
         return ()

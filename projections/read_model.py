@@ -17,6 +17,7 @@ from typing import Any
 from forge_ledger.domain import RoundState, SessionState, canonical_json
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
+from forge_ledger.domain.state import ContributionState
 
 from .base import EventLike, Op, Patch, Projection, Put, links
 from .show_view import (
@@ -30,7 +31,8 @@ from .show_view import (
 __all__ = ["ReadModelProjection"]
 
 
-def _round_row(sid: str, r: RoundState) -> Put:
+def _round_row(sid: str, r: RoundState, expected: list[str]) -> Put:
+    """The ``rounds`` row of ``r``, listing ``expected`` as the participants it expects."""
     return Put("rounds", {
         "id": f"{sid}:{r.number}",
         "session_id": sid,
@@ -42,7 +44,7 @@ def _round_row(sid: str, r: RoundState) -> Put:
         "technique": r.technique,
         "status": r.status.value,
         "superseded": int(r.superseded),
-        "expected_json": canonical_json(r.expected),
+        "expected_json": canonical_json(expected),
         "targets_json": canonical_json(r.targets),
         "abstained_json": canonical_json(r.abstained),
         "started_position": r.started_position,
@@ -69,21 +71,11 @@ def _line_row(sid: str, state: SessionState, r: RoundState, idx: int) -> Put:
     })
 
 
-def _line_of(sid: str, state: SessionState, round_no: int, name: str) -> list[Op]:
-    """The line of ``name``'s latest contribution in round ``round_no`` (a critique, an opinion,
-    a vote or a parse failure was just recorded on it)."""
-    r = state.round(round_no)
-    c = r.contribution_of(name) if r is not None else None
-    if r is None or c is None:
-        return []
-    idx = next(i for i in range(len(r.contributions) - 1, -1, -1) if r.contributions[i] is c)
-    return [_line_row(sid, state, r, idx)]
+_Line = tuple[str, SessionState, RoundState, int]
+"""A ``round_lines`` row to write at the batch's flush: (session id, state, round, index)."""
 
-
-def _round_rows(sid: str, state: SessionState, number: int) -> list[Op]:
-    """Round ``number``'s row as the state now holds it (none for a round it does not)."""
-    r = state.round(number)
-    return [_round_row(sid, r)] if r is not None else []
+_Round = tuple[str, RoundState, list[str]]
+"""A ``rounds`` row to write at the batch's flush: (session id, round, expected as marked)."""
 
 
 def _session_row(s: SessionState) -> Put:
@@ -129,6 +121,14 @@ class ReadModelProjection(Projection):
         "votes", "costs", "round_lines",
     )
 
+    def __init__(self) -> None:
+        self._rounds: dict[str, _Round] = {}
+        self._lines: dict[str, _Line] = {}
+
+    def begin(self) -> None:
+        self._rounds = {}
+        self._lines = {}
+
     def apply(self, event: EventLike, payload: Payload, state: SessionState) -> Sequence[Op]:
         # one dict lookup on the payload's class instead of a chain of isinstance checks
         # (this runs for every event of a rebuild)
@@ -160,28 +160,39 @@ class ReadModelProjection(Projection):
         sid, pos = event.session_id, event.position
         out: list[Op] = [self._participant(sid, state, p.name, pos) for p in state.participants]
         for r in state.rounds:
-            out.append(_round_row(sid, r))
-            out.extend(_line_row(sid, state, r, i) for i in range(len(r.contributions)))
+            self._round(sid, r)
+            for i in range(len(r.contributions)):
+                self._line(sid, state, r, i)
         return out
 
     def on_round(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
         assert isinstance(payload, ev.RoundStarted | ev.RoundCompleted)
-        return _round_rows(event.session_id, state, payload.number)
+        r = state.round(payload.number)
+        if r is not None:
+            self._round(event.session_id, r)
+        return []
 
     def on_parse_failed(
         self, event: EventLike, payload: Payload, state: SessionState
     ) -> list[Op]:
         assert isinstance(payload, ev.ParseFailed)
         sid = event.session_id
-        rows = _round_rows(sid, state, payload.round)
-        return [*rows, *_line_of(sid, state, payload.round, payload.participant)] if rows else []
+        r = state.round(payload.round)
+        if r is not None:
+            self._round(sid, r)
+            self._line_of(sid, state, payload.round, payload.participant)
+        return []
 
     def on_rewound(self, event: EventLike, _payload: Payload, state: SessionState) -> list[Op]:
-        return [_round_row(event.session_id, r) for r in state.rounds]
+        for r in state.rounds:
+            self._round(event.session_id, r)
+        return []
 
     def on_terminal(self, event: EventLike, _payload: Payload, state: SessionState) -> list[Op]:
         last = state.last_round
-        return [_round_row(event.session_id, last)] if last is not None else []
+        if last is not None:
+            self._round(event.session_id, last)
+        return []
 
     def on_contribution(
         self, event: EventLike, payload: Payload, state: SessionState
@@ -191,7 +202,7 @@ class ReadModelProjection(Projection):
         out = self._contribution(sid, event.position, event.timestamp.isoformat(), payload)
         r = state.round(payload.round)
         if r is not None and r.contributions:  # the fold appended it
-            out.append(_line_row(sid, state, r, len(r.contributions) - 1))
+            self._line(sid, state, r, len(r.contributions) - 1)
         return out
 
     def on_failure(self, event: EventLike, payload: Payload, _state: SessionState) -> list[Op]:
@@ -216,22 +227,23 @@ class ReadModelProjection(Projection):
     def on_critique(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
         assert isinstance(payload, ev.CritiqueRecorded)
         sid = event.session_id
-        return [*self._critique(sid, event.position, state, payload),
-                *_line_of(sid, state, payload.round, payload.participant)]
+        c = self._line_of(sid, state, payload.round, payload.participant)
+        return self._critique(sid, event.position, c, payload)
 
     def on_opinion(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
         assert isinstance(payload, ev.OpinionRecorded)
-        return _line_of(event.session_id, state, payload.round, payload.participant)
+        self._line_of(event.session_id, state, payload.round, payload.participant)
+        return []
 
     def on_vote(self, event: EventLike, payload: Payload, state: SessionState) -> list[Op]:
         assert isinstance(payload, ev.VoteRecorded)
         sid = event.session_id
-        c = self._contribution_of(state, payload.round, payload.participant)
+        c = self._line_of(sid, state, payload.round, payload.participant)
         v = payload.vote
         return [Put("votes", {
             "id": f"{sid}:{payload.round}:{payload.participant}",
             **links(sid, payload.round, payload.participant),
-            "contribution_id": f"{sid}:{c}" if c is not None else None,
+            "contribution_id": f"{sid}:{c.position}" if c is not None else None,
             "round": payload.round,
             "agrees": int(v.agrees),
             "stance": v.effective_stance.value,
@@ -239,19 +251,54 @@ class ReadModelProjection(Projection):
             "concerns_json": canonical_json(list(v.concerns)),
             "reasoning": v.reasoning,
             "position": event.position,
-        }), *_line_of(sid, state, payload.round, payload.participant)]
+        })]
 
     def on_other(self, _event: EventLike, _payload: Payload, _state: SessionState) -> list[Op]:
         return []
 
     def flush(self, touched: Sequence[SessionState]) -> Sequence[Op]:
-        return [_session_row(s) for s in touched]
+        """The batch's ``rounds`` and ``round_lines`` rows, each rendered once, and its
+        sessions' rows.
 
-    @staticmethod
-    def _contribution_of(state: SessionState, round_no: int, name: str) -> int | None:
+        A line changes only through the events that mark it (its contribution, then the vote,
+        critique, opinion or parse failure recorded on it), and the fold changes its
+        contribution in place, so the row rendered now is the row the last of them would have
+        written. So does a round's, but for one column (see :meth:`_round`). Rows keep the
+        order they were first marked in, so a new row gets the rowid it got when every event
+        wrote it.
+        """
+        rounds = [_round_row(sid, r, expected) for sid, r, expected in self._rounds.values()]
+        lines = [_line_row(sid, state, r, idx) for sid, state, r, idx in self._lines.values()]
+        self._rounds = {}
+        self._lines = {}
+        return [*rounds, *lines, *(_session_row(s) for s in touched)]
+
+    def _round(self, sid: str, r: RoundState) -> None:
+        """Mark round ``r``: its row is written at the flush (see :meth:`flush`).
+
+        Its expected participants are kept as they are now: a fallback (``FallbackChosen``)
+        adds one without writing the row, which shows it from the round's next write on.
+        """
+        self._rounds[f"{sid}:{r.number}"] = (sid, r, list(r.expected))
+
+    def _line(self, sid: str, state: SessionState, r: RoundState, idx: int) -> None:
+        """Mark ``r``'s contribution number ``idx`` (from 0): its line is written at the flush,
+        once however many of the batch's events change it (see :meth:`flush`)."""
+        self._lines[f"{sid}:{r.number}:{idx}"] = (sid, state, r, idx)
+
+    def _line_of(
+        self, sid: str, state: SessionState, round_no: int, name: str
+    ) -> ContributionState | None:
+        """Mark the line of ``name``'s latest contribution in round ``round_no`` (a critique,
+        an opinion, a vote or a parse failure was just recorded on it); that contribution."""
         r = state.round(round_no)
         c = r.contribution_of(name) if r is not None else None
-        return c.position if c is not None else None
+        if r is None or c is None:
+            return None
+        contributions = r.contributions
+        idx = next(i for i in range(len(contributions) - 1, -1, -1) if contributions[i] is c)
+        self._line(sid, state, r, idx)
+        return c
 
     @staticmethod
     def _participant(sid: str, state: SessionState, name: str, pos: int) -> Put:
@@ -272,10 +319,12 @@ class ReadModelProjection(Projection):
     def _contribution(sid: str, pos: int, at: str, p: ev.ContributionRecorded) -> list[Op]:
         r = p.response
         price = r.price
+        key = f"{sid}:{pos}"
+        refs = links(sid, p.round, p.participant)
         return [
             Put("contributions", {
-                "id": f"{sid}:{pos}",
-                **links(sid, p.round, p.participant),
+                "id": key,
+                **refs,
                 "round": p.round,
                 "position": pos,
                 "attempt": p.attempt,
@@ -292,8 +341,8 @@ class ReadModelProjection(Projection):
                 "at": at,
             }),
             Put("costs", {
-                "id": f"{sid}:{pos}",
-                **links(sid, p.round, p.participant),
+                "id": key,
+                **refs,
                 "kind": "contribution",
                 "attempt": p.attempt,
                 "model": r.model,
@@ -308,16 +357,17 @@ class ReadModelProjection(Projection):
             }),
         ]
 
+    @staticmethod
     def _critique(
-        self, sid: str, pos: int, state: SessionState, p: ev.CritiqueRecorded
+        sid: str, pos: int, c: ContributionState | None, p: ev.CritiqueRecorded
     ) -> list[Op]:
+        """The critique's rows; ``c`` is the contribution it was recorded on."""
         key = f"{sid}:{p.round}:{p.participant}"
-        c = self._contribution_of(state, p.round, p.participant)
         cr = p.critique
         out: list[Op] = [Put("critiques", {
             "id": key,
             **links(sid, p.round, p.participant),
-            "contribution_id": f"{sid}:{c}" if c is not None else None,
+            "contribution_id": f"{sid}:{c.position}" if c is not None else None,
             "target": cr.target,
             "score": cr.score,
             "strengths_json": canonical_json(list(cr.strengths)),

@@ -85,6 +85,9 @@ class EventSource(Protocol):
 
 
 def default_projections() -> tuple[Projection, ...]:
+    """Fresh instances of the built-in projections. An instance holds the rows its current
+    batch has marked until the batch's flush, so it serves one runner at a time: every
+    runner makes its own unless given some."""
     return (
         ReadModelProjection(),
         SessionStateProjection(),
@@ -94,6 +97,8 @@ def default_projections() -> tuple[Projection, ...]:
 
 
 DEFAULT_PROJECTIONS: tuple[Projection, ...] = default_projections()
+"""The built-in projections, for their names, tables and versions; a runner given these very
+instances must be the only one using them (see :func:`default_projections`)."""
 
 
 def open_views(path: str | Path) -> Database:
@@ -339,23 +344,27 @@ class ProjectionRunner:
                 touched: dict[str, SessionState] = {}
                 last = start
                 projections = self.projections
+                for p in projections:
+                    p.begin()
+                # looked up once per batch, not once per event and projection
+                appliers = [(positions[p.name], p.apply) for p in projections]
+                states = self._states
                 for event in batch:
                     nid = event.notification_id
                     assert nid is not None
                     payload = event.payload()
                     state = apply_event(self._state_before(event), event, payload)
-                    self._states[event.session_id] = state
-                    touched[event.session_id] = state
-                    for p in projections:
-                        if nid > positions[p.name]:
-                            ops = p.apply(event, payload, state)
+                    states[event.session_id] = touched[event.session_id] = state
+                    for position, apply in appliers:
+                        if nid > position:
+                            ops = apply(event, payload, state)
                             if ops:
                                 writer.add(ops)
                     last = nid
-                states = list(touched.values())
+                done = list(touched.values())
                 for p in projections:
                     if last > positions[p.name]:
-                        writer.add(p.flush(states))
+                        writer.add(p.flush(done))
                 writer.write()
                 for p in projections:
                     if last > positions[p.name]:

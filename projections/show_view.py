@@ -110,14 +110,31 @@ _LINE_BREAK = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 """What ``str.splitlines`` breaks lines at."""
 
 
+PREVIEW_SLACK = 32
+"""A preview first reads ``width + PREVIEW_SLACK`` characters of the answer's first line:
+enough for prose, which collapsing hardly shortens; when the window's collapsed text is too
+short to decide the preview, it reads the whole line."""
+
+
 def preview(text: str, width: int = PREVIEW_CHARS) -> str:
     """The first non-empty line of ``text``, whitespace-collapsed and cut to ``width``.
 
     Found from the first non-blank character to the next line break, without splitting the
-    whole answer into lines: the projection makes a preview for every recorded answer.
+    whole answer into lines: the projection makes a preview for every recorded answer. Only a
+    window of the line is read: once the window's collapsed text is longer than ``width``, the
+    line's collapsed text begins with it (collapsing a prefix gives a prefix), so the cut is
+    the same as the whole line's.
     """
     start = len(text) - len(text.lstrip())
-    end = _LINE_BREAK.search(text, start)
+    stop = start + max(width, 0) + PREVIEW_SLACK
+    end = _LINE_BREAK.search(text, start, stop)
+    if end is not None:
+        return clip(text[start : end.start()], width)
+    if stop < len(text):
+        flat = " ".join(text[start:stop].split())
+        if len(flat) > width >= 1:
+            return clip(flat, width, collapse=False)
+        end = _LINE_BREAK.search(text, stop)
     return clip(text[start : end.start() if end is not None else len(text)], width)
 
 

@@ -104,15 +104,25 @@ class BatchWriter:
         self._pending: dict[str, list[tuple[str, list[Any]]]] = {}
 
     def add(self, ops: Iterable[Op]) -> None:
+        # a rebuild queues a few rows for every event: the usual case (a Put whose statement
+        # is known) costs two dict lookups
+        sqls = self._sql
+        pending = self._pending
         for op in ops:
             if isinstance(op, Put):
-                self._queue(op.table, self._put_sql(op.table, tuple(op.row)), list(op.row.values()))
+                row = op.row
+                key = ("put", op.table, tuple(row))
+                sql = sqls.get(key) or self._put_sql(op.table, key[2])
+                params: list[Any] = list(row.values())
             elif isinstance(op, Patch) and op.values:
                 sql = self._patch_sql(op.table, tuple(op.values))
-                self._queue(op.table, sql, [*op.values.values(), op.id])
-
-    def _queue(self, table: str, sql: str, params: list[Any]) -> None:
-        self._pending.setdefault(table, []).append((sql, params))
+                params = [*op.values.values(), op.id]
+            else:
+                continue
+            queue = pending.get(op.table)
+            if queue is None:
+                queue = pending[op.table] = []
+            queue.append((sql, params))
 
     def _put_sql(self, table: str, cols: tuple[str, ...]) -> str:
         key = ("put", table, cols)

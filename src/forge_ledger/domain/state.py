@@ -31,6 +31,7 @@ from .values import (
     Stance,
     TokenCount,
     Topic,
+    construct_valid,
 )
 
 __all__ = [
@@ -47,6 +48,14 @@ __all__ = [
 
 class _State(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+def _assign(model: _State, **values: Any) -> None:
+    """Set fields of a state object, as assigning each one does (assignments are not
+    validated, see :class:`_State`) without pydantic's per-assignment dispatch: the fold sets
+    a few fields for every event it applies."""
+    model.__dict__.update(values)
+    model.__pydantic_fields_set__.update(values)
 
 
 _EMPTY = text_address("")
@@ -532,9 +541,11 @@ class SessionState(_State):
         handler = _HANDLERS.get(type(payload))
         if handler is not None:
             handler(self, payload, position, at)
-        self.version = position
-        self.updated_at = at
-        self.head_hash = hash_
+        _assign(self, version=position, updated_at=at, head_hash=hash_)
+
+
+_FIRST_EVENTS = (ev.SessionStarted, ev.SessionForked)
+"""The events that begin a session's state (a tuple: a quicker check than a union)."""
 
 
 def fold(
@@ -552,7 +563,7 @@ def fold(
 
     Mutates and returns ``state``, except at a session's first event.
     """
-    if state is None or isinstance(payload, ev.SessionStarted | ev.SessionForked):
+    if state is None or isinstance(payload, _FIRST_EVENTS):
         return SessionState.begin(session_id, payload, position=position, at=at, hash_=hash_)
     state.apply(payload, position=position, at=at, hash_=hash_)
     return state
@@ -610,21 +621,22 @@ def _contribution(s: SessionState, p: ev.ContributionRecorded, pos: int, at: dat
     r = s.round(p.round)
     if r is None:
         return
+    response = p.response
+    # every value is valid already (the payload's, the event's position and time)
     r.contributions.append(
-        ContributionState(
-            participant=p.participant,
-            attempt=p.attempt,
-            position=pos,
-            at=at,
-            model=p.model,
-            prompt_hash=p.prompt_hash,
-            response=ResponseAccounting.of(p.response),
-            answer_sha256=s.text_pool.add(p.response.content),
-            purpose=p.purpose,
-        )
+        construct_valid(ContributionState, {
+            "participant": p.participant,
+            "attempt": p.attempt,
+            "position": pos,
+            "at": at,
+            "model": p.model,
+            "prompt_hash": p.prompt_hash,
+            "response": ResponseAccounting.of(response),
+            "answer_sha256": s.text_pool.add(response.content),
+            "purpose": p.purpose,
+        })
     )
-    s.tokens = s.tokens + p.response.tokens
-    s.cost_usd += p.response.cost_usd
+    _assign(s, tokens=s.tokens + response.tokens, cost_usd=s.cost_usd + response.cost_usd)
 
 
 def _failed(s: SessionState, p: ev.ProviderCallFailed, pos: int, _at: datetime) -> None:
