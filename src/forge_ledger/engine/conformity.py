@@ -292,7 +292,9 @@ def round_changes(state: SessionState, number: int) -> list[StanceChange]:
     as each voter's previous vote, so the projections can ask it round by round.
     """
     rounds = state.active_rounds
-    idx = next((i for i, r in enumerate(rounds) if r.number == number), None)
+    # from the newest: a projection asks about the round just voted, and a scan from the
+    # first round cost as much as the session was long (round numbers are unique)
+    idx = next((i for i in range(len(rounds) - 1, -1, -1) if rounds[i].number == number), None)
     if idx is None or rounds[idx].kind is not RoundKind.CONVERGENCE:
         return []
     current = _votes(rounds[idx])
