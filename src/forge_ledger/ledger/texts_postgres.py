@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -36,6 +36,14 @@ class _WritesTexts(KnowsStore):
             "(sha256 text PRIMARY KEY, body text NOT NULL)"
         )
 
+    def _texts_insert(self) -> tuple[str, str]:
+        """The insert of texts, before and after its rows (placeholders, or a save's literals):
+        a text stored already, by this writer or another, is left as it is."""
+        return (
+            f"INSERT INTO {self._text_table} (sha256, body) VALUES ",
+            " ON CONFLICT (sha256) DO NOTHING",
+        )
+
     def _texts_to_write(self, stored_events: Sequence[StoredEvent]) -> dict[str, str]:
         """The texts of ``stored_events`` a save must write (:meth:`StoreFacts.unknown`)."""
         return self.facts.unknown(texts_of(stored_events))
@@ -53,11 +61,8 @@ class _WritesTexts(KnowsStore):
             )
             curs.execute(self._ddl())
             learned.tables = True
-        curs.executemany(
-            f"INSERT INTO {self._text_table} (sha256, body) VALUES (%s, %s) "
-            "ON CONFLICT (sha256) DO NOTHING",
-            list(texts.items()),
-        )
+        head, tail = self._texts_insert()
+        curs.executemany(head + "(%s, %s)" + tail, list(texts.items()))
         learned.texts |= set(texts)
 
 
@@ -115,51 +120,38 @@ class TextsPostgresRecorder(_WritesTexts, PostgresApplicationRecorder):
     ) -> bytes:
         """The whole save as one query (see :meth:`_insert_at_once`), texts before the lock
         (eventsourcing's order: an older writer and this one never deadlock on a text)."""
-        lock, insert = self._statements(conn)
+        lock, (insert, returning) = self._statements(conn)
         literal = Transformer(conn).as_literal
         parts = [b"BEGIN"] if begin else []
         if texts:
-            rows = b", ".join(
-                b"(" + literal(a) + b", " + literal(t) + b")" for a, t in texts.items()
-            )
-            parts.append(self._texts_insert() % rows)
+            head, tail = self._texts_insert()
+            rows = b", ".join(_row(literal, a, t) for a, t in texts.items())
+            parts.append(head.encode() + rows + tail.encode())
         events = b", ".join(
-            b"(%b, %b, %b, %b)"
-            % (
-                literal(e.originator_id),
-                literal(e.originator_version),
-                literal(e.topic),
-                literal(e.state),
-            )
+            _row(literal, e.originator_id, e.originator_version, e.topic, e.state)
             for e in stored_events
         )
-        parts += [lock, insert % events, b"COMMIT"]
+        parts += [lock, insert + events + returning, b"COMMIT"]
         return b"; ".join(parts)
 
-    def _statements(self, conn: Any) -> tuple[bytes, bytes]:
+    def _statements(self, conn: Any) -> tuple[bytes, tuple[bytes, bytes]]:
         """The save's fixed statements as bytes (rendered once: psycopg renders a composed
-        query on every execution), the insert with ``%b`` where its rows go."""
+        query on every execution): the lock and NOTIFY, and the insert's text before and after
+        its rows."""
         if self._sql is None:
             notify = SQL("NOTIFY {0}").format(Identifier(self.channel_name))
             lock = SQL("; ").join([*self.lock_table_statements, notify]).as_bytes(conn)
             table = SQL("{0}.{1}").format(
                 Identifier(self.datastore.schema), Identifier(self.events_table_name)
             )
-            insert = table.as_bytes(conn).replace(b"%", b"%%")
-            self._sql = (
-                lock,
-                b"INSERT INTO " + insert + b" (originator_id, originator_version, topic, state) "
-                b"VALUES %b RETURNING notification_id",
+            self._sql = lock, (
+                b"INSERT INTO " + table.as_bytes(conn)
+                + b" (originator_id, originator_version, topic, state) VALUES ",
+                b" RETURNING notification_id",
             )
         return self._sql
 
-    _sql: tuple[bytes, bytes] | None = None
-
-    def _texts_insert(self) -> bytes:
-        table = self._text_table.encode().replace(b"%", b"%%")
-        return (
-            b"INSERT INTO " + table + b" (sha256, body) VALUES %b ON CONFLICT (sha256) DO NOTHING"
-        )
+    _sql: tuple[bytes, tuple[bytes, bytes]] | None = None
 
     def select_texts(self, addresses: Sequence[str]) -> dict[str, str]:
         unique = sorted(set(addresses))
@@ -172,6 +164,11 @@ class TextsPostgresRecorder(_WritesTexts, PostgresApplicationRecorder):
             except Exception:  # no text table: an old store
                 return {}
             return {row["sha256"]: row["body"] for row in curs.fetchall()}
+
+
+def _row(literal: Callable[[Any], bytes], *values: Any) -> bytes:
+    """One row of a VALUES list, its values as SQL literals."""
+    return b"(" + b", ".join(literal(v) for v in values) + b")"
 
 
 def _returned_ids(curs: Any) -> list[int]:
