@@ -9,11 +9,12 @@ give the same state (live, replayed, or as of any past position).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, model_validator
 
 from . import events as ev
+from .blocks import BLOCK_LOADER, BlockLoader, TrackedBlockList
 from .texts import TextPool, TextSource, text_address
 from .values import (
     ConvergenceVote,
@@ -59,6 +60,7 @@ def _assign(model: _State, **values: Any) -> None:
 
 
 _EMPTY = text_address("")
+T = TypeVar("T")
 
 
 class ContributionState(_State):
@@ -151,7 +153,9 @@ class RoundState(_State):
     status: RoundStatus = RoundStatus.IN_PROGRESS
     expected: list[str]
     targets: dict[str, str] = Field(default_factory=dict)
-    contributions: list[ContributionState] = Field(default_factory=list)
+    contributions: TrackedBlockList[ContributionState] = Field(default_factory=TrackedBlockList)
+    """In blocks a restored state decodes when read (:class:`~forge_ledger.domain.blocks.
+    BlockList`): a round may hold thousands. An answer changed in place is reported to it."""
     abstained: list[str] = Field(default_factory=list)
     started_position: int
     started_at: datetime
@@ -261,6 +265,15 @@ _POOL = "forge_ledger.text_pool"
 """Validation-context key of the pool that inline answers of an older state move into."""
 
 
+class RoundList(TrackedBlockList[T]):
+    """A session's rounds, in blocks of 16: a round holds its contributions inline while they
+    are fewer than a block of them, so a block of rounds is about as large as one of
+    contributions. The fold reports every round it changes (:func:`_changing`)."""
+
+    __slots__ = ()
+    size = 16
+
+
 class SessionState(_State):
     """Everything known about one session after some prefix of its events.
 
@@ -278,7 +291,9 @@ class SessionState(_State):
     status: SessionStatus = SessionStatus.INITIALIZED
     status_reason: str = ""
     participants: list[Participant] = Field(default_factory=list)
-    rounds: list[RoundState] = Field(default_factory=list)
+    rounds: RoundList[RoundState] = Field(default_factory=RoundList)
+    """In blocks a restored state decodes when read, as a round's contributions are: a
+    snapshot names the blocks, so successive snapshots store an unchanged block once."""
     failures: list[CallFailure] = Field(default_factory=list)
     divergences: list[DivergenceState] = Field(default_factory=list)
     convergence: list[ConvergenceResult] = Field(default_factory=list)
@@ -323,15 +338,23 @@ class SessionState(_State):
 
     @classmethod
     def load(
-        cls, data: str | bytes | dict[str, Any], fallback: TextSource | None = None
+        cls,
+        data: str | bytes | dict[str, Any],
+        fallback: TextSource | None = None,
+        *,
+        blocks: BlockLoader | None = None,
     ) -> SessionState:
-        """A stored state (a snapshot's JSON, a fork's copy), its answers read from ``fallback``.
+        """A stored state (a snapshot's JSON, a fork's copy), its answers read from ``fallback``
+        and the blocks of its contributions from ``blocks`` (when it names them, as a snapshot
+        does).
 
         A state written before answers were held by address carries each text inline; the
         texts move into the pool here, so such states load as they did.
         """
         pool = TextPool(fallback)
-        context = {_POOL: pool}
+        context: dict[str, Any] = {_POOL: pool}
+        if blocks is not None:
+            context[BLOCK_LOADER] = blocks
         if isinstance(data, dict):
             state = cls.model_validate(data, context=context)
         else:
@@ -362,11 +385,12 @@ class SessionState(_State):
         """A recorded answer as the :class:`ModelResponse` it was (accounting and text)."""
         return c.response.with_content(self.answer(c))
 
-    def answer_addresses(self) -> list[str]:
-        """Addresses of every answer the state refers to, in recorded order (no repeats)."""
+    def answer_addresses(self, *, loaded: bool = False) -> list[str]:
+        """Addresses of every answer the state refers to, in recorded order (no repeats); with
+        ``loaded``, only of the contributions a restored state has decoded so far."""
         seen: dict[str, None] = {}
         for r in self.rounds:
-            for c in r.contributions:
+            for c in r.contributions.loaded() if loaded else r.contributions:
                 seen[c.answer_sha256] = None
         return list(seen)
 
@@ -600,15 +624,24 @@ def _round_started(s: SessionState, p: ev.RoundStarted, pos: int, at: datetime) 
                 t.applied = True
 
 
+def _changing(s: SessionState, number: int) -> RoundState | None:
+    """The round numbered ``number``, reported to the state's rounds as changing: a round read
+    to be changed is read through here (see :class:`RoundList`)."""
+    r = s.round(number)
+    if r is not None:
+        s.rounds.changed(r)
+    return r
+
+
 def _fallback(s: SessionState, p: ev.FallbackChosen, _pos: int, _at: datetime) -> None:
-    r = s.round(p.round)
+    r = _changing(s, p.round)
     if r is not None and p.participant not in r.expected:
         r.expected.append(p.participant)
         r.replaced.append(p.failed)
 
 
 def _round_completed(s: SessionState, p: ev.RoundCompleted, _pos: int, at: datetime) -> None:
-    r = s.round(p.number)
+    r = _changing(s, p.number)
     if r is not None:
         r.status = RoundStatus.COMPLETE
         r.completed_at = at
@@ -618,7 +651,7 @@ def _round_completed(s: SessionState, p: ev.RoundCompleted, _pos: int, at: datet
 
 
 def _contribution(s: SessionState, p: ev.ContributionRecorded, pos: int, at: datetime) -> None:
-    r = s.round(p.round)
+    r = _changing(s, p.round)
     if r is None:
         return
     response = p.response
@@ -656,34 +689,32 @@ def _failed(s: SessionState, p: ev.ProviderCallFailed, pos: int, _at: datetime) 
     s.cost_usd += p.cost_usd
 
 
-def _latest_contribution(s: SessionState, round_no: int, name: str) -> ContributionState | None:
-    r = s.round(round_no)
-    return r.contribution_of(name) if r is not None else None
+def _amend(s: SessionState, round_no: int, name: str, **values: Any) -> None:
+    """Set fields of the participant's latest answer in a round, and report the change to the
+    round's contributions (whose stored blocks must then be written again)."""
+    r = _changing(s, round_no)
+    c = r.contribution_of(name) if r is not None else None
+    if r is not None and c is not None:
+        for field, value in values.items():
+            setattr(c, field, value)
+        r.contributions.changed(c)
 
 
 def _critique(s: SessionState, p: ev.CritiqueRecorded, _pos: int, _at: datetime) -> None:
-    c = _latest_contribution(s, p.round, p.participant)
-    if c is not None:
-        c.critique = p.critique
+    _amend(s, p.round, p.participant, critique=p.critique)
 
 
 def _opinion(s: SessionState, p: ev.OpinionRecorded, _pos: int, _at: datetime) -> None:
-    c = _latest_contribution(s, p.round, p.participant)
-    if c is not None:
-        c.opinion = p.opinion
+    _amend(s, p.round, p.participant, opinion=p.opinion)
 
 
 def _vote(s: SessionState, p: ev.VoteRecorded, _pos: int, _at: datetime) -> None:
-    c = _latest_contribution(s, p.round, p.participant)
-    if c is not None:
-        c.vote = p.vote
+    _amend(s, p.round, p.participant, vote=p.vote)
 
 
 def _parse_failed(s: SessionState, p: ev.ParseFailed, _pos: int, _at: datetime) -> None:
-    c = _latest_contribution(s, p.round, p.participant)
-    if c is not None:
-        c.parse_error = p.error
-    r = s.round(p.round)
+    _amend(s, p.round, p.participant, parse_error=p.error)
+    r = _changing(s, p.round)
     if r is not None and p.participant not in r.abstained:
         r.abstained.append(p.participant)
 
@@ -781,6 +812,7 @@ def _rewound(s: SessionState, p: ev.SessionRewound, pos: int, at: datetime) -> N
     for r in s.rounds:
         if r.iteration > p.to_iteration:
             r.superseded = True
+            s.rounds.changed(r)
     s.iteration = p.to_iteration
     s.rewinds.append(
         Rewind(
@@ -812,6 +844,7 @@ def _terminal(status: SessionStatus) -> Any:
         s.status_reason = p.reason
         r = s.open_round
         if r is not None:
+            s.rounds.changed(r)
             r.status = RoundStatus.SKIPPED if not r.contributions else RoundStatus.COMPLETE
             r.completed_at = at
 

@@ -1,0 +1,311 @@
+"""Session state in blocks: a list stored as blocks by address, decoded when read.
+
+The rule these tests hold: a stored :class:`BlockList` restores to the list it was, reads no
+block until one of its items is read, and a tracked list stores again exactly the blocks that
+changed — which the fold must report, event by event, for every kind of event.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import TypeAdapter, ValidationError
+
+from forge_ledger.domain.blocks import BLOCK_LOADER, BLOCK_SINK, BlockList, TrackedBlockList
+from forge_ledger.domain.state import SessionState, fold
+from forge_ledger.domain.texts import text_address
+from forge_ledger.domain.values import Participant, RoundKind, SessionStatus, Stance, Topic
+from forge_ledger.errors import StoreError
+from forge_ledger.ledger import Ledger
+from forge_ledger.testing import SessionBuilder
+from support.random_sessions import build_ledger
+
+
+class Small(TrackedBlockList[Any]):
+    """Blocks of four, so short lists cross several blocks."""
+
+    __slots__ = ()
+    size = 4
+
+
+class SmallUntracked(BlockList[Any]):
+    __slots__ = ()
+    size = 4
+
+
+SMALL = TypeAdapter(Small[int])
+UNTRACKED = TypeAdapter(SmallUntracked[int])
+
+
+class Sink:
+    """A block sink over a dict, counting the blocks it was asked to store."""
+
+    def __init__(self) -> None:
+        self.texts: dict[str, str] = {}
+        self.stored: list[str] = []
+        self.reads: list[str] = []
+
+    def store(self, document: str) -> tuple[str, str]:
+        address = text_address(document)
+        self.texts[address] = document
+        self.stored.append(document)
+        return address, document
+
+    def offer(self, address: str, text: str) -> None:
+        self.texts[address] = text
+
+    def load(self, address: str) -> bytes:
+        self.reads.append(address)
+        return self.texts[address].encode("utf-8")
+
+    def dump(self, adapter: TypeAdapter[Any], value: Any) -> bytes:
+        return adapter.dump_json(value, context={BLOCK_SINK: self})
+
+    def restore(self, adapter: TypeAdapter[Any], data: bytes) -> Any:
+        return adapter.validate_json(data, context={BLOCK_LOADER: self.load})
+
+
+# ---------------------------------------------------------------------- a list, in blocks
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(0, 99)),
+        st.tuples(st.just("set"), st.integers(-40, 40), st.integers(0, 99)),
+        st.tuples(st.just("del"), st.integers(-40, 40)),
+        st.tuples(st.just("insert"), st.integers(-40, 40), st.integers(0, 99)),
+        st.tuples(st.just("store"),),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(start=st.lists(st.integers(0, 99), max_size=30), ops=OPS)
+def test_a_block_list_behaves_as_a_list_through_stores_and_restores(
+    start: list[int], ops: list[tuple[Any, ...]]
+) -> None:
+    sink = Sink()
+    blocks: Small = SMALL.validate_python(start)
+    plain = list(start)
+    for op in ops:
+        if op[0] == "append":
+            blocks.append(op[1])
+            plain.append(op[1])
+        elif op[0] == "store":
+            blocks = sink.restore(SMALL, sink.dump(SMALL, blocks))
+        elif not plain:
+            continue
+        elif op[0] == "set":
+            blocks[op[1] % len(plain)] = op[2]
+            plain[op[1] % len(plain)] = op[2]
+        elif op[0] == "del":
+            del blocks[op[1] % len(plain)]
+            del plain[op[1] % len(plain)]
+        else:
+            blocks.insert(op[1], op[2])
+            plain.insert(op[1], op[2])
+        assert len(blocks) == len(plain)
+    assert blocks == plain
+    assert list(reversed(blocks)) == plain[::-1]
+    assert blocks[1:-1:2] == plain[1:-1:2]
+    assert [blocks[i] for i in range(-len(plain), len(plain))] == plain + plain
+    assert copy.deepcopy(blocks) == plain
+    assert copy.copy(blocks) == plain
+    assert SMALL.dump_python(blocks) == plain  # plain serialization: the items
+    assert sink.restore(SMALL, sink.dump(SMALL, blocks)) == plain
+
+
+def test_a_restored_list_reads_a_block_only_when_one_of_its_items_is_read() -> None:
+    sink = Sink()
+    stored = sink.dump(SMALL, SMALL.validate_python(list(range(18))))
+    restored = sink.restore(SMALL, stored)
+    assert sink.reads == []
+    assert len(restored) == 18
+    assert restored[-1] == 17  # the short last block is inline
+    assert restored[16] == 16
+    assert sink.reads == []
+    assert restored[5] == 5
+    assert restored[6] == 6
+    assert len(sink.reads) == 1  # block 1 (items 4 to 7), once
+    assert list(restored) == list(range(18))
+    assert len(sink.reads) == 4  # the four full blocks, each once
+    assert list(restored.loaded()) == list(range(18))
+
+
+def test_a_tracked_list_stores_again_only_the_blocks_that_changed() -> None:
+    sink = Sink()
+    items = [[i] for i in range(12)]
+    adapter = TypeAdapter(Small[list[int]])
+    blocks = adapter.validate_python(items)
+    sink.dump(adapter, blocks)
+    assert len(sink.stored) == 3
+    sink.dump(adapter, blocks)
+    assert len(sink.stored) == 3  # nothing changed: nothing encoded again
+    blocks.append([12])  # a new short block, inline
+    sink.dump(adapter, blocks)
+    assert len(sink.stored) == 3
+    blocks[5].append(99)
+    blocks.changed(blocks[5])
+    first = sink.dump(adapter, blocks)
+    assert len(sink.stored) == 4
+    assert sink.stored[-1] == "[[4],[5,99],[6],[7]]"
+    restored = sink.restore(adapter, first)
+    assert restored == [*items[:5], [5, 99], *items[6:], [12]]
+
+
+def test_an_untracked_list_stores_every_block_it_decoded_and_no_other() -> None:
+    sink = Sink()
+    stored = sink.dump(UNTRACKED, UNTRACKED.validate_python(list(range(12))))
+    restored = sink.restore(UNTRACKED, stored)
+    count = len(sink.stored)
+    assert sink.dump(UNTRACKED, restored) == stored
+    assert len(sink.stored) == count
+    assert restored[5] == 5  # decodes block 1: it may have changed in place
+    assert sink.dump(UNTRACKED, restored) == stored
+    assert len(sink.stored) == count + 1
+
+
+@pytest.mark.parametrize(
+    ("document", "why"),
+    [("[1,2]", "holds 2 items, not 4"), ('["a",1,2,3]', "does not decode")],
+)
+def test_a_damaged_block_is_one_store_error(document: str, why: str) -> None:
+    sink = Sink()
+    restored = sink.restore(SMALL, sink.dump(SMALL, SMALL.validate_python(list(range(9)))))
+    address = next(iter(sink.texts))
+    sink.texts[address] = document
+    with pytest.raises(StoreError, match=f"block {address[:12]} .* damaged: .*{why}"):
+        list(restored)
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        {"blocks": ["0" * 64], "tail": [], "count": 5},
+        {"blocks": ["0" * 63], "tail": [], "count": 4},
+        {"blocks": [], "tail": [1, 2, 3, 4], "count": 4},
+        {"blocks": [], "tail": [], "count": 0, "more": 1},
+    ],
+)
+def test_a_malformed_stored_list_does_not_validate(stored: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError, match="stored block list"):
+        SMALL.validate_python(stored, context={BLOCK_LOADER: Sink().load})
+
+
+def test_stored_blocks_load_only_through_a_loader() -> None:
+    stored = Sink().dump(SMALL, SMALL.validate_python(list(range(9))))
+    with pytest.raises(ValidationError, match="loads through the ledger"):
+        SMALL.validate_json(stored)
+
+
+# ---------------------------------------------------------------------- the fold reports
+
+
+def _every_kind_of_change(ledger: Ledger, pad: int = 0) -> uuid.UUID:
+    """A session whose fold changes rounds and answers in every way it can: answers amended
+    after a snapshot (votes, critiques, failed parses), a fallback, a completed round, a
+    rewind that supersedes rounds in earlier blocks, a round of more than one block of
+    answers, and an end with a round still open.
+
+    A change is only at risk in a full block (the short last one is stored inline every
+    time), so ``pad`` rounds first move the rounds along: with none, the round open at the
+    end is the last of the first block of rounds; with one, the fallback's round is, and it
+    completes there."""
+    names = ["ana", "bo", "cy"]
+    b = SessionBuilder(store=ledger).start(
+        Topic(title="blocks", description="every change"),
+        participants=[Participant(name=n, model=f"openai/{n}") for n in names],
+    )
+    everyone = dict.fromkeys(names, "an answer long enough to be a stored text " * 3)
+    for _ in range(pad):
+        b.round(RoundKind.DRAFT, iteration=1, answers=everyone, close=True)
+    for it in range(1, 8):
+        b.round(RoundKind.DRAFT, iteration=it, answers=everyone)
+        b.critique("bo").opinion("cy", stance=Stance.AGREE, reasoning="why " * 40)
+        b.close_round(abstained=["cy"])
+        b.round(RoundKind.CONVERGENCE, iteration=it, answers=everyone)
+        b.vote("ana", agrees=True).parse_failure("bo", expected="vote", error="no json")
+        b.close_round().save()
+    b.round(RoundKind.SYNTHESIS, participants=["ana"])
+    b.aggregate.choose_fallback(round=b.round_number, failed="ana", participant="bo",
+                                at=b.clock.now(), reason="ana failed")
+    b.answer("bo", "the synthesis").close_round().save()
+    b.rewind(3).resume().save()
+    b.round(RoundKind.CONVERGENCE, participants=names)
+    for name in names:
+        b.answer(name, f"the answer of {name} " * 20)
+    for i in range(70):  # repairs: a round of more than one block of answers
+        b.answer(names[i % 2], f"repair {i} " * 20, purpose="repair", attempt=2)
+        if i == 66:
+            b.save()
+    # cy's answer is in the round's first block, stored by then: the vote amends it there
+    b.vote("cy", agrees=False).vote("ana", agrees=True).save()
+    b.finish(SessionStatus.ABORTED, reason="stopped").save()
+    return b.id
+
+
+def _fresh(state: SessionState) -> str:
+    """The stored form of ``state`` computed from nothing: no block remembered as stored."""
+    again = SessionState.model_validate(state.model_dump())
+    return again.model_dump_json(context={BLOCK_SINK: Sink()})
+
+
+def _assert_the_fold_reports_every_change(ledger: Ledger, session_id: uuid.UUID) -> int:
+    state: SessionState | None = None
+    sink = Sink()
+    checked = 0
+    for e in ledger.events(session_id):
+        state = fold(state, e.payload(), session_id=str(session_id), position=e.position,
+                     at=e.timestamp, hash_=e.hash)
+        kept = state.model_dump_json(context={BLOCK_SINK: sink})
+        assert kept == _fresh(state), f"a stale block after {e.type} at {e.position}"
+        checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("pad", [0, 1])
+def test_the_fold_reports_every_change_to_rounds_and_answers(sqlite_url: str, pad: int) -> None:
+    """Storing the live state after every event, as snapshots do, gives what storing it from
+    nothing gives: no handler changes a round or an answer without reporting it."""
+    with Ledger(sqlite_url, snapshot_interval=0) as ledger:
+        sid = _every_kind_of_change(ledger, pad)
+        kinds = {e.type for e in ledger.events(sid)}
+        assert {"FallbackChosen", "SessionRewound", "ParseFailed", "VoteRecorded",
+                "CritiqueRecorded", "RoundCompleted", "SessionAborted"} <= kinds
+        state = ledger.state(sid)
+        assert len(state.rounds) == 16 + pad  # a full block of rounds
+        assert max(len(r.contributions) for r in state.rounds) > 64  # and of answers
+        assert _assert_the_fold_reports_every_change(ledger, sid) == state.version
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_the_fold_reports_every_change_in_random_sessions(sqlite_url: str, seed: int) -> None:
+    with Ledger(sqlite_url, snapshot_interval=0) as ledger:
+        for sid in build_ledger(ledger, seed, sessions=3):
+            assert _assert_the_fold_reports_every_change(ledger, uuid.UUID(sid)) > 0
+
+
+def test_time_travel_through_shared_blocks_gives_the_folded_state(sqlite_url: str) -> None:
+    """Snapshots every 7 events of a session with several blocks of rounds and answers: the
+    state at every position is the one folded from the first event, and the snapshots share
+    their blocks (the last snapshot holds less than half of the state inline)."""
+    with Ledger(sqlite_url, snapshot_interval=7) as snap:
+        sid = _every_kind_of_change(snap)
+    with Ledger(sqlite_url, snapshot_interval=7, create=False) as snap, Ledger(
+        sqlite_url, snapshot_interval=0, create=False,
+    ) as plain:
+        head = plain.head_version(sid)
+        for v in range(1, head + 1):
+            assert snap.state(sid, at_event=v) == plain.state(sid, at_event=v), v
+        assert snap.app.snapshots is not None
+        newest = next(iter(snap.app.snapshots.get(sid, desc=True, limit=1)))
+        assert newest.originator_version > head - 30
+        held = newest.state["state"]
+        whole = len(held.model_dump_json(exclude_defaults=True))
+        stored = held.model_dump_json(exclude_defaults=True, context={BLOCK_SINK: Sink()})
+        assert len(stored) < whole / 2
