@@ -58,7 +58,7 @@ BlockLoader = Callable[[str], bytes]
 """The JSON of the block stored at an address (its texts resolved); raises
 :class:`~forge_ledger.errors.StoreError` when it cannot."""
 
-_ADDRESS = re.compile(r"[0-9a-f]{64}")
+_ADDRESS = re.compile(r"^[0-9a-f]{64}$")
 
 
 class BlockSink(Protocol):
@@ -110,8 +110,7 @@ class BlockList(MutableSequence[T], Generic[T]):
         self._len = 0
         self._load: BlockLoader | None = None
         self._codec: TypeAdapter[list[T]] | None = None
-        for item in items:
-            self.append(item)
+        self._rebuild(list(items))
 
     # ------------------------------------------------------------------ reading
 
@@ -203,10 +202,12 @@ class BlockList(MutableSequence[T], Generic[T]):
         self._rebuild(items)
 
     def _rebuild(self, items: list[T]) -> None:
-        self._blocks = []
-        self._len = 0
-        for item in items:
-            self.append(item)
+        size = self.size
+        self._blocks = [
+            _Block(items[i : i + size], len(items[i : i + size]))
+            for i in range(0, len(items), size)
+        ]
+        self._len = len(items)
 
     # ------------------------------------------------------------------ copies
 
@@ -279,24 +280,18 @@ class BlockList(MutableSequence[T], Generic[T]):
     def _restored(
         cls, data: dict[str, Any], load: BlockLoader | None, codec: TypeAdapter[list[T]]
     ) -> BlockList[T]:
-        addresses, tail, count = data.get("blocks"), data.get("tail"), data.get("count")
-        if (
-            set(data) != {"blocks", "tail", "count"}
-            or not isinstance(addresses, list)
-            or not isinstance(tail, list)
-            or not isinstance(count, int)
-            or not all(isinstance(a, str) and _ADDRESS.fullmatch(a) for a in addresses)
-            or len(tail) >= cls.size
-            or count != cls.size * len(addresses) + len(tail)
-        ):
+        """The list from its stored form (validated already, the inline items too)."""
+        addresses: list[str] = data["blocks"]
+        tail: list[T] = data["tail"]
+        count: int = data["count"]
+        if len(tail) >= cls.size or count != cls.size * len(addresses) + len(tail):
             raise ValueError("a stored block list names its full blocks and holds the rest")
         if addresses and load is None:
             raise ValueError("a state with stored blocks loads through the ledger")
         out = cls()
         out._blocks = [_Block(None, cls.size, a) for a in addresses]
         if tail:
-            items = codec.validate_python(tail, context={BLOCK_LOADER: load})
-            out._blocks.append(_Block(items, len(items)))
+            out._blocks.append(_Block(tail, len(tail)))
         out._len, out._load, out._codec = count, load, codec
         return out
 
@@ -304,9 +299,21 @@ class BlockList(MutableSequence[T], Generic[T]):
     def __get_pydantic_core_schema__(
         cls, source: Any, handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
+        """A list of items, or the stored form (full blocks' addresses, the short last
+        block's items, the length), whose items pydantic-core validates in the same pass."""
         args = getattr(source, "__args__", None) or (Any,)
         codec: TypeAdapter[list[Any]] = TypeAdapter(list[args[0]])  # type: ignore[valid-type]
         items_schema = core_schema.list_schema(handler.generate_schema(args[0]))
+        stored_schema = core_schema.typed_dict_schema(
+            {
+                "blocks": core_schema.typed_dict_field(core_schema.list_schema(
+                    core_schema.str_schema(pattern=_ADDRESS.pattern)
+                )),
+                "tail": core_schema.typed_dict_field(items_schema),
+                "count": core_schema.typed_dict_field(core_schema.int_schema(ge=0)),
+            },
+            extra_behavior="forbid",
+        )
 
         def validate(
             value: Any, inner: core_schema.ValidatorFunctionWrapHandler,
@@ -314,10 +321,11 @@ class BlockList(MutableSequence[T], Generic[T]):
         ) -> BlockList[Any]:
             if isinstance(value, BlockList):
                 return value
-            if isinstance(value, dict):
+            valid = inner(value)
+            if isinstance(valid, dict):
                 context = info.context if isinstance(info.context, dict) else {}
-                return cls._restored(value, context.get(BLOCK_LOADER), codec)
-            out: BlockList[Any] = cls(inner(value))
+                return cls._restored(valid, context.get(BLOCK_LOADER), codec)
+            out: BlockList[Any] = cls(valid)
             out._codec = codec
             return out
 
@@ -333,7 +341,7 @@ class BlockList(MutableSequence[T], Generic[T]):
 
         return core_schema.with_info_wrap_validator_function(
             validate,
-            items_schema,
+            core_schema.union_schema([items_schema, stored_schema]),
             serialization=core_schema.wrap_serializer_function_ser_schema(
                 serialize, info_arg=True, schema=items_schema
             ),
