@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import uuid
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import given, settings
@@ -25,15 +25,17 @@ from forge_ledger.ledger import Ledger
 from forge_ledger.testing import SessionBuilder
 from support.random_sessions import build_ledger
 
+T = TypeVar("T")
 
-class Small(TrackedBlockList[Any]):
+
+class Small(TrackedBlockList[T]):
     """Blocks of four, so short lists cross several blocks."""
 
     __slots__ = ()
     size = 4
 
 
-class SmallUntracked(BlockList[Any]):
+class SmallUntracked(BlockList[T]):
     __slots__ = ()
     size = 4
 
@@ -90,7 +92,7 @@ def test_a_block_list_behaves_as_a_list_through_stores_and_restores(
     start: list[int], ops: list[tuple[Any, ...]]
 ) -> None:
     sink = Sink()
-    blocks: Small = SMALL.validate_python(start)
+    blocks: Small[int] = SMALL.validate_python(start)
     plain = list(start)
     for op in ops:
         if op[0] == "append":
@@ -290,14 +292,14 @@ def test_the_fold_reports_every_change_in_random_sessions(sqlite_url: str, seed:
             assert _assert_the_fold_reports_every_change(ledger, uuid.UUID(sid)) > 0
 
 
-def test_time_travel_through_shared_blocks_gives_the_folded_state(sqlite_url: str) -> None:
+def test_time_travel_through_shared_blocks_gives_the_folded_state(store_url: str) -> None:
     """Snapshots every 7 events of a session with several blocks of rounds and answers: the
     state at every position is the one folded from the first event, and the snapshots share
     their blocks (the last snapshot holds less than half of the state inline)."""
-    with Ledger(sqlite_url, snapshot_interval=7) as snap:
+    with Ledger(store_url, snapshot_interval=7) as snap:
         sid = _every_kind_of_change(snap)
-    with Ledger(sqlite_url, snapshot_interval=7, create=False) as snap, Ledger(
-        sqlite_url, snapshot_interval=0, create=False,
+    with Ledger(store_url, snapshot_interval=7, create=False) as snap, Ledger(
+        store_url, snapshot_interval=0, create=False,
     ) as plain:
         head = plain.head_version(sid)
         for v in range(1, head + 1):
