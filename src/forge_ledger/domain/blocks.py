@@ -127,7 +127,10 @@ class BlockList(MutableSequence[T], Generic[T]):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(self._len))]
         block, offset = divmod(self._position(index), self.size)
-        return self._items(block)[offset]  # type: ignore[no-any-return]
+        items = self._blocks[block].items  # the fold reads an item or two per event
+        if items is None:
+            items = self._items(block)
+        return items[offset]  # type: ignore[no-any-return]
 
     def __iter__(self) -> Iterator[T]:
         for block in range(len(self._blocks)):
@@ -166,11 +169,12 @@ class BlockList(MutableSequence[T], Generic[T]):
     def changed(self, item: T) -> None:
         """Report that ``item`` (one of the items, by identity) was changed in place, so its
         block is written again. Searched from the end: the fold changes recent items."""
-        for block in range(len(self._blocks) - 1, -1, -1):
-            b = self._blocks[block]
-            if b.items is not None and any(x is item for x in b.items):
-                b.address = b.text = None
-                return
+        for b in reversed(self._blocks):
+            if b.items is not None:
+                for x in reversed(b.items):
+                    if x is item:
+                        b.address = b.text = None
+                        return
 
     @overload
     def __setitem__(self, index: int, value: T) -> None: ...

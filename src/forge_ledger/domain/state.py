@@ -444,9 +444,12 @@ class SessionState(_State):
         return self.rounds[-1] if self.rounds else None
 
     def round(self, number: int) -> RoundState | None:
-        if 1 <= number <= len(self.rounds) and self.rounds[number - 1].number == number:
-            return self.rounds[number - 1]
-        for r in self.rounds:
+        rounds = self.rounds
+        if 1 <= number <= len(rounds):
+            r = rounds[number - 1]  # round n is the n-th, unless a store holds a gap
+            if r.number == number:
+                return r
+        for r in rounds:
             if r.number == number:
                 return r
         return None
