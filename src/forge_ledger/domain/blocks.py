@@ -64,32 +64,29 @@ _ADDRESS = re.compile(r"^[0-9a-f]{64}$")
 class BlockSink(Protocol):
     """Where a state being stored writes its blocks."""
 
-    def store(self, document: str) -> tuple[str, str]:
-        """Keep a block's JSON ``document``; its (address, text as stored)."""
-        ...
+    def store(self, document: str, forget: Callable[[], None]) -> str:
+        """Keep a block's JSON ``document``; its address.
 
-    def offer(self, address: str, text: str) -> None:
-        """Keep a block stored before (the store skips the texts it holds already)."""
+        The list remembers the address, so that an unchanged block is not written again. Until
+        the state being stored is, that is a promise: if storing it fails, the sink's owner
+        calls ``forget``, and the block is written again with the next state that holds it.
+        """
         ...
 
 
 class _Block:
-    """One block: its items once decoded, and its address (with its stored text, when this
-    process wrote it) while it is unchanged."""
+    """One block: its items once decoded, and its address while it is unchanged."""
 
-    __slots__ = ("address", "items", "size", "text")
+    __slots__ = ("address", "items", "size")
 
-    def __init__(
-        self,
-        items: list[Any] | None,
-        size: int,
-        address: str | None = None,
-        text: str | None = None,
-    ) -> None:
+    def __init__(self, items: list[Any] | None, size: int, address: str | None = None) -> None:
         self.items = items
         self.size = size
         self.address = address
-        self.text = text
+
+    def forget(self) -> None:
+        """The block's stored text is not (or no longer) what it holds."""
+        self.address = None
 
 
 class BlockList(MutableSequence[T], Generic[T]):
@@ -163,7 +160,7 @@ class BlockList(MutableSequence[T], Generic[T]):
         else:
             self._items(len(self._blocks) - 1).append(value)
             last.size += 1
-            last.address = last.text = None
+            last.address = None
         self._len += 1
 
     def changed(self, item: T) -> None:
@@ -173,7 +170,7 @@ class BlockList(MutableSequence[T], Generic[T]):
             if b.items is not None:
                 for x in reversed(b.items):
                     if x is item:
-                        b.address = b.text = None
+                        b.address = None
                         return
 
     @overload
@@ -190,7 +187,7 @@ class BlockList(MutableSequence[T], Generic[T]):
             return
         block, offset = divmod(self._position(index), self.size)
         self._items(block)[offset] = value
-        self._blocks[block].address = self._blocks[block].text = None
+        self._blocks[block].address = None
 
     def __delitem__(self, index: int | slice) -> None:
         items = list(self)
@@ -216,18 +213,28 @@ class BlockList(MutableSequence[T], Generic[T]):
     # ------------------------------------------------------------------ copies
 
     def __copy__(self) -> BlockList[T]:
-        return self._copy(lambda items: list(items))
+        """A new list of the same items. A decoded block's address is not kept: the two lists
+        share those items, and a change reported to one would leave the other's stale."""
+        out = self._copy(lambda b: _Block(
+            None if b.items is None else list(b.items),
+            b.size,
+            b.address if b.items is None else None,
+        ))
+        return out
 
     def __deepcopy__(self, memo: dict[int, Any]) -> BlockList[T]:
-        return self._copy(lambda items: copy.deepcopy(items, memo))
+        """Copies of the items, so every address still names what its block holds."""
+        out: BlockList[T] = self._copy(lambda b: _Block(None, b.size, b.address))
+        memo[id(self)] = out
+        for mine, theirs in zip(self._blocks, out._blocks, strict=True):
+            if mine.items is not None:
+                theirs.items = copy.deepcopy(mine.items, memo)
+        return out
 
-    def _copy(self, copy_items: Callable[[list[Any]], list[Any]]) -> BlockList[T]:
-        """A copy sharing what is immutable: stored blocks not decoded yet, and addresses."""
+    def _copy(self, copy_block: Callable[[_Block], _Block]) -> BlockList[T]:
+        """A copy sharing what is immutable: the stored blocks not decoded yet."""
         out: BlockList[T] = type(self)()
-        out._blocks = [
-            _Block(None if b.items is None else copy_items(b.items), b.size, b.address, b.text)
-            for b in self._blocks
-        ]
+        out._blocks = [copy_block(b) for b in self._blocks]
         out._len, out._load, out._codec = self._len, self._load, self._codec
         return out
 
@@ -273,9 +280,7 @@ class BlockList(MutableSequence[T], Generic[T]):
                 continue
             if b.items is not None and (b.address is None or not self.tracked):
                 document = codec.dump_json(b.items, exclude_defaults=True, context=context)
-                b.address, b.text = sink.store(document.decode("utf-8"))
-            elif b.text is not None:
-                sink.offer(b.address or "", b.text)
+                b.address = sink.store(document.decode("utf-8"), b.forget)
             assert b.address is not None  # a block read from the store has an address
             addresses.append(b.address)
         return {"blocks": addresses, "tail": tail, "count": self._len}
@@ -362,6 +367,7 @@ class TrackedBlockList(BlockList[T]):
 
 def _damaged(address: str, why: str) -> StoreError:
     return StoreError(
-        f"stored block {address[:12]} of a session state is damaged: {why}",
-        hint="run 'forge-ledger verify' on the store; restore it from a backup if it fails",
+        f"a snapshot names a block ({address[:12]}) that is damaged: {why}",
+        hint="the events are not affected ('forge-ledger verify' checks them); restore "
+        "the store from a backup to read this session from its snapshots again",
     )

@@ -389,7 +389,7 @@ class SessionState(_State):
         """Addresses of every answer the state refers to, in recorded order (no repeats); with
         ``loaded``, only of the contributions a restored state has decoded so far."""
         seen: dict[str, None] = {}
-        for r in self.rounds:
+        for r in self.rounds.loaded() if loaded else self.rounds:
             for c in r.contributions.loaded() if loaded else r.contributions:
                 seen[c.answer_sha256] = None
         return list(seen)
@@ -398,7 +398,8 @@ class SessionState(_State):
         """The state as JSON with every answer's text inline (``response.content``), as a
         fork's ``SessionForked`` carries it: the fork stays self-contained, and the ledger
         stores those texts by reference like any event's (``content`` is a text key)."""
-        data = self.model_dump(mode="json")
+        self.answer_addresses()  # reads every block first: a missing one is a StoreError here
+        data = self.model_dump(mode="json")  # (raised while serializing, pydantic wraps it)
         for r, rd in zip(self.rounds, data["rounds"], strict=True):
             for c, cd in zip(r.contributions, rd["contributions"], strict=True):
                 del cd["answer_sha256"]

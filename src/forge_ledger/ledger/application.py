@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import weakref
 import zlib
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -132,19 +132,27 @@ class StoredTexts:
 class _BlockTexts:
     """The :class:`~forge_ledger.domain.blocks.BlockSink` of a snapshot being encoded: each
     block becomes one stored text (its long texts referred to, as the state's are), added to
-    the texts the snapshot recorder writes with the snapshot."""
+    the texts the snapshot recorder writes with the snapshot.
+
+    The state's lists remember the addresses of the blocks written, so that the next snapshot
+    does not write them again; if this snapshot is not stored, :meth:`forget` makes them
+    forget (``_App._take_snapshots``), or a later snapshot would name texts never stored."""
 
     def __init__(self, texts: dict[str, str]) -> None:
         self._texts = texts
+        self._forgets: list[Callable[[], None]] = []
 
-    def store(self, document: str) -> tuple[str, str]:
+    def store(self, document: str, forget: Callable[[], None]) -> str:
         text = refer_to_texts(document, self._texts)
         address = text_address(text)
         self._texts[address] = text
-        return address, text
+        self._forgets.append(forget)
+        return address
 
-    def offer(self, address: str, text: str) -> None:
-        self._texts[address] = text
+    def forget(self) -> None:
+        for forget in self._forgets:
+            forget()
+        self._forgets = []
 
 
 class _SessionStateAsJson(Transcoding):
@@ -173,12 +181,21 @@ class _SessionStateAsJson(Transcoding):
 
     def encode(self, obj: SessionState) -> str:
         texts: dict[str, str] = {}
-        blocks = {BLOCK_SINK: _BlockTexts(texts)}
+        sink = _BlockTexts(texts)
         document = refer_to_texts(
-            obj.model_dump_json(exclude_defaults=True, context=blocks), texts
+            obj.model_dump_json(exclude_defaults=True, context={BLOCK_SINK: sink}), texts
         )
         self._encoded.texts = texts
+        self._encoded.blocks = sink
         return document
+
+    def stored(self, *, ok: bool) -> None:
+        """The state last encoded on this thread was stored (``ok``) or not: if not, its
+        lists forget the blocks they were told were written."""
+        sink: _BlockTexts | None = getattr(self._encoded, "blocks", None)
+        self._encoded.blocks = None
+        if sink is not None and not ok:
+            sink.forget()
 
     def encoded_texts(self) -> dict[str, str]:
         """The texts the last state encoded on this thread refers to (once: the mapper that
@@ -200,10 +217,14 @@ class _SessionStateAsJson(Transcoding):
 
 def _stored_block(lookup: Lookup, reads: Lookup, address: str) -> bytes:
     """The JSON of a block of a restored state (:class:`~forge_ledger.domain.blocks.
-    BlockList`), its long texts read back."""
+    BlockList`), its long texts read back; a block altered in the store is refused."""
     found = lookup([address]).get(address)
-    if found is None:
-        raise missing_text(address)
+    if found is None or text_address(found) != address:
+        raise StoreError(
+            f"a snapshot names a block ({address[:12]}) that the store does not hold intact",
+            hint="the events are not affected ('forge-ledger verify' checks them); restore "
+            "the store from a backup to read this session from its snapshots again",
+        )
     return with_texts(found.encode("utf-8"), reads)
 
 
@@ -379,7 +400,12 @@ class _App(Application[UUID]):
             if snapshot_due(event.originator_version, interval):
                 taken.add(aggregate.id)
                 snapshot_class: Any = getattr(type(aggregate), "Snapshot", self.snapshot_class)
-                self.snapshots.put([snapshot_class.take(aggregate)])
+                stored = False
+                try:
+                    self.snapshots.put([snapshot_class.take(aggregate)])
+                    stored = True
+                finally:
+                    self.state_transcoding.stored(ok=stored)
 
 
 def snapshot_due(version: int, interval: int) -> bool:
