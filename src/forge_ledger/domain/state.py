@@ -265,10 +265,12 @@ _POOL = "forge_ledger.text_pool"
 """Validation-context key of the pool that inline answers of an older state move into."""
 
 
-class RoundList(TrackedBlockList[T]):
-    """A session's rounds, in blocks of 16: a round holds its contributions inline while they
-    are fewer than a block of them, so a block of rounds is about as large as one of
-    contributions. The fold reports every round it changes (:func:`_changing`)."""
+class RecordList(TrackedBlockList[T]):
+    """A list of a session's larger records (rounds, evaluations, human inputs…), in blocks
+    of 16: a round holds its contributions inline while they are fewer than a block of them,
+    so a block of rounds is about as large as one of contributions, and a session records far
+    fewer of the others than of rounds. The fold reports every round it changes in place
+    (:func:`_changing`); the other records are only ever appended."""
 
     __slots__ = ()
     size = 16
@@ -291,22 +293,25 @@ class SessionState(_State):
     status: SessionStatus = SessionStatus.INITIALIZED
     status_reason: str = ""
     participants: list[Participant] = Field(default_factory=list)
-    rounds: RoundList[RoundState] = Field(default_factory=RoundList)
+    rounds: RecordList[RoundState] = Field(default_factory=RecordList)
     """In blocks a restored state decodes when read, as a round's contributions are: a
     snapshot names the blocks, so successive snapshots store an unchanged block once."""
-    failures: list[CallFailure] = Field(default_factory=list)
+    failures: RecordList[CallFailure] = Field(default_factory=RecordList)
+    """Only ever appended to, never changed in place, as are ``convergence``,
+    ``human_inputs``, ``asked`` and ``rewinds``: they grow with the session, so they are kept
+    in blocks too, and a snapshot stores each block of them once."""
     divergences: list[DivergenceState] = Field(default_factory=list)
-    convergence: list[ConvergenceResult] = Field(default_factory=list)
-    human_inputs: list[HumanInput] = Field(default_factory=list)
+    convergence: RecordList[ConvergenceResult] = Field(default_factory=RecordList)
+    human_inputs: RecordList[HumanInput] = Field(default_factory=RecordList)
     pending_questions: list[str] = Field(default_factory=list)
     fault: ev.PauseFault | None = None
     """The provider fault the session is paused on (None when not paused by a fault)."""
     resumed_position: int = 0
     """Position of the latest ``SessionResumed``: failures before it no longer count as giving
     up, so a resumed round gets a fresh set of attempts."""
-    asked: list[tuple[int, list[str]]] = Field(default_factory=list)
+    asked: RecordList[tuple[int, list[str]]] = Field(default_factory=RecordList)
     techniques: list[Technique] = Field(default_factory=list)
-    rewinds: list[Rewind] = Field(default_factory=list)
+    rewinds: RecordList[Rewind] = Field(default_factory=RecordList)
     budget_exhausted: dict[str, Any] | None = None
     fork_origin: ev.ForkOrigin | None = None
     seal: dict[str, Any] | None = None
@@ -630,7 +635,7 @@ def _round_started(s: SessionState, p: ev.RoundStarted, pos: int, at: datetime) 
 
 def _changing(s: SessionState, number: int) -> RoundState | None:
     """The round numbered ``number``, reported to the state's rounds as changing: a round read
-    to be changed is read through here (see :class:`RoundList`)."""
+    to be changed is read through here (see :class:`RecordList`)."""
     r = s.round(number)
     if r is not None:
         s.rounds.changed(r)
