@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 import click
 
@@ -113,17 +112,13 @@ def _in_cli_terms(e: ForgeLedgerError) -> ForgeLedgerError:
     return e.renamed(option_names()) if isinstance(e, ArgumentError) else e
 
 
-def _fail(e: ForgeLedgerError) -> NoReturn:
-    for line in _in_cli_terms(e).lines():
-        click.echo(f"error: {line}", err=True)
-    sys.exit(e.exit_code)
-
-
 def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="forge-ledger", standalone_mode=False)
     except ForgeLedgerError as e:
-        _fail(e)
+        for line in _in_cli_terms(e).lines():
+            click.echo(f"error: {line}", err=True)
+        sys.exit(e.exit_code)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
@@ -144,8 +139,6 @@ def main(argv: list[str] | None = None) -> None:
         from ..ledger import store_failure
         from ._integrity import found_chain_break
 
-        if isinstance(e.__cause__, ForgeLedgerError) and type(e).__name__.startswith("Pydantic"):
-            _fail(e.__cause__)  # raised while pydantic serialized a state: a block missing
         failure = found_chain_break() or store_failure(e)
         if failure is None:
             raise

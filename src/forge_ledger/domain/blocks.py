@@ -13,14 +13,12 @@ last one may be short. That is what lets the same items give the same block, and
 same address, in every snapshot that holds them. Appending, the one change the fold makes to
 a long list, touches the last block only; the rare other edits rebuild the blocks.
 
-A block decoded since it was stored may have changed in place, which the list cannot see:
-a :class:`BlockList` writes every decoded block again when stored (an unchanged one gives the
-same text and address, which the store holds once). A :class:`TrackedBlockList` is told of
-every change in place (:meth:`BlockList.changed`), so it writes only the blocks that changed:
-a long live session then stores each block once instead of encoding every item at every
-snapshot. Nothing here does I/O: the
-reader (:data:`BLOCK_LOADER` in the validation context) and the writer (:class:`BlockSink`
-in the serialization context) come from the ledger.
+A change in place to an item is one the list cannot see: it must be reported
+(:meth:`BlockList.changed`); appends and assignments report themselves. A list then writes
+only the blocks that changed, so a long live session stores each block once instead of
+encoding every item at every snapshot. Nothing here does I/O: the reader
+(:data:`BLOCK_LOADER` in the validation context) and the writer (:class:`BlockSink` in the
+serialization context) come from the ledger.
 """
 
 from __future__ import annotations
@@ -41,7 +39,7 @@ __all__ = [
     "BlockList",
     "BlockLoader",
     "BlockSink",
-    "TrackedBlockList",
+    "unreadable_block",
 ]
 
 T = TypeVar("T")
@@ -90,13 +88,12 @@ class _Block:
 
 
 class BlockList(MutableSequence[T], Generic[T]):
-    """A list whose items live in blocks of :attr:`size`, decoded when first read (see the
-    module's docstring). It compares equal to a list with the same items."""
+    """A list whose items live in blocks of :attr:`size`, decoded when first read, and told
+    of every change in place to them (see the module's docstring). It compares equal to a
+    list with the same items."""
 
     __slots__ = ("_blocks", "_codec", "_len", "_load")
     __hash__ = None  # type: ignore[assignment]
-    tracked: ClassVar[bool] = False
-    """Whether every change in place is reported (:class:`TrackedBlockList`)."""
     size: ClassVar[int] = 64
     """Items per block. A time travel decodes the block of the list it appends to: 64 small
     items decode in about half a millisecond, and a 10,000-item list names 157 blocks. A
@@ -278,10 +275,10 @@ class BlockList(MutableSequence[T], Generic[T]):
                 items = self._items(block)
                 tail = codec.dump_python(items, mode="json", exclude_defaults=True, context=context)
                 continue
-            if b.items is not None and (b.address is None or not self.tracked):
-                document = codec.dump_json(b.items, exclude_defaults=True, context=context)
+            if b.address is None:  # changed since stored, or never (a stored one has its own)
+                items = self._items(block)
+                document = codec.dump_json(items, exclude_defaults=True, context=context)
                 b.address = sink.store(document.decode("utf-8"), b.forget)
-            assert b.address is not None  # a block read from the store has an address
             addresses.append(b.address)
         return {"blocks": addresses, "tail": tail, "count": self._len}
 
@@ -357,17 +354,14 @@ class BlockList(MutableSequence[T], Generic[T]):
         )
 
 
-class TrackedBlockList(BlockList[T]):
-    """A :class:`BlockList` told of every change in place to its items (:meth:`changed`): a
-    decoded block that did not change keeps its address, and is not encoded again."""
-
-    __slots__ = ()
-    tracked = True
-
-
-def _damaged(address: str, why: str) -> StoreError:
+def unreadable_block(address: str, problem: str) -> StoreError:
+    """The error of every block a restored state cannot read (``problem`` says why)."""
     return StoreError(
-        f"a snapshot names a block ({address[:12]}) that is damaged: {why}",
+        f"a snapshot names a block ({address[:12]}) {problem}",
         hint="the events are not affected ('forge-ledger verify' checks them); restore "
         "the store from a backup to read this session from its snapshots again",
     )
+
+
+def _damaged(address: str, why: str) -> StoreError:
+    return unreadable_block(address, f"that is damaged: {why}")

@@ -14,7 +14,7 @@ from typing import Any, TypeVar, cast
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, model_validator
 
 from . import events as ev
-from .blocks import BLOCK_LOADER, BlockLoader, TrackedBlockList
+from .blocks import BLOCK_LOADER, BlockList, BlockLoader
 from .texts import TextPool, TextSource, text_address
 from .values import (
     ConvergenceVote,
@@ -153,7 +153,7 @@ class RoundState(_State):
     status: RoundStatus = RoundStatus.IN_PROGRESS
     expected: list[str]
     targets: dict[str, str] = Field(default_factory=dict)
-    contributions: TrackedBlockList[ContributionState] = Field(default_factory=TrackedBlockList)
+    contributions: BlockList[ContributionState] = Field(default_factory=BlockList)
     """In blocks a restored state decodes when read (:class:`~forge_ledger.domain.blocks.
     BlockList`): a round may hold thousands. An answer changed in place is reported to it."""
     abstained: list[str] = Field(default_factory=list)
@@ -265,7 +265,7 @@ _POOL = "forge_ledger.text_pool"
 """Validation-context key of the pool that inline answers of an older state move into."""
 
 
-class RecordList(TrackedBlockList[T]):
+class RecordList(BlockList[T]):
     """A list of a session's larger records (rounds, evaluations, human inputs…), in blocks
     of 16: a round holds its contributions inline while they are fewer than a block of them,
     so a block of rounds is about as large as one of contributions, and a session records far
@@ -350,8 +350,7 @@ class SessionState(_State):
         blocks: BlockLoader | None = None,
     ) -> SessionState:
         """A stored state (a snapshot's JSON, a fork's copy), its answers read from ``fallback``
-        and the blocks of its contributions from ``blocks`` (when it names them, as a snapshot
-        does).
+        and the blocks of its lists from ``blocks`` (when it names them, as a snapshot does).
 
         A state written before answers were held by address carries each text inline; the
         texts move into the pool here, so such states load as they did.
@@ -698,15 +697,17 @@ def _failed(s: SessionState, p: ev.ProviderCallFailed, pos: int, _at: datetime) 
     s.cost_usd += p.cost_usd
 
 
-def _amend(s: SessionState, round_no: int, name: str, **values: Any) -> None:
+def _amend(s: SessionState, round_no: int, name: str, **values: Any) -> RoundState | None:
     """Set fields of the participant's latest answer in a round, and report the change to the
-    round's contributions (whose stored blocks must then be written again)."""
+    round's contributions (whose stored blocks must then be written again); the round, which
+    is reported as changing too."""
     r = _changing(s, round_no)
     c = r.contribution_of(name) if r is not None else None
     if r is not None and c is not None:
         for field, value in values.items():
             setattr(c, field, value)
         r.contributions.changed(c)
+    return r
 
 
 def _critique(s: SessionState, p: ev.CritiqueRecorded, _pos: int, _at: datetime) -> None:
@@ -722,8 +723,7 @@ def _vote(s: SessionState, p: ev.VoteRecorded, _pos: int, _at: datetime) -> None
 
 
 def _parse_failed(s: SessionState, p: ev.ParseFailed, _pos: int, _at: datetime) -> None:
-    _amend(s, p.round, p.participant, parse_error=p.error)
-    r = _changing(s, p.round)
+    r = _amend(s, p.round, p.participant, parse_error=p.error)
     if r is not None and p.participant not in r.abstained:
         r.abstained.append(p.participant)
 

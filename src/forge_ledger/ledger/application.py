@@ -38,11 +38,12 @@ from eventsourcing.persistence import (
     PersistenceError as _PersistenceError,
 )
 from eventsourcing.utils import resolve_topic
+from pydantic_core import PydanticSerializationError
 
 from .._collector import fewer_collections
 from ..domain import events as ev
 from ..domain.aggregate import Deliberation, topic_for
-from ..domain.blocks import BLOCK_SINK
+from ..domain.blocks import BLOCK_SINK, unreadable_block
 from ..domain.json_fields import JsonFields, fields_json
 from ..domain.state import ContributionState, SessionState
 from ..domain.texts import missing_text, text_address
@@ -220,11 +221,7 @@ def _stored_block(lookup: Lookup, reads: Lookup, address: str) -> bytes:
     BlockList`), its long texts read back; a block altered in the store is refused."""
     found = lookup([address]).get(address)
     if found is None or text_address(found) != address:
-        raise StoreError(
-            f"a snapshot names a block ({address[:12]}) that the store does not hold intact",
-            hint="the events are not affected ('forge-ledger verify' checks them); restore "
-            "the store from a backup to read this session from its snapshots again",
-        )
+        raise unreadable_block(address, "that the store does not hold intact")
     return with_texts(found.encode("utf-8"), reads)
 
 
@@ -855,7 +852,10 @@ def _recorded(domain_event: Any, *, notification_id: int | None = None) -> Recor
 def store_failure(e: BaseException) -> StoreError | None:
     """A database error escaping from a read (a damaged file, a lost connection, a stored row
     that does not decompress) as the one line a user sees, or None when ``e`` is not one (then
-    it is a bug and keeps its traceback)."""
+    it is a bug and keeps its traceback). A forge-ledger error raised while pydantic serialized
+    a state (a block of a restored one read then) comes wrapped in pydantic's: it is that."""
+    if isinstance(e, PydanticSerializationError) and isinstance(e.__cause__, StoreError):
+        return e.__cause__
     if isinstance(e, NewerFormatError):
         return StoreError(
             f"the store cannot be read by this version: {_first_line(e)}",
@@ -867,11 +867,6 @@ def store_failure(e: BaseException) -> StoreError | None:
         f"the store cannot be read: {_first_line(e)}",
         hint="check it with 'forge-ledger verify'; restore a damaged file from a backup",
     )
-
-
-def _first_value(row: Any) -> Any:
-    """The first column of a row from either driver (sqlite3 tuples, psycopg dict rows)."""
-    return next(iter(row.values())) if isinstance(row, dict) else row[0]
 
 
 def _first_line(e: BaseException) -> str:
