@@ -263,7 +263,7 @@ def trail_round(state: SessionState, number: int) -> TrailRound | None:
                 reasoning_changed=reasoning_changed,
             )
         )
-    ev_ = next((c for c in state.convergence if c.round == number), None)
+    ev_ = state.evaluation(number)
     agree = sum(1 for v in trail if v.agrees)
     partial = sum(1 for v in trail if v.stance == "partial")
     return TrailRound(

@@ -406,7 +406,7 @@ class Deliberation(Aggregate):
             raise InvariantViolation(f"round {result.round} is not a convergence round")
         if r.status is not RoundStatus.COMPLETE:
             raise InvariantViolation(f"convergence round {result.round} is not complete yet")
-        if any(c.round == result.round for c in self.state.convergence):
+        if self.state.evaluation(result.round) is not None:
             raise InvariantViolation(f"round {result.round} was already evaluated")
         self._record(result, at)
 

@@ -176,13 +176,17 @@ class RoundState(_State):
                 return c
         return None
 
+    def latest_answers(self) -> dict[str, ContributionState]:
+        """Each participant's answer in this round (as :meth:`contribution_of` finds it), in
+        the order the participants first answered: one pass for a question about everyone."""
+        latest: dict[str, ContributionState] = {}
+        for c in self.contributions:
+            latest[c.participant] = c  # a later answer replaces, and keeps the first's place
+        return latest
+
     @property
     def contributors(self) -> list[str]:
-        seen: list[str] = []
-        for c in self.contributions:
-            if c.participant not in seen:
-                seen.append(c.participant)
-        return seen
+        return list(self.latest_answers())
 
     @property
     def missing(self) -> list[str]:
@@ -412,6 +416,15 @@ class SessionState(_State):
 
     # ------------------------------------------------------------------ queries
 
+    def evaluation(self, number: int) -> ConvergenceResult | None:
+        """Round ``number``'s convergence evaluation, if it has one (a round is evaluated at
+        most once: ``Deliberation.evaluate`` refuses a second). Searched from the newest: the
+        round asked about is usually the last one voted."""
+        for c in reversed(self.convergence):
+            if c.round == number:
+                return c
+        return None
+
     def participant(self, name: str) -> Participant | None:
         for p in self.participants:
             if p.name == name:
@@ -429,12 +442,20 @@ class SessionState(_State):
         Asked several times per step, so kept until the rounds change: a round is only ever
         appended (``RoundStarted``) and only a rewind supersedes one, so the pair of counts
         says when the list is stale. Rebuilding it every time made each step cost as much as
-        the session was long.
+        the session was long; rounds started since it was kept are added to it, as long as no
+        rewind came in between (a rebuild of the projections asks once per round).
         """
-        key = (len(self.rounds), len(self.rewinds))
+        rounds = self.rounds
+        key = (len(rounds), len(self.rewinds))
         private = self._private()
-        if private["_active_key"] != key:
-            private["_active"] = [r for r in self.rounds if not r.superseded]
+        known, rewinds = private["_active_key"]
+        if (known, rewinds) != key:
+            if rewinds == key[1] and 0 <= known < key[0]:  # rounds appended: add them
+                private["_active"] = [
+                    *private["_active"], *(r for r in rounds[known:] if not r.superseded)
+                ]
+            else:
+                private["_active"] = [r for r in rounds if not r.superseded]
             private["_active_key"] = key
         return cast(list[RoundState], private["_active"])
 

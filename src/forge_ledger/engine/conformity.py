@@ -120,7 +120,9 @@ def _side(s: Stance) -> int:
 def _votes(r: RoundState) -> dict[str, ContributionState]:
     """The counted votes (:func:`counted_votes`), in the order the participants first answered."""
     counted = counted_votes(r)
-    return {name: counted[name] for name in r.contributors if name in counted}
+    if len(counted) < 2:
+        return counted
+    return {name: counted[name] for name in r.latest_answers() if name in counted}
 
 
 def plain_majority(r: RoundState) -> bool:
@@ -299,10 +301,15 @@ def round_changes(state: SessionState, number: int) -> list[StanceChange]:
         return []
     current = _votes(rounds[idx])
     out: list[StanceChange] = []
+    earlier: dict[int, dict[str, ContributionState]] = {}  # each round's votes, counted once
     for name, new in current.items():
         for j in range(idx - 1, -1, -1):
             prev = rounds[j]
-            old = _votes(prev).get(name) if prev.kind is RoundKind.CONVERGENCE else None
+            if prev.kind is not RoundKind.CONVERGENCE:
+                continue
+            if j not in earlier:
+                earlier[j] = _votes(prev)
+            old = earlier[j].get(name)
             if old is None:
                 continue
             assert old.vote is not None

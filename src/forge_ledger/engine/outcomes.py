@@ -24,8 +24,6 @@ def after_round(state: SessionState, round_number: int) -> tuple[ev.Payload, ...
     if r is None or r.superseded:
         return ()
     planned = plan_divergences(state, round_number)
-    if r.kind is RoundKind.CONVERGENCE and not any(
-        c.round == round_number for c in state.convergence
-    ):
+    if r.kind is RoundKind.CONVERGENCE and state.evaluation(round_number) is None:
         return (*planned, convergence(state, r))
     return planned

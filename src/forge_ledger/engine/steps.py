@@ -290,7 +290,7 @@ def _synthesis(
 
 
 def _after_vote(state: SessionState, vote_round: RoundState, elapsed_secs: float) -> Step:
-    result = next((c for c in state.convergence if c.round == vote_round.number), None)
+    result = state.evaluation(vote_round.number)
     if result is not None:
         converged, score = result.converged, result.score
         remaining = list(result.remaining_issues)

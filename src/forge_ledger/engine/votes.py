@@ -15,9 +15,10 @@ def counted_votes(r: RoundState) -> dict[str, ContributionState]:
     the weighted score, the agree/partial/disagree counts, the plain majority and the stance
     changes all start from this one list, so they can never disagree about who voted.
     """
+    latest = r.latest_answers()
     out: dict[str, ContributionState] = {}
     for name in r.expected:
-        c = r.contribution_of(name)
+        c = latest.get(name)
         if c is not None and c.vote is not None and name not in r.abstained:
             out[name] = c
     return out

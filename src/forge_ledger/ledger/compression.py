@@ -28,6 +28,7 @@ import zlib
 from importlib import resources
 from typing import Any
 
+import pydantic_core
 from eventsourcing.persistence import Compressor, JSONTranscoder, Transcoder
 
 __all__ = [
@@ -201,6 +202,26 @@ class TopLevelTranscoder(Transcoder):
 
     def encode(self, obj: Any) -> bytes:
         return self.inner.encode(obj)
+
+    def encode_event_state(self, state: dict[str, Any]) -> bytes:
+        """An event's state as :meth:`encode` would write it, for a state whose values are
+        JSON already but for top-level ones of a registered type (an event's timestamp).
+
+        The caller vouches for the nesting: ours are payloads dumped in pydantic's JSON mode,
+        in which nothing needs the JSON encoder's hook for typed values. Written by
+        pydantic-core's serializer: a fifth of the standard encoder's cost, which every
+        append pays. Its bytes may differ from the standard encoder's only in how a float's
+        exponent is spelled (``1e-7``), which reads back as the same number.
+        """
+        top = dict(state)
+        for key, value in state.items():
+            transcoding = self.inner.types.get(type(value))
+            if transcoding is not None:
+                data = transcoding.encode(value)
+                if type(data) is not str:  # a typed value made of others: the full encoder
+                    return self.inner.encode(state)
+                top[key] = {_TYPE_KEY: transcoding.name, "_data_": data}
+        return pydantic_core.to_json(top)
 
     def decode(self, data: bytes) -> Any:
         obj = json.loads(data)

@@ -21,7 +21,7 @@ import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from eventsourcing.persistence import Mapper, StoredEvent
 from eventsourcing.sqlite import (
@@ -29,6 +29,7 @@ from eventsourcing.sqlite import (
     SQLiteApplicationRecorder,
     SQLiteTransaction,
 )
+from eventsourcing.utils import get_topic
 
 from ..domain.texts import text_address
 from ..errors import StoreError
@@ -106,8 +107,14 @@ def externalise(data: Any, texts: dict[str, str]) -> Any:
     if isinstance(data, dict):
         out: dict[str, Any] = {}
         for key, value in data.items():
-            ref = _reference(value, texts) if key in TEXT_KEYS and isinstance(value, str) else None
-            out[key] = ref if ref is not None else externalise(value, texts)
+            kind = type(value)  # a scalar is copied here, not through a call: appends pay
+            if kind is int or kind is float or kind is bool or value is None:
+                out[key] = value
+            elif isinstance(value, str):
+                ref = _reference(value, texts) if key in TEXT_KEYS else None
+                out[key] = value if ref is None else ref
+            else:
+                out[key] = externalise(value, texts)
         return out
     if isinstance(data, list | tuple):
         return [externalise(v, texts) for v in data]
@@ -263,12 +270,35 @@ class TextMapper(Mapper[Any]):
         texts: dict[str, str] = {}
         stored_data = externalise(data, texts)
         if not texts:
-            return super().to_stored_event(domain_event)
+            return self._stored(domain_event, state)
         dictionaries = self._dictionaries(data, texts)
         self._remember_answer(data)
-        proxy = object.__new__(type(domain_event))
-        object.__setattr__(proxy, "__dict__", {**state, "data": stored_data})
-        return StoredEventWithTexts.of(super().to_stored_event(proxy), texts, dictionaries)
+        return StoredEventWithTexts.of(
+            self._stored(domain_event, {**state, "data": stored_data}), texts, dictionaries
+        )
+
+    def _stored(self, domain_event: Any, state: dict[str, Any]) -> StoredEvent:
+        """eventsourcing's ``to_stored_event`` for one of our events, with ``state`` (its
+        payload's texts by reference) in place of its attributes. Its payload was dumped in
+        pydantic's JSON mode (``Deliberation._record``), so it is JSON already but for the
+        timestamp, and is written without the JSON encoder's hook for typed values."""
+        if self.cipher is not None:
+            proxy = object.__new__(type(domain_event))
+            object.__setattr__(proxy, "__dict__", state)
+            return super().to_stored_event(proxy)
+        rest = dict(state)
+        originator_id = rest.pop("originator_id")
+        originator_version = rest.pop("originator_version")
+        class_version = getattr(type(domain_event), "class_version", 1)
+        if class_version > 1:  # as eventsourcing writes it, for its upcasting
+            rest["class_version"] = class_version
+        body = cast(TopLevelTranscoder, self.transcoder).encode_event_state(rest)
+        return StoredEvent(
+            originator_id=originator_id,
+            originator_version=originator_version,
+            topic=get_topic(type(domain_event)),
+            state=self.compressor.compress(body) if self.compressor else body,
+        )
 
     def _dictionaries(self, data: dict[str, Any], texts: dict[str, str]) -> dict[str, list[str]]:
         """For each long text of the event but its own answer (a prompt, the reasoning parsed

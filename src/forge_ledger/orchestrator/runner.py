@@ -581,7 +581,7 @@ class Orchestrator:
             return
         for payload in engine.after_round(agg.state, number):
             self._record_payload(agg, payload)
-        result = next((c for c in agg.state.convergence if c.round == number), None)
+        result = agg.state.evaluation(number)
         if rnd.kind is RoundKind.CONVERGENCE and result is not None and not result.converged:
             from ..engine import ems
 
