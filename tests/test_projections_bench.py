@@ -40,5 +40,7 @@ def test_quick_bench_prints_one_json_document() -> None:
         for key in ("read_decode_eps", "rebuild_eps", "incremental_ms_warm",
                     "incremental_ms_fresh_runner"):
             assert figures[key] > 0
+        assert len(figures["ratios"]) == 1  # --quick: one turn of each
         ratio = figures["rebuild_eps"] / figures["read_decode_eps"]
         assert abs(figures["ratio"] - ratio) < 0.002
+        assert abs(figures["ratios"][0] - ratio) < 0.002
