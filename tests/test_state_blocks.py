@@ -462,5 +462,15 @@ def test_a_missing_or_altered_block_is_one_error_line(
         line = assert_one_error_line(err)
         assert code == 2, command
         assert f"a snapshot names a block ({address[:12]})" in line, line
-    code, out, _ = run_cli(capsys, "verify", str(sid), "--store", sqlite_url)
-    assert code == 0, out  # the events are intact, as the message says
+    assert "--drop-bad-snapshots" in line
+    code, _, err = run_cli(capsys, "verify", str(sid), "--store", sqlite_url)
+    line = assert_one_error_line(err)
+    assert code == 1
+    assert "its events verify, but the snapshot at event" in line, line
+    code, _, err = run_cli(capsys, "verify", str(sid), "--drop-bad-snapshots",
+                             "--store", sqlite_url)
+    assert code == 0, err  # the events are intact, as the message says
+    assert "dropped" in err
+    for command in (["show", str(sid)], ["spec", str(sid)]):
+        code, _, err = run_cli(capsys, *command, "--store", sqlite_url)
+        assert code == 0, err  # read from the events again

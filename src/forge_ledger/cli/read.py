@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 import click
 from rich.table import Table
@@ -448,6 +449,8 @@ def _event_summary(e: RecordedEvent) -> str:
               help="Environment variable holding the HMAC key that checks seals.")
 @click.option("--export", "export_file", type=click.Path(dir_okay=False), default=None,
               metavar="FILE", help="Check a YAML export against the store (as verify-export).")
+@click.option("--drop-bad-snapshots", is_flag=True,
+              help="Delete the snapshots that do not match their events, then verify again.")
 @store_option
 @json_option
 @click.pass_context
@@ -456,13 +459,15 @@ def verify(
     session: str | None,
     key_env: str,
     export_file: str | None,
+    drop_bad_snapshots: bool,
     store: str | None,
     as_json: bool,
 ) -> None:
     """Recompute the hash chain of SESSION, of every session in the store, or check an export.
 
-    Exits 0 when every chain verifies, 1 when one is broken (naming the session, the first bad
-    position and what is wrong).
+    Also checks each snapshot (a copy of the events' fold, which loads start from) against the
+    events up to it. Exits 0 when every chain and snapshot verifies, 1 otherwise (naming the
+    session, the first bad position and what is wrong).
     """
     if export_file is not None:
         if session is not None:
@@ -474,6 +479,9 @@ def verify(
     key = hmac_key(key_env)
     with open_ledger(store, create=False) as ledger:
         reports = _run_verify(ledger, session, key)
+        dropped = _drop_bad_snapshots(ledger, reports) if drop_bad_snapshots else {}
+        if dropped:
+            reports = _run_verify(ledger, session, key)
         location = ledger.location.display
     broken = [r for r in reports if not r.ok]
     if as_json:
@@ -483,6 +491,7 @@ def verify(
                 "ok": not broken,
                 "keyed": key is not None,
                 "sessions": [r.as_json() for r in reports],
+                **({"dropped_snapshots": dropped} if drop_bad_snapshots else {}),
             }
         )
         if broken:
@@ -490,20 +499,56 @@ def verify(
         return
     _print_reports(reports, location, keyed=key is not None)
     if broken:
-        first = broken[0]
-        others = len(broken) - 1
-        more = f" ({others} more broken session(s) listed above)" if others else ""
+        _raise_broken(broken)
+
+
+def _drop_bad_snapshots(ledger: Ledger, reports: list[ChainReport]) -> dict[str, list[int]]:
+    """Delete the snapshots ``verify`` found not matching their events (their events verify);
+    returns session id → the positions dropped."""
+    dropped: dict[str, list[int]] = {}
+    for r in reports:
+        if r.bad_snapshots:
+            ledger.drop_snapshots(UUID(r.session_id), r.bad_snapshots)
+            dropped[r.session_id] = list(r.bad_snapshots)
+            err_console.print(
+                f"dropped {len(r.bad_snapshots)} snapshot(s) of session {r.session_id} "
+                f"(at event {', '.join(map(str, r.bad_snapshots))})",
+                markup=False,
+            )
+    return dropped
+
+
+def _raise_broken(broken: list[ChainReport]) -> None:
+    first = broken[0]
+    others = len(broken) - 1
+    more = f" ({others} more broken session(s) listed above)" if others else ""
+    if first.bad_snapshots:
         raise ChainBrokenError(
-            f"session {first.session_id} is broken at position {first.position}: "
-            f"{first.problem}{more}",
-            hint="restore the store from a backup; 'forge-ledger log' shows the events",
+            f"session {first.session_id}: its events verify, but {first.problem}{more}",
+            hint=(
+                "a snapshot is a copy of the events' fold: 'forge-ledger verify "
+                f"{first.session_id[:8]} --drop-bad-snapshots' deletes the ones that differ"
+            ),
         )
+    raise ChainBrokenError(
+        f"session {first.session_id} is broken at position {first.position}: "
+        f"{first.problem}{more}",
+        hint="restore the store from a backup; 'forge-ledger log' shows the events",
+    )
 
 
 def _run_verify(ledger: Ledger, session: str | None, key: bytes | None) -> list[ChainReport]:
     if session is not None:
-        return [_verify_session(ledger, ledger.resolve(session), key=key)]
-    return _verify_store(ledger, key=key)
+        return [_verify_session(ledger, ledger.resolve(session), key=key, snapshots=True)]
+    return _verify_store(ledger, key=key, snapshots=True)
+
+
+def _snapshots_cell(r: ChainReport) -> str:
+    if r.snapshots is None:
+        return "not checked"
+    if r.bad_snapshots:
+        return f"{len(r.bad_snapshots)} of {r.snapshots} differ"
+    return f"{r.snapshots} ok" if r.snapshots else "none"
 
 
 def _print_reports(reports: list[ChainReport], location: str, *, keyed: bool) -> None:
@@ -511,14 +556,17 @@ def _print_reports(reports: list[ChainReport], location: str, *, keyed: bool) ->
         err_console.print(f"no sessions in {location}", markup=False)
         return
     table = Table(title=f"Hash chains in {location}", title_justify="left")
-    for col in ("session", "events", "result", "sealed", "head"):
+    for col in ("session", "events", "result", "sealed", "snapshots", "head"):
         table.add_column(col, justify="right" if col == "events" else "left")
     for r in reports:
         result = "ok" if r.ok else f"BROKEN at {r.position}: {r.problem}"
+        if r.bad_snapshots:
+            result = f"events ok; {r.problem}"
         sealed = "no"
         if r.sealed:
             sealed = "yes" + (" (hmac ok)" if r.hmac_ok else "" if not keyed else " (hmac bad)")
-        _row(table, r.session_id, str(r.events), result, sealed, r.head_hash[:12])
+        _row(table, r.session_id, str(r.events), result, sealed, _snapshots_cell(r),
+             r.head_hash[:12])
     print_table(table)
     good = sum(r.ok for r in reports)
     total_events = sum(r.events for r in reports)

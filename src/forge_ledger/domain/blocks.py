@@ -358,8 +358,8 @@ def unreadable_block(address: str, problem: str) -> StoreError:
     """The error of every block a restored state cannot read (``problem`` says why)."""
     return StoreError(
         f"a snapshot names a block ({address[:12]}) {problem}",
-        hint="the events are not affected ('forge-ledger verify' checks them); restore "
-        "the store from a backup to read this session from its snapshots again",
+        hint="the events are not affected: 'forge-ledger verify --drop-bad-snapshots' "
+        "deletes the snapshots that differ from them, and loads fold the events instead",
     )
 
 

@@ -760,6 +760,61 @@ class Ledger:
             except Exception as e:  # a damaged row: report, don't crash
                 yield int(stored.originator_version), stored.topic, None, _first_line(e)
 
+    def stored_snapshots(self, session_id: UUID) -> list[StoredEvent]:
+        """The session's snapshots as stored (oldest first); none in a store without them."""
+        snapshots = self.app.snapshots
+        if snapshots is None:
+            return []
+        return list(snapshots.recorder.select_events(session_id))
+
+    def folded_at(
+        self, session_id: UUID, positions: Collection[int]
+    ) -> Iterator[tuple[int, Deliberation]]:
+        """The session folded from its first event, never from a snapshot, as it stands at
+        each of ``positions`` (the one aggregate, folded on between them): what a snapshot
+        taken there must hold."""
+        if not positions:
+            return
+        wanted = set(positions)
+        aggregate: Any = None
+        events: Iterable[Any] = self.app.repository.event_store.get(session_id, lte=max(wanted))
+        with fewer_collections():
+            for event in events:
+                aggregate = event.mutate(aggregate)
+                if event.originator_version in wanted:
+                    yield event.originator_version, aggregate
+
+    def drop_snapshots(self, session_id: UUID, positions: Sequence[int]) -> None:
+        """Delete these snapshots of the session (``verify`` found they do not match its
+        events): loads then fold from the snapshot before them, or from the first event."""
+        if self.read_only:
+            raise StoreError(
+                f"{self.location.display} is read-only; nothing was written",
+                hint="make the file and its folder writable, or work on a writable copy",
+            )
+        snapshots = self.app.snapshots
+        if snapshots is None or not positions:
+            return
+        recorder: Any = snapshots.recorder
+        try:
+            recorder.delete_snapshots(session_id, list(positions))
+        except _PersistenceError as e:
+            raise StoreError(f"cannot write to {self.location.display}: {_first_line(e)}") from None
+
+    def snapshot_of(self, aggregate: Deliberation) -> StoredEventWithTexts | StoredEvent:
+        """The snapshot of ``aggregate`` as a save would store it now (not stored): its row,
+        and the texts it refers to that the save would write with it."""
+        snapshots = self.app.snapshots
+        if snapshots is None:
+            raise StoreError(f"{self.location.display} keeps no snapshots")
+        snapshot_class: Any = getattr(type(aggregate), "Snapshot", self.app.snapshot_class)
+        try:
+            return snapshots.mapper.to_stored_event(snapshot_class.take(aggregate))
+        finally:
+            # the aggregate's lists keep the addresses of the blocks encoded: the next
+            # snapshot of the same aggregate encodes only what changed, as a live one does
+            self.app.state_transcoding.stored(ok=True)
+
     def notifications(
         self, *, after: int = 0, limit: int = 1000, topics: Sequence[str] = ()
     ) -> list[RecordedEvent]:

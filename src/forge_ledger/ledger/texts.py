@@ -22,6 +22,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
+from uuid import UUID
 
 from eventsourcing.persistence import Mapper, StoredEvent
 from eventsourcing.sqlite import (
@@ -500,6 +501,16 @@ class TextsSQLiteSnapshotRecorder(_WritesTexts):
     """Writes the texts a snapshot refers to in the transaction that inserts the snapshot: a
     snapshot holds answers by reference, and the events it stands for may hold a text inline
     (a short one, or any in a store written before texts were stored apart)."""
+
+    def delete_snapshots(self, originator_id: UUID, versions: Sequence[int]) -> None:
+        """Delete these snapshots of one session (``verify`` found them not matching its
+        events); the texts they name stay, as every text does."""
+        with self.datastore.transaction(commit=True) as c:
+            c.executemany(
+                f"DELETE FROM {self.events_table_name} "
+                "WHERE originator_id = ? AND originator_version = ?",
+                [(originator_id.hex, v) for v in versions],
+            )
 
 
 _KNOWN_MAX = 65_536

@@ -7,6 +7,7 @@ import contextlib
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any
+from uuid import UUID
 
 import psycopg
 from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
@@ -195,6 +196,17 @@ class TextsPostgresSnapshotRecorder(_WritesTexts, PostgresAggregateRecorder):
     (see ``texts.TextsSQLiteSnapshotRecorder``). eventsourcing inserts a snapshot on an
     autocommit connection; with texts to write (none this writer knows stored), both go in
     one explicit transaction."""
+
+    def delete_snapshots(self, originator_id: UUID, versions: Sequence[int]) -> None:
+        """Delete these snapshots of one session (see ``TextsSQLiteSnapshotRecorder``)."""
+        statement = SQL(
+            "DELETE FROM {schema}.{table} "
+            "WHERE originator_id = %s AND originator_version = ANY(%s)"
+        ).format(
+            schema=Identifier(self.datastore.schema), table=Identifier(self.events_table_name)
+        )
+        with self.datastore.transaction(commit=True) as curs:
+            curs.execute(statement, (originator_id, list(versions)))
 
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any

@@ -6,22 +6,34 @@ texts it refers to (see :mod:`forge_ledger.ledger.texts`): each referenced text 
 hash to its address before the event is hashed. The first failure is
 reported with its position and what was wrong. A keyed check (HMAC) additionally confirms a
 seal was made by someone holding the key.
+
+A session's snapshots are copies of the fold of its events, which time travel and every load
+start from: :func:`verify_snapshots` checks each against the fold of the events up to it (the
+snapshot this version would take there, compared field by field), and that the store holds,
+intact, every text and block of state it refers to. A snapshot that differs is reported with
+its position; the events are not affected, and dropping it (:meth:`Ledger.drop_snapshots`)
+makes loads fold from the snapshot before it, or from the first event.
 """
 
 from __future__ import annotations
 
+import json
+import zlib
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 from uuid import UUID
 
+from eventsourcing.persistence import StoredEvent
+
 from ..domain.hashing import GENESIS, chain_hash, seal_hmac
 from ..domain.json_fields import JsonFields
 from ..errors import StoreError
 from .application import Ledger
+from .compression import unpack
 from .texts import resolve
 
-__all__ = ["ChainReport", "verify_session", "verify_store"]
+__all__ = ["ChainReport", "verify_session", "verify_snapshots", "verify_store"]
 
 _PREFIX = "forge_ledger:"
 
@@ -32,7 +44,7 @@ class ChainReport(JsonFields):
 
     json_keys = (
         "session_id", "ok", "events", "position", "problem", "head_hash", "sealed", "seal_ok",
-        "hmac_ok",
+        "hmac_ok", "snapshots", "bad_snapshots",
     )
     json_names = MappingProxyType({"position": "first_bad_position"})
 
@@ -45,6 +57,11 @@ class ChainReport(JsonFields):
     sealed: bool = False
     seal_ok: bool | None = None
     hmac_ok: bool | None = None
+    snapshots: int | None = None
+    """Snapshots checked against the events (None: not checked, or the events did not
+    verify)."""
+    bad_snapshots: list[int] = field(default_factory=list)
+    """Positions of the snapshots that do not match the events (the events verify)."""
     details: dict[str, Any] = field(default_factory=dict)
 
     def fail(self, position: int, problem: str) -> ChainReport:
@@ -57,7 +74,18 @@ class ChainReport(JsonFields):
         return {**super().as_json(), "problem": self.problem or None}
 
 
-def verify_session(ledger: Ledger, session_id: UUID, *, key: bytes | None = None) -> ChainReport:
+def verify_session(
+    ledger: Ledger, session_id: UUID, *, key: bytes | None = None, snapshots: bool = False
+) -> ChainReport:
+    """The session's hash chain checked (and its snapshots, with ``snapshots``, once the
+    events verify: see :func:`verify_snapshots`)."""
+    report = _verify_chain(ledger, session_id, key)
+    if snapshots and report.ok:
+        verify_snapshots(ledger, report)
+    return report
+
+
+def _verify_chain(ledger: Ledger, session_id: UUID, key: bytes | None) -> ChainReport:
     report = ChainReport(session_id=str(session_id))
     prev = GENESIS
     expected = 1
@@ -152,5 +180,111 @@ def _seal_problem(
     return None
 
 
-def verify_store(ledger: Ledger, *, key: bytes | None = None) -> list[ChainReport]:
-    return [verify_session(ledger, sid, key=key) for sid in ledger.session_ids()]
+def verify_store(
+    ledger: Ledger, *, key: bytes | None = None, snapshots: bool = False
+) -> list[ChainReport]:
+    return [
+        verify_session(ledger, sid, key=key, snapshots=snapshots) for sid in ledger.session_ids()
+    ]
+
+
+# --------------------------------------------------------------------------- snapshots
+
+
+def verify_snapshots(ledger: Ledger, report: ChainReport) -> ChainReport:
+    """Every snapshot of a session whose events verified (``report``), against the fold of
+    its events: the first that differs fails the report (the events still verify), and
+    every one that differs is listed in ``bad_snapshots``.
+
+    Each is compared with the snapshot this version takes at its position, which encodes only
+    the blocks of state that changed since the one before, as a live session does; a
+    snapshot written by an older version, laid out differently, is compared by its decoded
+    state instead.
+    """
+    sid = UUID(report.session_id)
+    stored = {int(s.originator_version): s for s in ledger.stored_snapshots(sid)}
+    report.snapshots = 0
+    beyond = sorted(v for v in stored if v > report.events)
+    checked: dict[str, bool] = {}
+    problems: dict[int, str] = {v: "is past the session's last event" for v in beyond}
+    for position, aggregate in ledger.folded_at(sid, [v for v in stored if v not in beyond]):
+        problem = _snapshot_problem(ledger, stored[position], aggregate, checked)
+        if problem is not None:
+            problems[position] = problem
+        report.snapshots += 1
+    report.snapshots += len(beyond)
+    if problems:
+        report.bad_snapshots = sorted(problems)
+        first = report.bad_snapshots[0]
+        report.fail(first, f"the snapshot at event {first} {problems[first]}")
+    return report
+
+
+def _snapshot_problem(
+    ledger: Ledger, stored: StoredEvent, aggregate: Any, checked: dict[str, bool]
+) -> str | None:
+    """What is wrong with one stored snapshot of ``aggregate`` (folded to its position).
+
+    ``checked`` holds the texts checked so far (address → intact): a snapshot refers to the
+    blocks of the ones before it that did not change, and encoding it here writes only the
+    blocks that did, so a block found damaged is looked for in each later snapshot."""
+    fresh = ledger.snapshot_of(aggregate)
+    try:
+        raw = unpack(stored.state)
+        have = _content(raw)
+    except (ValueError, zlib.error) as e:
+        return f"cannot be decoded ({e})"
+    if have != _content(unpack(fresh.state)):
+        return _decoded_difference(ledger, stored, aggregate)
+    problem = _texts_problem(ledger, getattr(fresh, "texts", {}), checked)
+    if problem is not None:
+        return problem
+    damaged = next((a for a, ok in checked.items() if not ok and a.encode() in raw), None)
+    return None if damaged is None else _not_intact(damaged)
+
+
+def _content(state: bytes) -> Any:
+    """A stored snapshot's content: all but the time it was taken."""
+    content = json.loads(state)
+    if isinstance(content, dict):
+        content.pop("timestamp", None)
+    return content
+
+
+def _not_intact(address: str) -> str:
+    return f"refers to text {address[:12]}, which the store does not hold intact"
+
+
+def _texts_problem(
+    ledger: Ledger, texts: dict[str, str], checked: dict[str, bool]
+) -> str | None:
+    """Whether the store holds, intact, each text a snapshot refers to (each checked once)."""
+    todo = [a for a in texts if a not in checked]
+    for i in range(0, len(todo), 500):
+        chunk = todo[i : i + 500]
+        try:
+            found = ledger.texts(chunk)
+        except StoreError as e:
+            return f"refers to texts the store cannot read ({e})"
+        for address in chunk:
+            checked[address] = found.get(address) == texts[address]
+    return next((_not_intact(a) for a in todo if not checked[a]), None)
+
+
+def _decoded_difference(ledger: Ledger, stored: StoredEvent, aggregate: Any) -> str | None:
+    """A snapshot laid out differently from this version's, compared by its decoded state."""
+    mismatch = (
+        "does not match the events up to it (altered, or taken by a version that folded "
+        "them differently)"
+    )
+    try:
+        snapshot: Any = ledger.app.snapshots.mapper.to_domain_event(stored)  # type: ignore[union-attr]
+        state = snapshot.state.get("state") if isinstance(snapshot.state, dict) else None
+        if state is None:
+            return mismatch
+        same = state.model_dump(mode="json") == aggregate.state.model_dump(mode="json")
+    except StoreError as e:
+        return f"cannot be read ({e})"
+    except Exception as e:  # a damaged row: report it, don't crash
+        return f"cannot be decoded ({type(e).__name__})"
+    return None if same else mismatch
