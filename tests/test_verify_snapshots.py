@@ -20,6 +20,7 @@ from forge_ledger.engine.outcomes import after_round
 from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.application import refer_to_texts
 from forge_ledger.ledger.compression import unpack
+from forge_ledger.ledger.verify import verify_session
 from forge_ledger.testing import SessionBuilder
 from support.cli import assert_one_error_line, one_json, run_cli
 
@@ -176,3 +177,70 @@ def test_verify_reads_a_store_without_snapshots(
     assert code == 0, err
     (report,) = one_json(out)["sessions"]
     assert report["snapshots"] == 0
+
+
+def test_a_save_during_verify_is_not_taken_for_a_bad_snapshot(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that commits events and a snapshot while ``verify`` reads: the snapshots
+    are read first, so each one read has its events in the chain read after."""
+    sid = _session(sqlite_url)
+    writer = Ledger(sqlite_url, create=False, snapshot_interval=5)
+    builder = SessionBuilder.of(writer.get(sid), store=writer)
+    reading = Ledger.stored_snapshots
+
+    def write_then_read(self: Ledger, session_id: uuid.UUID) -> list[StoredEvent]:
+        for _ in range(2):  # at least one more snapshot
+            builder.round(RoundKind.DRAFT, answers={"a": "more"}, close=True).save()
+        return reading(self, session_id)
+
+    with Ledger(sqlite_url, create=False) as ledger:
+        monkeypatch.setattr(Ledger, "stored_snapshots", write_then_read)
+        report = verify_session(ledger, sid, snapshots=True)
+    monkeypatch.undo()
+    writer.close()
+    assert report.ok, report.problem
+    assert report.snapshots == len(_positions(sqlite_url, sid))
+
+
+def test_a_snapshot_row_of_the_wrong_kind_is_found(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sid = _session(sqlite_url)
+    target = _positions(sqlite_url, sid)[1]
+    con = sqlite3.connect(sqlite_url)
+    con.execute("UPDATE stored_snapshots SET topic = 'nope.nope:Nope' WHERE originator_version = ?",
+                (target,))
+    con.commit()
+    con.close()
+    code, out, _ = run_cli(capsys, "verify", str(sid), "--store", sqlite_url, "--json")
+    (report,) = one_json(out)["sessions"]
+    assert code == 1
+    assert report["bad_snapshots"] == [target]
+    assert "wrong kind of snapshot" in report["problem"]
+
+
+def test_a_snapshot_taken_to_compare_leaves_the_session_as_it_was(sqlite_url: str) -> None:
+    """``Ledger.snapshot_of`` on a live session stores nothing and changes nothing its later
+    snapshots depend on: they still name only blocks that were written."""
+    with Ledger(sqlite_url, snapshot_interval=7) as ledger:
+        b = SessionBuilder(store=ledger).start("t", participants=["a", "b"])
+        for it in range(1, 41):  # full blocks of rounds, each encoded here before it is saved
+            b.round(RoundKind.DRAFT, iteration=it, answers={"a": f"draft {it}"}, close=True)
+            ledger.snapshot_of(b.aggregate)  # encodes blocks not stored yet
+            b.save()
+        report = verify_session(ledger, b.id, snapshots=True)
+        assert report.ok, report.problem
+        assert report.snapshots
+        with Ledger(sqlite_url, create=False) as again:
+            assert again.state(b.id).version == b.aggregate.version
+
+
+def test_dropping_snapshots_is_for_sessions_not_an_export(
+    sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _session(sqlite_url)
+    code, _, err = run_cli(capsys, "verify", "--export", str(tmp_path / "x.yaml"),
+                           "--drop-bad-snapshots", "--store", sqlite_url)
+    assert code == 2
+    assert "--drop-bad-snapshots checks sessions" in assert_one_error_line(err)

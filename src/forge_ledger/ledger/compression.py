@@ -210,8 +210,9 @@ class TopLevelTranscoder(Transcoder):
         The caller vouches for the nesting: ours are payloads dumped in pydantic's JSON mode,
         in which nothing needs the JSON encoder's hook for typed values. Written by
         pydantic-core's serializer: a fifth of the standard encoder's cost, which every
-        append pays. Its bytes may differ from the standard encoder's only in how a float's
-        exponent is spelled (``1e-7``), which reads back as the same number.
+        append pays. Its bytes may differ from the standard encoder's only in how a float is
+        spelled (``1e-7`` for ``1e-07``, ``0.000015`` for ``1.5e-05``), which reads back as
+        the same number.
         """
         top = dict(state)
         for key, value in state.items():
