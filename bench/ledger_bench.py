@@ -149,6 +149,13 @@ class _LedgerAppender:
         _contribution(self.agg, self.clock)
         self.ledger.save(self.agg)
 
+    def warmed_event_bytes(self) -> int:
+        """The average stored size of a contribution, after 20 appends (the raw baseline
+        writes rows of this size)."""
+        for _ in range(20):
+            self()
+        return self.event_bytes()
+
     def event_bytes(self) -> int:
         """The average stored size of the contributions appended."""
         sizes = [
@@ -184,27 +191,18 @@ def _raw_sqlite_appender(path: Path, size: int) -> tuple[Callable[[], None], sql
     return one, con
 
 
-def _event_size(store: str) -> int:
-    """The stored size of a contribution like the benchmark's (the raw rows are this size)."""
-    appender = _LedgerAppender(store)
-    try:
-        for _ in range(20):
-            appender()
-        return appender.event_bytes()
-    finally:
-        appender.close()
-
-
 def bench_append_sqlite(n: int, workdir: Path, rounds: int) -> dict[str, Any]:
     log(f"append on SQLite: {n} events, one save each, against raw sqlite3 in {rounds} turns")
-    size = _event_size(str(workdir / "size.sqlite"))
     ours = _LedgerAppender(str(workdir / "append.sqlite"))
-    raw, con = _raw_sqlite_appender(workdir / "raw.sqlite", size)
     try:
-        got = _alternating(ours, raw, n, rounds)
+        size = ours.warmed_event_bytes()
+        raw, con = _raw_sqlite_appender(workdir / "raw.sqlite", size)
+        try:
+            got = _alternating(ours, raw, n, rounds)
+        finally:
+            con.close()
     finally:
         ours.close()
-        con.close()
     return {
         "events": n,
         "event_bytes": size,
@@ -288,7 +286,8 @@ def bench_append_postgres(base_url: str, n: int, rounds: int) -> dict[str, Any]:
     )
     ours: _LedgerAppender | None = None
     try:
-        size = _event_size(url)
+        ours = _LedgerAppender(url)
+        size = ours.warmed_event_bytes()
         conn.execute(
             f'CREATE TABLE "{schema}".raw_events (originator_id uuid, originator_version bigint, '
             "topic text, state bytea, notification_id bigserial, "
@@ -306,7 +305,6 @@ def bench_append_postgres(base_url: str, n: int, rounds: int) -> dict[str, Any]:
                     (oid, next(counter), "forge_ledger:ContributionRecorded", payload),
                 )
 
-        ours = _LedgerAppender(url)
         got = _alternating(ours, raw, n, rounds)
     finally:
         if ours is not None:

@@ -550,13 +550,17 @@ class Ledger:
         a context manager around everything that may call a model."""
         return SessionLease(self.location, session_id)
 
-    def save(self, *aggregates: Deliberation) -> None:
-        """Append the pending events of ``aggregates`` atomically (one transaction)."""
+    def _require_writable(self) -> None:
+        """Refuse a write to a store opened read-only, before anything is written."""
         if self.read_only:
             raise StoreError(
                 f"{self.location.display} is read-only; nothing was written",
                 hint="make the file and its folder writable, or work on a writable copy",
             )
+
+    def save(self, *aggregates: Deliberation) -> None:
+        """Append the pending events of ``aggregates`` atomically (one transaction)."""
+        self._require_writable()
         try:
             self.app.save(*aggregates)
         except IntegrityError:
@@ -787,11 +791,7 @@ class Ledger:
     def drop_snapshots(self, session_id: UUID, positions: Sequence[int]) -> None:
         """Delete these snapshots of the session (``verify`` found they do not match its
         events): loads then fold from the snapshot before them, or from the first event."""
-        if self.read_only:
-            raise StoreError(
-                f"{self.location.display} is read-only; nothing was written",
-                hint="make the file and its folder writable, or work on a writable copy",
-            )
+        self._require_writable()
         snapshots = self.app.snapshots
         if snapshots is None or not positions:
             return

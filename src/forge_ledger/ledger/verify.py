@@ -30,7 +30,7 @@ from eventsourcing.persistence import StoredEvent
 from ..domain.hashing import GENESIS, chain_hash, seal_hmac
 from ..domain.json_fields import JsonFields
 from ..errors import StoreError
-from .application import Ledger, store_failure
+from .application import Ledger, _first_line, store_failure
 from .compression import NewerFormatError, unpack
 from .texts import resolve
 
@@ -265,10 +265,6 @@ def _without_state(content: Any) -> Any:
     if not isinstance(content, dict) or not isinstance(content.get("state"), dict):
         return content
     return {**content, "state": {k: v for k, v in content["state"].items() if k != "state"}}
-
-
-def _first_line(e: BaseException) -> str:
-    return (str(e).splitlines() or [""])[0][:200]
 
 
 def _content(state: bytes) -> Any:
