@@ -7,6 +7,10 @@ Prints one JSON object on stdout (progress on stderr):
   per row, on a file with the same settings (WAL, default synchronous), in the same run.
   The two take turns (``--rounds``, 5 by default) and the ratio is the median of the turns'
   ratios (each turn's rates are listed in ``ratios``). Goal: ratio ≥ 0.5.
+  ``stack_ratio`` is the same measure for eventsourcing's own ``Application`` saving a
+  one-attribute aggregate's events of about the same size, in the same turns: what the event
+  store library alone costs, before any of forge-ledger's work (hash chain, validation,
+  fold, texts by reference, compression).
 * ``state_at_position`` — median/p95 latency of ``Ledger.state(id, at_event=v)`` for random
   ``v`` on a small (1k) and a large (10k) session, with and without snapshots. Goal: ≤ 10 ms
   on the large session with snapshots.
@@ -33,6 +37,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from eventsourcing.application import Application
+from eventsourcing.domain import Aggregate, event
 
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.aggregate import Deliberation
@@ -114,23 +121,60 @@ def _rate(n: int, fn: Callable[[], None]) -> float:
 
 
 def _alternating(
-    ours: Callable[[], None], raw: Callable[[], None], n: int, rounds: int
+    ours: Callable[[], None], raw: Callable[[], None], stack: Callable[[], None], n: int,
+    rounds: int,
 ) -> dict[str, Any]:
-    """Rates of ``ours`` and ``raw`` measured in turns, ``n`` calls in all for each, and the
-    median of the rounds' ratios: on a noisy machine one long run of each compares two
-    moments as much as two writers."""
-    for _ in range(min(20, n)):  # warm up both
-        ours()
-        raw()
+    """Rates of ``ours``, ``raw`` and ``stack`` measured in turns, ``n`` calls in all for
+    each, and the medians of the turns' ratios to ``raw``: on a noisy machine one long run of
+    each compares two moments as much as two writers."""
+    writers = (ours, raw, stack)
+    for _ in range(min(20, n)):  # warm up all
+        for write in writers:
+            write()
     per_round = max(n // rounds, 1)
-    pairs = [(_rate(per_round, ours), _rate(per_round, raw)) for _ in range(rounds)]
-    ratios = [a / b for a, b in pairs]
+    turns = [[_rate(per_round, write) for write in writers] for _ in range(rounds)]
+    ratios = [a / b for a, b, _ in turns]
     return {
-        "ledger": statistics.median(a for a, _ in pairs),
-        "raw": statistics.median(b for _, b in pairs),
+        "ledger": statistics.median(t[0] for t in turns),
+        "raw": statistics.median(t[1] for t in turns),
+        "stack": statistics.median(t[2] for t in turns),
         "ratio": statistics.median(ratios),
         "ratios": [round(r, 3) for r in ratios],
+        "stack_ratio": statistics.median(c / b for _, b, c in turns),
     }
+
+
+class _Note(Aggregate):
+    """The smallest useful aggregate: one attribute, one kind of event."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    @event("Added")
+    def add(self, text: str) -> None:
+        self.texts.append(text)
+
+
+class _StackAppender:
+    """eventsourcing's own ``Application`` saving one ``_Note`` event per call, its stored
+    state about ``size`` bytes: the event store library's cost alone, to compare the ledger's
+    with (``stack_ratio``)."""
+
+    def __init__(self, env: dict[str, str], size: int) -> None:
+        self.app: Application[uuid.UUID] = Application(env=env)
+        self.note = _Note()
+        self.app.save(self.note)
+        self.note.add("")
+        self.app.save(self.note)
+        empty = len(self.app.recorder.select_events(self.note.id)[-1].state)
+        self.text = "x" * max(size - empty, 0)
+
+    def __call__(self) -> None:
+        self.note.add(self.text)
+        self.app.save(self.note)
+
+    def close(self) -> None:
+        self.app.close()
 
 
 # --------------------------------------------------------------------------- append
@@ -192,14 +236,19 @@ def _raw_sqlite_appender(path: Path, size: int) -> tuple[Callable[[], None], sql
 
 
 def bench_append_sqlite(n: int, workdir: Path, rounds: int) -> dict[str, Any]:
-    log(f"append on SQLite: {n} events, one save each, against raw sqlite3 in {rounds} turns")
+    log(f"append on SQLite: {n} events, one save each, against raw sqlite3 and eventsourcing "
+        f"alone, in {rounds} turns")
     ours = _LedgerAppender(str(workdir / "append.sqlite"))
     try:
         size = ours.warmed_event_bytes()
         raw, con = _raw_sqlite_appender(workdir / "raw.sqlite", size)
+        stack = _StackAppender(
+            {"PERSISTENCE_MODULE": "eventsourcing.sqlite",
+             "SQLITE_DBNAME": str(workdir / "stack.sqlite")}, size)
         try:
-            got = _alternating(ours, raw, n, rounds)
+            got = _alternating(ours, raw, stack, n, rounds)
         finally:
+            stack.close()
             con.close()
     finally:
         ours.close()
@@ -210,6 +259,8 @@ def bench_append_sqlite(n: int, workdir: Path, rounds: int) -> dict[str, Any]:
         "raw_sqlite_rows_per_sec": round(got["raw"], 1),
         "ratio": round(got["ratio"], 3),
         "ratios": got["ratios"],
+        "stack_events_per_sec": round(got["stack"], 1),
+        "stack_ratio": round(got["stack_ratio"], 3),
         "goal_ratio": APPEND_RATIO_GOAL,
         "goal_met": got["ratio"] >= APPEND_RATIO_GOAL,
     }
@@ -305,7 +356,16 @@ def bench_append_postgres(base_url: str, n: int, rounds: int) -> dict[str, Any]:
                     (oid, next(counter), "forge_ledger:ContributionRecorded", payload),
                 )
 
-        got = _alternating(ours, raw, n, rounds)
+        stack = _StackAppender({
+            "PERSISTENCE_MODULE": "eventsourcing.postgres", "POSTGRES_DBNAME": loc.dbname,
+            "POSTGRES_HOST": loc.host, "POSTGRES_PORT": str(loc.port),
+            "POSTGRES_USER": loc.user, "POSTGRES_PASSWORD": loc.password,
+            "POSTGRES_SCHEMA": schema,
+        }, size)
+        try:
+            got = _alternating(ours, raw, stack, n, rounds)
+        finally:
+            stack.close()
     finally:
         if ours is not None:
             ours.close()
@@ -318,6 +378,8 @@ def bench_append_postgres(base_url: str, n: int, rounds: int) -> dict[str, Any]:
         "raw_psycopg_rows_per_sec": round(got["raw"], 1),
         "ratio": round(got["ratio"], 3),
         "ratios": got["ratios"],
+        "stack_events_per_sec": round(got["stack"], 1),
+        "stack_ratio": round(got["stack_ratio"], 3),
         "goal_ratio": APPEND_RATIO_GOAL,
         "goal_met": got["ratio"] >= APPEND_RATIO_GOAL,
     }

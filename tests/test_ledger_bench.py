@@ -32,6 +32,9 @@ def test_bench_quick_prints_one_json_document() -> None:
         assert isinstance(part["goal_met"], bool)
         assert len(part["ratios"]) == 2  # --quick: two turns; the ratio is their median
         assert part["ratio"] == pytest.approx(sum(part["ratios"]) / 2, abs=0.002)
+        # the event store library alone, measured in the same turns
+        assert part["stack_events_per_sec"] > 0
+        assert part["stack_ratio"] > 0
     tt = doc["state_at_position"]
     for size in ("small", "large"):
         for mode in ("with_snapshots", "without_snapshots"):
