@@ -35,8 +35,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -63,6 +65,7 @@ from forge_ledger.ledger.texts import TEXT_TABLE
 from forge_ledger.orchestrator import NoWallTime, Orchestrator
 from forge_ledger.providers import ProviderCall
 from forge_ledger.replay import replay_session
+from forge_ledger.testing import FakeOpenAIServer
 
 REPLAY_GOAL_SECS = 1.0
 REPLAY_GOAL_ROUNDS = 100
@@ -137,51 +140,58 @@ class ScriptedProvider:
         )
 
     def _content(self, kind: RoundKind, who: str, round_no: int) -> str:
-        text = _prose(f"{kind.value}/{who}/{round_no}", self._text_bytes)
-        if kind in (RoundKind.DRAFT, RoundKind.SYNTHESIS):
-            return f"# {kind.value} by {who}, round {round_no}\n\n{text}"
-        # Structured answers carry about as much prose as a draft, in their free-text field.
-        if kind is RoundKind.CRITIQUE:
-            return json.dumps(
-                {
-                    "strengths": [f"{who} finds the event model sound"],
-                    "weaknesses": [text],
-                    "suggestions": [
-                        {
-                            "text": "specify retention",
-                            "section": "Storage",
-                            "priority": 2,
-                            "category": "completeness",
-                        }
-                    ],
-                    "score": 60,
-                }
-            )
-        if kind in (RoundKind.RESPONSE, RoundKind.REFINEMENT):
-            return json.dumps(
-                {
-                    "stance": "disagree",
-                    "reasoning": f"round {round_no}: {text}",
-                    "concerns": ["retention policy"],
-                    "strength": 0.6,
-                    "topics": ["retention"],
-                }
-            )
-        return json.dumps(
-            {
-                "agrees": False,
-                "stance": "disagree",
-                "score": 40,
-                "concerns": ["retention policy"],
-                "reasoning": f"round {round_no}: {text}",
-            }
-        )
+        return _answer(kind, who, round_no, _prose(f"{kind.value}/{who}/{round_no}",
+                                                   self._text_bytes))
 
     def price(self, participant: Participant) -> Price | None:
         return participant.price or _PRICE
 
     async def aclose(self) -> None:
         return None
+
+
+def _answer(kind: RoundKind, who: str, round_no: int, text: str) -> str:
+    """A participant's answer in ``kind``'s format, holding ``text`` as its prose: a Markdown
+    document for drafts and syntheses, the structured answer's free-text field otherwise. Every
+    vote disagrees, so a session goes on to its round budget."""
+    if kind in (RoundKind.DRAFT, RoundKind.SYNTHESIS):
+        return f"# {kind.value} by {who}, round {round_no}\n\n{text}"
+    # Structured answers carry about as much prose as a draft, in their free-text field.
+    if kind is RoundKind.CRITIQUE:
+        return json.dumps(
+            {
+                "strengths": [f"{who} finds the event model sound"],
+                "weaknesses": [text],
+                "suggestions": [
+                    {
+                        "text": "specify retention",
+                        "section": "Storage",
+                        "priority": 2,
+                        "category": "completeness",
+                    }
+                ],
+                "score": 60,
+            }
+        )
+    if kind in (RoundKind.RESPONSE, RoundKind.REFINEMENT):
+        return json.dumps(
+            {
+                "stance": "disagree",
+                "reasoning": f"round {round_no}: {text}",
+                "concerns": ["retention policy"],
+                "strength": 0.6,
+                "topics": ["retention"],
+            }
+        )
+    return json.dumps(
+        {
+            "agrees": False,
+            "stance": "disagree",
+            "score": 40,
+            "concerns": ["retention policy"],
+            "reasoning": f"round {round_no}: {text}",
+        }
+    )
 
 
 async def _no_sleep(_: float) -> None:
@@ -266,7 +276,9 @@ def measure_replay(rounds: int, repeat: int, workdir: Path) -> dict[str, Any]:
 
 
 def _file_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+    """The database file and its WAL and shared-memory files, if any (not the folder of
+    session leases the CLI keeps beside it)."""
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*") if p.is_file())
 
 
 def measure_storage(rounds: int, workdir: Path) -> dict[str, Any]:
@@ -330,6 +342,81 @@ def measure_storage(rounds: int, workdir: Path) -> dict[str, Any]:
     }
 
 
+def _words(key: str, count: int) -> str:
+    """``count`` words of distinct prose for ``key``, in sentences of twelve."""
+    rng = random.Random(key)
+    words = [rng.choice(_VOCABULARY) for _ in range(count)]
+    return " ".join(
+        " ".join(words[i : i + 12]).capitalize() + "." for i in range(0, count, 12)
+    )
+
+
+def _cli_script(names: list[str], rounds: int, words: int) -> dict[str, Any]:
+    """A fake-server script: each participant's answers, each kind's in its format, ``words``
+    words of distinct prose each; a participant's n-th answer of a kind is the n-th rule."""
+    return {
+        name: [
+            {"match": f"· {kind.value} ·", "times": 1,
+             "content": _answer(kind, name, n, _words(f"cli/{name}/{kind.value}/{n}", words))}
+            for kind in RoundKind
+            for n in range(1, rounds + 1)
+        ]
+        for name in names
+    }
+
+
+def measure_cli_storage(
+    rounds: int, participants: int, words: int, workdir: Path
+) -> dict[str, Any]:
+    """A session run by ``forge-ledger run`` (the CLI, in a child process) against the
+    scripted OpenAI-compatible server over HTTP, to its round budget: the store file over the
+    model text it recorded."""
+    names = [f"p{i + 1}" for i in range(participants)]
+    store = workdir / "cli" / "ledger.sqlite"
+    store.parent.mkdir()
+    with FakeOpenAIServer(_cli_script(names, rounds, words)) as server:
+        command = [
+            sys.executable, "-m", "forge_ledger", "run", "Storage of a real session",
+            *[arg for name in names for arg in ("-m", f"openai/{name}")],
+            "--api-base", server.url, "--max-rounds", str(rounds), "--threshold", "0.99",
+            "--store", str(store), "--json",
+        ]
+        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        proc = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"forge-ledger run failed ({proc.returncode}): {proc.stderr[-500:]}")
+    outcome = json.loads(proc.stdout)
+    with Ledger(str(store), create=False) as ledger:
+        events = list(ledger.events(UUID(outcome["session_id"])))
+    text = sum(
+        len(e.data["response"]["content"].encode("utf-8"))
+        for e in events
+        if e.type == "ContributionRecorded"
+    )
+    conn = sqlite3.connect(store)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    file_bytes = _file_bytes(store)
+    beside = sum(
+        f.stat().st_size for f in store.parent.rglob("*")
+        if f.is_file() and not f.name.startswith(store.name)
+    )
+    return {
+        "rounds": outcome["rounds"],
+        "participants": participants,
+        "words_per_answer": words,
+        "status": outcome["status"],
+        "events": len(events),
+        "answers": sum(1 for e in events if e.type == "ContributionRecorded"),
+        "model_text_bytes": text,
+        "file_bytes": file_bytes,
+        "file_ratio": round(file_bytes / text, 3),
+        "beside_bytes": beside,
+        "goal_ratio": STORAGE_GOAL_RATIO,
+        "goal_met": file_bytes / text <= STORAGE_GOAL_RATIO,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes for a CI smoke test")
@@ -342,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
         help="session lengths in rounds (default 10 100 1000)",
     )
     parser.add_argument("--storage-rounds", type=int, default=None)
+    parser.add_argument("--cli-rounds", type=int, default=None,
+                        help="rounds of the session run through the CLI (default 14)")
     args = parser.parse_args(argv)
     sizes = args.sizes or ([10, 20] if args.quick else [10, 100, 1000])
     storage_rounds = args.storage_rounds or (10 if args.quick else 50)
@@ -355,6 +444,10 @@ def main(argv: list[str] | None = None) -> int:
             log(f"  {out['replay'][str(n)]}")
         log(f"storage: {storage_rounds} rounds, event store vs checkpoint per step")
         out["storage"] = measure_storage(storage_rounds, work)
+        cli = (args.cli_rounds or 6, 3, 50) if args.quick else (args.cli_rounds or 14, 6, 300)
+        log(f"storage: a {cli[0]}-round session of {cli[1]} participants through the CLI, "
+            f"{cli[2]}-word answers")
+        out["storage_cli"] = measure_cli_storage(*cli, work)
     goal = out["replay"].get(str(REPLAY_GOAL_ROUNDS))
     small = out["replay"].get(str(sizes[-2])) if len(sizes) >= 2 else None
     large = out["replay"][str(sizes[-1])]
@@ -371,6 +464,7 @@ def main(argv: list[str] | None = None) -> int:
             goal["replay_secs"] <= REPLAY_GOAL_SECS and goal["identical"] if goal else None
         ),
         "storage_ratio": out["storage"]["goal_met"],
+        "storage_cli_ratio": out["storage_cli"]["goal_met"],
         "build_ratio": (
             out["build_ratio"]["ratio"] <= BUILD_GOAL_RATIO if "build_ratio" in out else None
         ),

@@ -22,12 +22,19 @@ from hypothesis import strategies as st
 from forge_ledger.domain import RoundKind
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.texts import text_address
-from forge_ledger.domain.values import ConvergenceVote, Stance
+from forge_ledger.domain.values import ConvergenceVote, Critique, Stance
 from forge_ledger.engine.outcomes import after_round
 from forge_ledger.engine.votes import counted_votes
 from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.compression import TopLevelTranscoder, unpack
-from forge_ledger.ledger.texts import MIN_LENGTH, TEXT_KEYS, TextMapper, externalise
+from forge_ledger.ledger.texts import (
+    MIN_LENGTH,
+    OBJECT_TEXTS,
+    TEXT_KEYS,
+    TextMapper,
+    externalise,
+    object_text,
+)
 from forge_ledger.testing import SessionBuilder
 
 # --------------------------------------------------------------------------- event encoder
@@ -108,13 +115,18 @@ def test_a_typed_value_made_of_others_goes_through_the_full_encoder() -> None:
 
 
 def _externalised(data: Any, texts: dict[str, str]) -> Any:
-    """The rule, plainly: a long string under a text key becomes its reference."""
+    """The rule, plainly: a long string under a text key becomes its reference, and so does an
+    object under an object key whose text is long."""
     if isinstance(data, dict):
         out = {}
         for key, value in data.items():
+            text = object_text(key, value) if isinstance(value, dict) else None
             if key in TEXT_KEYS and isinstance(value, str) and len(value) >= MIN_LENGTH:
                 texts[text_address(value)] = value
                 out[key] = {"sha256": text_address(value)}
+            elif key in OBJECT_TEXTS and text is not None and len(text) >= MIN_LENGTH:
+                texts[text_address(text)] = text
+                out[key] = {"sha256": text_address(text)}
             else:
                 out[key] = _externalised(value, texts)
         return out
@@ -123,14 +135,18 @@ def _externalised(data: Any, texts: dict[str, str]) -> Any:
     return data
 
 
-_KEYS = st.sampled_from(sorted(TEXT_KEYS)) | _TEXT
+_KEYS = st.sampled_from(sorted(TEXT_KEYS | set(OBJECT_TEXTS))) | _TEXT
 _LONG = st.text(min_size=MIN_LENGTH - 2, max_size=MIN_LENGTH + 40)
 def _payload_of(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     return st.lists(inner, max_size=4) | st.dictionaries(_KEYS, inner, max_size=5)
 
 
+_CRITIQUE = st.builds(
+    Critique, weaknesses=st.lists(_TEXT | _LONG, max_size=2).map(tuple)
+).map(lambda c: c.model_dump(mode="json"))
 _PAYLOAD = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _TEXT | _LONG,
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _TEXT | _LONG
+    | _CRITIQUE,
     _payload_of,
     max_leaves=40,
 )

@@ -77,6 +77,13 @@ class QuotedAnswers:
         while len(self._answers) > RECENT:
             self._answers.popitem(last=False)
 
+    def holds(self, address: str) -> bool:
+        """Whether the text at ``address`` is one of the recent answers (which other texts may
+        be packed against, so it must never be packed itself)."""
+        if self._queued:
+            self._settle()
+        return address in self._answers
+
     def quoted_in(self, prompt: str) -> list[tuple[str, str]]:
         """The remembered answers that ``prompt`` appears to quote, newest first, up to
         zlib's window."""

@@ -6,7 +6,9 @@ same database, written in the same transaction as the events that refer to it (t
 application recorder's insert, see :class:`TextsSQLiteRecorder` and
 ``texts_postgres.TextsPostgresRecorder``). The stored event carries ``{"sha256": <hex>}``
 in place of the text; the mapper swaps the texts back when an event is read, so everything above the
-store (state, replay, audit, export) sees exactly the recorded texts. The hash chain covers
+store (state, replay, audit, export) sees exactly the recorded texts. A parsed critique, whose
+lists of strengths and weaknesses repeat its answer's prose in strings no text key holds, is
+stored the same way as one text, its JSON (:data:`OBJECT_TEXTS`). The hash chain covers
 the texts themselves: ``verify`` resolves every reference, checks that the text exists and
 hashes to its address, then hashes the event — old stores (texts inline) verify unchanged.
 
@@ -31,13 +33,16 @@ from eventsourcing.sqlite import (
     SQLiteTransaction,
 )
 from eventsourcing.utils import get_topic
+from pydantic import BaseModel, ValidationError
 
 from ..domain.texts import text_address
+from ..domain.values import Critique
 from ..errors import StoreError
 from .compression import StateCompressor, TopLevelTranscoder, pack_text, unpack, unpack_text
 from .quotes import QuotedAnswers, pack_with, unpack_with
 
 __all__ = [
+    "OBJECT_TEXTS",
     "TEXT_KEYS",
     "TEXT_TABLE",
     "KnowsStore",
@@ -49,6 +54,7 @@ __all__ = [
     "binary_keys",
     "externalise",
     "learned_in",
+    "object_text",
     "quoting_body",
     "refer_to_texts",
     "resolve",
@@ -62,6 +68,11 @@ TEXT_KEYS = frozenset({"content", "partial_text", "reasoning", "text"})
 """Payload keys whose string values are texts (chat message and answer contents, partial
 answers, human input, and the reasoning of a parsed opinion or vote, which repeats its
 answer's prose)."""
+OBJECT_TEXTS: dict[str, type[BaseModel]] = {"critique": Critique}
+"""Payload keys whose object values are stored as one text, the value's JSON as its model
+writes it (:func:`object_text`): a parsed critique holds its answer's prose again, in lists
+of strings under keys no text rule names. The same value gives the same text in an event and
+in a snapshot, which writes its state without default values."""
 MIN_LENGTH = 96
 """Shorter texts stay inline: a reference costs about as much as they do."""
 _REF = "sha256"
@@ -69,11 +80,15 @@ _REF_KEY = b'"sha256"'
 _WINDOW = 256
 """Events whose texts are read together (a few hundred texts: well inside the text cache)."""
 _REF_PATTERN = re.compile(
-    rb'"(' + b"|".join(re.escape(k.encode()) for k in sorted(TEXT_KEYS))
+    rb'"(' + b"|".join(re.escape(k.encode()) for k in sorted(TEXT_KEYS | set(OBJECT_TEXTS)))
     + rb')"\s*:\s*\{\s*"sha256"\s*:\s*"([0-9a-f]{64})"\s*\}'
 )
-"""A reference under a text key, as any JSON writer spaces it (a PostgreSQL row may have been
-re-serialised through ``jsonb``)."""
+"""A reference under a text or object key, as any JSON writer spaces it (a PostgreSQL row may
+have been re-serialised through ``jsonb``)."""
+_OBJECT_VALUE = re.compile(
+    '"(' + "|".join(re.escape(k) for k in sorted(OBJECT_TEXTS)) + r')":\{'
+)
+"""The start of an object under an object key, in compact JSON."""
 _PROMPT_REF = re.compile(
     rb'("role"\s*:\s*"[a-z]+"\s*,\s*"content"\s*:\s*)\{\s*"sha256"\s*:\s*"[0-9a-f]{64}"\s*\}'
 )
@@ -102,9 +117,29 @@ def _reference(text: str, texts: dict[str, str]) -> dict[str, str] | None:
     return {_REF: address}
 
 
+def object_text(key: str, value: dict[str, Any]) -> str | None:
+    """The text that stands for ``value`` under the object key ``key`` (:data:`OBJECT_TEXTS`):
+    its JSON as its model writes it, defaults included, so an event's full value and a
+    snapshot's (defaults left out) give the same text. None if ``value`` is not such a model's
+    (it then stays inline)."""
+    model = OBJECT_TEXTS.get(key)
+    if model is None:
+        return None
+    try:
+        return model.model_validate(value).model_dump_json()
+    except ValidationError:
+        return None
+
+
+def _object_reference(key: str, value: dict[str, Any], texts: dict[str, str]) -> Any:
+    text = object_text(key, value)
+    return None if text is None else _reference(text, texts)
+
+
 def externalise(data: Any, texts: dict[str, str]) -> Any:
-    """``data`` with every long text under a :data:`TEXT_KEYS` key replaced by its reference;
-    the texts are added to ``texts`` (address → text). ``data`` itself is not changed."""
+    """``data`` with every long text under a :data:`TEXT_KEYS` key, and every object under an
+    :data:`OBJECT_TEXTS` key whose text is long, replaced by its reference; the texts are added
+    to ``texts`` (address → text). ``data`` itself is not changed."""
     if isinstance(data, dict):
         out: dict[str, Any] = {}
         for key, value in data.items():
@@ -115,17 +150,22 @@ def externalise(data: Any, texts: dict[str, str]) -> Any:
                 ref = _reference(value, texts) if key in TEXT_KEYS else None
                 out[key] = value if ref is None else ref
             else:
-                out[key] = externalise(value, texts)
+                ref = _object_reference(key, value, texts) if key in OBJECT_TEXTS else None
+                out[key] = externalise(value, texts) if ref is None else ref
         return out
     if isinstance(data, list | tuple):
         return [externalise(v, texts) for v in data]
     return data
 
 
+def _refers(key: str, value: Any) -> bool:
+    return (key in TEXT_KEYS or key in OBJECT_TEXTS) and _is_ref(value)
+
+
 def _addresses(data: Any, found: list[str]) -> list[str]:
     if isinstance(data, dict):
         for key, value in data.items():
-            if key in TEXT_KEYS and _is_ref(value):
+            if _refers(key, value):
                 found.append(value[_REF])
             else:
                 _addresses(value, found)
@@ -137,13 +177,35 @@ def _addresses(data: Any, found: list[str]) -> list[str]:
 
 def _substitute(data: Any, texts: dict[str, str]) -> Any:
     if isinstance(data, dict):
-        return {
-            k: texts[v[_REF]] if k in TEXT_KEYS and _is_ref(v) else _substitute(v, texts)
-            for k, v in data.items()
-        }
+        return {k: _text_value(k, v, texts) for k, v in data.items()}
     if isinstance(data, list):
         return [_substitute(v, texts) for v in data]
     return data
+
+
+def _text_value(key: str, value: Any, texts: dict[str, str]) -> Any:
+    """``value`` (under ``key``) with its text in place if it is a reference."""
+    if not _refers(key, value):
+        return _substitute(value, texts)
+    address = value[_REF]
+    if key in OBJECT_TEXTS:
+        return _object_of(texts[address], address)
+    return texts[address]
+
+
+def _object_of(text: str, address: str) -> dict[str, Any]:
+    """The object an object key's text holds. Anything else (the text was altered) is refused:
+    spliced into a stored event as it is, it could stand for any of the event's fields."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if type(value) is not dict:
+        raise StoreError(
+            f"text {address[:12]} should hold a JSON object and does not (the text was altered)",
+            hint="restore the store from a backup",
+        )
+    return cast(dict[str, Any], value)
 
 
 def resolve(data: Any, lookup: Lookup, *, check: bool = False) -> Any:
@@ -178,7 +240,11 @@ def with_texts(plain: bytes, lookup: Lookup) -> bytes:
     texts = _all_found(lookup, addresses)
 
     def text(m: re.Match[bytes]) -> bytes:
-        body = json.dumps(texts[m.group(2).decode("ascii")], ensure_ascii=False)
+        address = m.group(2).decode("ascii")
+        value: Any = texts[address]
+        if m.group(1).decode("ascii") in OBJECT_TEXTS:
+            value = _object_of(value, address)
+        body = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
         return b'"' + m.group(1) + b'":' + body.encode("utf-8")
 
     return _REF_PATTERN.sub(text, plain)
@@ -197,7 +263,28 @@ def refer_to_texts(document: str, texts: dict[str, str]) -> str:
             return m.group(0)
         return f'"{m.group(1)}":{json.dumps(ref, separators=(",", ":"))}'
 
-    return _TEXT_VALUE.sub(reference, document)
+    return _TEXT_VALUE.sub(reference, _refer_to_objects(document, texts))
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _refer_to_objects(document: str, texts: dict[str, str]) -> str:
+    """``document`` with every object under an object key whose text is long replaced by its
+    reference (before the texts inside it could be). Each object's end is found by the C
+    decoder (``raw_decode``), which reads just that object."""
+    parts: list[str] = []
+    done = 0
+    for m in _OBJECT_VALUE.finditer(document):
+        if m.start() < done:
+            continue  # inside an object already referred to
+        start = m.end() - 1
+        value, end = _DECODER.raw_decode(document, start)
+        ref = _object_reference(m.group(1), value, texts)
+        if ref is not None:
+            parts += [document[done:start], json.dumps(ref, separators=(",", ":"))]
+            done = end
+    return "".join(parts) + document[done:] if parts else document
 
 
 def _all_found(lookup: Lookup, addresses: Sequence[str]) -> dict[str, str]:
@@ -302,14 +389,16 @@ class TextMapper(Mapper[Any]):
         )
 
     def _dictionaries(self, data: dict[str, Any], texts: dict[str, str]) -> dict[str, list[str]]:
-        """For each long text of the event but its own answer (a prompt, the reasoning parsed
-        from an answer), the recent answers it quotes; those are added to ``texts`` so they
-        are certainly stored with it."""
+        """For each long text of the event but its own answer (a prompt, the reasoning or
+        critique parsed from an answer), the recent answers it quotes; those are added to
+        ``texts`` so they are certainly stored with it. A text that is itself a recent answer
+        (a parsed critique may be its answer's very text) is stored on its own: packed, it
+        would make every text packed against it a chain of reads."""
         response = data.get("response")
         answer = response.get("content") if isinstance(response, dict) else None
         out: dict[str, list[str]] = {}
         for address, text in list(texts.items()):
-            if text == answer:
+            if text == answer or self.quotes.holds(address):
                 continue
             quoted = [(a, t) for a, t in self.quotes.quoted_in(text) if a != address]
             if quoted:

@@ -1,0 +1,175 @@
+"""A parsed critique is stored once: its event and the snapshots after it refer to it by the
+address of its JSON, as they refer to other texts, on SQLite and PostgreSQL.
+
+A critique's strengths and weaknesses repeat its answer's prose in lists of strings, which no
+text key names; stored inline they were that prose a second time in the event and a third in
+every snapshot. The critique is read back exactly, a store that holds critiques inline still
+reads, and a critique text altered behind the ledger's back is refused, never spliced in.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from forge_ledger.domain.values import Critique, RoundKind, Suggestion
+from forge_ledger.errors import StoreError
+from forge_ledger.ledger import Ledger, resolve_store, texts, verify_session
+from forge_ledger.ledger.texts import object_text, refer_to_texts, with_texts
+from forge_ledger.testing import SessionBuilder
+from support.store import raw_connection, snapshot_rows
+
+NAMES = ("p0", "p1", "p2")
+_AWKWARD = 'quotes " and \\ backslashes, "critique":{"not": "an object"}, é, 中文, \u2028. '
+
+
+def _critique(round_no: int, name: str) -> Critique:
+    return Critique(
+        target="p0",
+        strengths=(f"{name} likes round {round_no}: " + _AWKWARD * 2,),
+        weaknesses=(f"{name} doubts round {round_no}: " + _AWKWARD * 3, "short"),
+        suggestions=(Suggestion(text="Say how long events are kept. " * 5, section="Storage"),),
+        score=61,
+    )
+
+
+def _session(ledger: Ledger, iterations: int = 3) -> SessionBuilder:
+    b = SessionBuilder(store=ledger).start("Critique texts", participants=NAMES).save()
+    for it in range(1, iterations + 1):
+        b.round(RoundKind.DRAFT, iteration=it, participants=["p0"])
+        b.answer("p0", f"draft {it}: " + "the ledger keeps every event. " * 8)
+        b.close_round().save()
+        b.round(RoundKind.CRITIQUE, iteration=it, participants=["p1", "p2"])
+        for name in ("p1", "p2"):
+            critique = _critique(b.round_number, name)
+            # p2 answers with the critique's very JSON: its text is then the answer's
+            preamble = "Here is my review.\n" if name == "p1" else ""
+            b.answer(name, preamble + critique.model_dump_json())
+            b.critique(name, critique)
+        b.close_round().save()
+    return b
+
+
+def _critiques(state: Any) -> list[Critique]:
+    return [c.critique for r in state.rounds for c in r.contributions if c.critique]
+
+
+def _stored_rows(store_url: str, ledger: Ledger) -> list[bytes]:
+    """Every stored event state of the store, as JSON."""
+    loc = resolve_store(store_url)
+    if loc.kind == "sqlite":
+        with raw_connection(store_url) as con:
+            return [bytes(r[0]) for r in con.execute("SELECT unpack(state) FROM stored_events")]
+    recorder: Any = ledger.app.recorder
+    with recorder.datastore.transaction(commit=False) as curs:
+        curs.execute(
+            f'SELECT state FROM "{loc.schema}"."{recorder.events_table_name}"'
+        )
+        return [bytes(r["state"]) for r in curs.fetchall()]
+
+
+def test_a_critique_is_stored_once_and_read_back_exactly(store_url: str) -> None:
+    with Ledger(store_url, snapshot_interval=5) as ledger:
+        b = _session(ledger)
+        want = _critiques(b.aggregate.state)
+        rows = _stored_rows(store_url, ledger)
+        snapshots = snapshot_rows(store_url, ledger)
+    assert len(want) == 6
+    assert snapshots, "the session is long enough to be snapshotted"
+    doubt = json.dumps("doubts round")[1:-1].encode()
+    for stored in [*rows, *(s for _, s in snapshots)]:
+        assert doubt not in stored  # neither events nor snapshots hold the prose
+    assert sum(b'"critique":{"sha256":"' in r for r in rows) == 6
+
+    with Ledger(store_url, create=False, snapshot_interval=5) as ledger:
+        assert _critiques(ledger.state(b.id)) == want  # from the newest snapshot
+        assert _critiques(ledger.state(b.id, at_event=len(rows) - 1)) == want
+        events = [e for e in ledger.events(b.id) if e.type == "CritiqueRecorded"]
+        assert [Critique.model_validate(e.data["critique"]) for e in events] == want
+        report = verify_session(ledger, b.id, snapshots=True)
+    assert report.ok, report.as_json()
+    assert report.snapshots
+
+
+def test_a_store_with_critiques_inline_still_reads_and_verifies(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = str(tmp_path / "inline.sqlite")
+    with monkeypatch.context() as m:
+        m.setattr(texts, "OBJECT_TEXTS", {})  # how critiques were stored before
+        with Ledger(path, snapshot_interval=5) as ledger:
+            b = _session(ledger)
+            want = _critiques(b.aggregate.state)
+    with raw_connection(path) as con:
+        rows = [bytes(r[0]) for r in con.execute("SELECT unpack(state) FROM stored_events")]
+    assert not any(b'"critique":{"sha256"' in r for r in rows)
+    with Ledger(path, create=False, snapshot_interval=5) as ledger:
+        assert _critiques(ledger.state(b.id)) == want
+        report = verify_session(ledger, b.id, snapshots=True)
+        assert report.ok, report.as_json()
+        b2 = SessionBuilder.of(ledger.get(b.id), store=ledger)
+        b2.round(RoundKind.CRITIQUE, iteration=4, participants=["p1"])
+        b2.answer("p1", "more").critique("p1", _critique(b2.round_number, "p1"))
+        b2.close_round().save()  # a new critique in an old store goes by reference
+        assert _critiques(ledger.state(b.id)) == [*want, _critique(b2.round_number, "p1")]
+        assert verify_session(ledger, b.id, snapshots=True).ok
+
+
+def test_an_altered_critique_text_is_refused_not_spliced_in(tmp_path: Any) -> None:
+    path = str(tmp_path / "altered.sqlite")
+    with Ledger(path, snapshot_interval=0) as ledger:
+        b = _session(ledger, iterations=1)
+        target = object_text("critique", _critique(2, "p1").model_dump(mode="json"))
+    assert target is not None
+    address = texts.text_address(target)
+    with raw_connection(path) as con:
+        changed = con.execute(
+            f"UPDATE {texts.TEXT_TABLE} SET body = ? WHERE address(sha256) = ?",
+            ['1},"round":99,"x":{', address],
+        ).rowcount
+    assert changed == 1
+    with Ledger(path, create=False, snapshot_interval=0) as ledger:
+        with pytest.raises(StoreError, match=r"should hold a JSON object .*altered"):
+            list(ledger.events(b.id))
+        report = verify_session(ledger, b.id)
+    assert not report.ok
+    assert "does not hash to its address" in report.problem
+
+
+_CRITIQUES = st.builds(
+    Critique,
+    target=st.none() | st.sampled_from(NAMES),
+    strengths=st.lists(st.text(max_size=120), max_size=3).map(tuple),
+    weaknesses=st.lists(st.text(max_size=120), max_size=3).map(tuple),
+    score=st.integers(0, 100),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_CRITIQUES, min_size=1, max_size=4), st.booleans())
+def test_critiques_out_of_a_document_and_back_give_their_values(
+    critiques: list[Critique], defaults: bool
+) -> None:
+    """Critiques in a document (with or without their default values, as a snapshot writes
+    them): referring to them and reading them back gives each critique's full value, and a
+    long one's text is the one its event stores."""
+    items = [
+        {"n": i, "critique": c.model_dump(mode="json", exclude_defaults=not defaults)}
+        for i, c in enumerate(critiques)
+    ]
+    compact = json.dumps({"rounds": items}, separators=(",", ":"), ensure_ascii=False)
+    found: dict[str, str] = {}
+    referred = refer_to_texts(compact, found)
+    back = json.loads(with_texts(referred.encode(), lambda _: found))
+    assert [Critique.model_validate(i["critique"]) for i in back["rounds"]] == critiques
+    for c in critiques:
+        text = c.model_dump_json()
+        if len(text) >= texts.MIN_LENGTH:
+            assert found[texts.text_address(text)] == text
+            event_texts: dict[str, str] = {}
+            texts.externalise({"critique": c.model_dump(mode="json")}, event_texts)
+            assert event_texts == {texts.text_address(text): text}
