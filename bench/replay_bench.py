@@ -16,6 +16,11 @@ Prints one JSON object on stdout (progress on stderr):
   ``checkpoint_per_step`` is measured in the same run for comparison: the full session state
   JSON (answers inline) stored after every event in a scratch SQLite table (as LangGraph's
   ``SqliteSaver`` stores a checkpoint per step), its file size over the same model text.
+* ``storage_cli`` — a real session: ``forge-ledger run`` in a child process, six participants
+  (``--quick``: three) against the scripted OpenAI-compatible server over HTTP, answers of
+  300 words (``--quick``: 50) of distinct prose, to a budget of 14 rounds (``--cli-rounds``);
+  the store file (WAL checkpointed) over the model text it recorded. Goal ≤ 2.
+  ``beside_bytes`` are the files the run writes beside the store (export, document).
 
 Sessions are produced by the real :class:`~forge_ledger.orchestrator.Orchestrator` with an
 in-process scripted provider (no HTTP, no latency), so their events are exactly what a live

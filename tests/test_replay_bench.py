@@ -46,7 +46,14 @@ def test_replay_bench_quick_prints_one_json_document() -> None:
         "goal_met",
     }
     assert set(storage["checkpoint_per_step"]) >= {"file_bytes", "ratio"}
-    assert set(doc["goals_met"]) == {"replay_100_rounds_secs", "storage_ratio", "build_ratio"}
+    cli = doc["storage_cli"]  # a session run by the CLI against the scripted HTTP server
+    assert cli["participants"] == 3
+    assert cli["rounds"] >= 3
+    assert cli["answers"] > cli["rounds"]
+    assert cli["file_ratio"] == round(cli["file_bytes"] / cli["model_text_bytes"], 3)
+    assert set(doc["goals_met"]) == {
+        "replay_100_rounds_secs", "storage_ratio", "storage_cli_ratio", "build_ratio",
+    }
     ratio = doc["build_ratio"]
     assert ratio["rounds"][0] < ratio["rounds"][1]
     assert ratio["secs"][0] > 0
