@@ -10,17 +10,21 @@ reads, and a critique text altered behind the ledger's back is refused, never sp
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from forge_ledger import SystemClock, UuidIds
+from forge_ledger.domain.blocks import BLOCK_SINK
 from forge_ledger.domain.values import Critique, RoundKind, Suggestion
 from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger, resolve_store, texts, verify_session
-from forge_ledger.ledger.texts import object_text, refer_to_texts, with_texts
+from forge_ledger.ledger.texts import object_text, with_texts
 from forge_ledger.testing import SessionBuilder
+from forge_ledger.yaml_format import import_session
 from support.store import raw_connection, snapshot_rows
 
 NAMES = ("p0", "p1", "p2")
@@ -140,36 +144,101 @@ def test_an_altered_critique_text_is_refused_not_spliced_in(tmp_path: Any) -> No
     assert "does not hash to its address" in report.problem
 
 
+def test_a_critique_shaped_value_in_free_form_data_is_kept_as_it_is(tmp_path: Any) -> None:
+    """Only a critique event's own critique (and a state's) goes by reference: an imported
+    session's free-form history may hold a "critique" that a Critique would read with its
+    defaults added, which would no longer be what was recorded (nor hash as recorded)."""
+    history = (
+        "    - round: 2\n      topic: Critique round\n      critique:\n"
+        "        strengths: [\"The repository pattern keeps the domain testable and the"
+        " persistence swappable, as the panel agreed\"]\n"
+        "        weaknesses: [It adds a layer]\n        score: 70\n"
+    )
+    fixture = Path(__file__).parent / "fixtures" / "seed_panel.yaml"
+    text = fixture.read_text().replace("  panel_history:\n", "  panel_history:\n" + history, 1)
+    path = str(tmp_path / "imported.sqlite")
+    with Ledger(path) as ledger:
+        sid = import_session(ledger, text, clock=SystemClock(), ids=UuidIds()).session_id
+    with Ledger(path, create=False) as ledger:
+        imported = next(e for e in ledger.events(sid) if e.type == "SessionImported")
+        assert imported.data["panel_history"][0]["critique"] == {
+            "strengths": ["The repository pattern keeps the domain testable and the persistence"
+                          " swappable, as the panel agreed"],
+            "weaknesses": ["It adds a layer"],
+            "score": 70,
+        }
+        assert verify_session(ledger, ledger.resolve(str(sid)), snapshots=True).ok
+
+
+def test_verify_finds_an_altered_critique_inside_a_block_every_later_snapshot_names(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store written before holds its critiques inline in its events; the snapshots this
+    version writes are then the only ones to refer to the critique texts, from inside blocks
+    of rounds that later snapshots name by address. Altering one such text fails every
+    snapshot that names the block, not only the one that wrote it."""
+    path = str(tmp_path / "blocks.sqlite")
+    with monkeypatch.context() as m:
+        m.setattr(texts, "OBJECT_TEXTS", {})
+        with Ledger(path, snapshot_interval=10**6) as ledger:  # none taken yet
+            b = _session(ledger, iterations=12)  # 24 rounds: a full block of 16
+    with Ledger(path, create=False, snapshot_interval=10) as ledger:
+        b = SessionBuilder.of(ledger.get(b.id), store=ledger)
+        for it in range(13, 31):
+            b.round(RoundKind.DRAFT, iteration=it, participants=["p0"])
+            b.answer("p0", f"draft {it}: " + "the ledger keeps every event. " * 8)
+            b.close_round().save()
+        positions = [int(s.originator_version) for s in ledger.stored_snapshots(b.id)]
+    assert len(positions) >= 3
+    target = _critique(4, "p1").model_dump_json()  # round 4: inside the first block
+    with raw_connection(path) as con:
+        changed = con.execute(
+            f"UPDATE {texts.TEXT_TABLE} SET body = ? WHERE address(sha256) = ?",
+            [target.replace("doubts", "LOVES"), texts.text_address(target)],
+        ).rowcount
+    assert changed == 1
+    with Ledger(path, create=False, snapshot_interval=10) as ledger:
+        report = verify_session(ledger, b.id, snapshots=True)
+    assert not report.ok
+    assert report.bad_snapshots == positions
+
+
 _CRITIQUES = st.builds(
     Critique,
-    target=st.none() | st.sampled_from(NAMES),
+    target=st.none() | st.sampled_from(("p0", "p2")),  # never the critic itself
     strengths=st.lists(st.text(max_size=120), max_size=3).map(tuple),
     weaknesses=st.lists(st.text(max_size=120), max_size=3).map(tuple),
+    suggestions=st.lists(st.builds(Suggestion, text=st.text(max_size=150)), max_size=2).map(tuple),
     score=st.integers(0, 100),
 )
 
 
+class _Sink:
+    """A snapshot's sink of parsed texts (the ledger's keeps its blocks too)."""
+
+    def __init__(self) -> None:
+        self.texts: dict[str, str] = {}
+
+    def refer(self, text: str) -> Any:
+        return texts.text_reference(text, self.texts)
+
+
 @settings(max_examples=200, deadline=None)
-@given(st.lists(_CRITIQUES, min_size=1, max_size=4), st.booleans())
-def test_critiques_out_of_a_document_and_back_give_their_values(
-    critiques: list[Critique], defaults: bool
-) -> None:
-    """Critiques in a document (with or without their default values, as a snapshot writes
-    them): referring to them and reading them back gives each critique's full value, and a
-    long one's text is the one its event stores."""
-    items = [
-        {"n": i, "critique": c.model_dump(mode="json", exclude_defaults=not defaults)}
-        for i, c in enumerate(critiques)
-    ]
-    compact = json.dumps({"rounds": items}, separators=(",", ":"), ensure_ascii=False)
-    found: dict[str, str] = {}
-    referred = refer_to_texts(compact, found)
-    back = json.loads(with_texts(referred.encode(), lambda _: found))
-    assert [Critique.model_validate(i["critique"]) for i in back["rounds"]] == critiques
-    for c in critiques:
-        text = c.model_dump_json()
-        if len(text) >= texts.MIN_LENGTH:
-            assert found[texts.text_address(text)] == text
-            event_texts: dict[str, str] = {}
-            texts.externalise({"critique": c.model_dump(mode="json")}, event_texts)
-            assert event_texts == {texts.text_address(text): text}
+@given(_CRITIQUES)
+def test_a_stored_state_refers_to_a_critique_by_its_events_text(critique: Critique) -> None:
+    """Any critique: a contribution stored with a sink refers to the text its event refers to
+    (when long), and reads back as the same critique."""
+    b = SessionBuilder().start("Property", participants=NAMES)
+    b.round(RoundKind.CRITIQUE, iteration=1, participants=["p1"])
+    b.answer("p1", "review").critique("p1", critique)
+    contribution = b.state.rounds[-1].contributions[-1]
+    sink = _Sink()
+    stored = contribution.model_dump_json(exclude_defaults=True, context={BLOCK_SINK: sink})
+    back = type(contribution).model_validate_json(with_texts(stored.encode(), lambda _: sink.texts))
+    assert back.critique == critique
+    event_texts: dict[str, str] = {}
+    event = texts.externalise({"critique": critique.model_dump(mode="json")}, event_texts,
+                              objects=True)
+    assert sink.texts == event_texts
+    by_reference = event["critique"] != critique.model_dump(mode="json")
+    assert ('"sha256"' in stored) == by_reference

@@ -4,6 +4,7 @@ participant's latest answer, and a round's evaluation."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +19,7 @@ from eventsourcing.persistence import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from forge_ledger.domain import RoundKind
 from forge_ledger.domain import events as ev
@@ -33,7 +35,6 @@ from forge_ledger.ledger.texts import (
     TEXT_KEYS,
     TextMapper,
     externalise,
-    object_text,
 )
 from forge_ledger.testing import SessionBuilder
 
@@ -114,17 +115,21 @@ def test_a_typed_value_made_of_others_goes_through_the_full_encoder() -> None:
 # --------------------------------------------------------------------------- text references
 
 
-def _externalised(data: Any, texts: dict[str, str]) -> Any:
-    """The rule, plainly: a long string under a text key becomes its reference, and so does an
-    object under an object key whose text is long."""
+def _externalised(data: Any, texts: dict[str, str], *, top: bool = False) -> Any:
+    """The rule, plainly: a long string under a text key becomes its reference, and so does,
+    at the top of a payload (``top``), a model's object under its object key whose text is
+    long and reads back as the object."""
     if isinstance(data, dict):
         out = {}
         for key, value in data.items():
-            text = object_text(key, value) if isinstance(value, dict) else None
+            model = OBJECT_TEXTS.get(key) if top and isinstance(value, dict) else None
+            text = None
+            with contextlib.suppress(ValidationError):
+                text = model.model_validate(value).model_dump_json() if model else None
             if key in TEXT_KEYS and isinstance(value, str) and len(value) >= MIN_LENGTH:
                 texts[text_address(value)] = value
                 out[key] = {"sha256": text_address(value)}
-            elif key in OBJECT_TEXTS and text is not None and len(text) >= MIN_LENGTH:
+            elif text is not None and json.loads(text) == value and len(text) >= MIN_LENGTH:
                 texts[text_address(text)] = text
                 out[key] = {"sha256": text_address(text)}
             else:
@@ -155,10 +160,11 @@ _PAYLOAD = st.recursive(
 @settings(max_examples=300, deadline=None)
 @given(_PAYLOAD)
 def test_texts_are_referred_to_as_the_rule_says(data: Any) -> None:
-    got: dict[str, str] = {}
-    want: dict[str, str] = {}
-    assert externalise(data, got) == _externalised(data, want)
-    assert got == want
+    for top in (False, True):  # any data, and an event's payload
+        got: dict[str, str] = {}
+        want: dict[str, str] = {}
+        assert externalise(data, got, objects=top) == _externalised(data, want, top=top)
+        assert got == want
 
 
 # --------------------------------------------------------------------------- session state

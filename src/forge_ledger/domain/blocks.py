@@ -60,7 +60,12 @@ _ADDRESS = re.compile(r"^[0-9a-f]{64}$")
 
 
 class BlockSink(Protocol):
-    """Where a state being stored writes its blocks."""
+    """Where a state being stored writes its blocks, and the long parsed values it holds by
+    reference (a critique: see ``ContributionState``)."""
+
+    def refer(self, text: str) -> Any:
+        """What stands for the value whose JSON is ``text`` in the stored state: a reference
+        to the text, kept to be written with the state; None to keep the value inline."""
 
     def store(self, document: str, forget: Callable[[], None]) -> str:
         """Keep a block's JSON ``document``; its address.

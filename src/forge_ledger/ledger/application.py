@@ -65,6 +65,7 @@ from .texts import (
     TextMapper,
     TextsSQLiteRecorder,
     refer_to_texts,
+    text_reference,
     with_texts,
 )
 
@@ -149,6 +150,11 @@ class _BlockTexts:
         self._texts[address] = text
         self._forgets.append(forget)
         return address
+
+    def refer(self, text: str) -> Any:
+        """A parsed value's text (a critique's JSON, the text its event refers to), by
+        reference if it is long."""
+        return text_reference(text, self._texts)
 
     def forget(self) -> None:
         for forget in self._forgets:

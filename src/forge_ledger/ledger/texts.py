@@ -59,6 +59,7 @@ __all__ = [
     "refer_to_texts",
     "resolve",
     "text_address",
+    "text_reference",
     "texts_of",
     "with_texts",
 ]
@@ -69,10 +70,10 @@ TEXT_KEYS = frozenset({"content", "partial_text", "reasoning", "text"})
 answers, human input, and the reasoning of a parsed opinion or vote, which repeats its
 answer's prose)."""
 OBJECT_TEXTS: dict[str, type[BaseModel]] = {"critique": Critique}
-"""Payload keys whose object values are stored as one text, the value's JSON as its model
-writes it (:func:`object_text`): a parsed critique holds its answer's prose again, in lists
-of strings under keys no text rule names. The same value gives the same text in an event and
-in a snapshot, which writes its state without default values."""
+"""Top-level payload keys whose object values are stored as one text, the value's JSON as its
+model writes it (:func:`object_text`): a parsed critique holds its answer's prose again, in
+lists of strings under keys no text rule names. A snapshot refers to the same text for the
+same critique (``ContributionState``'s serializer, through :func:`text_reference`)."""
 MIN_LENGTH = 96
 """Shorter texts stay inline: a reference costs about as much as they do."""
 _REF = "sha256"
@@ -85,10 +86,6 @@ _REF_PATTERN = re.compile(
 )
 """A reference under a text or object key, as any JSON writer spaces it (a PostgreSQL row may
 have been re-serialised through ``jsonb``)."""
-_OBJECT_VALUE = re.compile(
-    '"(' + "|".join(re.escape(k) for k in sorted(OBJECT_TEXTS)) + r')":\{'
-)
-"""The start of an object under an object key, in compact JSON."""
 _PROMPT_REF = re.compile(
     rb'("role"\s*:\s*"[a-z]+"\s*,\s*"content"\s*:\s*)\{\s*"sha256"\s*:\s*"[0-9a-f]{64}"\s*\}'
 )
@@ -107,9 +104,9 @@ def _is_ref(value: Any) -> bool:
     return isinstance(value, dict) and len(value) == 1 and isinstance(value.get(_REF), str)
 
 
-def _reference(text: str, texts: dict[str, str]) -> dict[str, str] | None:
-    """The reference that stands for ``text`` under a text key, its text added to ``texts``;
-    None for a text short enough to stay inline."""
+def text_reference(text: str, texts: dict[str, str]) -> dict[str, str] | None:
+    """The reference that stands for ``text`` under a text or object key, its text added to
+    ``texts``; None for a text short enough to stay inline."""
     if len(text) < MIN_LENGTH:
         return None
     address = text_address(text)
@@ -117,29 +114,31 @@ def _reference(text: str, texts: dict[str, str]) -> dict[str, str] | None:
     return {_REF: address}
 
 
-def object_text(key: str, value: dict[str, Any]) -> str | None:
+def object_text(key: str, value: Any) -> str | None:
     """The text that stands for ``value`` under the object key ``key`` (:data:`OBJECT_TEXTS`):
-    its JSON as its model writes it, defaults included, so an event's full value and a
-    snapshot's (defaults left out) give the same text. None if ``value`` is not such a model's
-    (it then stays inline)."""
+    its JSON as its model writes it, which a snapshot writes for the same value. None unless
+    ``value`` is exactly what that JSON reads back as (it then stays inline, as it is)."""
     model = OBJECT_TEXTS.get(key)
-    if model is None:
+    if model is None or type(value) is not dict:
         return None
     try:
-        return model.model_validate(value).model_dump_json()
+        text = model.model_validate(value).model_dump_json()
     except ValidationError:
         return None
+    return text if json.loads(text) == value else None
 
 
-def _object_reference(key: str, value: dict[str, Any], texts: dict[str, str]) -> Any:
+def _object_reference(key: str, value: Any, texts: dict[str, str]) -> Any:
     text = object_text(key, value)
-    return None if text is None else _reference(text, texts)
+    return None if text is None else text_reference(text, texts)
 
 
-def externalise(data: Any, texts: dict[str, str]) -> Any:
-    """``data`` with every long text under a :data:`TEXT_KEYS` key, and every object under an
-    :data:`OBJECT_TEXTS` key whose text is long, replaced by its reference; the texts are added
-    to ``texts`` (address → text). ``data`` itself is not changed."""
+def externalise(data: Any, texts: dict[str, str], *, objects: bool = False) -> Any:
+    """``data`` with every long text under a :data:`TEXT_KEYS` key replaced by its reference,
+    and with ``objects`` (an event's payload) every object under one of its own
+    :data:`OBJECT_TEXTS` keys whose text is long; the texts are added to ``texts`` (address →
+    text). ``data`` itself is not changed. Objects are looked for at the top only: deeper, a
+    key of that name is free-form data (an imported session's history), not the model."""
     if isinstance(data, dict):
         out: dict[str, Any] = {}
         for key, value in data.items():
@@ -147,10 +146,12 @@ def externalise(data: Any, texts: dict[str, str]) -> Any:
             if kind is int or kind is float or kind is bool or value is None:
                 out[key] = value
             elif isinstance(value, str):
-                ref = _reference(value, texts) if key in TEXT_KEYS else None
+                ref = text_reference(value, texts) if key in TEXT_KEYS else None
                 out[key] = value if ref is None else ref
             else:
-                ref = _object_reference(key, value, texts) if key in OBJECT_TEXTS else None
+                ref = None
+                if objects and key in OBJECT_TEXTS:
+                    ref = _object_reference(key, value, texts)
                 out[key] = externalise(value, texts) if ref is None else ref
         return out
     if isinstance(data, list | tuple):
@@ -198,7 +199,7 @@ def _object_of(text: str, address: str) -> dict[str, Any]:
     spliced into a stored event as it is, it could stand for any of the event's fields."""
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         value = None
     if type(value) is not dict:
         raise StoreError(
@@ -258,33 +259,12 @@ def refer_to_texts(document: str, texts: dict[str, str]) -> str:
     a string every quote is escaped."""
 
     def reference(m: re.Match[str]) -> str:
-        ref = _reference(json.loads(f'"{m.group(2)}"'), texts)
+        ref = text_reference(json.loads(f'"{m.group(2)}"'), texts)
         if ref is None:
             return m.group(0)
         return f'"{m.group(1)}":{json.dumps(ref, separators=(",", ":"))}'
 
-    return _TEXT_VALUE.sub(reference, _refer_to_objects(document, texts))
-
-
-_DECODER = json.JSONDecoder()
-
-
-def _refer_to_objects(document: str, texts: dict[str, str]) -> str:
-    """``document`` with every object under an object key whose text is long replaced by its
-    reference (before the texts inside it could be). Each object's end is found by the C
-    decoder (``raw_decode``), which reads just that object."""
-    parts: list[str] = []
-    done = 0
-    for m in _OBJECT_VALUE.finditer(document):
-        if m.start() < done:
-            continue  # inside an object already referred to
-        start = m.end() - 1
-        value, end = _DECODER.raw_decode(document, start)
-        ref = _object_reference(m.group(1), value, texts)
-        if ref is not None:
-            parts += [document[done:start], json.dumps(ref, separators=(",", ":"))]
-            done = end
-    return "".join(parts) + document[done:] if parts else document
+    return _TEXT_VALUE.sub(reference, document)
 
 
 def _all_found(lookup: Lookup, addresses: Sequence[str]) -> dict[str, str]:
@@ -356,7 +336,7 @@ class TextMapper(Mapper[Any]):
         ):
             return super().to_stored_event(domain_event)
         texts: dict[str, str] = {}
-        stored_data = externalise(data, texts)
+        stored_data = externalise(data, texts, objects=True)
         if not texts:
             return self._stored(domain_event, state)
         dictionaries = self._dictionaries(data, texts)

@@ -18,6 +18,7 @@ makes loads fold from the snapshot before it, or from the first event.
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -253,11 +254,31 @@ def _snapshot_problem(
     want = _content(unpack(fresh.state))
     if have != want:
         return _decoded_difference(ledger, stored, aggregate, have, want)
-    problem = _texts_problem(ledger, getattr(fresh, "texts", {}), checked)
+    texts = getattr(fresh, "texts", {})
+    problem = _texts_problem(ledger, texts, checked)
+    _spread_damage(texts, checked)
     if problem is not None:
         return problem
     damaged = next((a for a, ok in checked.items() if not ok and a.encode() in raw), None)
     return None if damaged is None else _not_intact(damaged)
+
+
+_ADDRESS = re.compile("[0-9a-f]{64}")
+
+
+def _spread_damage(texts: dict[str, str], checked: dict[str, bool]) -> None:
+    """Count as damaged every text among ``texts`` (those a snapshot wrote: its blocks) that
+    names a damaged one, through any depth of blocks. A later snapshot names such a block,
+    not the texts inside it, and is only found out (by its own bytes) if the block is."""
+    bad = {a for a, ok in checked.items() if not ok}
+    while bad:
+        spread = {
+            a for a, text in texts.items()
+            if checked.get(a) is not False and not bad.isdisjoint(_ADDRESS.findall(text))
+        }
+        for address in spread:
+            checked[address] = False
+        bad = spread
 
 
 def _without_state(content: Any) -> Any:
