@@ -242,3 +242,48 @@ def test_a_stored_state_refers_to_a_critique_by_its_events_text(critique: Critiq
     assert sink.texts == event_texts
     by_reference = event["critique"] != critique.model_dump(mode="json")
     assert ('"sha256"' in stored) == by_reference
+
+
+def test_a_contribution_without_a_critique_is_stored_as_before() -> None:
+    """The critique's serializer sits on the model, so ``exclude_defaults`` still leaves out
+    a contribution's absent critique: blocks without critiques keep the addresses earlier
+    versions gave them, and their snapshots compare byte for byte."""
+    b = SessionBuilder().start("Plain", participants=NAMES)
+    b.round(RoundKind.DRAFT, iteration=1, participants=["p0"]).answer("p0", "a draft")
+    contribution = b.state.rounds[-1].contributions[-1]
+    for context in (None, {BLOCK_SINK: _Sink()}):
+        assert "critique" not in contribution.model_dump_json(
+            exclude_defaults=True, context=context
+        )
+
+
+def test_verify_checks_the_texts_of_a_snapshot_laid_out_by_an_older_version(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot written before critiques went by reference is compared by the state it
+    decodes to; the texts it reads (here a short answer, inline in its event, so stored only
+    for the snapshots) are still checked."""
+    path = str(tmp_path / "older.sqlite")
+    with monkeypatch.context() as m:  # critiques inline, in events and in snapshots
+        m.setattr(texts, "OBJECT_TEXTS", {})
+        m.setattr(_Sink, "refer", lambda _self, _text: None)
+        m.setattr("forge_ledger.ledger.application._BlockTexts.refer", lambda _s, _t: None)
+        with Ledger(path, snapshot_interval=5) as ledger:
+            b = _session(ledger, iterations=2)
+            b.round(RoundKind.DRAFT, iteration=3, participants=["p0"]).answer("p0", "short")
+            b.close_round().save()
+            b.round(RoundKind.DRAFT, iteration=4, participants=["p0"]).answer("p0", "more")
+            b.close_round().save()
+    with Ledger(path, create=False, snapshot_interval=5) as ledger:
+        assert verify_session(ledger, b.id, snapshots=True).ok
+    with raw_connection(path) as con:
+        changed = con.execute(
+            f"UPDATE {texts.TEXT_TABLE} SET body = ? WHERE address(sha256) = ?",
+            ["altered", texts.text_address("short")],
+        ).rowcount
+    assert changed == 1
+    with Ledger(path, create=False, snapshot_interval=5) as ledger:
+        report = verify_session(ledger, b.id, snapshots=True)
+    assert not report.ok
+    assert report.bad_snapshots
+    assert "does not hold intact" in report.problem

@@ -61,7 +61,7 @@ _ADDRESS = re.compile(r"^[0-9a-f]{64}$")
 
 class BlockSink(Protocol):
     """Where a state being stored writes its blocks, and the long parsed values it holds by
-    reference (a critique: see ``ContributionState``)."""
+    reference (a critique: see ``Critique``)."""
 
     def refer(self, text: str) -> Any:
         """What stands for the value whose JSON is ``text`` in the stored state: a reference

@@ -11,20 +11,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    FieldSerializationInfo,
-    PrivateAttr,
-    SerializerFunctionWrapHandler,
-    ValidationInfo,
-    field_serializer,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, model_validator
 
 from . import events as ev
-from .blocks import BLOCK_LOADER, BLOCK_SINK, BlockList, BlockLoader
+from .blocks import BLOCK_LOADER, BlockList, BlockLoader
 from .texts import TextPool, TextSource, text_address
 from .values import (
     ConvergenceVote,
@@ -103,20 +93,6 @@ class ContributionState(_State):
     opinion: Opinion | None = None
     vote: ConvergenceVote | None = None
     parse_error: str | None = None
-
-    @field_serializer("critique", mode="wrap")
-    def _critique_stored(
-        self,
-        value: Critique | None,
-        handler: SerializerFunctionWrapHandler,
-        info: FieldSerializationInfo,
-    ) -> Any:
-        """In a stored state (a :data:`BLOCK_SINK` in the context), a critique by reference to
-        its JSON, as its ``CritiqueRecorded`` event holds it: its strengths and weaknesses
-        repeat its answer's prose, which a snapshot would otherwise hold again."""
-        sink = info.context.get(BLOCK_SINK) if isinstance(info.context, dict) else None
-        ref = None if sink is None or value is None else sink.refer(value.model_dump_json())
-        return handler(value) if ref is None else ref
 
     @model_validator(mode="before")
     @classmethod

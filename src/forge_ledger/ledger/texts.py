@@ -73,7 +73,7 @@ OBJECT_TEXTS: dict[str, type[BaseModel]] = {"critique": Critique}
 """Top-level payload keys whose object values are stored as one text, the value's JSON as its
 model writes it (:func:`object_text`): a parsed critique holds its answer's prose again, in
 lists of strings under keys no text rule names. A snapshot refers to the same text for the
-same critique (``ContributionState``'s serializer, through :func:`text_reference`)."""
+same critique (``Critique``'s serializer, through :func:`text_reference`)."""
 MIN_LENGTH = 96
 """Shorter texts stay inline: a reference costs about as much as they do."""
 _REF = "sha256"

@@ -252,10 +252,16 @@ def _snapshot_problem(
     if stored.topic != fresh.topic:
         return f"names the wrong kind of snapshot ({stored.topic!r})"
     want = _content(unpack(fresh.state))
-    if have != want:
-        return _decoded_difference(ledger, stored, aggregate, have, want)
+    older = have != want
+    if older:  # laid out by another version: compared by what it decodes to
+        difference = _decoded_difference(ledger, stored, aggregate, have, want)
+        if difference is not None:
+            return difference
+    # the texts this version's snapshot names (its state's answers and parsed texts, its new
+    # blocks); one laid out otherwise reads the same texts where it holds them by reference,
+    # but may hold some inline (a critique): those the store lacks are not its concern
     texts = getattr(fresh, "texts", {})
-    problem = _texts_problem(ledger, texts, checked)
+    problem = _texts_problem(ledger, texts, checked, absent_ok=older)
     _spread_damage(texts, checked)
     if problem is not None:
         return problem
@@ -301,9 +307,10 @@ def _not_intact(address: str) -> str:
 
 
 def _texts_problem(
-    ledger: Ledger, texts: dict[str, str], checked: dict[str, bool]
+    ledger: Ledger, texts: dict[str, str], checked: dict[str, bool], *, absent_ok: bool = False
 ) -> str | None:
-    """Whether the store holds, intact, each text a snapshot refers to (each checked once)."""
+    """Whether the store holds, intact, each text a snapshot refers to (each checked once;
+    with ``absent_ok`` one the store lacks is left unchecked rather than reported)."""
     todo = [a for a in texts if a not in checked]
     for i in range(0, len(todo), 500):
         chunk = todo[i : i + 500]
@@ -312,8 +319,10 @@ def _texts_problem(
         except StoreError as e:
             return f"refers to texts the store cannot read ({e})"
         for address in chunk:
-            checked[address] = found.get(address) == texts[address]
-    return next((_not_intact(a) for a in todo if not checked[a]), None)
+            body = found.get(address)
+            if body is not None or not absent_ok:
+                checked[address] = body == texts[address]
+    return next((_not_intact(a) for a in todo if checked.get(a) is False), None)
 
 
 def _decoded_difference(
