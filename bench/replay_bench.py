@@ -286,6 +286,15 @@ def _file_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.parent.glob(path.name + "*") if p.is_file())
 
 
+def _model_text_bytes(events: list[Any]) -> int:
+    """What every storage figure is a multiple of: the UTF-8 sizes of the recorded answers."""
+    return sum(
+        len(e.data["response"]["content"].encode("utf-8"))
+        for e in events
+        if e.type == "ContributionRecorded"
+    )
+
+
 def measure_storage(rounds: int, workdir: Path) -> dict[str, Any]:
     path = workdir / f"storage-{rounds}.sqlite"
     with Ledger(str(path)) as ledger:
@@ -303,11 +312,7 @@ def measure_storage(rounds: int, workdir: Path) -> dict[str, Any]:
         "SELECT COALESCE(SUM(LENGTH(state)), 0) FROM stored_snapshots"
     ).fetchone()[0]
     conn.close()
-    text = sum(
-        len(e.data["response"]["content"].encode("utf-8"))
-        for e in events
-        if e.type == "ContributionRecorded"
-    )
+    text = _model_text_bytes(events)
     file_bytes = _file_bytes(path)
 
     cp_path = workdir / f"checkpoints-{rounds}.sqlite"
@@ -393,11 +398,7 @@ def measure_cli_storage(
     outcome = json.loads(proc.stdout)
     with Ledger(str(store), create=False) as ledger:
         events = list(ledger.events(UUID(outcome["session_id"])))
-    text = sum(
-        len(e.data["response"]["content"].encode("utf-8"))
-        for e in events
-        if e.type == "ContributionRecorded"
-    )
+    text = _model_text_bytes(events)
     conn = sqlite3.connect(store)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
