@@ -188,7 +188,12 @@ def _text_value(key: str, value: Any, texts: dict[str, str]) -> Any:
     """``value`` (under ``key``) with its text in place if it is a reference."""
     if not _refers(key, value):
         return _substitute(value, texts)
-    address = value[_REF]
+    return _referred(key, value[_REF], texts)
+
+
+def _referred(key: str, address: str, texts: dict[str, str]) -> Any:
+    """What a reference under ``key`` stands for: the text at ``address``, or under an object
+    key the object it holds."""
     if key in OBJECT_TEXTS:
         return _object_of(texts[address], address)
     return texts[address]
@@ -241,10 +246,7 @@ def with_texts(plain: bytes, lookup: Lookup) -> bytes:
     texts = _all_found(lookup, addresses)
 
     def text(m: re.Match[bytes]) -> bytes:
-        address = m.group(2).decode("ascii")
-        value: Any = texts[address]
-        if m.group(1).decode("ascii") in OBJECT_TEXTS:
-            value = _object_of(value, address)
+        value = _referred(m.group(1).decode("ascii"), m.group(2).decode("ascii"), texts)
         body = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
         return b'"' + m.group(1) + b'":' + body.encode("utf-8")
 
