@@ -21,11 +21,11 @@ from forge_ledger import SystemClock, UuidIds
 from forge_ledger.domain.blocks import BLOCK_SINK
 from forge_ledger.domain.values import Critique, RoundKind, Suggestion
 from forge_ledger.errors import StoreError
-from forge_ledger.ledger import Ledger, resolve_store, texts, verify_session
+from forge_ledger.ledger import Ledger, texts, verify_session
 from forge_ledger.ledger.texts import object_text, with_texts
 from forge_ledger.testing import SessionBuilder
 from forge_ledger.yaml_format import import_session
-from support.store import raw_connection, snapshot_rows
+from support.store import event_rows, raw_connection, snapshot_rows
 
 NAMES = ("p0", "p1", "p2")
 _AWKWARD = 'quotes " and \\ backslashes, "critique":{"not": "an object"}, é, 中文, \u2028. '
@@ -62,25 +62,11 @@ def _critiques(state: Any) -> list[Critique]:
     return [c.critique for r in state.rounds for c in r.contributions if c.critique]
 
 
-def _stored_rows(store_url: str, ledger: Ledger) -> list[bytes]:
-    """Every stored event state of the store, as JSON."""
-    loc = resolve_store(store_url)
-    if loc.kind == "sqlite":
-        with raw_connection(store_url) as con:
-            return [bytes(r[0]) for r in con.execute("SELECT unpack(state) FROM stored_events")]
-    recorder: Any = ledger.app.recorder
-    with recorder.datastore.transaction(commit=False) as curs:
-        curs.execute(
-            f'SELECT state FROM "{loc.schema}"."{recorder.events_table_name}"'
-        )
-        return [bytes(r["state"]) for r in curs.fetchall()]
-
-
 def test_a_critique_is_stored_once_and_read_back_exactly(store_url: str) -> None:
     with Ledger(store_url, snapshot_interval=5) as ledger:
         b = _session(ledger)
         want = _critiques(b.aggregate.state)
-        rows = _stored_rows(store_url, ledger)
+        rows = [state for _, state in event_rows(store_url, ledger)]
         snapshots = snapshot_rows(store_url, ledger)
     assert len(want) == 6
     assert snapshots, "the session is long enough to be snapshotted"

@@ -17,7 +17,7 @@ from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.compression import unpack, unpack_text
 from forge_ledger.ledger.texts import TEXT_TABLE
 
-__all__ = ["raw_connection", "snapshot_rows", "text_bodies", "unpack"]
+__all__ = ["event_rows", "raw_connection", "snapshot_rows", "text_bodies", "unpack"]
 
 
 
@@ -47,7 +47,15 @@ def text_bodies(path: str) -> dict[str, bytes]:
 def snapshot_rows(store_url: str, ledger: Ledger) -> list[tuple[int, bytes]]:
     """The stored snapshots of ``ledger`` (SQLite or PostgreSQL) as (version, JSON bytes)."""
     assert ledger.app.snapshots is not None
-    recorder: Any = ledger.app.snapshots.recorder
+    return _rows(store_url, ledger, ledger.app.snapshots.recorder)
+
+
+def event_rows(store_url: str, ledger: Ledger) -> list[tuple[int, bytes]]:
+    """The stored events of ``ledger`` (SQLite or PostgreSQL) as (version, JSON bytes)."""
+    return _rows(store_url, ledger, ledger.app.recorder)
+
+
+def _rows(store_url: str, ledger: Ledger, recorder: Any) -> list[tuple[int, bytes]]:
     table = recorder.events_table_name
     if ledger.location.kind == "sqlite":
         with sqlite3.connect(store_url) as conn:
