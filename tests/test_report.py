@@ -21,6 +21,13 @@ from forge_ledger.ledger import Ledger
 from forge_ledger.projections.document import fold_lineage
 from forge_ledger.report import ReportModel, gather, render_html
 from forge_ledger.report._charts import agree_share
+from forge_ledger.report._palettes import (
+    PARTICIPANT_PALETTE,
+    ROUND_KINDS,
+    SERIES,
+    STANCES,
+    participant_colors,
+)
 from support.orchestrator import run_demo_session
 from support.report_sessions import HOSTILE_DOC, IMG, SCRIPT, audited, demo, hostile
 from support.sessions import build_session, seal_session
@@ -152,7 +159,10 @@ def test_the_page_is_self_contained(page: str, model: ReportModel) -> None:
     assert "@import" not in page
     figures = re.findall(r'<figure class="chart" id="chart-(\w+)".*?</figure>', page, re.S)
     assert figures == ["consensus", "stances", "influence", "dissent", "usage"]
-    assert page.count("<svg") >= 5
+    # no participant's contribution moved another here: the graph says so instead of drawing
+    assert not model.audit.influence
+    assert page.count("<svg") == 4
+    assert page.count('<p class="thin">Nothing to draw yet: no influence recorded.</p>') == 1
     assert model.session_id in page
     assert model.head_hash in page
     sections = dict(re.findall(r'<section id="(\w+)".*?>(.*?)</section>', page, re.S))
@@ -349,10 +359,12 @@ def test_a_session_with_no_round_yet_still_renders(tmp_path: Path) -> None:
     assert not m.audit.consensus
     html = render_html(m)
     assert len(re.findall(r'<figure class="chart"', html)) == 5
-    assert html.count("<svg") >= 5
-    for message in ("No document: no draft", "no convergence vote yet", "no vote recorded yet",
-                    "no dissent recorded", "no model call yet", "no influence recorded"):
-        assert message in html, message
+    # nothing to draw: each chart is one line saying what is missing, never an empty frame
+    assert "<svg" not in html
+    assert "No document: no draft" in html
+    notes = re.findall(r'<p class="thin">(.*?)</p>', html)
+    assert notes == [f"Nothing to draw yet: no {what} recorded." for what in (
+        "convergence vote", "vote", "influence", "dissent", "model call")]
 
 
 def test_the_share_agreeing_is_the_engines_plain_majority(model: ReportModel) -> None:
@@ -406,7 +418,8 @@ def test_each_sentence_carries_its_origin_from_the_lineage(
     assert "Answers:</b> " in sections["document"]
     assert answered.answers[0].text.split()[0] in sections["document"]
     assert "Dropped sentences" in sections["document"]
-    assert len(re.findall(r"<li>", sections["document"])) == len(m.document.dropped)
+    dropped = sections["document"].split('id="dropped"', 1)[1]
+    assert len(re.findall(r"<li>", dropped)) == len(m.document.dropped)
 
 
 def test_the_effect_of_deliberation_and_self_preference(
@@ -479,3 +492,109 @@ def test_a_person_who_moved_a_participant_is_a_node_of_the_graph(model: ReportMo
     assert ">dana</text>" in svg
     assert "distributed deployments" in svg
     assert "<td>dana</td><td>bob</td><td>human input</td>" in table
+
+
+def test_one_vote_is_too_little_for_the_score_line(audited_store: Path) -> None:
+    """A line needs two votes: with one, the chart is one line saying so, and the table still
+    has the vote's figures."""
+    with Ledger(str(audited_store), create=False) as ledger:
+        m = gather(ledger, SID, at_iteration=1)
+    assert len(m.audit.consensus) == 1
+    sections = dict(re.findall(r'<section id="(\w+)".*?>(.*?)</section>', render_html(m), re.S))
+    consensus = sections["consensus"]
+    assert "<svg" not in consensus
+    assert ('<p class="thin">Too little to draw: 1 convergence vote so far, the chart needs 2; '
+            "the table below has the figures.</p>") in consensus
+    c = m.audit.consensus[0]
+    assert f"<td>{c.round}</td><td>{c.weighted_score:.2f}</td>" in consensus
+    assert "<svg" in sections["stances"]  # one vote is enough for the heatmap
+
+
+def _dissent_rows(section: str) -> dict[str, list[str]]:
+    table = section.split('<table class="figures"', 1)[1]
+    head = re.findall(r'<th scope="col">(.*?)</th>', table)
+    assert head == ["Dissent", "Topic", "Held by", "Opened", "Addressed by", "Ended"]
+    rows = [re.findall(r"<td>(.*?)</td>", r, re.S) for r in re.findall(r"<tr><td>.*?</tr>",
+                                                                          table, re.S)]
+    return {r[0]: r for r in rows}
+
+
+def test_the_dissent_table_names_holder_addresser_and_ending(
+    demo_page: tuple[ReportModel, dict[str, str]], model: ReportModel, page: str,
+) -> None:
+    """Who holds each dissent (not the drafter beside the dissenter), who addressed it with
+    which event, and how it ended."""
+    m, sections = demo_page
+    rows = _dissent_rows(sections["dissent"])
+    late = next(d for d in m.audit.dissent if d.strong)  # dave's, on the retention policy
+    addressed = next(h for h in late.history if h.status.value == "addressed")
+    resolved = late.history[-1]
+    assert rows[late.id][2:] == [
+        "dave (strongly disagree)",
+        f"round {late.opened_round}, event {late.opened_position}",
+        f"{addressed.by}, round {addressed.round}, event {addressed.position}",
+        f"resolved by dave, round {resolved.round}, event {resolved.position}: {resolved.note}",
+    ]
+    assert addressed.by == "carol"  # the synthesizer took it up
+    early = m.audit.dissent[0]  # bob's critique of alice's draft, which alice accepted
+    assert set(early.who) == {"bob", "alice"}
+    assert rows[early.id][2] == "bob (disagree)"
+    assert rows[early.id][4] == "—"
+    assert rows[early.id][5].startswith("resolved by alice, round 3, event ")
+
+    audited_rows = _dissent_rows(dict(re.findall(
+        r'<section id="(\w+)".*?>(.*?)</section>', page, re.S))["dissent"])
+    still = next(d for d in model.audit.dissent if d.status == "open")
+    assert audited_rows[still.id][2] == "bob (strongly disagree)"
+    assert audited_rows[still.id][5] == "still open"
+
+
+_HEX = re.compile(r'(?:fill|stroke|--c)[=:]\s*"?(#[0-9a-fA-F]{3,6}|rgb\([^)]*\)|[a-z]+)\b')
+
+
+def _rgb(colour: str) -> tuple[int, int, int] | None:
+    named = {"white": (255, 255, 255), "black": (0, 0, 0)}
+    if colour in named:
+        return named[colour]
+    if colour.startswith("#"):
+        h = colour[1:]
+        h = "".join(c * 2 for c in h) if len(h) == 3 else h
+        return int(h[0:2], 16), int(h[2:4], 16), int(h[4:6], 16)
+    return None  # none, transparent, currentColor: no colour
+
+
+def _hues(html: str) -> set[str]:
+    """The colours of ``html`` that have a hue (not a grey, black or white)."""
+    out = set()
+    for colour in _HEX.findall(html):
+        rgb = _rgb(colour.lower())
+        if rgb is not None and len(set(rgb)) > 1:
+            out.add(colour.lower())
+    return out
+
+
+def test_a_hue_means_a_participant_and_nothing_else(
+    demo_page: tuple[ReportModel, dict[str, str]],
+) -> None:
+    """Participants keep their colours wherever they appear; round kinds, stances, dissent
+    statuses and the consensus lines are greys (with letters, glyphs, dashes or shapes)."""
+    m, sections = demo_page
+    theirs = {c.lower() for c in participant_colors([p.name for p in m.participants]).values()}
+    for key in ("consensus", "stances", "dissent"):
+        svg = sections[key].split('<div class="svg">', 1)[1].split("</figure>", 1)[0]
+        assert _hues(svg) == set(), key
+    for key in ("influence", "usage"):
+        svg = sections[key].split('<div class="svg">', 1)[1].split("</figure>", 1)[0]
+        assert _hues(svg) == theirs, key  # the nodes, the bars per participant
+    origins = {s.origin.participant for s in m.document.sentences} if m.document else set()
+    tints = set(re.findall(r'class="s"[^>]*style="--c: (#\w+)"', sections["document"]))
+    assert tints == {participant_colors([p.name for p in m.participants])[o] for o in origins}
+    # each grey palette tells its values apart by lightness as well as by its cue
+    for neutral in (ROUND_KINDS, STANCES, SERIES):
+        assert all(_rgb(g) and len(set(_rgb(g) or ())) == 1 for g in neutral.greys)
+        assert len(set(neutral.cues)) == len(neutral.domain)
+    for neutral in (ROUND_KINDS, STANCES):
+        assert len(set(neutral.greys)) == len(neutral.domain)
+    assert not {g.lower() for g in PARTICIPANT_PALETTE} & {"#bab0ac"}  # Tableau's grey left out
+    assert all(len(set(_rgb(c) or ())) > 1 for c in PARTICIPANT_PALETTE)
+

@@ -2,8 +2,10 @@
 
 ``audited`` is the audit's three-iteration session (dissent left open, a failed call, a human
 steer, a conformity flip). ``hostile`` puts markup in everything a model or a person can
-write: the topic, a dissent topic and the document itself. ``demo`` is the four-voices demo,
-whose document has sentences from several participants and whose audit has an influence edge.
+write: the topic, a dissent topic and the document itself. ``markdown`` ends with a document
+using every Markdown construct the page renders, part of it from an earlier answer of another
+participant. ``demo`` is the four-voices demo, whose document has sentences from several
+participants and whose audit has an influence edge.
 """
 
 from __future__ import annotations
@@ -40,6 +42,33 @@ def hostile(ledger: Ledger, sid: uuid.UUID) -> None:
     ))
     b.round(RoundKind.SYNTHESIS, iteration=b.state.iteration + 1,
             answers={"carol": HOSTILE_DOC}, close=True)
+    b.finish(SessionStatus.COMPLETE, reason="test script ended")
+    ledger.save(b.aggregate)
+
+
+MARKDOWN_RESPONSE = (
+    "## Scope\nEvery client gets a **token bucket. Bursts** are capped at twice the rate.\n\n"
+    "- Buckets refill every second.\n"
+)
+MARKDOWN_DOC = (
+    "# Rate limiter\n\n"
+    + MARKDOWN_RESPONSE.replace("\n\n-", " See [RFC 6585](https://example.org/rfc6585) and "
+                                "`Retry-After`.\n\n-")
+    + f"- Headers say what is left: {SCRIPT}\n\n"
+    "### Limits\n"
+    "| Tier | Rate |\n|:-----|-----:|\n| free | 10/s |\n| paid | 100/s |\n\n"
+    "```toml\nrate = 10\nburst = 20\n```\n\n"
+    f"1. Reject with 429. {IMG}\n2. Log the rejection. ![limits diagram](limits.png)\n"
+)
+
+
+def markdown(ledger: Ledger, sid: uuid.UUID) -> None:
+    b = story(sid, title="Rate limits")
+    play(b, Iteration(votes={"alice": Stance.AGREE, "bob": Stance.AGREE, "carol": Stance.AGREE},
+                      synthesis=False))
+    k = b.state.iteration + 1
+    b.round(RoundKind.RESPONSE, iteration=k, answers={"alice": MARKDOWN_RESPONSE}, close=True)
+    b.round(RoundKind.SYNTHESIS, iteration=k, answers={"carol": MARKDOWN_DOC}, close=True)
     b.finish(SessionStatus.COMPLETE, reason="test script ended")
     ledger.save(b.aggregate)
 

@@ -1,9 +1,11 @@
 """The audit as a page: one self-contained HTML file with charts and the document's provenance.
 
 :func:`gather` reads what the page shows from the ledger into a :class:`ReportModel`;
-:func:`render_html` turns it into the page. Rendering imports altair, vl-convert and Jinja2,
-so this package is only imported by the ``report`` command and by library users who ask for
-it.
+:func:`render_html` turns it into the page. Rendering imports altair, vl-convert, Jinja2 and
+markdown-it-py, so this package is only imported by the ``report`` command and by library
+users who ask for it. Its parts for another page are the palettes (``_palettes``), a chart with
+its table and the too-little-data rule (``_figure``), the Markdown renderer that keeps each
+sentence's span (``_markdown``) and the template macros (``templates/macros.html.j2``).
 """
 
 from __future__ import annotations

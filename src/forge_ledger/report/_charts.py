@@ -1,92 +1,44 @@
-"""The report's five charts: Vega-Lite specifications (altair) rendered to static SVG.
+"""The session report's five charts, each with the table of its figures.
 
-Why static SVG (vl-convert renders Vega-Lite in-process, no browser): the page then carries no
-script at all, so it opens from a file with scripts and the network forbidden by its own
-Content-Security-Policy, prints exactly as it shows, and model text inside a chart (a dissent
-topic, a participant name) is escaped SVG text, never code. Each chart comes with a table of
-the same figures (its text equivalent); Vega also labels every mark for screen readers.
+Colours follow :mod:`._palettes`: participants in their hues, everything else in greys with a
+letter, glyph, dash or shape; data too thin to draw gives one line instead (:func:`._figure.
+chart`). Every mark is in a legend or labelled on the chart.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import altair as alt
-import vl_convert
 
 from ..audit.model import ConsensusPoint, DissentRecord
 from ..domain.text import clip
 from ..domain.values import DivergenceStatus
-from ._model import STANCES, ReportModel
-
-__all__ = ["PALETTE", "Chart", "charts", "participant_colors"]
-
-PALETTE = (
-    "#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2",
-    "#b279a2", "#eeca3b", "#9d755d", "#ff9da6", "#bab0ac",
+from ._figure import Chart, chart, inline, span
+from ._model import ReportModel
+from ._palettes import (
+    DISSENT_STATUS,
+    OTHER_PERSON,
+    ROUND_KINDS,
+    SERIES,
+    STANCES,
+    TOKEN_PARTS,
+    participant_colors,
 )
-"""Participant colours (Tableau 10), shared by the charts and the document's tints."""
 
-_STANCE_COLORS = ("#1a9850", "#91cf60", "#fee08b", "#fc8d59", "#d73027")
-_STATUSES = ("open", "addressed", "resolved", "withdrawn", "overruled")
-_STATUS_COLORS = ("#d73027", "#f58518", "#54a24b", "#9d9d9d", "#b279a2")
-_SERIES = ("weighted score", "share of voters agreeing", "threshold")
+__all__ = ["agree_share", "charts", "closed_round", "dissent_ended"]
+
 _WIDTH = 640
 _LABEL_CHARS = 48
-_EDGE_GAP = 0.06
+_DASHES = {"solid": [1, 0], "dashed": [7, 4], "dotted": [2, 3], "dash-dot": [9, 3, 2, 3]}
+_EDGE_GAP = 0.07
 """How far (in the graph's units, the circle's radius is 1) an edge sits right of its axis."""
-
-
-@dataclass(frozen=True)
-class Chart:
-    """One rendered chart and its text equivalent."""
-
-    key: str
-    title: str
-    summary: str
-    svg: str
-    headers: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-
-
-def participant_colors(names: Sequence[str]) -> dict[str, str]:
-    return {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
-
-
-def _svg(chart: alt.TopLevelMixin) -> str:
-    styled = chart.configure_axis(labelFontSize=12, titleFontSize=12).configure_legend(
-        labelFontSize=12, titleFontSize=12
-    ).configure_title(fontSize=13)
-    spec = styled.to_dict()
-    return str(vl_convert.vegalite_to_svg(spec))
-
-
-def _chart(values: list[dict[str, Any]]) -> alt.Chart:
-    """A chart over inline rows (the SVG is rendered here, so nothing is loaded later)."""
-    return alt.Chart(alt.Data(values=values))  # type: ignore[no-untyped-call]
-
-
-def _empty(text: str, height: int = 60) -> alt.Chart:
-    """A chart that says there is nothing to draw yet (it still renders as an SVG)."""
-    chart: alt.Chart = (
-        _chart([{"t": text}])
-        .mark_text(fontSize=14, color="#555")
-        .encode(text="t:N")
-        .properties(width=_WIDTH, height=height)
-    )
-    return chart
-
-
-def _ordinal_axis(count: int) -> alt.Axis:
-    """Level labels while they fit; slanted when there are many."""
-    return alt.Axis(labelAngle=0 if count <= 6 else -45, labelOverlap=False)
-
-
-def _short(text: str, limit: int = _LABEL_CHARS) -> str:
-    return clip(text, limit, rstrip=True)
+_EDGE_BADGE = 0.42
+"""Where along an edge its number sits: short of the middle, so A→B and B→A keep apart."""
+_NAME_RADIUS = 1.3
+_GRAPH_DOMAIN = [-1.6, 1.6]
 
 
 def agree_share(c: ConsensusPoint) -> float:
@@ -104,96 +56,124 @@ def closed_round(d: DissentRecord) -> int | None:
     return closing[-1] if closing else None
 
 
+def dissent_ended(d: DissentRecord) -> str:
+    """How a divergence ended: its closing step (who, when, why), or that it is still open."""
+    closing = [h for h in d.history if DivergenceStatus(h.status).closed]
+    if not closing:
+        return "still open" + (" (addressed)" if d.status == "addressed" else "")
+    h = closing[-1]
+    by = f" by {h.by}" if h.by else ""
+    note = f": {h.note}" if h.note else ""
+    return f"{h.status.value}{by}, round {h.round}, event {h.position}{note}"
+
+
 def charts(m: ReportModel) -> list[Chart]:
     """The five charts in page order."""
     colors = participant_colors([p.name for p in m.participants])
-    return [
-        _consensus(m),
-        _stances(m),
-        _influence(m, colors),
-        _dissent(m),
-        _usage(m, colors),
-    ]
+    return [_consensus(m), _stances(m), _influence(m, colors), _dissent(m), _usage(m, colors)]
+
+
+def _short(text: str, limit: int = _LABEL_CHARS) -> str:
+    return clip(text, limit, rstrip=True)
+
+
+def _ordinal_axis(count: int) -> alt.Axis:
+    """Level labels while they fit; slanted when there are many."""
+    return alt.Axis(labelAngle=0 if count <= 6 else -45, labelOverlap=False)
+
+
+def _series_scales() -> tuple[alt.Color, alt.StrokeDash]:
+    """One legend for the consensus chart's lines and its 0.5 rule: grey and dash per series."""
+    domain = list(SERIES.domain)
+    legend = alt.Legend(orient="bottom", title=None, symbolType="stroke", symbolStrokeWidth=2,
+                        symbolSize=400, columns=2, labelLimit=260)
+    return (
+        alt.Color("series:N", scale=alt.Scale(domain=domain, range=list(SERIES.greys)),
+                  legend=legend),
+        alt.StrokeDash("series:N", scale=alt.Scale(
+            domain=domain, range=[_DASHES[c] for c in SERIES.cues]), legend=legend),
+    )
 
 
 def _consensus(m: ReportModel) -> Chart:
     consensus = m.audit.consensus
-    values: list[dict[str, Any]] = []
-    for c in consensus:
-        x = f"it {c.iteration} · r {c.round}"
-        for series, v in zip(_SERIES, (c.weighted_score, agree_share(c), c.threshold),
-                             strict=True):
-            values.append({"x": x, "round": c.round, "series": series, "value": round(v, 4)})
-    if values:
-        base = _chart(values).encode(
+
+    def draw() -> alt.TopLevelMixin:
+        values = [
+            {"x": f"it {c.iteration} · r {c.round}", "round": c.round, "series": series,
+             "value": round(v, 4)}
+            for c in consensus
+            for series, v in zip(SERIES.domain[:3],
+                                 (c.weighted_score, agree_share(c), c.threshold), strict=True)
+        ]
+        color, dash = _series_scales()
+        lines = inline(values).mark_line(point=True, strokeWidth=2).encode(
             x=alt.X("x:O", sort=alt.SortField("round"), title="convergence vote",
                     axis=_ordinal_axis(len(consensus))),
             y=alt.Y("value:Q", scale=alt.Scale(domain=[0, 1]), title="score / share"),
-            color=alt.Color("series:N", scale=alt.Scale(domain=list(_SERIES),
-                            range=["#4c78a8", "#f58518", "#888888"]), title=None,
-                            legend=alt.Legend(orient="bottom")),
-            strokeDash=alt.StrokeDash("series:N", scale=alt.Scale(
-                domain=list(_SERIES), range=[[1, 0], [1, 0], [6, 4]]), legend=None),
+            color=color, strokeDash=dash,
         )
-        half = _chart([{"y": 0.5}]).mark_rule(
-            color="#bbb", strokeDash=[2, 2]).encode(y="y:Q")
-        chart: alt.TopLevelMixin = alt.layer(
-            half, base.mark_line(point=True, strokeWidth=2)
-        ).properties(width=_WIDTH, height=240)
-    else:
-        chart = _empty("no convergence vote yet")
-    rows = tuple(
-        (str(c.iteration), str(c.round), f"{c.weighted_score:.2f}", f"{c.threshold:.2f}",
-         f"{agree_share(c):.2f}", "agrees" if c.majority_agrees else "does not agree",
-         f"{c.agree} / {c.disagree} / {c.partial} / {c.abstain}",
-         "yes" if c.converged else "no")
-        for c in consensus
-    )
-    return Chart(
-        key="consensus",
-        title="Weighted score against the threshold and the plain majority",
-        summary="Per convergence vote: the role-weighted score, the threshold it must reach, and "
-        "the share of voters that agree (abstentions aside; the plain majority agrees above the "
-        "dotted 0.5 line).",
-        svg=_svg(chart),
+        half = inline([{"y": 0.5, "series": SERIES.domain[3]}]).mark_rule(
+            strokeWidth=1.5).encode(y="y:Q", color=color, strokeDash=dash)
+        return alt.layer(half, lines).properties(
+            width=span(len(consensus), 120, 300, _WIDTH), height=220)
+
+    return chart(
+        "consensus",
+        "Weighted score against the threshold and the plain majority",
+        "Per convergence vote: the role-weighted score, the threshold it must reach, and the "
+        "share of voters that agree (abstentions aside; the plain majority agrees above the "
+        "0.5 line).",
+        have=len(consensus), need=2, noun="convergence vote", draw=draw,
         headers=("Iteration", "Round", "Weighted score", "Threshold", "Share agreeing",
                  "Plain majority", "Agree / disagree / partial / abstain", "Converged"),
-        rows=rows,
+        rows=tuple(
+            (str(c.iteration), str(c.round), f"{c.weighted_score:.2f}", f"{c.threshold:.2f}",
+             f"{agree_share(c):.2f}", "agrees" if c.majority_agrees else "does not agree",
+             f"{c.agree} / {c.disagree} / {c.partial} / {c.abstain}",
+             "yes" if c.converged else "no")
+            for c in consensus
+        ),
     )
 
 
 def _stances(m: ReportModel) -> Chart:
     order = [p.name for p in m.participants]
     votes = [(t.participant, v) for t in m.audit.trajectories for v in t.votes]
-    values = [
-        {"participant": who, "x": f"r {v.round} (it {v.iteration})", "round": v.round,
-         "stance": v.stance.value, "score": v.score}
-        for who, v in votes
-    ]
-    if values:
-        base = _chart(values).encode(
+    rounds = sorted({(v.round, v.iteration) for _, v in votes})
+
+    def draw() -> alt.TopLevelMixin:
+        values = [
+            {"participant": who, "x": f"r {v.round} (it {v.iteration})", "round": v.round,
+             "stance": STANCES.label_of(v.stance.value),
+             "text": f"{STANCES.cue_of(v.stance.value)} {v.score}",
+             "ink": "white" if v.stance.agrees else "black"}
+            for who, v in votes
+        ]
+        base = inline(values).encode(
             x=alt.X("x:O", sort=alt.SortField("round"), title="convergence round",
-                    axis=_ordinal_axis(len({v.round for _, v in votes}))),
+                    axis=_ordinal_axis(len(rounds))),
             y=alt.Y("participant:N", sort=order, title=None),
         )
         cells = base.mark_rect(stroke="white", strokeWidth=2).encode(
-            color=alt.Color("stance:N", scale=alt.Scale(domain=list(STANCES),
-                            range=list(_STANCE_COLORS)), title="stance",
-                            legend=alt.Legend(orient="bottom")))
-        text = base.mark_text(fontSize=11).encode(text="score:Q")
-        chart: alt.TopLevelMixin = alt.layer(cells, text).properties(
-            width=min(_WIDTH, 70 * len({v.round for _, v in votes})),
-            height=34 * max(1, len(order)))
-    else:
-        chart = _empty("no vote recorded yet")
-    rounds = sorted({(v.round, v.iteration) for _, v in votes})
+            color=alt.Color("stance:N", scale=alt.Scale(
+                domain=list(STANCES.labels), range=list(STANCES.greys)),
+                title="stance (each cell: its glyph and the score)",
+                legend=alt.Legend(orient="bottom", direction="horizontal", titleLimit=400,
+                                  symbolType="square", symbolStrokeColor="#888",
+                                  symbolStrokeWidth=0.5)))
+        text = base.mark_text(fontSize=11).encode(
+            text="text:N", color=alt.Color("ink:N", scale=None))
+        return alt.layer(cells, text).properties(
+            width=span(len(rounds), 76, 76, _WIDTH), height=34 * max(1, len(order)))
+
     grid = {(who, v.round): f"{v.stance.value} ({v.score})" for who, v in votes}
-    return Chart(
-        key="stances",
-        title="Stances per participant and convergence round",
-        summary="Each cell is a participant's stance in one vote (five stances from strongly "
-        "agree to strongly disagree), with the score it gave.",
-        svg=_svg(chart),
+    return chart(
+        "stances",
+        "Stances per participant and convergence round",
+        "Each cell is a participant's stance in one vote, from strongly agree (++, dark) to "
+        "strongly disagree (−−, light), with the score it gave.",
+        have=len(votes), need=1, noun="vote", draw=draw,
         headers=("Participant", *(f"round {r} (it {it})" for r, it in rounds)),
         rows=tuple(
             (name, *(grid.get((name, r), "—") for r, _ in rounds)) for name in order
@@ -202,102 +182,126 @@ def _stances(m: ReportModel) -> Chart:
 
 
 def _dissent(m: ReportModel) -> Chart:
-    last = max(m.rounds, 1)
-    spans: list[dict[str, Any]] = []
-    marks: list[dict[str, Any]] = []
-    for d in m.audit.dissent:
-        label = _short(f"{d.id}: {d.topic}")
-        closed = closed_round(d)
-        end = closed if closed is not None else last
-        spans.append({"label": label, "start": d.opened_round, "end": end, "status": d.status})
-        for h in d.history:
-            marks.append({"label": label, "round": h.round, "change": h.status})
-    if spans:
+    last = max(m.rounds, 2)
+    sides = {s.id: s for s in m.dissent_sides}
+
+    def draw() -> alt.TopLevelMixin:
+        spans, marks = [], []
+        for d in m.audit.dissent:
+            label = _short(f"{d.id}: {d.topic}")
+            closed = closed_round(d)
+            end = closed if closed is not None else last
+            now = d.status if closed is not None else "still open"
+            spans.append({"label": label, "start": d.opened_round, "end": end,
+                          "fill": DISSENT_STATUS.grey_of(d.status), "now": now})
+            marks += [{"label": label, "round": h.round, "change": h.status.value}
+                      for h in d.history]
         order = [str(s["label"]) for s in spans]
         y = alt.Y("label:N", sort=order, title=None, axis=alt.Axis(labelLimit=320))
-        scale = alt.Scale(domain=[1, last])
-        bars = _chart(spans).mark_bar(height=10, opacity=0.55).encode(
-            x=alt.X("start:Q", scale=scale, title="round",
-                    axis=alt.Axis(tickMinStep=1, format="d")), x2="end:Q", y=y,
-            color=alt.Color("status:N", title="status now", legend=alt.Legend(orient="bottom"),
-                            scale=alt.Scale(domain=list(_STATUSES), range=list(_STATUS_COLORS))))
-        points = _chart(marks).mark_point(
-            filled=True, size=70, color="#333").encode(
-            x=alt.X("round:Q", scale=scale), y=y,
-            shape=alt.Shape("change:N", title="change", legend=alt.Legend(orient="bottom"),
-                            scale=alt.Scale(domain=list(_STATUSES))))
-        chart: alt.TopLevelMixin = alt.layer(bars, points).properties(
-            width=_WIDTH - 200, height=28 * len(spans))
-    else:
-        chart = _empty("no dissent recorded")
-    return Chart(
-        key="dissent",
-        title="Dissent timeline",
-        summary="Each divergence from the round it was opened to the round it closed (or the "
-        "last round while still open); marks show each change of status.",
-        svg=_svg(chart),
-        headers=("Dissent", "Topic", "Who", "Strongest", "Opened (round)", "Changes", "Now"),
+        x = alt.Scale(domain=[1, last], nice=False)
+        bars = inline(spans).mark_bar(height=10).encode(
+            x=alt.X("start:Q", scale=x, title="round", axis=alt.Axis(tickMinStep=1, format="d")),
+            x2="end:Q", y=y, color=alt.Color("fill:N", scale=None))
+        now = inline(spans).mark_text(align="left", dx=12, fontSize=11, color="#333").encode(
+            x=alt.X("end:Q", scale=x), y=y, text="now:N")
+        points = inline(marks).mark_point(filled=True, size=80, color="#222").encode(
+            x=alt.X("round:Q", scale=x), y=y,
+            shape=alt.Shape("change:N", title="change of status", scale=alt.Scale(
+                domain=list(DISSENT_STATUS.domain), range=list(DISSENT_STATUS.cues)),
+                legend=alt.Legend(orient="bottom", direction="horizontal")))
+        return alt.layer(bars, points, now).properties(
+            width=span(last, 40, 200, _WIDTH - 240), height=28 * len(spans))
+
+    return chart(
+        "dissent",
+        "Dissent timeline",
+        "Each divergence from the round it was opened to the round it ended (or the last round "
+        "while it is still open), how it stands at its right end; the marks are its changes of "
+        "status.",
+        have=len(m.audit.dissent), need=1, noun="dissent", draw=draw,
+        headers=("Dissent", "Topic", "Held by", "Opened", "Addressed by", "Ended"),
         rows=tuple(
-            (d.id, d.topic, ", ".join(d.who), d.strongest.value, str(d.opened_round),
-             "; ".join(f"{h.status} r{h.round}" for h in d.history), d.status)
+            (d.id, d.topic,
+             ", ".join(f"{who} ({stance.value.replace('_', ' ')})"
+                       for who, stance in sides[d.id].holders)
+             if d.id in sides else ", ".join(d.who),
+             f"round {d.opened_round}, event {d.opened_position}",
+             "; ".join(f"{h.by or 'the engine'}, round {h.round}, event {h.position}"
+                       for h in d.history if h.status is DivergenceStatus.ADDRESSED) or "—",
+             dissent_ended(d))
             for d in m.audit.dissent
         ),
     )
 
 
 def _usage(m: ReportModel, colors: dict[str, str]) -> Chart:
-    per_round = [
-        {"round": u.round, "kind": u.kind.value, "part": part, "tokens": n, "cost": u.cost_usd}
-        for u in m.audit.usage_by_round
-        for part, n in (("input", u.input_tokens), ("output", u.output_tokens))
-    ]
-    if per_round:
+    rounds = m.audit.usage_by_round
+
+    def draw() -> alt.TopLevelMixin:
+        per_round = [
+            {"round": u.round, "part": part, "tokens": n}
+            for u in rounds
+            for part, n in (("input", u.input_tokens), ("output", u.output_tokens))
+        ]
+        kinds = [k for k in ROUND_KINDS.domain if any(u.kind.value == k for u in rounds)]
+        costs = [{"round": u.round, "cost": u.cost_usd, "kind": ROUND_KINDS.label_of(u.kind.value),
+                  "cue": ROUND_KINDS.cue_of(u.kind.value)} for u in rounds]
+        width = span(len(rounds), 26, 200, _WIDTH - 120)
+        rx = alt.X("round:O", title="round", axis=alt.Axis(labelAngle=0, labelOverlap=True))
+        tok = inline(per_round).mark_bar().encode(
+            x=rx, y=alt.Y("sum(tokens):Q", title="tokens"),
+            color=alt.Color("part:N", title="tokens", scale=alt.Scale(
+                domain=list(TOKEN_PARTS.domain), range=list(TOKEN_PARTS.greys)),
+                legend=alt.Legend(orient="right")),
+        ).properties(width=width, height=140, title="tokens per round")
+        bars = inline(costs).mark_bar(stroke="#555", strokeWidth=0.5).encode(
+            x=rx, y=alt.Y("cost:Q", title="USD"),
+            color=alt.Color("kind:N", title="round kind", scale=alt.Scale(
+                domain=[ROUND_KINDS.label_of(k) for k in kinds],
+                range=[ROUND_KINDS.grey_of(k) for k in kinds]),
+                legend=alt.Legend(orient="right")))
+        layers = [bars]
+        if len(rounds) <= 40:  # a letter per bar while the bars are wide enough to hold one
+            layers.append(inline(costs).mark_text(dy=-7, fontSize=10, color="#333").encode(
+                x=rx, y="cost:Q", text="cue:N"))
+        cost = alt.layer(*layers).properties(width=width, height=140, title="cost per round")
         by_p = m.audit.usage_by_participant
         names = [u.participant for u in by_p]
         per_p = [{"participant": u.participant, "cost": u.cost_usd,
                   "tokens": u.input_tokens + u.output_tokens} for u in by_p]
-        rx = alt.X("round:O", title="round", axis=alt.Axis(labelAngle=0, labelOverlap=True))
-        tok = _chart(per_round).mark_bar().encode(
-            x=rx, y=alt.Y("sum(tokens):Q", title="tokens"),
-            color=alt.Color("part:N", title="tokens", scale=alt.Scale(
-                range=["#9ecae9", "#4c78a8"]), legend=alt.Legend(orient="right")),
-        ).properties(width=_WIDTH - 120, height=140, title="tokens per round")
-        cost = _chart(per_round).transform_filter(
-            "datum.part == 'input'").mark_bar().encode(
-            x=rx, y=alt.Y("cost:Q", title="USD"),
-            color=alt.Color("kind:N", title="round kind", legend=alt.Legend(orient="right")),
-        ).properties(width=_WIDTH - 120, height=140, title="cost per round")
-        pscale = alt.Scale(domain=names, range=[colors.get(n, "#888") for n in names])
         py = alt.Y("participant:N", sort=names, title=None)
-        ptok = _chart(per_p).mark_bar().encode(
-            x=alt.X("tokens:Q", title="tokens"), y=py,
-            color=alt.Color("participant:N", scale=pscale, legend=None),
+        pcolor = alt.Color("participant:N", legend=None, scale=alt.Scale(
+            domain=names, range=[colors.get(n, OTHER_PERSON) for n in names]))
+        ptok = inline(per_p).mark_bar().encode(
+            x=alt.X("tokens:Q", title="tokens"), y=py, color=pcolor,
         ).properties(width=220, height=22 * len(names), title="tokens per participant")
-        pcost = ptok.encode(x=alt.X("cost:Q", title="USD")).properties(
+        pcost = ptok.encode(x=alt.X("cost:Q", title="USD", axis=alt.Axis(tickCount=4))).properties(
             title="cost per participant")
-        chart: alt.TopLevelMixin = alt.vconcat(
-            tok, cost, alt.hconcat(ptok, pcost)
-        ).resolve_scale(color="independent")
-    else:
-        chart = _empty("no model call yet")
-    return Chart(
-        key="usage",
-        title="Cost and tokens per round and per participant",
-        summary="Input and output tokens and cost in USD of every model call, failed calls "
-        "included, per round and per participant.",
-        svg=_svg(chart),
+        out: alt.TopLevelMixin = alt.vconcat(tok, cost, alt.hconcat(ptok, pcost)).resolve_scale(
+            color="independent")
+        return out
+
+    return chart(
+        "usage",
+        "Cost and tokens per round and per participant",
+        "Input and output tokens and cost in USD of every model call, failed calls included, "
+        "per round (each bar lettered by its round's kind) and per participant.",
+        have=sum(u.calls for u in rounds), need=1, noun="model call", draw=draw,
         headers=("Round or participant", "Kind / model", "Calls", "Failed", "Input tokens",
                  "Output tokens", "Cost (USD)"),
         rows=tuple(
             (f"round {u.round} (it {u.iteration})", u.kind.value, str(u.calls),
              str(u.failed_calls), str(u.input_tokens), str(u.output_tokens), f"{u.cost_usd:.4f}")
-            for u in m.audit.usage_by_round
+            for u in rounds
         ) + tuple(
             (u.participant, u.model, str(u.calls), str(u.failed_calls), str(u.input_tokens),
              str(u.output_tokens), f"{u.cost_usd:.4f}")
             for u in m.audit.usage_by_participant
         ),
     )
+
+
+# --------------------------------------------------------------------------- influence
 
 
 def _layout(names: Sequence[str]) -> dict[str, tuple[float, float]]:
@@ -309,14 +313,22 @@ def _layout(names: Sequence[str]) -> dict[str, tuple[float, float]]:
     }
 
 
+def _name_place(x: float, y: float) -> dict[str, Any]:
+    """A node's name outside the circle, on the node's side: edges and their numbers stay
+    inside the circle, so no label lands on a name."""
+    side = "left" if x > 0.3 else "right" if x < -0.3 else "center"
+    return {"lx": x * _NAME_RADIUS, "ly": y * _NAME_RADIUS, "side": side,
+            "base": "bottom" if y > 0.3 else "top" if y < -0.3 else "middle"}
+
+
 def _edges(m: ReportModel, at: dict[str, tuple[float, float]]) -> list[dict[str, Any]]:
-    """One drawn edge per (from, to) pair, labelled with its topics."""
+    """One drawn edge per (from, to) pair, numbered, with its topics for the key."""
     topics: dict[tuple[str, str], list[str]] = {}
     for e in m.audit.influence:
         if e.from_ in at and e.to in at and e.from_ != e.to:
             topics.setdefault((e.from_, e.to), []).append(e.topic)
     out = []
-    for (a, b), ts in topics.items():
+    for n, ((a, b), ts) in enumerate(topics.items(), start=1):
         (xa, ya), (xb, yb) = at[a], at[b]
         dx, dy = xb - xa, yb - ya
         length = math.hypot(dx, dy) or 1.0
@@ -324,54 +336,72 @@ def _edges(m: ReportModel, at: dict[str, tuple[float, float]]) -> list[dict[str,
         nx, ny = dy / length, -dx / length
         x, y = xa + nx * _EDGE_GAP, ya + ny * _EDGE_GAP
         out.append({
-            "x": x, "y": y, "x2": xb + nx * _EDGE_GAP, "y2": yb + ny * _EDGE_GAP,
-            "mx": x + dx * 0.5 + nx * _EDGE_GAP * 2, "my": y + dy * 0.5 + ny * _EDGE_GAP * 2,
+            "n": str(n), "x": x, "y": y, "x2": xb + nx * _EDGE_GAP, "y2": yb + ny * _EDGE_GAP,
+            "bx": x + dx * _EDGE_BADGE, "by": y + dy * _EDGE_BADGE,
             "ax": x + dx * 0.8, "ay": y + dy * 0.8,
             "angle": round(math.degrees(math.atan2(dx, dy)), 2),
-            "label": _short(", ".join(dict.fromkeys(ts)), 36),
+            "key": _short(f"{n}  {a} → {b}: {', '.join(dict.fromkeys(ts))}", 90),
         })
     return out
+
+
+def _graph(
+    names: list[str], colors: dict[str, str], edges: list[dict[str, Any]]
+) -> alt.LayerChart:
+    at = _layout(names)
+    nodes = [{"name": n, "x": at[n][0], "y": at[n][1], **_name_place(*at[n])} for n in names]
+    scale = alt.Scale(domain=_GRAPH_DOMAIN)
+
+    def xy(x: str, y: str) -> dict[str, Any]:
+        return {"x": alt.X(f"{x}:Q", scale=scale, axis=None),
+                "y": alt.Y(f"{y}:Q", scale=scale, axis=None)}
+
+    layers: list[alt.Chart] = [
+        inline(edges).mark_rule(color="#777", strokeWidth=1.5).encode(
+            **xy("x", "y"), x2="x2:Q", y2="y2:Q"),
+        inline(edges).mark_point(shape="triangle-up", filled=True, size=90,
+                                 color="#555").encode(
+            **xy("ax", "ay"), angle=alt.Angle("angle:Q", scale=None)),
+        inline(edges).mark_circle(size=230, color="white", stroke="#555", strokeWidth=1,
+                                  opacity=1).encode(**xy("bx", "by")),
+        inline(edges).mark_text(fontSize=11, fontWeight="bold", color="#222").encode(
+            **xy("bx", "by"), text="n:N"),
+    ]
+    pscale = alt.Scale(domain=names, range=[colors[n] for n in names])
+    layers.append(inline(nodes).mark_circle(size=700, opacity=1, stroke="#555",
+                                            strokeWidth=1).encode(
+        **xy("x", "y"), color=alt.Color("name:N", scale=pscale, legend=None)))
+    # a text mark aligns all its labels one way: one layer per side of the circle
+    for side, base in dict.fromkeys((n["side"], n["base"]) for n in nodes):
+        layers.append(inline(nodes).transform_filter(
+            f"datum.side == '{side}' && datum.base == '{base}'").mark_text(
+            fontSize=12, fontWeight="bold", align=side, baseline=base).encode(
+            **xy("lx", "ly"), text="name:N"))
+    return alt.LayerChart(layer=layers, width=300, height=300)
 
 
 def _influence(m: ReportModel, colors: dict[str, str]) -> Chart:
     names = [p.name for p in m.participants]
     # a person whose input moved a participant is a node too (the audit names them "from")
     names += list(dict.fromkeys(e.from_ for e in m.audit.influence if e.from_ not in names))
-    colors = {**{n: "#999999" for n in names}, **colors}
-    at = _layout(names)
-    nodes = [{"name": n, "x": at[n][0], "y": at[n][1]} for n in names]
-    edges = _edges(m, at)
-    scale = alt.Scale(domain=[-1.45, 1.45])
-    x, y = alt.X("x:Q", scale=scale, axis=None), alt.Y("y:Q", scale=scale, axis=None)
-    layers: list[alt.Chart] = []
-    if edges:
-        layers += [
-            _chart(edges).mark_rule(color="#777", strokeWidth=1.5).encode(
-                x=x, y=y, x2="x2:Q", y2="y2:Q"),
-            _chart(edges).mark_point(shape="triangle-up", filled=True, size=90,
-                                       color="#555").encode(
-                x=alt.X("ax:Q", scale=scale, axis=None), y=alt.Y("ay:Q", scale=scale, axis=None),
-                angle=alt.Angle("angle:Q", scale=None)),
-            _chart(edges).mark_text(fontSize=10, dy=-6, color="#333").encode(
-                x=alt.X("mx:Q", scale=scale, axis=None), y=alt.Y("my:Q", scale=scale, axis=None),
-                text="label:N"),
-        ]
-    pscale = alt.Scale(domain=names, range=[colors[n] for n in names])
-    node = _chart(nodes).encode(x=x, y=y)
-    layers += [
-        node.mark_circle(size=900, opacity=0.9).encode(
-            color=alt.Color("name:N", scale=pscale, legend=None)),
-        node.mark_text(fontSize=12, dy=26, fontWeight="bold").encode(text="name:N"),
-    ]
-    chart = alt.layer(*layers).properties(width=_WIDTH // 2, height=_WIDTH // 2)
-    if not edges:
-        chart = chart.properties(title=alt.TitleParams("no influence recorded", color="#555"))
-    return Chart(
-        key="influence",
-        title="Influence: who moved whom",
-        summary="An arrow from A to B means a contribution of A argued toward the stance B then "
-        "took; labels name the topics.",
-        svg=_svg(chart),
+    colors = {**{n: OTHER_PERSON for n in names}, **colors}
+    edges = _edges(m, _layout(names))
+
+    def draw() -> alt.TopLevelMixin:
+        key = inline([{"i": i, "t": e["key"]} for i, e in enumerate(edges)]).mark_text(
+            align="left", fontSize=11, color="#222").encode(
+            x=alt.value(0), y=alt.Y("i:O", axis=None), text="t:N").properties(
+            width=300, height=18 * len(edges), title=alt.TitleParams(
+                "each numbered arrow: from → to: the topics", fontSize=11,
+                fontWeight="normal", color="#555", anchor="start"))
+        return alt.vconcat(_graph(names, colors, edges), key, spacing=6)
+
+    return chart(
+        "influence",
+        "Influence: who moved whom",
+        "An arrow from A to B means a contribution of A argued toward the stance B then took; "
+        "each arrow is numbered, and the key under the graph names its topics.",
+        have=len(edges), need=1, noun="influence", nouns="influences", draw=draw,
         headers=("From", "To", "Round", "Topic", "Quote", "Event"),
         rows=tuple(
             (e.from_, e.to, "human input" if e.round is None else str(e.round), e.topic,

@@ -2,9 +2,10 @@
 
 The page shows the audit (:func:`forge_ledger.audit.audit_report`) and the document's lineage
 (:func:`forge_ledger.projections.document.fold_lineage`) as they are; this module only reads
-them for the chosen position and adds the chain and seal check. Nothing here analyses the
-session: every figure, every sentence boundary and every origin comes from those two, so the
-page, ``audit --json`` and ``spec --provenance`` never disagree.
+them for the chosen position and adds the chain and seal check, and the stance each
+divergence's positions were recorded with (who holds it). Nothing here analyses the session:
+every figure, every sentence boundary and every origin comes from those two, so the page,
+``audit --json`` and ``spec --provenance`` never disagree.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from datetime import datetime
 from uuid import UUID
 
 from ..audit import audit_report
+from ..domain import SessionState
 from ..ledger import Ledger, verify_session
 from ..projections.document import fold_lineage
-from ._model import Integrity, ParticipantInfo, ReportModel
+from ._model import DissentSides, Integrity, ParticipantInfo, ReportModel
 
 __all__ = ["gather"]
 
@@ -60,6 +62,18 @@ def gather(
         integrity=_integrity(ledger, sid, key, checked_at),
         audit=audit,
         document=lineage if lineage.source is not None else None,
+        dissent_sides=_sides(state),
+    )
+
+
+def _sides(state: SessionState) -> tuple[DissentSides, ...]:
+    return tuple(
+        DissentSides(
+            id=d.id,
+            holders=tuple((p.participant, p.stance) for p in d.positions if p.stance.disagrees),
+            others=tuple(p.participant for p in d.positions if not p.stance.disagrees),
+        )
+        for d in state.divergences
     )
 
 

@@ -18,12 +18,10 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 from ..audit.model import AuditReport
+from ..domain.values import Stance
 from ..projections.document import DocumentLineage
 
-__all__ = ["STANCES", "Integrity", "ParticipantInfo", "ReportModel"]
-
-STANCES = ("strongly_agree", "agree", "partial", "disagree", "strongly_disagree")
-"""The five stances, from most to least favourable (the heatmap's colour order)."""
+__all__ = ["DissentSides", "Integrity", "ParticipantInfo", "ReportModel"]
 
 
 class _View(BaseModel):
@@ -34,6 +32,15 @@ class ParticipantInfo(_View):
     name: str
     model: str
     role: str
+
+
+class DissentSides(_View):
+    """Who holds a divergence and who holds the other side, as its positions were recorded:
+    a position whose stance disagrees holds it (the engine's dissenters)."""
+
+    id: str
+    holders: tuple[tuple[str, Stance], ...]
+    others: tuple[str, ...]
 
 
 class Integrity(_View):
@@ -77,3 +84,5 @@ class ReportModel(_View):
     """The audit as of ``position`` (``forge-ledger audit --json``, field for field)."""
     document: DocumentLineage | None = None
     """The document and its lineage as of ``position``; None before any text was recorded."""
+    dissent_sides: tuple[DissentSides, ...] = ()
+    """Each divergence of ``audit.dissent``: who holds it, who the other side."""
