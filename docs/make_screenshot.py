@@ -1,12 +1,15 @@
-"""Regenerate docs/report.png: the offline demo's report, as Chromium shows it.
+"""Regenerate docs/report.png and docs/report-print.png: the offline demo's report, as Chromium
+shows it on screen and as it prints.
 
-Runs ``forge-ledger demo`` into a scratch store, writes its report with ``forge-ledger report``,
-opens the page in Debian's headless Chromium (network blocked), hovers the first sentence of the
-document that answered a critique or a dissent so its provenance (origin, revisions, answers)
-shows, and captures the page from the top to the end of the influence graph. Needs the dev
-extra (Playwright) and /usr/bin/chromium:
+Runs ``forge-ledger demo`` into a scratch store, writes its report with ``forge-ledger report``
+and opens the page in Debian's headless Chromium (network blocked). On screen it hovers the
+first sentence of the document that answered a critique or a dissent, so its provenance
+(origin, revisions, answers) shows, and captures the page from the top to the end of the
+influence graph. For print it emulates print media on an A4 page's width (no tooltips, no
+navigation, no source toggle) and captures the stretch from the top to the end of the stance
+heatmap. Needs the dev extra (Playwright) and /usr/bin/chromium:
 
-    .venv/bin/python docs/make_screenshot.py [OUT.png]
+    .venv/bin/python docs/make_screenshot.py [OUT_DIR]
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from playwright.sync_api import Route, sync_playwright
+from playwright.sync_api import Page, Route, sync_playwright
 
 HERE = Path(__file__).resolve().parent
 CLI = str(Path(sys.executable).parent / "forge-ledger")
@@ -25,6 +28,9 @@ CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
+WIDTH = 1100
+A4_WIDTH = 794
+"""210 mm at 96 pixels per inch."""
 
 
 def _run(*args: str) -> str:
@@ -41,7 +47,18 @@ def _block(route: Route) -> None:
         route.abort()
 
 
-def main(out: Path) -> None:
+def _capture(page: Page, out: Path, until: str, width: int) -> None:
+    """The page from the top to the end of the element ``until``."""
+    height = page.evaluate(
+        f"(() => {{ const r = document.querySelector('{until}')"
+        ".getBoundingClientRect(); return r.bottom + window.scrollY + 16; })()"
+    )
+    page.screenshot(path=str(out), full_page=True,
+                    clip={"x": 0, "y": 0, "width": width, "height": height})
+    print(f"wrote {out} ({out.stat().st_size // 1024} KB)")
+
+
+def main(out_dir: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store, page_file = Path(tmp) / "demo.sqlite", Path(tmp) / "report.html"
         sid = json.loads(_run("demo", "--latency", "0", "--store", str(store), "--json"))[
@@ -50,23 +67,19 @@ def main(out: Path) -> None:
         _run("report", sid, "--store", str(store), "-o", str(page_file))
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-            context = browser.new_context(viewport={"width": 1100, "height": 900})
+            context = browser.new_context(viewport={"width": WIDTH, "height": 900})
             context.route("**/*", _block)
             page = context.new_page()
             page.goto(page_file.as_uri(), wait_until="load")
             answered = page.locator(".prov", has_text="Answers:").first
             page.locator("#doc-text .s", has=answered).first.hover()
-            height = page.evaluate(
-                "(() => { const r = document.querySelector('#chart-influence')"
-                ".getBoundingClientRect(); return r.bottom + window.scrollY + 16; })()"
-            )
-            page.screenshot(
-                path=str(out), full_page=True,
-                clip={"x": 0, "y": 0, "width": 1100, "height": height},
-            )
+            _capture(page, out_dir / "report.png", "#chart-influence", WIDTH)
+            page.mouse.move(WIDTH - 10, 5)
+            page.emulate_media(media="print")
+            page.set_viewport_size({"width": A4_WIDTH, "height": 1123})
+            _capture(page, out_dir / "report-print.png", "#chart-stances", A4_WIDTH)
             browser.close()
-    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "report.png")
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE)
