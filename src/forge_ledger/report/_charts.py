@@ -275,8 +275,8 @@ def _usage(m: ReportModel, colors: dict[str, str]) -> Chart:
         ptok = inline(per_p).mark_bar().encode(
             x=alt.X("tokens:Q", title="tokens"), y=py, color=pcolor,
         ).properties(width=220, height=22 * len(names), title="tokens per participant")
-        pcost = ptok.encode(x=alt.X("cost:Q", title="USD", axis=alt.Axis(labelOverlap=True, labelSeparation=8))).properties(
-            title="cost per participant")
+        usd = alt.X("cost:Q", title="USD", axis=alt.Axis(labelOverlap=True, labelSeparation=8))
+        pcost = ptok.encode(x=usd).properties(title="cost per participant")
         out: alt.TopLevelMixin = alt.vconcat(tok, cost, alt.hconcat(ptok, pcost)).resolve_scale(
             color="independent")
         return out
