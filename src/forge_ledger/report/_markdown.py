@@ -21,6 +21,7 @@ as their label and address (no ``<a href>``) and images as their alt text and ad
 
 from __future__ import annotations
 
+import sys
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -70,6 +71,7 @@ class _Text:
 class _Open:
     html: str
     close: str
+    """The closing tag; empty for an element that has none (``<br>``)."""
     at: int
 
 
@@ -108,9 +110,8 @@ def _locate(part: str, line: str, start: int, *, suffix: bool) -> list[int]:
     out, pos = [], start
     for ch in part:
         hit = line.find(ch, pos)
-        if hit >= 0:
-            pos = hit + 1
-        out.append(min(max(hit, pos - 1), len(line)))
+        out.append(hit if hit >= 0 else min(pos, len(line)))
+        pos = hit + 1 if hit >= 0 else pos
     return out
 
 
@@ -175,7 +176,8 @@ class _Inline:
         return self.at[min(i, len(self.at) - 1)]
 
     def _span(self, i: int, n: int) -> tuple[int, ...]:
-        return tuple(self._pos(i + k) for k in range(n))
+        got = tuple(self.at[i : i + n])
+        return got + (self.at[-1],) * (n - len(got))
 
     def walk(self, tokens: Sequence[Token]) -> Iterator[_Item]:
         links: list[Token] = []
@@ -340,15 +342,27 @@ class _Weaver:
             self.pieces.append(Piece(Markup("".join(self.buf)), self.current, first))
             self.buf = []
 
-    def _enter(self, at: int) -> None:
+    def _enter(self, at: int) -> int:
+        """Into the span of the sentence holding offset ``at``; the offset where the next
+        sentence begins."""
         # never back to an earlier sentence: the page keeps the sentences in their order
         s = max(bisect_right(self.starts, at) - 1, self.last, 0)
-        if s == self.current:
-            return
-        self.buf += [o.close for o in reversed(self.inline)]
-        self._flush()
-        self.current, self.first, self.last = s, s > self.last, s
-        self.buf += [o.html for o in self.inline]
+        if s != self.current:
+            self.buf += [o.close for o in reversed(self.inline)]
+            self._flush()
+            self.current, self.first, self.last = s, s > self.last, s
+            self.buf += [o.html for o in self.inline]
+        return self.starts[s + 1] if s + 1 < len(self.starts) else sys.maxsize
+
+    def _text(self, item: _Text) -> None:
+        i, n = 0, len(item.text)
+        while i < n:
+            end = self._enter(item.at[i])
+            j = i + 1
+            while j < n and item.at[j] < end:
+                j += 1
+            self.buf.append(str(escape(item.text[i:j])))
+            i = j
 
     def _leave(self) -> None:
         self.buf += [o.close for o in reversed(self.inline)]
@@ -358,9 +372,7 @@ class _Weaver:
 
     def add(self, item: _Item) -> None:
         if isinstance(item, _Text):
-            for ch, at in zip(item.text, item.at, strict=True):
-                self._enter(at)
-                self.buf.append(str(escape(ch)))
+            self._text(item)
         elif isinstance(item, _Open):
             self._enter(item.at)
             self.buf.append(item.html)
