@@ -71,7 +71,6 @@ def _sides(state: SessionState) -> tuple[DissentSides, ...]:
         DissentSides(
             id=d.id,
             holders=tuple((p.participant, p.stance) for p in d.positions if p.stance.disagrees),
-            others=tuple(p.participant for p in d.positions if not p.stance.disagrees),
         )
         for d in state.divergences
     )

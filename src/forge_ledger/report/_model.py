@@ -35,12 +35,11 @@ class ParticipantInfo(_View):
 
 
 class DissentSides(_View):
-    """Who holds a divergence and who holds the other side, as its positions were recorded:
-    a position whose stance disagrees holds it (the engine's dissenters)."""
+    """Who holds a divergence, as its positions were recorded: a position whose stance
+    disagrees holds it (the engine's dissenters); the others hold the other side."""
 
     id: str
     holders: tuple[tuple[str, Stance], ...]
-    others: tuple[str, ...]
 
 
 class Integrity(_View):
@@ -85,4 +84,4 @@ class ReportModel(_View):
     document: DocumentLineage | None = None
     """The document and its lineage as of ``position``; None before any text was recorded."""
     dissent_sides: tuple[DissentSides, ...] = ()
-    """Each divergence of ``audit.dissent``: who holds it, who the other side."""
+    """Each divergence of ``audit.dissent`` and who holds it."""
