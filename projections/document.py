@@ -612,6 +612,11 @@ def document_diff(state: SessionState, from_iteration: int, to_iteration: int) -
     )
 
 
+def _range(start: int, stop: int) -> str:
+    """A unified-diff range: an empty side names the line before it (as ``diff -u`` does)."""
+    return f"{start + 1 if stop > start else start},{stop - start}"
+
+
 def _hunk(
     group: Sequence[tuple[str, int, int, int, int]],
     lines: list[str],
@@ -622,7 +627,7 @@ def _hunk(
 ) -> DiffHunk:
     i1, i2 = group[0][1], group[-1][2]
     j1, j2 = group[0][3], group[-1][4]
-    header = f"@@ -{i1 + 1},{i2 - i1} +{j1 + 1},{j2 - j1} @@"
+    header = f"@@ -{_range(i1, i2)} +{_range(j1, j2)} @@"
     changed: dict[int, ContributionRef] = {}
     answers: dict[tuple[str, int, str], Answer] = {}
     for s in touched:

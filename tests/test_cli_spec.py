@@ -152,6 +152,29 @@ def test_spec_diff_names_who_changed_each_hunk(
     assert all(c["iteration"] == 2 for h in doc["hunks"] for c in h["changed_by"])
 
 
+def test_spec_diff_is_a_patch_that_patch_applies(
+    built: tuple[str, BuiltSession], tmp_path: Path,
+) -> None:
+    """The annotations ride on the ``@@`` lines, so ``patch`` turns iteration 1's document
+    into iteration 2's byte for byte."""
+    store, s = built
+    texts = []
+    for k in (1, 2):
+        got = forge("spec", s.prefix, "--at-iteration", str(k), "--json", "--store", store,
+                    cwd=tmp_path)
+        texts.append(json.loads(got.stdout)["text"])
+    assert texts[0] != texts[1]
+    diff = forge("spec", s.prefix, "--diff", "1", "2", "--store", store, cwd=tmp_path)
+    assert diff.returncode == 0, diff.stderr
+    assert "@@ answers" not in diff.stdout
+    doc = tmp_path / "doc.md"
+    doc.write_text(texts[0], encoding="utf-8")
+    applied = subprocess.run(["patch", str(doc)], input=diff.stdout, capture_output=True,
+                             text=True, check=False)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert doc.read_text(encoding="utf-8") == texts[1]
+
+
 def test_spec_mistakes_are_one_line(built: tuple[str, BuiltSession], tmp_path: Path) -> None:
     store, s = built
     for args in (
@@ -211,6 +234,9 @@ def test_outputs_of_a_postgres_store_go_under_home(pg_url: str, tmp_path: Path) 
     views = forge("projections", "update", "--store", pg_url, cwd=cwd, env=env)
     assert views.returncode == 0, views.stderr
     assert (where / "forge-ledger.views.sqlite").is_file()
+    report = forge("--home", str(home), "report", s.prefix, "--store", pg_url, "--json", cwd=cwd)
+    assert report.returncode == 0, report.stderr
+    assert Path(json.loads(report.stdout)["path"]).parent == where / "reports"
     assert list(cwd.iterdir()) == []
 
 

@@ -18,21 +18,19 @@ import click
 from ..clock import SystemClock
 from ..errors import ChainBrokenError, ConfigError, UsageError
 from ..ledger import Ledger
-from ..ledger.store import DEFAULT_STORE
+from ..ledger.outputs import store_outputs
 from . import cli
 from ._common import emit_json, err_console, hmac_key, json_option, open_ledger, store_option
 
 __all__ = ["report"]
-
-REPORTS_DIR = "reports"
-"""Folder beside the store where reports go when no ``-o`` is given."""
 
 
 @cli.command()
 @click.argument("session")
 @click.option("-o", "--output", default=None, metavar="FILE.html",
               help="Where to write the page ('-' for stdout) "
-              "[default: reports/<slug>-<id>.html beside the store].")
+              "[default: reports/<slug>-<id>.html beside the store, or under --home for "
+              "PostgreSQL].")
 @click.option("--at-iteration", type=click.IntRange(min=1), default=None, metavar="K",
               help="The session as it was at the end of iteration K.")
 @store_option
@@ -91,13 +89,9 @@ def _target(
 ) -> Path:
     if output is not None:
         return Path(output)
-    loc = ledger.location
-    home = loc.path.parent if loc.kind == "sqlite" and loc.path is not None else (
-        DEFAULT_STORE.parent
-    )
     safe = re.sub(r"[^a-z0-9-]+", "-", slug.lower()).strip("-")[:60] or "session"
     suffix = f"-it{at_iteration}" if at_iteration is not None else ""
-    return home / REPORTS_DIR / f"{safe}-{session_id[:8]}{suffix}.html"
+    return store_outputs(ledger.location).reports / f"{safe}-{session_id[:8]}{suffix}.html"
 
 
 def _write(target: Path, html: str) -> None:

@@ -48,17 +48,28 @@ def _print_diff(doc: Any) -> None:
         + (f" ({src.participant}'s {src.kind.value}, event {src.position})" if src else "")
     )
     for h in doc.hunks:
-        who = "; ".join(
-            f"{c.participant} ({c.kind.value}, round {c.round}, event {c.position})"
-            for c in h.changed_by
-        )
-        click.echo(h.header + (f" changed by {who}" if who else ""))
-        for a in h.answers:
-            what = f"{a.participant}'s suggestion" if a.kind == "suggestion" else (
-                f"divergence {a.divergence_id} ({a.participant})")
-            click.echo(f"@@ answers {what}: {' '.join(a.text.split())}")
+        click.echo(h.header + _hunk_note(h))
         for line in h.lines:
-            click.echo(line, nl=not line.endswith("\n"))
+            click.echo(line, nl=False)
+            if not line.endswith("\n"):
+                click.echo("\n\\ No newline at end of file")
+
+
+def _hunk_note(hunk: Any) -> str:
+    """Who changed a hunk and what it answered, on the hunk's own ``@@`` line: ``patch`` and
+    ``git apply`` read whatever follows the second ``@@`` as a comment, so the diff stays
+    applicable (a line of its own inside a hunk would not be)."""
+    who = "; ".join(
+        f"{c.participant} ({c.kind.value}, round {c.round}, event {c.position})"
+        for c in hunk.changed_by
+    )
+    answers = [
+        (f"{a.participant}'s suggestion" if a.kind == "suggestion"
+         else f"divergence {a.divergence_id} ({a.participant})") + f": {' '.join(a.text.split())}"
+        for a in hunk.answers
+    ]
+    parts = ([f"changed by {who}"] if who else []) + [f"answers {a}" for a in answers]
+    return " " + " | ".join(parts) if parts else ""
 
 
 @cli.command("spec")

@@ -5,14 +5,14 @@ One rule, used by every writer and reader of those files (exports, ``spec``, ``p
 directory a command happened to be run from:
 
 - **SQLite store**: beside the store file. ``DIR/NAME.sqlite`` has its read model in
-  ``DIR/NAME.views.sqlite``, its YAML exports in ``DIR/brainstorm-sessions/`` and its
-  documents in ``DIR/specs/``.
+  ``DIR/NAME.views.sqlite``, its YAML exports in ``DIR/brainstorm-sessions/``, its
+  documents in ``DIR/specs/`` and its HTML reports in ``DIR/reports/``.
 - **PostgreSQL store**: under one home, ``--home DIR`` (a global option) or the
   ``FORGE_LEDGER_HOME`` environment variable, by default ``$XDG_DATA_HOME/forge-ledger``
   (``~/.local/share/forge-ledger``). Each store gets its own directory there, named after
   its server, database and schema (``postgres-HOST-PORT-DB-SCHEMA``), holding
-  ``forge-ledger.views.sqlite``, ``brainstorm-sessions/`` and ``specs/``. Two schemas never
-  share a read model (its tracking position belongs to one store).
+  ``forge-ledger.views.sqlite``, ``brainstorm-sessions/``, ``specs/`` and ``reports/``.
+  Two schemas never share a read model (its tracking position belongs to one store).
 
 Nothing here creates a directory: writers create what they write, on demand.
 """
@@ -29,6 +29,7 @@ from .store import READ_MODEL_SUFFIX, StoreLocation
 __all__ = [
     "EXPORTS_DIR",
     "HOME_ENV",
+    "REPORTS_DIR",
     "SPECS_DIR",
     "StoreOutputs",
     "default_home",
@@ -40,6 +41,7 @@ HOME_ENV = "FORGE_LEDGER_HOME"
 """Environment variable naming the home of a PostgreSQL store's outputs."""
 EXPORTS_DIR = "brainstorm-sessions"
 SPECS_DIR = "specs"
+REPORTS_DIR = "reports"
 _PG_VIEWS = "forge-ledger" + READ_MODEL_SUFFIX
 
 _home_override: Path | None = None
@@ -63,6 +65,11 @@ class StoreOutputs:
     def specs(self) -> Path:
         """Document (spec) files."""
         return self.home / SPECS_DIR
+
+    @property
+    def reports(self) -> Path:
+        """HTML audit reports."""
+        return self.home / REPORTS_DIR
 
 
 def set_home_override(home: str | os.PathLike[str] | None) -> None:
