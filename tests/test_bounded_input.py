@@ -285,3 +285,23 @@ def test_truncated_store_message(open_dir: Path) -> None:
             Ledger(str(target), create=create)
         assert "where its header says" in info.value.one_line()
     assert fingerprint(target) == before
+
+
+@pytest.mark.parametrize("depth", [70, 2000])
+def test_deep_nesting_is_one_message_in_flow_and_block_style(tmp_path: Path, depth: int) -> None:
+    """libyaml stops a deep flow collection with its own cap before the parser reaches ours;
+    either way the file is refused with the same line."""
+    flow = tmp_path / "flow.yaml"
+    flow.write_text("a: " + "[" * depth + "]" * depth + "\n", encoding="utf-8")
+    block = tmp_path / "block.yaml"
+    block.write_text("".join("  " * i + "k:\n" for i in range(depth)) + "  " * depth + "v\n",
+                     encoding="utf-8")
+    lines = []
+    for path in (flow, block):
+        result = run_cli("import", str(path), "--store", str(tmp_path / "s.sqlite"),
+                         cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        lines.append(one_error_line(result.stderr).replace(path.name, "FILE"))
+    assert lines[0] == lines[1]
+    assert "nested too deeply (limit 64)" in lines[0]
+    assert not (tmp_path / "s.sqlite").exists()

@@ -287,3 +287,42 @@ def test_datasette_serves_a_canned_query(tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def test_follow_waits_for_a_store_that_does_not_exist_yet(tmp_path: Path) -> None:
+    """A follower started before the first session waits for the store, then applies it."""
+    store = tmp_path / "later" / "forge-ledger.sqlite"
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "forge_ledger", "projections", "update", "--follow",
+         "--interval", "0.1", "--store", str(store)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert follower.stderr is not None
+        first = follower.stderr.readline()
+        assert first == f"waiting for a ledger at {store} (Ctrl-C stops)\n", first
+        assert follower.poll() is None
+        seed = Path(__file__).parent / "fixtures" / "seed_standard.yaml"
+        made = subprocess.run(
+            [sys.executable, "-m", "forge_ledger", "import", str(seed), "--store", str(store)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert made.returncode == 0, made.stderr
+        assert follower.stderr.readline().startswith(f"following {store}")
+        views = store.with_name("forge-ledger.views.sqlite")
+        deadline = time.monotonic() + 120
+        while _sessions_in(views) < 1:
+            assert follower.poll() is None, follower.communicate()
+            assert time.monotonic() < deadline, "the follower never applied the new store"
+            time.sleep(0.1)
+    finally:
+        follower.send_signal(signal.SIGINT)
+        follower.communicate(timeout=60)
+
+
+def _sessions_in(views: Path) -> int:
+    try:
+        with sqlite3.connect(f"file:{views}?mode=ro", uri=True) as db:
+            return int(db.execute("SELECT count(*) FROM sessions").fetchone()[0])
+    except sqlite3.OperationalError:  # not created yet
+        return 0

@@ -20,6 +20,7 @@ Limits default to :data:`DEFAULT_LIMITS` and can be changed by environment varia
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,10 +108,22 @@ def _scan(text: str, name: str, lim: YamlLimits) -> None:
     ``sizes`` holds each anchor's expanded subtree size; ``open_nodes`` the node count at the
     start of each open collection with its anchor, so its size is known at its end event.
     """
+    try:
+        _count(yaml.parse(text, Loader=_Loader), name, lim)
+    except yaml.MarkedYAMLError as exc:
+        # libyaml has a nesting cap of its own, which its scanner can reach before the parser
+        # hands us the event that crosses ours (flow collections are scanned ahead): the same
+        # bound, so the same message, whichever style the file nests in.
+        if "maximum nesting depth" in str(exc.problem):
+            raise _too_big(name, "nested too deeply", lim.max_depth, ENV_MAX_DEPTH) from None
+        raise
+
+
+def _count(events: Iterable[yaml.Event], name: str, lim: YamlLimits) -> None:
     nodes = 0
     sizes: dict[str, int] = {}
     open_nodes: list[tuple[int, str | None]] = []
-    for event in yaml.parse(text, Loader=_Loader):
+    for event in events:
         if isinstance(event, yaml.AliasEvent):
             nodes += sizes.get(str(event.anchor), 1)
         elif isinstance(event, yaml.ScalarEvent):

@@ -34,6 +34,7 @@ __all__ = [
     "SessionNotFoundError",
     "SessionPausedError",
     "StoreError",
+    "StoreMissingError",
     "UsageError",
     "dotted_loc",
     "exit_interrupted",
@@ -106,6 +107,10 @@ class ConfigError(ForgeLedgerError):
 
 class StoreError(ForgeLedgerError):
     """The event store cannot be opened or is not a forge-ledger store."""
+
+
+class StoreMissingError(StoreError):
+    """There is no ledger at the store location yet (a follower may wait for one)."""
 
 
 class SessionNotFoundError(ForgeLedgerError):

@@ -21,6 +21,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from ..errors import StoreMissingError
+from ..ledger import Ledger, resolve_store
 from ..projections import (
     ProjectionRunner,
     consensus_trail,
@@ -94,9 +96,25 @@ def _progress(runner: ProjectionRunner, *, rebuilding: bool) -> Iterator[Callabl
         yield lambda k: bar.advance(task, k)
 
 
+def _open_when_there(store: str | None, interval: float) -> Ledger:
+    """A follower started before the first ``run`` waits for the store instead of failing:
+    it polls until a ledger is there (Ctrl-C stops it, like following itself)."""
+    announced = False
+    while True:
+        try:
+            return open_ledger(store)
+        except StoreMissingError:
+            if not announced:
+                where = resolve_store(store).display
+                err_console.print(f"waiting for a ledger at {where} (Ctrl-C stops)",
+                                  markup=False)
+                announced = True
+            time.sleep(interval)
+
+
 def _run(store: str | None, *, rebuild: str | None, everything: bool, batch_size: int,
          follow: bool = False, interval: float = 1.0) -> int:
-    with open_ledger(store) as ledger:
+    with _open_when_there(store, interval) if follow else open_ledger(store) as ledger:
         db = open_views(ledger.location.read_model_path)
         try:
             runner = ProjectionRunner(ledger, db)

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreMissingError
 from .store import StoreLocation
 
 __all__ = [
@@ -116,7 +116,7 @@ def postgres_guard(
         ready = EVENTS_TABLE in tables and (SNAPSHOTS_TABLE in tables or not snapshots)
         if ready or not create:
             if EVENTS_TABLE not in tables:
-                raise StoreError(
+                raise StoreMissingError(
                     f"no ledger at {loc.display}",
                     hint="run 'forge-ledger demo' or 'forge-ledger run' first, or pass --store",
                 )

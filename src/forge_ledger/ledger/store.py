@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreMissingError
 
 __all__ = [
     "DEFAULT_STORE",
@@ -175,7 +175,7 @@ def check_sqlite_file(path: Path, *, create: bool) -> SqliteCheck:
         raise StoreError(f"{path} is a directory", hint="give the path of a .sqlite file")
     if not path.exists():
         if not create:
-            raise StoreError(
+            raise StoreMissingError(
                 f"no ledger at {path}",
                 hint="run 'forge-ledger demo' or 'forge-ledger run' first, or pass --store",
             )
