@@ -345,19 +345,28 @@ def _provider() -> LiteLLMProvider:
 
 
 async def run_fallbacks(directory: Path) -> list[tuple[FaultKind, list[CellResult]]]:
-    """Every fault kind in the rounds a fallback can take over, all at once."""
+    """Every fault kind in the rounds a fallback can take over.
+
+    The cells whose fault is a hang or a stall run after the others, on their own: their
+    short call time-out applies to every call of their session, the healthy ones included,
+    and a healthy call shares the event loop with every cell running beside it (their ledger
+    writes and folds run on it). With all the cells at once, that wait alone could pass the
+    time-out on a loaded machine and turn a healthy call into a failed one."""
     provider = _provider()
+    done: dict[str, list[CellResult]] = {}
     try:
-        cells = [
-            run_cell(f, k, directory, provider, fallback=True)
-            for f in FAULTS
-            for k in FALLBACK_KINDS
-        ]
-        done = list(await asyncio.gather(*cells))
+        for batch in ([f for f in FAULTS if not f.timeout], [f for f in FAULTS if f.timeout]):
+            cells = [
+                run_cell(f, k, directory, provider, fallback=True)
+                for f in batch
+                for k in FALLBACK_KINDS
+            ]
+            results = list(await asyncio.gather(*cells))
+            n = len(FALLBACK_KINDS)
+            done |= {f.name: results[i * n : (i + 1) * n] for i, f in enumerate(batch)}
     finally:
         await provider.aclose()
-    n = len(FALLBACK_KINDS)
-    return [(f, done[i * n : (i + 1) * n]) for i, f in enumerate(FAULTS)]
+    return [(f, done[f.name]) for f in FAULTS]
 
 
 def markdown_table(
