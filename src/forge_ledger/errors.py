@@ -190,7 +190,7 @@ def validation_summary(
     where: Callable[[Loc], str] = dotted_loc,
     count_more: bool = False,
 ) -> str:
-    """pydantic's problems as ``where: what`` for the first ``most``, joined by ``; ``.
+    """pydantic's problems as ``where: what`` for the first ``most``, joined by semicolons.
 
     The one way a rejected value is explained, so a config file, a command-line option, an
     import and a model's answer all say what was wrong in the same words. ``where`` names the
