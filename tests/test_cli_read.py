@@ -356,7 +356,10 @@ def test_ambiguous_prefix_is_a_user_error(
     assert code == 2
     assert out == ""
     assert_one_error_line(err)
-    assert "matches 2 sessions" in err
+    assert "matches 2 sessions: abcd0000 (" in err
+    code, out, _ = run_main(capsys, "show", "@~1", "--store", url, "--json")
+    assert code == 0
+    assert json.loads(out)["id"] == "abcd0000-0000-4000-8000-000000000001"
 
 
 # --------------------------------------------------------------------------- log

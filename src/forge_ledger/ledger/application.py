@@ -51,6 +51,7 @@ from ..domain.values import ChatMessage
 from ..errors import (
     ArgumentError,
     ConcurrencyConflictError,
+    ForgeLedgerError,
     SessionNotFoundError,
     StoreError,
     UsageError,
@@ -857,12 +858,15 @@ class Ledger:
             start = int(rows[-1].id)
 
     def resolve(self, ref: str | UUID) -> UUID:
-        """A full id or a unique prefix (with or without dashes) → the session's UUID."""
+        """A full id, a unique prefix (with or without dashes), or ``@`` / ``last`` for the
+        newest session and ``@~N`` for the one N before it (as git's ``HEAD~N``)."""
         if isinstance(ref, UUID):
             return ref
         text = ref.strip().lower()
         if not text:
             raise SessionNotFoundError("empty session id", hint="see 'forge-ledger sessions'")
+        if text == "last" or text.startswith("@"):
+            return self._newest(ref, text)
         with contextlib.suppress(ValueError):
             if len(text.replace("-", "")) == 32:
                 full = UUID(text)
@@ -877,10 +881,41 @@ class Ledger:
             )
         if len(matches) > 1:
             raise SessionNotFoundError(
-                f"{ref!r} matches {len(matches)} sessions",
+                f"{ref!r} matches {len(matches)} sessions: {self._candidates(matches)}",
                 hint="type more characters of the id",
             )
         return matches[0]
+
+    def _newest(self, ref: str, text: str) -> UUID:
+        """``@``, ``last`` and ``@~N``: sessions in the order they were started, newest last."""
+        back = 0
+        if text not in ("@", "last"):
+            digits = text.removeprefix("@~")
+            if not text.startswith("@~") or not digits.isdigit():
+                raise SessionNotFoundError(
+                    f"{ref!r} is not a session reference", hint="use @, @~1, @~2… or an id prefix"
+                )
+            back = int(digits)
+        ids = self.session_ids()
+        if back >= len(ids):
+            raise SessionNotFoundError(
+                f"{ref!r}: the store holds {len(ids)} session(s) in {self.location.display}",
+                hint="see 'forge-ledger sessions'",
+            )
+        return ids[-1 - back]
+
+    def _candidates(self, ids: Sequence[UUID], most: int = 5) -> str:
+        """What an ambiguous prefix could mean, as git lists them: short id and title."""
+        named = []
+        for sid in ids[:most]:
+            try:
+                title = self.state(sid).topic.title
+            except ForgeLedgerError:
+                title = "unreadable"
+            short = " ".join(title.split())
+            named.append(f"{sid.hex[:8]} ({short[:40]}{'…' if len(short) > 40 else ''})")
+        more = f" and {len(ids) - most} more" if len(ids) > most else ""
+        return ", ".join(named) + more
 
     def summaries(self) -> list[SessionSummary]:
         out = []
