@@ -258,3 +258,28 @@ def test_cleanup_removes_old_finished_exports_and_documents_beside_the_store(
     assert removed == {export, spec}
     assert not export.exists()
     assert not spec.exists()
+
+
+def test_outputs_are_created_with_the_same_mode(
+    built: tuple[str, BuiltSession], tmp_path: Path,
+) -> None:
+    """The report, the document and the export are files like any the user makes: the umask
+    decides their mode, for all three alike."""
+    store, s = built
+    umask = os.umask(0o022)
+    try:
+        outs = {
+            "report": forge("report", s.prefix, "--store", store, "--json", cwd=tmp_path),
+            "export": forge("export", s.prefix, "--store", store, "--json", cwd=tmp_path),
+        }
+        doc = tmp_path / "doc.md"
+        spec = forge("spec", s.prefix, "-o", str(doc), "--store", store, cwd=tmp_path)
+    finally:
+        os.umask(umask)
+    assert spec.returncode == 0, spec.stderr
+    paths = [doc]
+    for name, proc in outs.items():
+        assert proc.returncode == 0, f"{name}: {proc.stderr}"
+        paths.append(Path(json.loads(proc.stdout)["path"]))
+    assert {p.stat().st_mode & 0o777 for p in paths} == {0o644}
+    assert not [p for p in paths[0].parent.iterdir() if p.name.endswith(".tmp")]

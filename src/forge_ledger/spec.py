@@ -11,7 +11,6 @@ file to the chain.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -23,7 +22,7 @@ from .domain.state import SessionState
 from .domain.values import SessionStatus
 from .errors import ImportValidationError
 from .ledger import Ledger
-from .ledger.outputs import store_outputs
+from .ledger.outputs import store_outputs, write_output
 from .projections.document import Answer, ContributionRef, DocumentLineage
 from .sealing import ExportReport, check_stored_chain
 from .yaml_format.storage import CleanupItem, remove_finished, session_file_path
@@ -153,11 +152,7 @@ def write_spec(
 ) -> Path:
     """Write ``state``'s document file (atomic replace); returns its path."""
     target = path if path is not None else spec_path(ledger, state, directory)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(render_spec(state), "utf-8")
-    os.replace(tmp, target)
-    return target
+    return write_output(target, render_spec(state))
 
 
 # --------------------------------------------------------------------------- provenance

@@ -7,10 +7,8 @@ template libraries are imported only here, when the command runs.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 import click
@@ -18,7 +16,7 @@ import click
 from ..clock import SystemClock
 from ..errors import ChainBrokenError, ConfigError, UsageError
 from ..ledger import Ledger
-from ..ledger.outputs import store_outputs
+from ..ledger.outputs import store_outputs, write_output
 from . import cli
 from ._common import emit_json, err_console, hmac_key, json_option, open_ledger, store_option
 
@@ -97,11 +95,7 @@ def _target(
 def _write(target: Path, html: str) -> None:
     """Write atomically: a reader never sees half a page."""
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=target.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(html)
-        os.replace(tmp, target)
+        write_output(target, html)
     except OSError as e:
         raise UsageError(f"cannot write {target}: {e.strerror or e}",
                          hint="choose another file with -o") from None
