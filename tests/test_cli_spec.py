@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -115,6 +116,13 @@ def test_spec_provenance_json_traces_every_sentence(
     assert text.returncode == 0
     assert "Contributions:" in text.stdout
     assert "P1 · draft · round 1 · iteration 1" in text.stdout
+    # numbered as things happened: the legend is a timeline
+    legend = text.stdout.split("Contributions:\n", 1)[1]
+    events = [int(m) for m in re.findall(r"^  \S+ .* · event (\d+)$", legend, flags=re.M)]
+    assert len(events) >= 2
+    assert events == sorted(events)
+    answered = [int(m) for m in re.findall(r"^  ✓\S+ .*, event (\d+): ", legend, flags=re.M)]
+    assert answered == sorted(answered)
 
 
 def test_spec_file_is_tied_to_the_chain(built: tuple[str, BuiltSession], tmp_path: Path) -> None:

@@ -172,17 +172,30 @@ def _describe(ref: ContributionRef) -> str:
 
 @dataclass
 class _Legend:
+    """Marker numbers in the order things happened (event position), so the legend reads as
+    a timeline and a larger number is always a later contribution or answer."""
+
     refs: dict[int, int]
     answers: dict[tuple[str, int, str], int]
 
+    @classmethod
+    def of(cls, lineage: DocumentLineage) -> _Legend:
+        shown = {s.origin.position for s in lineage.sentences if s.text.strip()}
+        shown |= {s.revisions[-1].contribution.position
+                  for s in lineage.sentences if s.text.strip() and s.revisions}
+        answers = sorted({(a.kind, a.position, a.text) for s in lineage.sentences
+                          if s.text.strip() for a in s.answers}, key=lambda k: (k[1], k[0], k[2]))
+        return cls({p: n for n, p in enumerate(sorted(shown), 1)},
+                   {k: n for n, k in enumerate(answers, 1)})
+
     def ref(self, r: ContributionRef) -> int:
-        return self.refs.setdefault(r.position, len(self.refs) + 1)
+        return self.refs[r.position]
 
 
 def render_provenance(state: SessionState, lineage: DocumentLineage) -> str:
     """The document with a marker after each sentence (⁽origin→last revision⁾, ✓ for an
     answer) and a legend of contributions, answers and dropped sentences."""
-    legend = _Legend({}, {})
+    legend = _Legend.of(lineage)
     by_pos: dict[int, ContributionRef] = {}
     parts: list[str] = []
     for s in lineage.sentences:
@@ -196,9 +209,8 @@ def render_provenance(state: SessionState, lineage: DocumentLineage) -> str:
             last = s.revisions[-1].contribution
             by_pos[last.position] = last
             mark += "→" + _sup(legend.ref(last))
-        for a in s.answers:
-            n = legend.answers.setdefault((a.kind, a.position, a.text), len(legend.answers) + 1)
-            mark += " ✓" + _sup(n)
+        for a in sorted(s.answers, key=lambda a: legend.answers[(a.kind, a.position, a.text)]):
+            mark += " ✓" + _sup(legend.answers[(a.kind, a.position, a.text)])
         parts.append(f"{body} ⁽{mark}⁾{s.text[len(body):]}")
     title = (f"{state.topic.title} — session {state.id}, event {state.version}, head hash "
              f"{state.head_hash[:16]}…")
