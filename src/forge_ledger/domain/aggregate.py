@@ -16,7 +16,7 @@ from typing import Any, ClassVar, cast
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
-from eventsourcing.utils import register_topic
+from eventsourcing.utils import get_topic, register_topic
 
 from ..errors import InvariantViolation
 from . import events as ev
@@ -159,27 +159,39 @@ class Deliberation(Aggregate):
             config=config or parent.config,
             participants=tuple(participants),
         )
-        return cls._create_with(payload, session_id, at)
+        # The fork's first event stands for the parent's events up to the fork point, so it
+        # takes that point's position and the fork's own events continue the parent's
+        # numbering: every rule that compares positions (the open dissent a prompt shows, a
+        # divergence's lifecycle, provenance) sees the same numbers in a parent and its fork.
+        return cls._create_with(payload, session_id, at, position=parent.version)
 
     @classmethod
-    def _create_with(cls, payload: ev.Payload, session_id: UUID, at: datetime) -> Deliberation:
+    def _create_with(
+        cls, payload: ev.Payload, session_id: UUID, at: datetime, *, position: int = 1
+    ) -> Deliberation:
         data = payload.model_dump(mode="json")
         digest = chain_hash(
             session_id=str(session_id),
-            position=cls.INITIAL_VERSION,
+            position=position,
             type_name=payload.TYPE,
             timestamp=at,
             data=data,
             prev_hash=GENESIS,
         )
-        return cls._create(
-            event_class_for(payload.TYPE),  # type: ignore[arg-type]
-            id=session_id,
+        # eventsourcing's ``_create`` numbers a created event INITIAL_VERSION (1); a fork's
+        # begins at its fork point, so the created event is made here as ``_create`` makes it
+        created: Any = event_class_for(payload.TYPE)(  # type: ignore[call-arg]
+            originator_topic=get_topic(cls),
+            originator_id=session_id,
+            originator_version=position,
             timestamp=at,
             data=data,
             prev_hash=GENESIS,
             hash=digest,
         )
+        agg = cast(Deliberation, created.mutate(None))
+        agg.pending_events.append(created)
+        return agg
 
     # ------------------------------------------------------------------ recording
 

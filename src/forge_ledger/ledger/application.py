@@ -614,7 +614,39 @@ class Ledger:
         version = self.position_as_of(
             sid, at_event=at_event, at_iteration=at_iteration, at_time=at_time
         )
+        parent = None if version is None else self.inherited_from(sid, version)
+        if parent is not None:
+            return self._parent_state(sid, parent, version)
         return self.get(sid, version=version).state
+
+    def _parent_state(self, sid: UUID, parent: UUID, position: int | None) -> SessionState:
+        """A fork's state at a position before its fork point: its parent's there."""
+        try:
+            return self.state(parent, at_event=position)
+        except SessionNotFoundError:
+            raise SessionNotFoundError(
+                f"event {position} of session {sid} is its parent {parent}'s, which "
+                f"{self.location.display} does not hold",
+                hint="read it in the store that holds the parent",
+            ) from None
+
+    def inherited_from(self, session_id: UUID, position: int) -> UUID | None:
+        """The parent whose history holds position ``position`` of a fork, or None when the
+        session records that position itself.
+
+        A fork's positions continue its parent's (see ``Deliberation.fork``): its first event
+        takes the fork point's position, and the positions before it are its parent's, the
+        same events the fork inherited. Only the first stored event is read (as stored: its
+        texts stay references).
+        """
+        rows = self.app.recorder.select_events(session_id, limit=1)
+        if not rows:
+            raise SessionNotFoundError(f"no session {session_id}")
+        first = rows[0]
+        if position >= int(first.originator_version):
+            return None
+        stored = self.app.mapper.transcoder.decode(unpack(first.state))
+        return UUID(str(stored["data"]["origin"]["parent_id"]))
 
     def position_as_of(
         self,
@@ -668,24 +700,24 @@ class Ledger:
         return int(rows[0].originator_version)
 
     def position_of_iteration(self, session_id: UUID, iteration: int) -> int:
-        """The last position of iteration ``iteration``: just before iteration K+1 starts."""
+        """The last position of iteration ``iteration``: just before iteration K+1 starts.
+
+        A fork's first event holds the rounds it inherited, each with the position its
+        ``RoundStarted`` has in the parent, which is the fork's too: an inherited iteration
+        ends where its parent's did.
+        """
         if iteration < 1:
             raise UsageError("iterations are numbered from 1")
         last = 0
         seen = False
         highest = 0
         for e in self.events(session_id):
-            if e.type == "RoundStarted":
-                it = int(e.data["iteration"])
+            for it, at in _iteration_starts(e):
                 highest = max(highest, it)
                 if it > iteration and seen:
-                    return last
+                    return at - 1
                 if it == iteration:
                     seen = True
-            elif e.type == "SessionForked":
-                forked_at = int(e.data["state"].get("iteration", 0))
-                highest = max(highest, forked_at)
-                seen = seen or forked_at >= iteration
             last = e.position
         if not seen:
             raise UsageError(
@@ -729,7 +761,11 @@ class Ledger:
         :class:`~forge_ledger.domain.state.ContributionState`); this loads the text.
         """
         pos = contribution.position
-        for e in self.events(session_id, after=pos - 1, upto=pos):
+        sid = self.resolve(session_id) if isinstance(session_id, str) else session_id
+        parent = self.inherited_from(sid, pos)
+        if parent is not None:  # an answer a fork inherited: its parent recorded it
+            return self.prompt(parent, contribution)
+        for e in self.events(sid, after=pos - 1, upto=pos):
             payload = e.payload()
             if (
                 isinstance(payload, ev.ContributionRecorded)
@@ -935,6 +971,23 @@ class Ledger:
                 )
             )
         return out
+
+
+def _iteration_starts(e: RecordedEvent) -> list[tuple[int, int]]:
+    """(iteration, position) of each round ``e`` starts: a ``RoundStarted``'s own, or every
+    round a fork's first event inherited, at the positions their ``RoundStarted`` has.
+
+    A fork recorded before its positions continued its parent's began at position 1, its
+    inherited rounds numbered in the parent's ledger: its first event then ends each
+    iteration it inherited (the nearest state it holds)."""
+    if e.type == "RoundStarted":
+        return [(int(e.data["iteration"]), e.position)]
+    if e.type != "SessionForked":
+        return []
+    state = e.data["state"]
+    if int(e.data["origin"]["parent_position"]) != e.position:
+        return [(i, e.position + 1) for i in range(1, int(state.get("iteration", 0)) + 1)]
+    return [(int(r["iteration"]), int(r["started_position"])) for r in state.get("rounds", [])]
 
 
 def _recorded(domain_event: Any, *, notification_id: int | None = None) -> RecordedEvent:

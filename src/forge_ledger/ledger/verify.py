@@ -96,8 +96,9 @@ def verify_session(
 def _verify_chain(ledger: Ledger, session_id: UUID, key: bytes | None) -> ChainReport:
     report = ChainReport(session_id=str(session_id))
     prev = GENESIS
-    expected = 1
+    expected = 0
     for position, topic, state, error in ledger.raw_events(session_id):
+        expected = expected or _first_position(position, topic, state)
         if position != expected:
             return report.fail(
                 expected,
@@ -118,6 +119,18 @@ def _verify_chain(ledger: Ledger, session_id: UUID, key: bytes | None) -> ChainR
         return report.fail(1, "the session has no events")
     report.head_hash = prev
     return report
+
+
+def _first_position(position: int, topic: str, state: dict[str, Any] | None) -> int:
+    """Where a session's chain begins: at 1, or for a fork at its fork point, whose position
+    its first event takes (a fork's positions continue its parent's; see
+    ``Deliberation.fork``). A fork recorded before that began at 1, and still verifies."""
+    if topic != f"{_PREFIX}SessionForked" or state is None:
+        return 1
+    data = state.get("data")
+    origin = data.get("origin") if isinstance(data, dict) else None
+    forked_at = origin.get("parent_position") if isinstance(origin, dict) else None
+    return position if forked_at == position else 1
 
 
 def _checked_event(
