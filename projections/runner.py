@@ -29,6 +29,7 @@ from sqlite_utils import Database
 
 from forge_ledger._collector import fewer_collections
 from forge_ledger.domain import SessionState
+from forge_ledger.domain.events import FIRST_EVENT_TYPES
 from forge_ledger.domain.json_fields import JsonFields
 from forge_ledger.errors import UsageError
 
@@ -317,7 +318,7 @@ class ProjectionRunner:
         otherwise loaded from the ledger (newest snapshot plus the events after it).
         """
         before = event.position - 1
-        if before == 0:
+        if before == 0 or event.type in FIRST_EVENT_TYPES:  # a fork begins at its fork point
             return None
         cached = self._states.get(event.session_id)
         if cached is not None:

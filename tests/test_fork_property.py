@@ -77,9 +77,9 @@ def test_fork_state_equals_parent_state_at_fork_point(
         # the fields that do differ, differ exactly as documented
         assert child.id == str(fid)
         if position > 1:  # before the fork point, the fork is its parent
-            assert ledger.state(fid, at_event=position - 1) == ledger.state(
-                parent_id, at_event=position - 1
-            )
+            before = ledger.state(fid, at_event=position - 1)
+            assert _dump(before) == _dump(ledger.state(parent_id, at_event=position - 1))
+            assert (before.id, before.fork_origin) == (str(fid), child.fork_origin)
         assert child.fork_origin is not None
         assert child.fork_origin.parent_hash == parent.head_hash
         assert child.fork_origin.parent_position == position

@@ -3,8 +3,8 @@
 Every renderer (text, Markdown, HTML) reads this model and nothing else, and
 ``report.model_dump(mode="json")`` is the JSON document, so programs and people see the same
 facts. Fields named ``from`` in JSON are ``from_`` in Python (a keyword); the model serialises
-by alias. Positions are ledger positions of the session's own events (for a fork's inherited
-rounds, positions in the parent's ledger).
+by alias. Positions are ledger positions of the session's events (a fork's positions continue
+its parent's: its inherited rounds keep the positions they have in the parent).
 """
 
 from __future__ import annotations

@@ -656,7 +656,7 @@ def _make_upcasters(type_name: str, version: int) -> dict[str, Any]:
 
 def _define_event_classes() -> None:
     for type_name, payload_cls in ev.EVENT_TYPES.items():
-        created = type_name in ("SessionStarted", "SessionForked")
+        created = type_name in ev.FIRST_EVENT_TYPES
         base: type[Any] = Deliberation.Created if created else Deliberation.Event
         namespace: dict[str, Any] = {
             "TOPIC": topic_for(type_name),

@@ -40,6 +40,7 @@ from .values import (
 
 __all__ = [
     "EVENT_TYPES",
+    "FIRST_EVENT_TYPES",
     "TERMINAL_EVENT_TYPES",
     "UPCASTERS",
     "BudgetExhausted",
@@ -550,6 +551,10 @@ EVENT_TYPES: dict[str, type[Payload]] = {cls.TYPE: cls for cls in _ALL}
 TERMINAL_EVENT_TYPES = frozenset(
     {"SessionConverged", "SessionCompleted", "SessionAborted", "SessionTimedOut"}
 )
+
+FIRST_EVENT_TYPES = ("SessionStarted", "SessionForked")
+"""The events that begin a session: no state comes before them (a fork's first one stands at
+its fork point, the positions before it being its parent's)."""
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 

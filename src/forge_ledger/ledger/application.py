@@ -72,7 +72,7 @@ from .texts import (
 
 __all__ = ["Ledger", "RecordedEvent", "SessionSummary", "store_failure"]
 
-CREATED_TOPICS = (topic_for("SessionStarted"), topic_for("SessionForked"))
+CREATED_TOPICS = tuple(topic_for(t) for t in ev.FIRST_EVENT_TYPES)
 _TOPIC_PREFIX = "forge_ledger:"
 
 
@@ -614,25 +614,29 @@ class Ledger:
         version = self.position_as_of(
             sid, at_event=at_event, at_iteration=at_iteration, at_time=at_time
         )
-        parent = None if version is None else self.inherited_from(sid, version)
-        if parent is not None:
-            return self._parent_state(sid, parent, version)
+        origin = None if version is None else self.inherited_from(sid, version)
+        if origin is not None:
+            return self._inherited_state(sid, origin, version)
         return self.get(sid, version=version).state
 
-    def _parent_state(self, sid: UUID, parent: UUID, position: int | None) -> SessionState:
-        """A fork's state at a position before its fork point: its parent's there."""
+    def _inherited_state(self, sid: UUID, origin: ev.ForkOrigin, position: int | None) -> (
+        SessionState
+    ):
+        """A fork's state at a position before its fork point: its parent's there, named as
+        the fork (the history is shared; the session asked about is the fork)."""
         try:
-            return self.state(parent, at_event=position)
+            state = self.state(UUID(origin.parent_id), at_event=position)
         except SessionNotFoundError:
             raise SessionNotFoundError(
-                f"event {position} of session {sid} is its parent {parent}'s, which "
-                f"{self.location.display} does not hold",
+                f"event {position} of session {sid} is its parent {origin.parent_id}'s, "
+                f"which {self.location.display} does not hold",
                 hint="read it in the store that holds the parent",
             ) from None
+        return state.model_copy(update={"id": str(sid), "fork_origin": origin})
 
-    def inherited_from(self, session_id: UUID, position: int) -> UUID | None:
-        """The parent whose history holds position ``position`` of a fork, or None when the
-        session records that position itself.
+    def inherited_from(self, session_id: UUID, position: int) -> ev.ForkOrigin | None:
+        """Where a fork's position ``position`` was recorded: the fork's origin when its
+        parent holds it, None when the session records that position itself.
 
         A fork's positions continue its parent's (see ``Deliberation.fork``): its first event
         takes the fork point's position, and the positions before it are its parent's, the
@@ -646,7 +650,7 @@ class Ledger:
         if position >= int(first.originator_version):
             return None
         stored = self.app.mapper.transcoder.decode(unpack(first.state))
-        return UUID(str(stored["data"]["origin"]["parent_id"]))
+        return ev.ForkOrigin.model_validate(stored["data"]["origin"])
 
     def position_as_of(
         self,
@@ -762,9 +766,9 @@ class Ledger:
         """
         pos = contribution.position
         sid = self.resolve(session_id) if isinstance(session_id, str) else session_id
-        parent = self.inherited_from(sid, pos)
-        if parent is not None:  # an answer a fork inherited: its parent recorded it
-            return self.prompt(parent, contribution)
+        origin = self.inherited_from(sid, pos)
+        if origin is not None:  # an answer a fork inherited: its parent recorded it
+            return self.prompt(UUID(origin.parent_id), contribution)
         for e in self.events(sid, after=pos - 1, upto=pos):
             payload = e.payload()
             if (
