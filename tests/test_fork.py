@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from forge_ledger.cli import main
 from forge_ledger.clock import FixedStepClock, SequentialIds
+from forge_ledger.domain.state import SessionState
 from forge_ledger.domain.values import ModelProvider, RoundKind, SessionStatus, Stance
 from forge_ledger.errors import ConfigError, InvariantViolation, UsageError
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.lineage import apply_model_swaps, fork, override_config
+from forge_ledger.orchestrator import Orchestrator
+from forge_ledger.projections.consensus import consensus_trail
+from forge_ledger.projections.dissent import dissent_log
+from forge_ledger.projections.document import fold_lineage
+from forge_ledger.projections.show_view import session_ems
+from forge_ledger.testing import ScriptedProvider, bundled_script
+from support.orchestrator import run_demo_session
 from support.stories import PARTICIPANTS, THREE_ITERATIONS, build, continued, story, vote
 
 PARENT = uuid.UUID(int=1)
@@ -200,3 +210,83 @@ def _main_then_exit(argv: list[str]) -> None:
     """Run the CLI in-process; a command that returns is exit code 0, as the console script's."""
     main(argv)
     raise SystemExit(0)
+
+
+# --------------------------------------------------------------------------- fork context
+
+
+FORK_DIFFERS = {
+    "id", "fork_origin", "created_at", "head_hash", "status", "status_reason", "seal",
+    "budget_exhausted",
+}
+"""What a fork's state at its fork point differs from its parent's in, by design (see
+:mod:`forge_ledger.lineage`); no config or participant is overridden here."""
+
+
+async def _no_sleep(_: float) -> None:
+    """Back-off is recorded, not waited for."""
+
+
+def _as_of(state: SessionState) -> dict[str, Any]:
+    """Every view of a session that compares positions, as of one state: the state itself, the
+    dissent log, the consensus trail, the EMS, the provenance and the document."""
+    return {
+        "state": state.model_dump(mode="json", exclude=FORK_DIFFERS),
+        "dissent": [d.as_json() for d in dissent_log(state, include_closed=True)],
+        "trail": [t.as_json() for t in consensus_trail(state)],
+        "ems": session_ems(state),
+        "provenance": fold_lineage(state).model_dump(mode="json"),
+        "document": state.latest_text,
+    }
+
+
+def _round_boundaries(ledger: Ledger, sid: uuid.UUID) -> list[int]:
+    """Every position where one round has ended and the next has not started, and the head:
+    the places a fork may start from."""
+    starts = [e.position for e in ledger.events(sid) if e.type == "RoundStarted"]
+    return [p - 1 for p in starts[1:]] + [ledger.head_version(sid)]
+
+
+def _prompts_after(ledger: Ledger, sid: uuid.UUID, after: int) -> list[tuple[Any, ...]]:
+    """(round, participant, attempt, prompt) of every answer recorded after ``after``."""
+    state = ledger.state(sid)
+    return [
+        (r.number, c.participant, c.attempt, [m.model_dump() for m in ledger.prompt(sid, c)])
+        for r in state.rounds
+        for c in r.contributions
+        if c.position > after
+    ]
+
+
+def test_a_fork_is_its_parent_up_to_the_fork_point_and_asks_what_it_asked(
+    store_url: str,
+) -> None:
+    """The demo's session forked after each of its rounds: at the fork point every view equals
+    the parent's, and resumed with the same scripted answers, the fork sends exactly the
+    prompts its parent sent after that point (the open dissent and human input included) and
+    ends with the same document, dissent log and cost."""
+    parent = run_demo_session(store_url, anonymize=False)
+    with Ledger(store_url) as ledger:
+        final = ledger.state(parent)
+        assert any(d.strong for d in final.divergences)  # the demo's dissent, to carry over
+        expected_after = {k: _prompts_after(ledger, parent, k) for k in _round_boundaries(
+            ledger, parent)}
+        for k, expected in expected_after.items():
+            clock = FixedStepClock(datetime(2026, 3, 1, tzinfo=UTC), timedelta(seconds=1))
+            fid = fork(ledger, parent, clock=clock, ids=SequentialIds(f"k{k}"), at_event=k)
+            assert ledger.head_version(fid) == k
+            assert _as_of(ledger.state(fid, at_event=k)) == _as_of(
+                ledger.state(parent, at_event=k)
+            )
+            voices = ScriptedProvider.from_script(bundled_script("four-voices"))
+            asyncio.run(Orchestrator(ledger, voices, clock=clock, sleep=_no_sleep).resume(fid))
+            got = _prompts_after(ledger, fid, k)
+            if expected:
+                assert got[0] == expected[0], f"first prompt after the fork point {k}"
+            assert got == expected, f"prompts after the fork point {k}"
+            after = ledger.state(fid)
+            assert after.latest_text == final.latest_text
+            assert after.cost_usd == pytest.approx(final.cost_usd)
+            assert [(d.id, d.status, [h.status for h in d.history]) for d in after.divergences] \
+                == [(d.id, d.status, [h.status for h in d.history]) for d in final.divergences]
+            assert verify_session(ledger, fid).ok
