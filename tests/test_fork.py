@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -290,3 +293,75 @@ def test_a_fork_is_its_parent_up_to_the_fork_point_and_asks_what_it_asked(
             assert [(d.id, d.status, [h.status for h in d.history]) for d in after.divergences] \
                 == [(d.id, d.status, [h.status for h in d.history]) for d in final.divergences]
             assert verify_session(ledger, fid).ok
+
+
+def _forge_json(*args: str, cwd: Path) -> Any:
+    """One command of the installed CLI in a subprocess; its one JSON document."""
+    done = subprocess.run(
+        [sys.executable, "-m", "forge_ledger", *args, "--json"],
+        capture_output=True, text=True, timeout=180, cwd=cwd, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _shifted(doc: Any, after: int, by: int) -> Any:
+    """``doc`` with every position past ``after`` moved back ``by``: a resumed fork records a
+    few events of its own before its first round (the resume, its scripted server's new
+    address), so its later events stand ``by`` positions after its parent's."""
+    if isinstance(doc, dict):
+        return {
+            k: v - by if "position" in k and isinstance(v, int) and v > after
+            else _shifted(v, after, by)
+            for k, v in doc.items()
+        }
+    if isinstance(doc, list):
+        return [_shifted(v, after, by) for v in doc]
+    return doc
+
+
+def _without(doc: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k not in keys}
+
+
+def test_cli_a_resumed_fork_of_the_demo_agrees_with_its_parent(tmp_path: Path) -> None:
+    """Through the real CLI: the demo, forked at iteration 1 and resumed, has its parent's
+    dissent log, provenance and summary (cost, events); forked at its end, ``back`` says what
+    ``show --at-iteration`` says, for the fork as for the parent."""
+    store = str(tmp_path / "forks.sqlite")
+
+    def forge(*args: str) -> Any:
+        return _forge_json(*args, "--store", store, cwd=tmp_path)
+
+    demo = forge("demo", "--latency", "0")
+    parent = demo["session_id"]
+    forked = forge("fork", parent, "--at-iteration", "1")
+    child, k = forked["session_id"], forked["parent_position"]
+    resumed = forge("resume", child)
+    own = forge("log", child)
+    assert (own[0]["position"], own[0]["type"]) == (k, "SessionForked")
+    first_round = next(e["position"] for e in own if e["type"] == "RoundStarted")
+    by = first_round - (k + 1)
+
+    assert resumed["cost_usd"] == demo["cost_usd"]
+    assert resumed["events"] - by == demo["events"] == own[-1]["position"] - by
+    assert _shifted(forge("dissent", child, "--all"), k, by) == {
+        **forge("dissent", parent, "--all"), "session_id": child,
+    }
+    fork_spec = forge("spec", child, "--provenance")
+    parent_spec = forge("spec", parent, "--provenance")
+    assert _without(_shifted(fork_spec, k, by), "session_id", "head_hash", "updated") == (
+        _without(parent_spec, "session_id", "head_hash", "updated")
+    )
+
+    at_end = forge("fork", parent, "--at-iteration", "2")["session_id"]
+    before = forge("show", at_end)
+    mine = forge("show", parent)
+    assert [before[key] for key in ("version", "iteration", "phase", "ems", "cost_usd")] == [
+        mine[key] for key in ("version", "iteration", "phase", "ems", "cost_usd")
+    ]
+    shown = [forge("show", sid, "--at-iteration", "1") for sid in (parent, at_end)]
+    jump = forge("back", at_end, "1")
+    assert jump["ems_before"] == before["ems"]
+    assert jump["ems_after"] == shown[0]["ems"] == shown[1]["ems"]
+    assert shown[1]["version"] == shown[0]["version"] == k
