@@ -71,6 +71,34 @@ def test_fork_at_iteration_records_origin_and_verifies(parent_ledger: Ledger) ->
     assert len(state.convergence) == 2
 
 
+def test_a_fork_before_its_fork_point_is_its_parent(parent_ledger: Ledger) -> None:
+    """Positions, iterations and times before the fork point read the parent's history,
+    under the fork's name; the fork's own events continue the parent's numbering."""
+    ledger = parent_ledger
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    fid = fork(ledger, PARENT, clock=FixedStepClock(at), ids=SequentialIds("b"), at_iteration=2)
+    k = ledger.position_of_iteration(PARENT, 2)
+    assert [e.position for e in ledger.events(fid)] == [k]
+    one = ledger.position_of_iteration(PARENT, 1)
+    assert ledger.position_of_iteration(fid, 1) == one
+    assert ledger.position_of_iteration(fid, 2) == k
+    early = next(e for e in ledger.events(PARENT) if e.position == one)
+    for state in (
+        ledger.state(fid, at_iteration=1),
+        ledger.state(fid, at_event=one),
+        ledger.state(fid, at_time=early.timestamp),
+    ):
+        assert state.id == str(fid)
+        assert state.head_hash == early.hash
+        assert state.version == one
+    contribution = ledger.state(fid).rounds[0].contributions[0]
+    assert ledger.prompt(fid, contribution) == ledger.prompt(PARENT, contribution)
+    b = continued(ledger.get(fid)).resume()
+    ledger.save(b.aggregate)
+    assert [e.position for e in ledger.events(fid)] == [k, k + 1]
+    assert ledger.position_at_time(fid, at + timedelta(days=1)) == k + 1
+
+
 def test_forked_session_can_continue(parent_ledger: Ledger) -> None:
     """The fork is left in a state the engine continues from: resume and run an iteration."""
     ledger = parent_ledger

@@ -747,6 +747,11 @@ class Ledger:
                 break
             last = e.position
         if last == 0:
+            # before a fork was made, its history was its parent's, up to the fork point
+            origin = self.inherited_from(session_id, 1)
+            if origin is not None:
+                parent = self.position_at_time(UUID(origin.parent_id), at)
+                return min(parent, origin.parent_position - 1)
             raise UsageError(f"the session had not started at {at.isoformat()}")
         return last
 
