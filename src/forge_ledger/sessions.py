@@ -36,6 +36,7 @@ from .domain.values import (
 from .errors import ConfigError, UsageError, validation_summary
 from .ledger import Ledger
 from .lineage import apply_model_swaps, fork
+from .terminal_text import printable
 from .yaml_format.export import session_document
 
 if TYPE_CHECKING:
@@ -378,6 +379,7 @@ class JumpSummary(JsonFields):
         return self.ems_after - self.ems_before
 
     def text(self) -> str:
+        """What ``back`` prints: the questions are model text, shown escaped (one line each)."""
         rule = "-" * 55
         plural = "s" if self.steps > 1 else ""
         lines = [
@@ -389,7 +391,7 @@ class JumpSummary(JsonFields):
         ]
         if self.questions:
             lines += ["", f"   Restored questions (iteration {self.to_iteration}):"]
-            lines += [f"   - {q}" for q in self.questions]
+            lines += [f"   - {printable(q)}" for q in self.questions]
         lines.append(rule)
         return "\n".join(lines)
 

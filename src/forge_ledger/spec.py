@@ -212,8 +212,8 @@ def render_provenance(state: SessionState, lineage: DocumentLineage) -> str:
         for a in sorted(s.answers, key=lambda a: legend.answers[(a.kind, a.position, a.text)]):
             mark += " ✓" + _sup(legend.answers[(a.kind, a.position, a.text)])
         parts.append(f"{body} ⁽{mark}⁾{s.text[len(body):]}")
-    title = (f"{state.topic.title} — session {state.id}, event {state.version}, head hash "
-             f"{state.head_hash[:16]}…")
+    title = (f"{' '.join(state.topic.title.split())} — session {state.id}, event "
+             f"{state.version}, head hash {state.head_hash[:16]}…")
     out = [title, "\n".join(_verdict(state)), "", "".join(parts).rstrip("\n"), "",
            "Contributions:"]
     for pos, n in sorted(legend.refs.items(), key=lambda x: x[1]):

@@ -78,7 +78,7 @@ def _header(r: AuditReport) -> list[str]:
                             f"{o.parent_iteration}); rounds 1–{r.inherited_rounds} are inherited "
                             "and their positions refer to the parent")
         )
-    return [f"# Audit: {r.title}", "", *_table(("", ""), meta)]
+    return [f"# Audit: {' '.join(r.title.split())}", "", *_table(("", ""), meta)]
 
 
 def _consensus(r: AuditReport) -> list[str]:

@@ -14,6 +14,7 @@ import click
 
 from .. import __version__
 from ..errors import ArgumentError, ForgeLedgerError, exit_interrupted
+from ..terminal_text import printable
 
 __all__ = ["cli", "main"]
 
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=argv, prog_name="forge-ledger", standalone_mode=False)
     except ForgeLedgerError as e:
         for line in _in_cli_terms(e).lines():
-            click.echo(f"error: {line}", err=True)
+            click.echo(f"error: {printable(line)}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
         ctx_hint = ""
         if isinstance(e, click.UsageError) and e.ctx is not None:
             ctx_hint = f" (see '{e.ctx.command_path} --help')"
-        click.echo(f"error: {e.format_message()}{ctx_hint}", err=True)
+        click.echo(f"error: {printable(e.format_message())}{ctx_hint}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
@@ -142,5 +143,5 @@ def main(argv: list[str] | None = None) -> None:
         failure = found_chain_break() or store_failure(e)
         if failure is None:
             raise
-        click.echo(f"error: {failure.one_line()}", err=True)
+        click.echo(f"error: {printable(failure.one_line())}", err=True)
         sys.exit(failure.exit_code)

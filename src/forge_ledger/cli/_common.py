@@ -8,26 +8,31 @@ non-zero exit, never a traceback. Nothing here imports litellm.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import click
-from rich.console import Console, RenderableType
+from rich.console import Console, ConsoleOptions, RenderableType
 from rich.markdown import Markdown
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from ..errors import UsageError
 from ..ledger import Ledger
+from ..terminal_text import printable
 
 if TYPE_CHECKING:
     from ..domain.state import SessionState
 
 __all__ = [
     "HMAC_KEY_ENV",
+    "add_row",
+    "document_output",
     "emit_json",
     "err_console",
     "has_unpriced_calls",
@@ -38,6 +43,8 @@ __all__ = [
     "out_console",
     "print_markdown",
     "print_table",
+    "printable",
+    "shown",
     "store_option",
     "to_terminal",
 ]
@@ -59,6 +66,18 @@ class _Console(Console):
             os.dup2(devnull, stream.fileno())  # nothing left to flush at exit
         raise BrokenPipeError
 
+    def render(
+        self, renderable: RenderableType, options: ConsoleOptions | None = None
+    ) -> Iterable[Segment]:
+        """Every rendered piece of text through :func:`printable`: a value a print site did
+        not escape still cannot drive the terminal. Rich's own control codes (cursor moves of
+        the live view) are separate segments and pass; styles are not text."""
+        for segment in super().render(renderable, options):
+            if segment.control or not segment.text:
+                yield segment
+            else:
+                yield Segment(printable(segment.text, multiline=True), segment.style)
+
 
 out_console = _Console(highlight=False, soft_wrap=True, markup=False)
 err_console = _Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
@@ -77,9 +96,21 @@ def to_terminal(console: Console | None = None) -> bool:
     return (console or out_console).is_terminal
 
 
+def shown(value: object, *, multiline: bool = False, style: str = "") -> Text:
+    """A value of the store, a model, a file or a person as terminal text: a plain
+    :class:`~rich.text.Text` (never markup) with control characters escaped (a single-line
+    field's newlines too), so a cell or a line prints as what it is."""
+    return Text(printable(str(value), multiline=multiline), style=style)
+
+
+def add_row(table: Table, *cells: object, end_section: bool = False) -> None:
+    """Add a row of cells that are user, model or store text (titles, names, reasons)."""
+    table.add_row(*(shown(c) for c in cells), end_section=end_section)
+
+
 def _plain(cell: RenderableType) -> str:
     text = cell.plain if isinstance(cell, Text) else str(cell)
-    return " ".join(text.replace("\t", " ").splitlines())
+    return printable(" ".join(text.replace("\t", " ").splitlines()))
 
 
 def print_table(table: Table, console: Console | None = None) -> None:
@@ -105,10 +136,56 @@ def print_markdown(text: str, console: Console | None = None) -> None:
     """Markdown rendered on a terminal, the Markdown source itself elsewhere (nothing cut)."""
     con = console or out_console
     if to_terminal(con):
-        con.print(Markdown(text))
+        con.print(Markdown(printable(text, multiline=True), hyperlinks=False))
         return
     con.file.write(text if text.endswith("\n") else text + "\n")
     con.file.flush()
+
+
+class _Printable(io.TextIOBase):
+    """A text stream that writes to ``target`` what :func:`printable` makes of each write
+    (newlines kept): it escapes character by character, so how a text is split into writes
+    changes nothing."""
+
+    def __init__(self, target: TextIO) -> None:
+        self._target = target
+
+    def write(self, text: str) -> int:
+        self._target.write(printable(text, multiline=True))
+        return len(text)
+
+    def flush(self) -> None:
+        self._target.flush()
+
+    def isatty(self) -> bool:
+        return self._target.isatty()
+
+    def fileno(self) -> int:
+        return self._target.fileno()
+
+    @property
+    def encoding(self) -> Any:  # type: ignore[override]
+        return getattr(self._target, "encoding", "utf-8")
+
+    def writable(self) -> bool:
+        return True
+
+
+@contextlib.contextmanager
+def document_output() -> Iterator[None]:
+    """stdout for a document (``spec``, ``audit --markdown``, ``report -o -``): its exact bytes
+    for a pipe or a file, every write escaped (:func:`printable`, newlines kept) on a terminal.
+    Never around ``--json``: JSON keeps its bytes wherever it goes."""
+    if not to_terminal(out_console):
+        yield
+        return
+    saved = sys.stdout
+    sys.stdout = _Printable(saved)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stdout = saved
 
 
 def money(usd: float, *, unpriced: bool = False) -> str:

@@ -54,6 +54,8 @@ from ._common import (
     json_option,
     money,
     open_ledger,
+    printable,
+    shown,
     store_option,
 )
 from ._interrupt import (
@@ -171,7 +173,7 @@ def _autosaver(ledger: Ledger) -> Any:
                 write_spec(ledger, state)
         except Exception as e:  # an export problem must never stop a deliberation
             warning = Text("warning: ", style="yellow")
-            err_console.print(warning + Text(f"autosave failed: {e}"))
+            err_console.print(warning + shown(f"autosave failed: {e}"))
 
     return save
 
@@ -202,7 +204,7 @@ def print_outcome(state: SessionState, *, as_json: bool) -> None:
     click.echo(f"session {state.id}")
     click.echo(
         f"status: {state.status.value}"
-        + (f" ({state.status_reason})" if state.status_reason else "")
+        + (f" ({printable(state.status_reason)})" if state.status_reason else "")
         + f" · iterations {state.iteration} · rounds {len(state.rounds)} · events {state.version}"
         + f" · cost {money(state.cost_usd, unpriced=has_unpriced_calls(state))}"
     )
@@ -215,7 +217,7 @@ def print_outcome(state: SessionState, *, as_json: bool) -> None:
     if state.status is SessionStatus.PAUSED and state.pending_questions:
         click.echo("questions for you:")
         for q in state.pending_questions:
-            click.echo(f"  - {q}")
+            click.echo(f"  - {printable(q)}")
         click.echo(f'answer with: forge-ledger answer {short} "..." && forge-ledger resume {short}')
 
 
@@ -420,8 +422,9 @@ def run(
         if existing is not None and resume_choice is None:
             if sys.stdin.isatty() and not as_json:
                 err_console.print(
-                    f"A session on '{topic_value.slug}' is in progress: {existing.id[:8]} "
-                    f"(iteration {existing.iteration}, {existing.status.value})."
+                    f"A session on '{printable(topic_value.slug)}' is in progress: "
+                    f"{existing.id[:8]} (iteration {existing.iteration}, "
+                    f"{existing.status.value})."
                 )
                 resume_choice = click.confirm(
                     "Resume it instead of starting a new one?", default=True, err=True
@@ -500,7 +503,7 @@ def _attend(
     ):
         err_console.print(Text(f"\nIteration {state.iteration}: questions for you", style="bold"))
         for q in state.pending_questions:
-            err_console.print(f"  - {q}")
+            err_console.print(f"  - {printable(q)}")
         text = click.prompt(
             "Your answer (empty to stop here)", default="", show_default=False, err=True
         )
@@ -630,7 +633,9 @@ def _demo_server(stack: contextlib.ExitStack, state: SessionState) -> str | None
     server = stack.enter_context(
         FakeOpenAIServer(bundled_script(DEMO_SCRIPT), latency=DEMO_LATENCY)
     )
-    err_console.print(f"a demo session: its scripted server runs again at {server.url}")
+    err_console.print(
+        f"a demo session: its scripted server runs again at {printable(server.url)}"
+    )
     return server.url
 
 
@@ -702,6 +707,6 @@ def abort(
         if as_json:
             emit_json(summary(state))
         else:
-            click.echo(f"session {state.id[:8]} aborted: {reason}")
+            click.echo(f"session {state.id[:8]} aborted: {printable(reason)}")
     finally:
         ledger.close()

@@ -26,6 +26,8 @@ from ..sessions import fork
 from . import cli
 from ._common import (
     HMAC_KEY_ENV,
+    add_row,
+    document_output,
     emit_json,
     err_console,
     hmac_key,
@@ -34,6 +36,7 @@ from ._common import (
     out_console,
     print_markdown,
     print_table,
+    printable,
     store_option,
 )
 from ._integrity import check_chain
@@ -148,9 +151,9 @@ def _print_diff(d: SessionDiff) -> None:
     for k in d.iterations:
         a, b = d.path_a.get(k), d.path_b.get(k)
         same = a == b
-        table.add_row(str(k), "A=B" if same else "A", *_point_cells(a), end_section=same)
+        add_row(table, str(k), "A=B" if same else "A", *_point_cells(a), end_section=same)
         if not same:
-            table.add_row("", "B", *_point_cells(b), end_section=True)
+            add_row(table, "", "B", *_point_cells(b), end_section=True)
     print_table(table)
     if d.common_ancestor:
         out_console.print(f"shared history up to {d.common_ancestor}")
@@ -193,7 +196,8 @@ def audit(session: str, as_markdown: bool, store: str | None, as_json: bool) -> 
     if as_json:
         emit_json(report.model_dump(mode="json"))
     elif as_markdown:
-        sys.stdout.write(render_markdown(report))
+        with document_output():
+            sys.stdout.write(render_markdown(report))
     else:
         print_markdown(render_markdown(report))
 
@@ -252,6 +256,7 @@ def verify_export_cmd(file: str, store: str | None, as_json: bool) -> None:
         if not report.ok:
             sys.exit(ChainBrokenError.exit_code)
         return
+    file = printable(file)
     if report.ok and is_document:
         click.echo(f"{file}: matches the chain of {report.session_id} (the document as of its "
                    "header's event, head hash checked)")

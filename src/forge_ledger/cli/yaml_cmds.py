@@ -16,7 +16,7 @@ from ..sessions import back
 from ..yaml_format import cleanup as cleanup_exports
 from ..yaml_format import import_session, write_export
 from . import cli
-from ._common import emit_json, json_option, open_ledger, out_console, store_option
+from ._common import emit_json, json_option, open_ledger, out_console, printable, store_option
 from ._integrity import check_chain
 
 
@@ -40,7 +40,7 @@ def export_cmd(session: str, output: Path | None, store: str | None, as_json: bo
     if as_json:
         emit_json({"session_id": str(sid), "path": str(path)})
     else:
-        out_console.print(f"Session saved: {path}")
+        out_console.print(f"Session saved: {printable(str(path))}")
 
 
 @cli.command("import")
@@ -64,10 +64,10 @@ def import_cmd(file: Path, store: str | None, as_json: bool) -> None:
         emit_json({k: v for k, v in result.as_json().items()
                    if k in ("session_id", "status", "iterations")})
     else:
-        out_console.print(
+        out_console.print(printable(
             f"Imported {result.slug} (format {result.format_version}) as session "
             f"{result.session_id}: {result.status}, {result.iterations} iteration(s)"
-        )
+        ))
 
 
 @cli.command("cleanup")
@@ -100,7 +100,7 @@ def cleanup_cmd(
         return
     verb = "Would remove" if dry_run else "Removed"
     for i in items:
-        out_console.print(f"{verb} {i.path} ({i.status}, updated {i.updated})")
+        out_console.print(printable(f"{verb} {i.path} ({i.status}, updated {i.updated})"))
     out_console.print(f"{verb} {len(items)} file(s).")
 
 
