@@ -54,10 +54,12 @@ class StoreLocation:
 
     @property
     def display(self) -> str:
-        """Printable form; never contains the password."""
+        """The one way a store address is shown (messages, titles, the demo's hints): a
+        PostgreSQL password is masked as ``***`` (``postgresql://bob:***@host:5432/db``)."""
         if self.kind == "sqlite":
             return str(self.path)
-        user = f"{self.user}@" if self.user else ""
+        secret = ":***" if self.password else ""
+        user = f"{self.user}{secret}@" if self.user or secret else ""
         schema = f"?schema={self.schema}" if self.schema != "public" else ""
         return f"postgresql://{user}{self.host}:{self.port}/{self.dbname}{schema}"
 

@@ -1,0 +1,61 @@
+"""What the command line says at its edges: the demo's hints never print a password, ``resume``
+of an aborted session says what is true, Ctrl-C is one line and one exit code whenever it
+lands, and a pause names every participant whose answer is missing. Each is a real
+subprocess of the CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from support.postgres import PG_BASE, drop_schema
+
+
+def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
+         ) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    base.pop("FORGE_LEDGER_STORE", None)
+    return subprocess.run(
+        [sys.executable, "-m", "forge_ledger", *args], capture_output=True, text=True,
+        timeout=300, cwd=cwd, check=False,
+        env={**base, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **(env or {})},
+    )
+
+
+@pytest.fixture
+def pg_with_password() -> tuple[str, str]:
+    """A PostgreSQL store URL carrying a password (trust auth accepts any), and its schema."""
+    schema = f"fl_test_{uuid.uuid4().hex[:12]}"
+    user_at = PG_BASE.replace("postgresql://", "").split("@", 1)
+    assert len(user_at) == 2, PG_BASE
+    url = f"postgresql://{user_at[0].split(':')[0]}:s3cret-pw@{user_at[1]}?schema={schema}"
+    yield url, schema
+    drop_schema(schema)
+
+
+@pytest.mark.postgres
+def test_the_demo_hints_mask_a_postgres_password(
+    tmp_path: Path, pg_with_password: tuple[str, str],
+) -> None:
+    url, schema = pg_with_password
+    done = _cli("demo", "--latency", "0", "--store", url, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "s3cret-pw" not in done.stdout + done.stderr
+    hints = [line for line in done.stdout.splitlines() if line.startswith("  forge-ledger ")]
+    assert len(hints) == 10
+    assert all(":***@" in line and f"schema={schema}" in line for line in hints), hints
+    assert "the password is masked" in done.stdout
+    # from the environment, the hints leave --store out: it applies to them as well
+    again = _cli("demo", "--latency", "0", cwd=tmp_path, env={"FORGE_LEDGER_STORE": url})
+    assert again.returncode == 0, again.stderr
+    assert "s3cret-pw" not in again.stdout + again.stderr
+    assert "--store" not in again.stdout
+    listed = _cli("sessions", cwd=tmp_path, env={"FORGE_LEDGER_STORE": url})
+    assert listed.stdout.splitlines()[0].startswith("Sessions in postgresql://")
+    assert ":***@" in listed.stdout.splitlines()[0]
+    assert "s3cret-pw" not in listed.stdout + listed.stderr
