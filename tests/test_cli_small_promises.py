@@ -5,14 +5,18 @@ subprocess of the CLI."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from forge_ledger.testing import FakeOpenAIServer
+from support.cli import write_participants
 from support.postgres import PG_BASE, drop_schema
 
 
@@ -28,7 +32,7 @@ def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
 
 
 @pytest.fixture
-def pg_with_password() -> tuple[str, str]:
+def pg_with_password() -> Iterator[tuple[str, str]]:
     """A PostgreSQL store URL carrying a password (trust auth accepts any), and its schema."""
     schema = f"fl_test_{uuid.uuid4().hex[:12]}"
     user_at = PG_BASE.replace("postgresql://", "").split("@", 1)
@@ -59,3 +63,26 @@ def test_the_demo_hints_mask_a_postgres_password(
     assert listed.stdout.splitlines()[0].startswith("Sessions in postgresql://")
     assert ":***@" in listed.stdout.splitlines()[0]
     assert "s3cret-pw" not in listed.stdout + listed.stderr
+
+
+def _team(tmp_path: Path, url: str, names: tuple[str, ...]) -> Path:
+    return write_participants(tmp_path / "team.yaml", url, names)
+
+
+def test_resume_of_an_aborted_session_says_it_was_aborted_and_how_to_fork(
+    tmp_path: Path, fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.set_script({"*": [{"fault": "server_error"}]})
+    team = _team(tmp_path, fake_openai.url, ("alice", "bob"))
+    run = _cli("run", "Given up", "--participants", str(team), "--max-attempts", "1",
+               "--json", cwd=tmp_path)
+    assert run.returncode == 3, run.stderr
+    sid = json.loads(run.stdout)["session_id"]
+    assert _cli("abort", sid[:8], "--reason", "the provider is gone", cwd=tmp_path
+                ).returncode == 0
+    resumed = _cli("resume", sid[:8], cwd=tmp_path)
+    assert resumed.returncode == 2, resumed.stderr
+    last = resumed.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: session {sid[:8]} was aborted: the provider is gone; ")
+    assert f"fork it to continue from an earlier point: forge-ledger fork {sid[:8]}" in last
+    assert "API key" not in resumed.stderr

@@ -29,8 +29,8 @@ from ..domain.values import (
     Topic,
 )
 from ..errors import (
+    InvariantViolation,
     Loc,
-    ProviderError,
     RunInterrupted,
     SessionPausedError,
     UsageError,
@@ -450,9 +450,9 @@ def exit_for_outcome(state: SessionState) -> None:
     fails with one clear line; a session paused on a provider fault exits 3 with one line
     saying what failed and how to go on (it is kept and resumable)."""
     if state.status is SessionStatus.ABORTED:
-        raise ProviderError(
-            f"session {state.id[:8]} aborted: {state.status_reason or 'no reason recorded'}",
-            hint="check the models, their API keys and --api-base, then run again",
+        raise InvariantViolation(
+            f"session {state.id[:8]} was aborted: {state.status_reason or 'no reason recorded'}",
+            hint=_fork_hint(state),
         )
     if state.status is SessionStatus.PAUSED and state.fault is not None:
         fault = state.fault
@@ -461,6 +461,19 @@ def exit_for_outcome(state: SessionState) -> None:
             f"answer from {fault.participant} after {fault.attempts} attempt(s): {fault.message}",
             hint=_fix_hint(state.id[:8], fault),
         )
+
+
+def _fork_hint(state: SessionState) -> str:
+    """What a person can do with an aborted session: it never goes on, but a fork of it
+    continues from its last complete iteration (or from an event, before any)."""
+    short = state.id[:8]
+    last = state.latest_convergence
+    if last is not None:
+        where = f"--at-iteration {last.iteration}"
+    else:
+        where = f"--at-event N (a point between rounds: forge-ledger log {short})"
+    return (f"an aborted session does not go on; fork it to continue from an earlier point: "
+            f"forge-ledger fork {short} {where}")
 
 
 def _fix_hint(short: str, fault: Any) -> str:
