@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,3 +88,75 @@ def test_resume_of_an_aborted_session_says_it_was_aborted_and_how_to_fork(
     assert last.startswith(f"error: session {sid[:8]} was aborted: the provider is gone; ")
     assert f"fork it to continue from an earlier point: forge-ledger fork {sid[:8]}" in last
     assert "API key" not in resumed.stderr
+
+
+def _interrupted(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    proc.send_signal(signal.SIGINT)
+    try:
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, err
+
+
+def _start(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    base = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "forge_ledger", *args], cwd=cwd, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**base, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **env},
+    )
+
+
+def _assert_one_interrupt_line(code: int, err: str) -> str:
+    assert code == 130, err
+    assert "Traceback" not in err
+    assert "aborted" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines[-1].startswith("interrupted"), err
+    return lines[-1]
+
+
+@pytest.mark.parametrize("after", [0.3, 0.8, 1.5, 3.0, 6.0])
+def test_ctrl_c_at_any_moment_of_a_run_is_one_interrupted_line_and_exit_130(
+    tmp_path: Path, fake_openai: FakeOpenAIServer, after: float,
+) -> None:
+    """From the command line loading to the calls in flight: whenever SIGINT lands, the same
+    line (naming the session once it is recorded) and the same exit code."""
+    fake_openai.set_script({"*": [{"fault": "hang"}]})
+    team = _team(tmp_path, fake_openai.url, ("alice", "bob"))
+    proc = _start("run", "Interrupted", "--participants", str(team), cwd=tmp_path,
+                  env={"FORGE_LEDGER_STORE": str(tmp_path / "s.sqlite")})
+    time.sleep(after)
+    _assert_one_interrupt_line(*_interrupted(proc))
+
+
+def test_ctrl_c_once_the_session_is_recorded_names_it(
+    tmp_path: Path, fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.set_script({"*": [{"fault": "hang"}]})
+    team = _team(tmp_path, fake_openai.url, ("alice", "bob"))
+    proc = _start("run", "Interrupted", "--participants", str(team), cwd=tmp_path,
+                  env={"FORGE_LEDGER_STORE": str(tmp_path / "s.sqlite")})
+    assert proc.stderr is not None
+    header = proc.stderr.readline()  # "session <id> · Interrupted", once it is recorded
+    assert header.startswith("session "), header
+    short = header.split()[1][:8]
+    line = _assert_one_interrupt_line(*_interrupted(proc))
+    assert line == (f"interrupted; session {short} keeps everything recorded so far; "
+                    f"continue with: forge-ledger resume {short}")
+
+
+def test_ctrl_c_in_a_command_that_waits_is_the_same_line(tmp_path: Path) -> None:
+    """``projections update --follow`` waits for new events until Ctrl-C (click's own
+    handling of it used to print "aborted")."""
+    store = str(tmp_path / "s.sqlite")
+    assert _cli("demo", "--latency", "0", "--store", store, "--json", cwd=tmp_path
+                ).returncode == 0
+    proc = _start("projections", "update", "--follow", "--interval", "0.1", cwd=tmp_path,
+                  env={"FORGE_LEDGER_STORE": store})
+    assert proc.stderr is not None
+    assert proc.stderr.readline().startswith("following ")
+    line = _assert_one_interrupt_line(*_interrupted(proc))
+    assert line == "interrupted"

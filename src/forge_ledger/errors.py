@@ -139,18 +139,21 @@ class SessionPausedError(ForgeLedgerError):
 
 
 class RunInterrupted(ForgeLedgerError):
-    """The person pressed Ctrl-C: what was committed is kept and the session is resumable."""
+    """The person pressed Ctrl-C during a run: what was committed is kept and the session is
+    resumable. Its message starts with :data:`INTERRUPTED` (see :func:`exit_interrupted`)."""
 
     exit_code = 130
 
 
 INTERRUPTED = "interrupted"
-"""The line a command prints on Ctrl-C outside a run (a run says how to resume instead)."""
+"""The first word of what Ctrl-C prints, wherever it lands."""
 
 
-def exit_interrupted() -> NoReturn:
-    """Ctrl-C outside a run: :data:`INTERRUPTED` on stderr, exit ``RunInterrupted.exit_code``."""
-    sys.stderr.write(f"{INTERRUPTED}\n")
+def exit_interrupted(during_run: RunInterrupted | None = None) -> NoReturn:
+    """Ctrl-C, whenever it lands: one line on stderr that starts with :data:`INTERRUPTED`
+    (a run adds which session keeps what and how to resume it), exit
+    ``RunInterrupted.exit_code`` (130, as a shell reports a process ended by SIGINT)."""
+    sys.stderr.write(f"{during_run.one_line() if during_run else INTERRUPTED}\n")
     sys.exit(RunInterrupted.exit_code)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from .. import __version__
-from ..errors import ArgumentError, ForgeLedgerError, exit_interrupted
+from ..errors import ArgumentError, ForgeLedgerError, RunInterrupted, exit_interrupted
 from ..terminal_text import printable
 
 __all__ = ["cli", "main"]
@@ -116,13 +116,14 @@ def _in_cli_terms(e: ForgeLedgerError) -> ForgeLedgerError:
 def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="forge-ledger", standalone_mode=False)
+    except RunInterrupted as e:
+        exit_interrupted(e)
     except ForgeLedgerError as e:
         for line in _in_cli_terms(e).lines():
             click.echo(f"error: {printable(line)}", err=True)
         sys.exit(e.exit_code)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
+    except click.exceptions.Abort:  # click's name for Ctrl-C (and end of input at a prompt)
+        exit_interrupted()
     except click.ClickException as e:
         ctx_hint = ""
         if isinstance(e, click.UsageError) and e.ctx is not None:
