@@ -160,3 +160,27 @@ def test_ctrl_c_in_a_command_that_waits_is_the_same_line(tmp_path: Path) -> None
     assert proc.stderr.readline().startswith("following ")
     line = _assert_one_interrupt_line(*_interrupted(proc))
     assert line == "interrupted"
+
+
+def test_a_pause_names_every_participant_whose_answer_is_missing(
+    tmp_path: Path, fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.set_script({"*": [
+        {"match": "· critique ·", "fault": "server_error"},
+        {"content": "# Draft\n\nA draft that every critic fails to review.\n"},
+    ]})
+    team = _team(tmp_path, fake_openai.url, ("alice", "bob", "carol"))
+    run = _cli("run", "Critics gone", "--participants", str(team), "--max-attempts", "1",
+               "--json", cwd=tmp_path, env={"FORGE_LEDGER_STORE": str(tmp_path / "s.sqlite")})
+    assert run.returncode == 3, run.stderr
+    doc = json.loads(run.stdout)
+    missing = doc["fault"]["missing"]
+    assert doc["fault"]["kind"] == "critique"
+    assert len(missing) >= 2, doc
+    said = run.stderr.strip().splitlines()[-1]
+    named = " and ".join([", ".join(missing[:-1]), missing[-1]])
+    assert said.startswith(
+        f"error: session {doc['session_id'][:8]} paused: round 2 (critique) has no answer "
+        f"from {named}; "
+    ), said
+    assert f"no answer from {named}; " in doc["reason"]  # the recorded reason too

@@ -167,6 +167,13 @@ class PauseFault(BaseModel):
     attempts: int = Field(ge=0)
     missing: tuple[str, ...] = ()
 
+    @property
+    def without_answer(self) -> str:
+        """Every participant the round lacks an answer from, as a sentence names them
+        (``bob``, ``bob and carol``, ``alice, bob and carol``)."""
+        names = self.missing or (self.participant,)
+        return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
 
 class SessionPaused(Payload):
     TYPE: ClassVar[str] = "SessionPaused"

@@ -624,10 +624,11 @@ class Orchestrator:
         round open, so ``resume`` retries only the missing participants. Never an abort: the
         work paid for so far stays resumable."""
         fault = _fault_of(agg.state, rnd, missing)
+        several = f"no answer from {fault.without_answer}; " if len(missing) > 1 else ""
         reason = (
-            f"provider fault in round {fault.round} ({fault.kind.value}): {fault.participant} "
-            f"({fault.model}) failed {fault.attempts} attempt(s): {fault.error_type}: "
-            f"{fault.message}"
+            f"provider fault in round {fault.round} ({fault.kind.value}): {several}"
+            f"{fault.participant} ({fault.model}) failed {fault.attempts} attempt(s): "
+            f"{fault.error_type}: {fault.message}"
         )
         agg.pause(reason=reason, fault=fault, at=self.clock.now())
         self.ledger.save(agg)
