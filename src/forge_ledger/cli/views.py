@@ -160,7 +160,7 @@ def projections_rebuild(name: str | None, batch_size: int, store: str | None,
     if as_json:
         emit_json({"rebuilt": name or "all", "events": n})
     else:
-        err_console.print(f"rebuilt {name or 'all projections'} from {n} events")
+        err_console.print(f"rebuilt {printable(name or 'all projections')} from {n} events")
 
 
 @projections.command("update")
