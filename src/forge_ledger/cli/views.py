@@ -108,7 +108,7 @@ def _open_when_there(store: str | None, interval: float) -> Ledger:
         except StoreMissingError:
             if not announced:
                 where = resolve_store(store).display
-                err_console.print(f"waiting for a ledger at {where} (Ctrl-C stops)",
+                err_console.print(f"waiting for a ledger at {printable(where)} (Ctrl-C stops)",
                                   markup=False)
                 announced = True
             time.sleep(interval)
