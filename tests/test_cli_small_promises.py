@@ -118,16 +118,32 @@ def _assert_one_interrupt_line(code: int, err: str) -> str:
     return lines[-1]
 
 
-@pytest.mark.parametrize("after", [0.3, 0.8, 1.5, 3.0, 6.0])
+def _python_handles_sigint(pid: int) -> None:
+    """Wait until the process catches SIGINT (Python has installed its handler): before that
+    a SIGINT ends any program at once, whatever it would print."""
+    bit = 1 << (signal.SIGINT - 1)
+    for _ in range(600):
+        status = Path(f"/proc/{pid}/status").read_text()
+        caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+        if int(caught.split()[1], 16) & bit:
+            return
+        time.sleep(0.01)
+    raise AssertionError("the interpreter never installed its SIGINT handler")
+
+
+@pytest.mark.parametrize("after", [0.5, 1.0, 2.0, 4.0, 8.0])
 def test_ctrl_c_at_any_moment_of_a_run_is_one_interrupted_line_and_exit_130(
     tmp_path: Path, fake_openai: FakeOpenAIServer, after: float,
 ) -> None:
     """From the command line loading to the calls in flight: whenever SIGINT lands, the same
-    line (naming the session once it is recorded) and the same exit code."""
+    line (naming the session once it is recorded) and the same exit code. The moments are
+    counted from the interpreter's handler being in place (``test_interrupt_at_start``
+    interrupts the loading itself, deterministically)."""
     fake_openai.set_script({"*": [{"fault": "hang"}]})
     team = _team(tmp_path, fake_openai.url, ("alice", "bob"))
     proc = _start("run", "Interrupted", "--participants", str(team), cwd=tmp_path,
                   env={"FORGE_LEDGER_STORE": str(tmp_path / "s.sqlite")})
+    _python_handles_sigint(proc.pid)
     time.sleep(after)
     _assert_one_interrupt_line(*_interrupted(proc))
 
