@@ -90,7 +90,7 @@ __all__ = [
 class Payload(BaseModel):
     """Base of event payloads: frozen, strict about unknown fields."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     TYPE: ClassVar[str]
     SCHEMA_VERSION: ClassVar[int] = 1
@@ -120,7 +120,7 @@ class SessionStarted(Payload):
 
 
 class ForkOrigin(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     parent_id: str
     parent_position: int = Field(ge=1)
     parent_hash: str
@@ -156,7 +156,7 @@ class PauseFault(BaseModel):
     the session last resumed, ``error_type``/``message`` are its last failure.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     round: int = Field(ge=1)
     kind: RoundKind
@@ -334,7 +334,7 @@ class _ByParticipant(Payload):
 
 
 class CallParams(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     temperature: float
     max_tokens: int
     response_format: str | None = None

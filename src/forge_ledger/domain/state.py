@@ -48,7 +48,7 @@ __all__ = [
 
 
 class _State(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+    model_config = ConfigDict(extra="forbid", validate_assignment=False, defer_build=True)
 
 
 def _assign(model: _State, **values: Any) -> None:

@@ -68,7 +68,7 @@ __all__ = [
 class Value(BaseModel):
     """Base of immutable value objects: frozen, unknown fields refused."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 _M = TypeVar("_M", bound=BaseModel)
