@@ -22,10 +22,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from uuid import UUID
-
-from sqlite_utils import Database
 
 from forge_ledger._collector import fewer_collections
 from forge_ledger.domain import SessionState
@@ -36,7 +34,6 @@ from forge_ledger.errors import UsageError
 from .base import EventLike, Projection
 from .consensus import ConsensusProjection
 from .dissent import DissentProjection
-from .migrations import migrate
 from .read_model import ReadModelProjection
 from .session_state import SessionStateProjection, apply_event
 from .show_view import (
@@ -47,6 +44,9 @@ from .show_view import (
     dissent_from_json,
 )
 from .writes import BatchWriter, FtsIndex, fts_indexes
+
+if TYPE_CHECKING:
+    from sqlite_utils import Database
 
 __all__ = [
     "DEFAULT_PROJECTIONS",
@@ -103,7 +103,14 @@ instances must be the only one using them (see :func:`default_projections`)."""
 
 
 def open_views(path: str | Path) -> Database:
-    """Open (creating if needed) the read-model database and bring its schema up to date."""
+    """Open (creating if needed) the read-model database and bring its schema up to date.
+
+    sqlite-utils (and the schema's migrations, written with it) load here, not with this
+    module: reading a current read model (``sessions``, ``show``) needs neither."""
+    from sqlite_utils import Database
+
+    from .migrations import migrate
+
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(str(p), timeout=30)

@@ -17,17 +17,16 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import click
 from rich.console import Console, ConsoleOptions, RenderableType
-from rich.markdown import Markdown
 from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from ..errors import UsageError
-from ..ledger import Ledger
 from ..terminal_text import printable
 
 if TYPE_CHECKING:
     from ..domain.state import SessionState
+    from ..ledger import Ledger
 
 __all__ = [
     "HMAC_KEY_ENV",
@@ -136,6 +135,8 @@ def print_markdown(text: str, console: Console | None = None) -> None:
     """Markdown rendered on a terminal, the Markdown source itself elsewhere (nothing cut)."""
     con = console or out_console
     if to_terminal(con):
+        from rich.markdown import Markdown  # markdown-it and Pygments: only when rendering
+
         con.print(Markdown(printable(text, multiline=True), hyperlinks=False))
         return
     con.file.write(text if text.endswith("\n") else text + "\n")
@@ -232,6 +233,8 @@ def json_option(f: F) -> F:
 
 def open_ledger(store: str | None, *, create: bool = False) -> Ledger:
     """Open the ledger; read-only commands pass ``create=False`` (a missing file is an error)."""
+    from ..ledger import Ledger  # the event store, its models: loaded by commands that read it
+
     return Ledger(store, create=create)
 
 

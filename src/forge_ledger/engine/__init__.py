@@ -9,39 +9,80 @@ what :func:`after_round` plans.
 
 from __future__ import annotations
 
-from .anonymity import label_for, labels_before, review_labels
-from .budget import budget_allows, estimate_prompt_tokens, estimate_tokens, worst_case_cost
-from .conformity import (
-    Influence,
-    StanceChange,
-    conformity_flags,
-    plain_majority,
-    round_changes,
-    stance_changes,
-)
-from .convergence import (
-    DEFAULT_ROLE_WEIGHTS,
-    STANCE_VALUES,
-    convergence,
-    role_weight,
-    weighted_score,
-)
-from .divergence import plan_divergences
-from .needs import answers_needed, fallback_author, round_shortfall
-from .outcomes import after_round
-from .parsing import ParsedOutput, output_schema, parse_output
-from .prompts import build_messages, header, repair_messages
-from .steps import (
-    AskHuman,
-    BudgetStop,
-    Finish,
-    StartRound,
-    Step,
-    critique_targets,
-    drafters,
-    next_step,
-    synthesizer,
-)
+from typing import TYPE_CHECKING
+
+from .. import _lazy
+
+if TYPE_CHECKING:
+    from .anonymity import label_for, labels_before, review_labels
+    from .budget import budget_allows, estimate_prompt_tokens, estimate_tokens, worst_case_cost
+    from .conformity import (
+        Influence,
+        StanceChange,
+        conformity_flags,
+        plain_majority,
+        round_changes,
+        stance_changes,
+    )
+    from .convergence import (
+        DEFAULT_ROLE_WEIGHTS,
+        STANCE_VALUES,
+        convergence,
+        role_weight,
+        weighted_score,
+    )
+    from .divergence import plan_divergences
+    from .needs import answers_needed, fallback_author, round_shortfall
+    from .outcomes import after_round
+    from .parsing import ParsedOutput, output_schema, parse_output
+    from .prompts import build_messages, header, repair_messages
+    from .steps import (
+        AskHuman,
+        BudgetStop,
+        Finish,
+        StartRound,
+        Step,
+        critique_targets,
+        drafters,
+        next_step,
+        synthesizer,
+    )
+
+__getattr__, __dir__ = _lazy.exports(__name__, {
+    "anonymity": ("label_for", "labels_before", "review_labels"),
+    "budget": ("budget_allows", "estimate_prompt_tokens", "estimate_tokens", "worst_case_cost"),
+    "conformity": (
+        "Influence",
+        "StanceChange",
+        "conformity_flags",
+        "plain_majority",
+        "round_changes",
+        "stance_changes",
+    ),
+    "convergence": (
+        "DEFAULT_ROLE_WEIGHTS",
+        "STANCE_VALUES",
+        "convergence",
+        "role_weight",
+        "weighted_score",
+    ),
+    "divergence": ("plan_divergences",),
+    "needs": ("answers_needed", "fallback_author", "round_shortfall"),
+    "outcomes": ("after_round",),
+    "parsing": ("ParsedOutput", "output_schema", "parse_output"),
+    "prompts": ("build_messages", "header", "repair_messages"),
+    "steps": (
+        "AskHuman",
+        "BudgetStop",
+        "Finish",
+        "StartRound",
+        "Step",
+        "critique_targets",
+        "drafters",
+        "next_step",
+        "synthesizer",
+    ),
+})
 
 __all__ = [
     "DEFAULT_ROLE_WEIGHTS",
