@@ -25,6 +25,8 @@ def exports(
     submodule that holds them (a submodule's own name among them stands for the submodule).
 
     A name is looked up once: its value is then set on the package itself."""
+    if any(isinstance(names, str) for names in where.values()):
+        raise TypeError(f"{package}: list each module's names, not one string")
     home = {name: module for module, names in where.items() for name in names}
 
     def __getattr__(name: str) -> Any:
