@@ -107,7 +107,7 @@ _STOP = frozenset(
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class ContributionRef(_Model):

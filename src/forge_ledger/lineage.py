@@ -231,7 +231,7 @@ def _round_end(ledger: Ledger, session_id: UUID, number: int) -> int | None:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class StanceChange(_Model):

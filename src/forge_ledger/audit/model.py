@@ -41,7 +41,7 @@ __all__ = [
 class _Model(BaseModel):
     model_config = ConfigDict(
         frozen=True, extra="forbid", serialize_by_alias=True, validate_by_name=True,
-        validate_by_alias=True,
+        validate_by_alias=True, defer_build=True,
     )
 
 
@@ -189,7 +189,7 @@ class FailedCall(CallFailure):
     """The session state's :class:`CallFailure`, with what only its event tells: the model
     called and the cost. The partial answer stays out of the report (it is in the ledger)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     partial_text: str = Field(default="", exclude=True)
     model: str | None = None

@@ -13,6 +13,10 @@ from typing import TYPE_CHECKING
 
 from .. import _lazy
 
+# ``convergence`` is also the name of its module, which the import system sets on this package
+# whenever the module loads: bound here, before that can happen, it stays the function.
+from .convergence import convergence
+
 if TYPE_CHECKING:
     from .anonymity import label_for, labels_before, review_labels
     from .budget import budget_allows, estimate_prompt_tokens, estimate_tokens, worst_case_cost
@@ -27,7 +31,6 @@ if TYPE_CHECKING:
     from .convergence import (
         DEFAULT_ROLE_WEIGHTS,
         STANCE_VALUES,
-        convergence,
         role_weight,
         weighted_score,
     )
@@ -62,7 +65,6 @@ __getattr__, __dir__ = _lazy.exports(__name__, {
     "convergence": (
         "DEFAULT_ROLE_WEIGHTS",
         "STANCE_VALUES",
-        "convergence",
         "role_weight",
         "weighted_score",
     ),

@@ -25,7 +25,7 @@ __all__ = ["DissentSides", "Integrity", "ParticipantInfo", "ReportModel"]
 
 
 class _View(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class ParticipantInfo(_View):

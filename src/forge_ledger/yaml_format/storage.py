@@ -22,7 +22,6 @@ from ..domain.json_fields import JsonFields
 from ..errors import InputLimitError, UsageError
 from ..ledger import Ledger
 from ..ledger.outputs import store_outputs, write_output
-from .export import export_events
 from .schema import SLUG_RE
 
 __all__ = [
@@ -89,6 +88,8 @@ def write_export(
     """Export a session to ``path`` (or its file in ``directory``, by default the store's
     exports directory: ``ledger.outputs.store_outputs``); atomic replace."""
     sid = ledger.resolve(session_id) if isinstance(session_id, str) else session_id
+    from .export import export_events  # the export format, for an export only (not a spec)
+
     events = list(ledger.events(sid))
     text = export_events(events)
     if path is None:
