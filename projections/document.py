@@ -490,7 +490,10 @@ def _text_contributions(state: SessionState) -> list[_Contribution]:
     return sorted(out, key=lambda c: c.ref.position)
 
 
-_NOBODY = ContributionRef(participant="", round=0, kind=RoundKind.DRAFT, iteration=0, position=0)
+_NOBODY = ContributionRef.model_construct(
+    participant="", round=0, kind=RoundKind.DRAFT, iteration=0, position=0
+)
+"""No one: built without validation, so loading this module builds no schema."""
 
 
 def _questions(state: SessionState) -> list[_Question]:

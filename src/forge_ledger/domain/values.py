@@ -498,7 +498,7 @@ class ResponseAccounting(Value):
 
     model: str
     """The model that answered, as the provider resolved it."""
-    tokens: TokenCount = TokenCount()
+    tokens: TokenCount = TokenCount.model_construct()  # no schema built at import
     cost_usd: Annotated[float, Field(ge=0)] = 0.0
     price: Price | None = None
     duration_ms: Annotated[int, Field(ge=0)] = 0
