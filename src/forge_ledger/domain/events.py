@@ -24,6 +24,7 @@ from pydantic import (
 from ..errors import StoreError
 from .hashing import canonical_json
 from .values import (
+    NO_TOKENS,
     ChatMessage,
     ConvergenceVote,
     Critique,
@@ -368,7 +369,7 @@ class ProviderCallFailed(_ByParticipant):
     will_retry: bool
     retry_after_secs: float | None = None
     partial_text: str = ""
-    tokens: TokenCount = TokenCount()
+    tokens: TokenCount = NO_TOKENS
     cost_usd: float = Field(ge=0, default=0.0)
     duration_ms: int = Field(ge=0, default=0)
     prompt_hash: str = ""

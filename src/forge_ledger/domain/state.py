@@ -17,6 +17,7 @@ from . import events as ev
 from .blocks import BLOCK_LOADER, BlockList, BlockLoader
 from .texts import TextPool, TextSource, text_address
 from .values import (
+    NO_TOKENS,
     ConvergenceVote,
     Critique,
     DivergenceStatus,
@@ -326,7 +327,7 @@ class SessionState(_State):
     imported: dict[str, Any] | None = None
     """The ``SessionImported`` payload when the session came from a YAML file."""
     iteration: int = 0
-    tokens: TokenCount = TokenCount()
+    tokens: TokenCount = NO_TOKENS
     cost_usd: float = 0.0
     created_at: datetime
     updated_at: datetime
