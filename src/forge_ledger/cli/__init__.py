@@ -98,11 +98,17 @@ class _Group(click.Group):
         return sorted({*COMMANDS, *super().list_commands(ctx)})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        """The command, its module imported the first time (it registers itself on ``cli``)."""
+        """The command, its module imported the first time (it registers itself on ``cli``).
+
+        A Ctrl-C while the module loads is one at start-up, before anything ran: it ends as
+        one in ``_entry`` does, not as click's abort of a running command."""
         if cmd_name not in self.commands and cmd_name in COMMANDS:
             module, attribute, _ = COMMANDS[cmd_name]
-            command = getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
-            self.commands.setdefault(cmd_name, command)
+            try:
+                loaded = importlib.import_module(f"{__name__}.{module}")
+            except KeyboardInterrupt:
+                exit_interrupted()
+            self.commands.setdefault(cmd_name, getattr(loaded, attribute))
         return super().get_command(ctx, cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
