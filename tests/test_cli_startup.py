@@ -41,12 +41,22 @@ try:
     main(sys.argv[1:])
 except SystemExit:
     pass
-print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+built = []
+if "pydantic.main" in sys.modules:
+    from pydantic import BaseModel
+    todo = [BaseModel]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            todo.append(sub)
+            if sub.__module__.startswith("forge_ledger") and sub.__pydantic_complete__:
+                built.append(sub.__qualname__)
+print(json.dumps({"modules": sorted(sys.modules), "built": sorted(built)}), file=sys.stderr)
 """
 
 
-def _loaded(*argv: str, store: Path | None = None) -> tuple[str, set[str]]:
-    """What the command printed and the modules loaded once it ran."""
+def _run(*argv: str, store: Path | None = None) -> tuple[str, dict[str, Any]]:
+    """What the command printed, and the modules loaded and the models of ours whose schema
+    was built once it ran."""
     env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "PATH": "/usr/bin:/bin"}
     if store is not None:
         env["FORGE_LEDGER_STORE"] = str(store)
@@ -54,7 +64,12 @@ def _loaded(*argv: str, store: Path | None = None) -> tuple[str, set[str]]:
         [sys.executable, "-c", _PROBE, *argv],
         capture_output=True, text=True, timeout=120, check=True, env=env,
     )
-    return proc.stdout, set(json.loads(proc.stderr.splitlines()[-1]))
+    return proc.stdout, json.loads(proc.stderr.splitlines()[-1])
+
+
+def _loaded(*argv: str, store: Path | None = None) -> tuple[str, set[str]]:
+    out, found = _run(*argv, store=store)
+    return out, set(found["modules"])
 
 
 def _found(modules: set[str], names: tuple[str, ...]) -> list[str]:
@@ -83,6 +98,30 @@ def test_sessions_loads_neither_litellm_nor_the_audit_nor_the_report(tmp_path: P
     assert "Event log for multi-model deliberations" in out
     assert _found(modules, NEVER_FOR_SESSIONS) == []
     assert _found(modules, ("forge_ledger.cli.deliberate", "forge_ledger.yaml_format")) == []
+
+
+def test_sessions_from_a_current_read_model_builds_no_model(tmp_path: Path) -> None:
+    """The read model holds the summaries: listing them needs no schema of ours (they are
+    built on first use, and nothing uses one)."""
+    store = tmp_path / "store.sqlite"
+    shutil.copy(FIXTURES / "store-v2.sqlite", store)
+    subprocess.run(
+        [sys.executable, "-m", "forge_ledger", "projections", "update", "--store", str(store)],
+        capture_output=True, timeout=120, check=True,
+        env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "PATH": "/usr/bin:/bin"},
+    )
+    out, found = _run("sessions", store=store)
+    assert "Event log for multi-model deliberations" in out
+    assert found["built"] == []
+
+
+def test_a_folded_session_builds_the_models_it_reads(tmp_path: Path) -> None:
+    """The probe above sees a model built when one is: without a read model, ``sessions``
+    folds each session's events into its state."""
+    store = tmp_path / "store.sqlite"
+    shutil.copy(FIXTURES / "store-v2.sqlite", store)
+    _, found = _run("sessions", store=store)
+    assert "SessionState" in found["built"]
 
 
 def _all_command_modules() -> None:
