@@ -586,8 +586,8 @@ def document_diff(state: SessionState, from_iteration: int, to_iteration: int) -
     lineage = fold_lineage(_upto_iteration(state, to_iteration))
     base = _source_at(state, from_iteration)
     since = base.position if base is not None else 0
-    a = old.splitlines(keepends=True)
-    b = lineage.text.splitlines(keepends=True)
+    a = _lines(old)
+    b = _lines(lineage.text)
     offsets = [0]
     for line in b:
         offsets.append(offsets[-1] + len(line))
@@ -613,6 +613,15 @@ def document_diff(state: SessionState, from_iteration: int, to_iteration: int) -
         to_source=lineage.source,
         hunks=hunks,
     )
+
+
+_LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as ``patch`` reads them: ended by ``\n`` only (``str.splitlines`` also ends one at
+    U+2028, a form feed or a lone carriage return, which models do write mid-line)."""
+    return _LINE.findall(text)
 
 
 def _range(start: int, stop: int) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+import support.sessions as support_sessions
 from forge_ledger.cli import main
 from forge_ledger.domain.values import RoundKind
 from forge_ledger.ledger import Ledger, resolve_store
@@ -166,21 +167,39 @@ def test_spec_diff_is_a_patch_that_patch_applies(
     """The annotations ride on the ``@@`` lines, so ``patch`` turns iteration 1's document
     into iteration 2's byte for byte."""
     store, s = built
+    _assert_patch_applies(store, s.prefix, tmp_path)
+
+
+def test_spec_diff_lines_end_at_newlines_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A line separator or a form feed inside a model's line is part
+    of the line for ``patch``, so it is for the diff too."""
+    plain = support_sessions.contribution_text
+    monkeypatch.setattr(support_sessions, "contribution_text", lambda *a: plain(*a).replace(
+        "Section A:", "Section A:\u2028 \x0c"))
+    store = str(tmp_path / "separators.sqlite")
+    with Ledger(store, create=True) as ledger:
+        s = build_session(ledger, iterations=2, participants=3, converge=True)
+    _assert_patch_applies(store, s.prefix, tmp_path)
+
+
+def _assert_patch_applies(store: str, prefix: str, tmp_path: Path) -> None:
     texts = []
     for k in (1, 2):
-        got = forge("spec", s.prefix, "--at-iteration", str(k), "--json", "--store", store,
+        got = forge("spec", prefix, "--at-iteration", str(k), "--json", "--store", store,
                     cwd=tmp_path)
         texts.append(json.loads(got.stdout)["text"])
     assert texts[0] != texts[1]
-    diff = forge("spec", s.prefix, "--diff", "1", "2", "--store", store, cwd=tmp_path)
+    diff = forge("spec", prefix, "--diff", "1", "2", "--store", store, cwd=tmp_path)
     assert diff.returncode == 0, diff.stderr
     assert "@@ answers" not in diff.stdout
     doc = tmp_path / "doc.md"
-    doc.write_text(texts[0], encoding="utf-8")
-    applied = subprocess.run(["patch", str(doc)], input=diff.stdout, capture_output=True,
-                             text=True, check=False)
+    doc.write_bytes(texts[0].encode("utf-8"))
+    applied = subprocess.run(["patch", str(doc)], input=diff.stdout.encode("utf-8"),
+                             capture_output=True, check=False)
     assert applied.returncode == 0, applied.stdout + applied.stderr
-    assert doc.read_text(encoding="utf-8") == texts[1]
+    assert doc.read_bytes().decode("utf-8") == texts[1]
 
 
 def test_spec_mistakes_are_one_line(built: tuple[str, BuiltSession], tmp_path: Path) -> None:

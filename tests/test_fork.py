@@ -25,6 +25,7 @@ from forge_ledger.projections.consensus import consensus_trail
 from forge_ledger.projections.dissent import dissent_log
 from forge_ledger.projections.document import fold_lineage
 from forge_ledger.projections.show_view import session_ems
+from forge_ledger.report._gather import gather
 from forge_ledger.testing import ScriptedProvider, bundled_script
 from support.orchestrator import run_demo_session
 from support.stories import PARTICIPANTS, THREE_ITERATIONS, build, continued, story, vote
@@ -393,3 +394,15 @@ def test_cli_a_resumed_fork_of_the_demo_agrees_with_its_parent(tmp_path: Path) -
     assert jump["ems_before"] == before["ems"]
     assert jump["ems_after"] == shown[0]["ems"] == shown[1]["ems"]
     assert shown[1]["version"] == shown[0]["version"] == k
+
+
+def test_a_report_of_a_fork_before_its_fork_point_is_its_parents(parent_ledger: Ledger) -> None:
+    """The report's audit of an iteration the fork inherited is its parent's, named as the
+    fork (the fork's own events begin after it)."""
+    ledger = parent_ledger
+    fid = fork(ledger, PARENT, clock=FixedStepClock(), ids=SequentialIds("r"), at_iteration=3)
+    page, parents = gather(ledger, fid, at_iteration=1), gather(ledger, PARENT, at_iteration=1)
+    assert page.session_id == str(fid)
+    assert page.position == parents.position == ledger.position_of_iteration(PARENT, 1)
+    assert page.audit.model_dump(exclude={"session_id"}) == parents.audit.model_dump(
+        exclude={"session_id"})

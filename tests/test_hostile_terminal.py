@@ -26,7 +26,8 @@ from forge_ledger.terminal_text import printable
 from forge_ledger.testing import FakeOpenAIServer
 from support.cli import write_participants
 
-TOPIC = "Evil \x1b]0;PWNED\x07title\x1b[2J \u202eright-to-left\u202c \x9b31m\nSTATUS: FORGED"
+TOPIC = ("Evil \x1b]0;PWNED\x07title\x1b[2J \u202eright-to-left\u202c \x9b31m :fire:"
+         "\nSTATUS: FORGED")
 DRAFT = "# Draft \x1b[2J\x1b]0;PWNED\x07\n\nDraft \u202eevil\u202c body \x9b31m.\n"
 SYNTHESIS = (
     "# Synthesis \x1b[2J\x1b]0;PWNED\x07\n\nText \u202eevil\u202c and \x9b31m and "
@@ -231,3 +232,18 @@ def test_json_files_and_pipes_keep_the_exact_bytes(hostile: Any) -> None:
     assert SYNTHESIS in answers
     assert json.loads(cli("audit", sid, "--json"))["title"] == TOPIC
     assert "\x1b[2J" in cli("report", sid, "-o", "-")  # piped: the page's own bytes
+
+
+def test_a_piped_document_keeps_its_bytes_when_colour_is_forced(hostile: Any) -> None:
+    """``FORCE_COLOR`` (set by many CI systems) makes Rich style a pipe; a document piped to a
+    file still keeps the exact bytes recorded, and emoji codes in text stay as typed."""
+    env = {**hostile.env, "FORCE_COLOR": "1", "TTY_COMPATIBLE": "1"}
+    done = subprocess.run([sys.executable, "-m", "forge_ledger", "spec", hostile.sid],
+                          env=env, cwd=hostile.tmp, capture_output=True, text=True, check=True,
+                          timeout=120)
+    assert done.stdout.endswith(SYNTHESIS)
+    assert "\x1b[2J" in done.stdout
+    code, out = on_terminal("show", hostile.sid, env=hostile.env, cwd=hostile.tmp)
+    assert code == 0, out
+    assert ":fire:" in out
+    assert "\U0001f525" not in out

@@ -78,10 +78,11 @@ class _Console(Console):
                 yield Segment(printable(segment.text, multiline=True), segment.style)
 
 
-out_console = _Console(highlight=False, soft_wrap=True, markup=False)
-err_console = _Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
-"""Both consoles have Rich markup off: everything printed is store, model or user text until
-proven otherwise, so ``[red]`` or ``[link=…]`` in a contribution prints as typed. Styling is
+out_console = _Console(highlight=False, soft_wrap=True, markup=False, emoji=False)
+err_console = _Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
+"""Both consoles have Rich markup and emoji codes off: everything printed is store, model or
+user text until proven otherwise, so ``[red]``, ``[link=…]`` or ``:fire:`` in a contribution
+prints as typed. Styling is
 done with :class:`~rich.text.Text` objects (or ``markup=True`` on a literal written here)."""
 
 
@@ -176,8 +177,10 @@ class _Printable(io.TextIOBase):
 def document_output() -> Iterator[None]:
     """stdout for a document (``spec``, ``audit --markdown``, ``report -o -``): its exact bytes
     for a pipe or a file, every write escaped (:func:`printable`, newlines kept) on a terminal.
-    Never around ``--json``: JSON keeps its bytes wherever it goes."""
-    if not to_terminal(out_console):
+    Never around ``--json``: JSON keeps its bytes wherever it goes. The stream itself
+    decides, not Rich's guess: ``FORCE_COLOR`` (set by many CI systems) makes Rich style a
+    pipe, but a document piped to a file must stay byte for byte what was recorded."""
+    if not sys.stdout.isatty():
         yield
         return
     saved = sys.stdout

@@ -763,6 +763,15 @@ class Ledger:
         for domain_event in self.app.events.get(sid, gt=after or None, lte=upto):
             yield _recorded(domain_event)
 
+    def recorded_upto(self, session_id: UUID, position: int) -> tuple[UUID, list[RecordedEvent]]:
+        """The session that recorded ``position`` and its events up to it: ``session_id``'s
+        own, or, for a position a fork inherited, its parent's (or an older ancestor's)."""
+        origin = self.inherited_from(session_id, position)
+        while origin is not None:
+            session_id = UUID(origin.parent_id)
+            origin = self.inherited_from(session_id, position)
+        return session_id, list(self.events(session_id, upto=position))
+
     def prompt(self, session_id: str | UUID, contribution: ContributionState) -> list[ChatMessage]:
         """The exact prompt of a recorded answer, read from the event that recorded it.
 

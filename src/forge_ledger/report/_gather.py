@@ -37,12 +37,13 @@ def gather(
     """
     sid = ledger.resolve(session_id) if isinstance(session_id, str) else session_id
     state = ledger.state(sid, at_iteration=at_iteration)
-    audit = audit_report(list(ledger.events(sid, upto=state.version)))
+    _, events = ledger.recorded_upto(sid, state.version)  # a fork's past is its parent's
+    audit = audit_report(events)
     lineage = fold_lineage(state)
     return ReportModel(
-        session_id=audit.session_id,
+        session_id=str(sid),
         slug=state.slug,
-        title=audit.title,
+        title=state.topic.title,
         description=state.topic.description,
         status=audit.status,
         status_reason=audit.status_reason,
