@@ -165,8 +165,8 @@ def test_ctrl_c_once_the_session_is_recorded_names_it(
 
 
 def test_ctrl_c_in_a_command_that_waits_is_the_same_line(tmp_path: Path) -> None:
-    """``projections update --follow`` waits for new events until Ctrl-C (click's own
-    handling of it used to print "aborted")."""
+    """``projections update --follow`` waits for new events until Ctrl-C, which click
+    would answer with its own "Aborted!" if the command did not."""
     store = str(tmp_path / "s.sqlite")
     assert _cli("demo", "--latency", "0", "--store", store, "--json", cwd=tmp_path
                 ).returncode == 0

@@ -310,3 +310,13 @@ def test_outputs_are_created_with_the_same_mode(
         paths.append(Path(json.loads(proc.stdout)["path"]))
     assert {p.stat().st_mode & 0o777 for p in paths} == {0o644}
     assert not [p for p in paths[0].parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_spec_output_dash_prints_the_document(built: tuple[str, BuiltSession],
+                                              tmp_path: Path) -> None:
+    store, s = built
+    printed = forge("spec", s.prefix, "--store", store, cwd=tmp_path)
+    dashed = forge("spec", s.prefix, "-o", "-", "--store", store, cwd=tmp_path)
+    assert dashed.returncode == 0, dashed.stderr
+    assert dashed.stdout == printed.stdout
+    assert not (tmp_path / "-").exists()

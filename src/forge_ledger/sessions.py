@@ -36,7 +36,6 @@ from .domain.values import (
 from .errors import ConfigError, UsageError, validation_summary
 from .ledger import Ledger
 from .lineage import apply_model_swaps, fork
-from .terminal_text import printable
 from .yaml_format.export import session_document
 
 if TYPE_CHECKING:
@@ -378,8 +377,9 @@ class JumpSummary(JsonFields):
     def ems_delta(self) -> int:
         return self.ems_after - self.ems_before
 
-    def text(self) -> str:
-        """What ``back`` prints: the questions are model text, shown escaped (one line each)."""
+    def text(self, field: Callable[[str], str] = str) -> str:
+        """What ``back`` prints; ``field`` renders each question (model text) on its line: a
+        terminal passes its escaping (``terminal_text.printable``), a program keeps them."""
         rule = "-" * 55
         plural = "s" if self.steps > 1 else ""
         lines = [
@@ -391,7 +391,7 @@ class JumpSummary(JsonFields):
         ]
         if self.questions:
             lines += ["", f"   Restored questions (iteration {self.to_iteration}):"]
-            lines += [f"   - {printable(q)}" for q in self.questions]
+            lines += [f"   - {field(q)}" for q in self.questions]
         lines.append(rule)
         return "\n".join(lines)
 

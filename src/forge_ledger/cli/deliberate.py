@@ -456,11 +456,10 @@ def exit_for_outcome(state: SessionState) -> None:
         )
     if state.status is SessionStatus.PAUSED and state.fault is not None:
         fault = state.fault
-        several = f"{fault.without_answer}; " if len(fault.missing) > 1 else ""
         raise SessionPausedError(
             f"session {state.id[:8]} paused: round {fault.round} ({fault.kind.value}) has no "
-            f"answer from {several}{fault.participant} after {fault.attempts} attempt(s): "
-            f"{fault.message}",
+            f"answer from {fault.others_without_answer}{fault.participant} after "
+            f"{fault.attempts} attempt(s): {fault.message}",
             hint=_fix_hint(state.id[:8], fault),
         )
 

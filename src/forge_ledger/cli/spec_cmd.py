@@ -89,7 +89,8 @@ def _hunk_note(hunk: Any) -> str:
 @click.option("--at-event", type=click.IntRange(min=1), default=None, metavar="N",
               help="The document as it was at event position N.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the document file there instead of printing it.")
+              help="Write the document file there instead of printing it ('-' prints it, as "
+              "report's -o - does).")
 @click.option("--provenance", is_flag=True,
               help="Trace each sentence to the contribution that introduced and revised it.")
 @click.option("--diff", "diff", is_flag=False, flag_value="last", default=None, metavar="K [K2]",
@@ -131,7 +132,7 @@ def spec_cmd(
             with document_output():
                 _print_diff(d)
             return
-        if output is not None:
+        if output is not None and str(output) != "-":
             path = write_spec(ledger, state, path=output)
             if as_json:
                 emit_json({"session_id": state.id, "path": str(path)})

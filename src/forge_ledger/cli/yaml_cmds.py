@@ -129,4 +129,4 @@ def back_cmd(session: str, steps: int, store: str | None, as_json: bool) -> None
     if as_json:
         emit_json(summary.as_json())
     else:
-        click.echo(summary.text())
+        click.echo(summary.text(printable))

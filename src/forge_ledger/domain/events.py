@@ -127,6 +127,12 @@ class ForkOrigin(BaseModel):
     parent_hash: str
     parent_iteration: int = Field(ge=0)
 
+    def continues_at(self, position: int) -> bool:
+        """Whether a fork whose first event sits at ``position`` numbers its events on from its
+        parent's (its first event at the fork point, as ``Deliberation.fork`` records it);
+        a fork recorded before that began at 1."""
+        return self.parent_position == position
+
 
 class SessionForked(Payload):
     """First event of a fork: the parent reference and its state at the fork position.
@@ -174,6 +180,13 @@ class PauseFault(BaseModel):
         (``bob``, ``bob and carol``, ``alice, bob and carol``)."""
         names = self.missing or (self.participant,)
         return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+    @property
+    def others_without_answer(self) -> str:
+        """``without_answer`` followed by ``; `` when the round lacks several answers (a
+        message then goes on about the first failure), else nothing: with one missing, the
+        failure named next says it all."""
+        return f"{self.without_answer}; " if len(self.missing) > 1 else ""
 
 
 class SessionPaused(Payload):

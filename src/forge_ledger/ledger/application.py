@@ -46,6 +46,7 @@ from ..domain.aggregate import Deliberation, topic_for
 from ..domain.blocks import BLOCK_SINK, unreadable_block
 from ..domain.json_fields import JsonFields, fields_json
 from ..domain.state import ContributionState, SessionState
+from ..domain.text import clip
 from ..domain.texts import missing_text, text_address
 from ..domain.values import ChatMessage
 from ..errors import (
@@ -966,8 +967,7 @@ class Ledger:
                 title = self.state(sid).topic.title
             except ForgeLedgerError:
                 title = "unreadable"
-            short = " ".join(title.split())
-            named.append(f"{sid.hex[:8]} ({short[:40]}{'…' if len(short) > 40 else ''})")
+            named.append(f"{sid.hex[:8]} ({clip(title, 40)})")
         more = f" and {len(ids) - most} more" if len(ids) > most else ""
         return ", ".join(named) + more
 
@@ -1003,7 +1003,7 @@ def _iteration_starts(e: RecordedEvent) -> list[tuple[int, int]]:
     if e.type != "SessionForked":
         return []
     state = e.data["state"]
-    if int(e.data["origin"]["parent_position"]) != e.position:
+    if not ev.ForkOrigin.model_validate(e.data["origin"]).continues_at(e.position):
         return [(i, e.position + 1) for i in range(1, int(state.get("iteration", 0)) + 1)]
     return [(int(r["iteration"]), int(r["started_position"])) for r in state.get("rounds", [])]
 

@@ -27,7 +27,9 @@ from typing import Any, cast
 from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
+from pydantic import ValidationError
 
+from ..domain import events as ev
 from ..domain.hashing import GENESIS, chain_hash, seal_hmac
 from ..domain.json_fields import JsonFields
 from ..errors import StoreError
@@ -128,9 +130,12 @@ def _first_position(position: int, topic: str, state: dict[str, Any] | None) -> 
     if topic != f"{_PREFIX}SessionForked" or state is None:
         return 1
     data = state.get("data")
-    origin = data.get("origin") if isinstance(data, dict) else None
-    forked_at = origin.get("parent_position") if isinstance(origin, dict) else None
-    return position if forked_at == position else 1
+    raw = data.get("origin") if isinstance(data, dict) else None
+    try:
+        origin = ev.ForkOrigin.model_validate(raw)
+    except ValidationError:  # a damaged first event: its chain is checked from 1
+        return 1
+    return position if origin.continues_at(position) else 1
 
 
 def _checked_event(

@@ -624,7 +624,8 @@ class Orchestrator:
         round open, so ``resume`` retries only the missing participants. Never an abort: the
         work paid for so far stays resumable."""
         fault = _fault_of(agg.state, rnd, missing)
-        several = f"no answer from {fault.without_answer}; " if len(missing) > 1 else ""
+        others = fault.others_without_answer
+        several = f"no answer from {others}" if others else ""
         reason = (
             f"provider fault in round {fault.round} ({fault.kind.value}): {several}"
             f"{fault.participant} ({fault.model}) failed {fault.attempts} attempt(s): "
