@@ -7,6 +7,8 @@ instead of showing a traceback. Anything that is *not* a ``ForgeLedgerError`` is
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -154,7 +156,14 @@ def exit_interrupted(during_run: RunInterrupted | None = None) -> NoReturn:
     (a run adds which session keeps what and how to resume it), exit
     ``RunInterrupted.exit_code`` (130, as a shell reports a process ended by SIGINT)."""
     sys.stderr.write(f"{during_run.one_line() if during_run else INTERRUPTED}\n")
-    sys.exit(RunInterrupted.exit_code)
+    # Leave at once rather than through SystemExit: on CPython 3.11 an interrupt that passed
+    # through ``exec`` of a string (dataclasses and eventsourcing build classes that way while
+    # a command loads) marks the interpreter to end by SIGINT at exit, handled or not, and the
+    # exit code would not be 130. Everything committed is already stored; the stack is unwound.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(RunInterrupted.exit_code)
 
 
 class ChainBrokenError(ForgeLedgerError):
