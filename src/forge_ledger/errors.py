@@ -35,6 +35,7 @@ __all__ = [
     "SessionPausedError",
     "StoreError",
     "StoreMissingError",
+    "StoreUnavailableError",
     "UsageError",
     "dotted_loc",
     "exit_interrupted",
@@ -111,6 +112,14 @@ class StoreError(ForgeLedgerError):
 
 class StoreMissingError(StoreError):
     """There is no ledger at the store location yet (a follower may wait for one)."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store could not be had in time (another process held its write lock past the lock
+    wait, ``FORGE_LEDGER_LOCK_TIMEOUT``): nothing of the change was stored, and trying again
+    later can succeed. Exit code 75 is ``EX_TEMPFAIL`` of ``sysexits.h``, "try again"."""
+
+    exit_code = 75
 
 
 class SessionNotFoundError(ForgeLedgerError):

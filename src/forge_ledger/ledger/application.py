@@ -37,6 +37,7 @@ from eventsourcing.persistence import (
 from eventsourcing.persistence import (
     PersistenceError as _PersistenceError,
 )
+from eventsourcing.sqlite import SQLiteFactory
 from eventsourcing.utils import resolve_topic
 from pydantic_core import PydanticSerializationError
 
@@ -54,12 +55,21 @@ from ..errors import (
     ForgeLedgerError,
     SessionNotFoundError,
     StoreError,
+    StoreUnavailableError,
     UsageError,
 )
 from .compression import NewerFormatError, unpack
 from .lease import SessionLease
 from .postgres import EventWaiter, postgres_guard
-from .store import SqliteAccess, StoreLocation, check_sqlite_file, resolve_store, sqlite_uri
+from .sqlite_writes import is_busy
+from .store import (
+    SqliteAccess,
+    StoreLocation,
+    check_sqlite_file,
+    lock_timeout,
+    resolve_store,
+    sqlite_uri,
+)
 from .texts import (
     Lookup,
     StoredEventWithTexts,
@@ -335,7 +345,7 @@ class _App(Application[UUID]):
         """Texts by reference (see :mod:`forge_ledger.ledger.texts`); on SQLite, states
         compressed (see :mod:`forge_ledger.ledger.compression`). PostgreSQL keeps them plain
         JSON, queryable in place, and compresses long values itself (TOAST)."""
-        compress = type(self.factory).__module__.startswith("eventsourcing.sqlite")
+        compress = isinstance(self.factory, SQLiteFactory)
         mapper = _SnapshotTextsMapper(transcoder=self.construct_transcoder(), compress=compress)
         mapper.states = self.state_transcoding
         return mapper
@@ -578,7 +588,24 @@ class Ledger:
                 hint="reload the session and retry the command",
             ) from None
         except _PersistenceError as e:
+            if is_busy(e):
+                raise self._busy(aggregates) from None
             raise StoreError(f"cannot write to {self.location.display}: {_first_line(e)}") from None
+
+    def _busy(self, aggregates: Sequence[Deliberation]) -> StoreUnavailableError:
+        """The write lock stayed with another process past the lock wait: nothing of this
+        save was stored; the session goes on from what was (or, if it was not recorded at
+        all, the command is simply run again)."""
+        recorded = [a.id for a in aggregates if self.app.recorder.select_events(a.id, limit=1)]
+        hint = (
+            f"try again later: forge-ledger resume {str(recorded[0])[:8]}" if recorded
+            else "nothing was recorded; run the command again later"
+        )
+        return StoreUnavailableError(
+            f"{self.location.display} is busy: another process held its write lock for "
+            f"{lock_timeout()} s; nothing of this change was stored",
+            hint=f"{hint} (FORGE_LEDGER_LOCK_TIMEOUT sets the wait)",
+        )
 
     def event_waiter(self) -> EventWaiter | None:
         """On PostgreSQL, a wait that wakes when another process commits events (LISTEN/
@@ -1026,6 +1053,11 @@ def store_failure(e: BaseException) -> StoreError | None:
         )
     if not isinstance(e, _PersistenceError | sqlite3.DatabaseError | zlib.error):
         return None
+    if is_busy(e):
+        return StoreUnavailableError(
+            f"the store is busy: another process held its write lock for {lock_timeout()} s",
+            hint="try the command again (FORGE_LEDGER_LOCK_TIMEOUT sets the wait)",
+        )
     return StoreError(
         f"the store cannot be read: {_first_line(e)}",
         hint="check it with 'forge-ledger verify'; restore a damaged file from a backup",

@@ -18,21 +18,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ..errors import StoreError, StoreMissingError
+from ..errors import ConfigError, StoreError, StoreMissingError
 
 __all__ = [
     "DEFAULT_STORE",
     "ENV_VAR",
+    "LOCK_TIMEOUT_ENV",
     "READ_MODEL_SUFFIX",
     "SqliteAccess",
     "SqliteCheck",
     "StoreLocation",
     "check_sqlite_file",
+    "lock_timeout",
     "resolve_store",
     "sqlite_uri",
 ]
 
 ENV_VAR = "FORGE_LEDGER_STORE"
+LOCK_TIMEOUT_ENV = "FORGE_LEDGER_LOCK_TIMEOUT"
+DEFAULT_LOCK_TIMEOUT = 30
+"""Seconds a SQLite write waits for another process's write lock before giving up."""
 DEFAULT_STORE = Path(".project-memory") / "forge-ledger.sqlite"
 READ_MODEL_SUFFIX = ".views.sqlite"
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -73,9 +78,9 @@ class StoreLocation:
     def eventsourcing_env(self) -> dict[str, str]:
         if self.kind == "sqlite":
             return {
-                "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+                "PERSISTENCE_MODULE": f"{__package__}.sqlite_writes:Factory",
                 "SQLITE_DBNAME": str(self.path),
-                "SQLITE_LOCK_TIMEOUT": "30",
+                "SQLITE_LOCK_TIMEOUT": str(lock_timeout()),
             }
         return {
             "PERSISTENCE_MODULE": "eventsourcing.postgres",
@@ -89,6 +94,21 @@ class StoreLocation:
             "POSTGRES_POOL_SIZE": "4",
             "POSTGRES_LOCK_TIMEOUT": "10",
         }
+
+
+def lock_timeout() -> int:
+    """How long (whole seconds, at least 1) a write waits for the SQLite file's write lock
+    held by another process: ``FORGE_LEDGER_LOCK_TIMEOUT``, or :data:`DEFAULT_LOCK_TIMEOUT`.
+    Past it the write fails as :class:`~forge_ledger.errors.StoreUnavailableError`."""
+    raw = os.environ.get(LOCK_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_LOCK_TIMEOUT
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(
+            f"{LOCK_TIMEOUT_ENV}={raw!r} is not a whole number of seconds",
+            hint="give 1 or more, e.g. 30",
+        )
+    return int(raw)
 
 
 def resolve_store(value: str | os.PathLike[str] | None = None) -> StoreLocation:
@@ -225,7 +245,7 @@ def _write_ahead_logged(path: Path) -> None:
     """
     for delay in (*_WAL_RETRIES, None):
         try:
-            with contextlib.closing(sqlite3.connect(path, timeout=5)) as con:
+            with contextlib.closing(sqlite3.connect(path, timeout=lock_timeout())) as con:
                 if str(con.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
                     con.execute("PRAGMA journal_mode=WAL")
             return
