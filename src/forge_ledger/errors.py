@@ -49,6 +49,10 @@ class ForgeLedgerError(Exception):
     """Base of every error forge-ledger raises on purpose."""
 
     exit_code: int = 2
+    in_json: bool = False
+    """Whether a command asked for ``--json`` also prints this error as a JSON object on
+    stdout: for an outcome a script acts on (try again later), not for a user mistake (stdout
+    stays empty, the one line on stderr says what to fix)."""
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         self.message = message
@@ -59,6 +63,15 @@ class ForgeLedgerError(Exception):
         """The single line the CLI prints: what is wrong, then what to do."""
         text = self.message.rstrip(".")
         return f"{text}; {self.hint}" if self.hint else text
+
+    def as_json(self) -> dict[str, object]:
+        """The error as ``--json`` prints it (when :attr:`in_json`)."""
+        return {
+            "error": type(self).__name__,
+            "message": self.message,
+            "hint": self.hint,
+            "exit_code": self.exit_code,
+        }
 
     def lines(self) -> list[str]:
         """What the CLI prints, one ``error:`` line each (several only for lists of problems)."""
@@ -120,6 +133,7 @@ class StoreUnavailableError(StoreError):
     later can succeed. Exit code 75 is ``EX_TEMPFAIL`` of ``sysexits.h``, "try again"."""
 
     exit_code = 75
+    in_json = True
 
 
 class SessionNotFoundError(ForgeLedgerError):

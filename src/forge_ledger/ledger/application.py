@@ -542,6 +542,8 @@ class Ledger:
                 hint="pip install 'forge-ledger[postgres]'",
             ) from None
         except _PersistenceError as e:
+            if is_busy(e):  # creating the tables waited for another writer's lock
+                raise cast(StoreError, store_failure(e)) from None
             raise StoreError(
                 f"cannot open the store {self.location.display}: {_first_line(e)}",
                 hint="check --store / FORGE_LEDGER_STORE and that the database is running",
@@ -1056,7 +1058,7 @@ def store_failure(e: BaseException) -> StoreError | None:
     if is_busy(e):
         return StoreUnavailableError(
             f"the store is busy: another process held its write lock for {lock_timeout()} s",
-            hint="try the command again (FORGE_LEDGER_LOCK_TIMEOUT sets the wait)",
+            hint="run the command again later (FORGE_LEDGER_LOCK_TIMEOUT sets the wait)",
         )
     return StoreError(
         f"the store cannot be read: {_first_line(e)}",
