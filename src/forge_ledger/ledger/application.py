@@ -67,6 +67,7 @@ from .store import (
     StoreLocation,
     check_sqlite_file,
     lock_timeout,
+    mark_ledger,
     resolve_store,
     sqlite_uri,
 )
@@ -500,11 +501,13 @@ class Ledger:
         self.location = store if isinstance(store, StoreLocation) else resolve_store(store)
         self.read_only = False
         self._closed = False
+        self._unmarked = False
         env = self.location.eventsourcing_env()
         if self.location.kind == "sqlite":
             assert self.location.path is not None
             found = check_sqlite_file(self.location.path, create=create)
             self.read_only = found.access == SqliteAccess.READ_ONLY
+            self._unmarked = not found.marked
             env["SQLITE_DBNAME"] = sqlite_uri(self.location.path, found.access)
             env["CREATE_TABLE"] = "y" if found.access == SqliteAccess.CREATE else "n"
             if not found.has_snapshots:
@@ -593,6 +596,9 @@ class Ledger:
             if is_busy(e):
                 raise self._busy(aggregates) from None
             raise StoreError(f"cannot write to {self.location.display}: {_first_line(e)}") from None
+        if self._unmarked and self.location.path is not None:
+            mark_ledger(self.location.path)  # a ledger made before the marker: its next write
+            self._unmarked = False
 
     def _busy(self, aggregates: Sequence[Deliberation]) -> StoreUnavailableError:
         """The write lock stayed with another process past the lock wait: nothing of this
