@@ -31,6 +31,7 @@ __all__ = [
     "NonDeterminismError",
     "ProviderError",
     "RunInterrupted",
+    "SessionDamagedError",
     "SessionNotFoundError",
     "SessionPausedError",
     "StoreError",
@@ -184,6 +185,22 @@ class ChainBrokenError(ForgeLedgerError):
     """The hash chain of a session does not verify."""
 
     exit_code = 1
+
+
+class SessionDamagedError(ChainBrokenError):
+    """A session's stored events or texts are damaged (an event deleted, reordered,
+    duplicated or unreadable, a text missing or altered): it cannot be read past
+    ``position``, the first damaged event. Other sessions of the store are not affected."""
+
+    def __init__(self, session_id: object, position: int, problem: str) -> None:
+        self.session_id = str(session_id)
+        self.position = position
+        self.problem = problem
+        short = self.session_id[:8]
+        super().__init__(
+            f"session {short} is damaged at event {position}: {problem}",
+            hint=f"restore the store from a backup; 'forge-ledger verify {short}' checks it",
+        )
 
 
 class ProviderError(ForgeLedgerError):

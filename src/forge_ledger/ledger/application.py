@@ -17,7 +17,7 @@ import weakref
 import zlib
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any, cast
 from uuid import UUID
@@ -53,12 +53,14 @@ from ..errors import (
     ArgumentError,
     ConcurrencyConflictError,
     ForgeLedgerError,
+    SessionDamagedError,
     SessionNotFoundError,
     StoreError,
     StoreUnavailableError,
     UsageError,
 )
 from .compression import NewerFormatError, unpack
+from .damage import first_damage
 from .lease import SessionLease
 from .postgres import EventWaiter, postgres_guard
 from .sqlite_writes import is_busy
@@ -479,6 +481,15 @@ class SessionSummary(JsonFields):
     created: datetime
     updated: datetime
     parent_id: str | None = None
+    damaged: str | None = None
+    """Where and how the session is damaged (its other fields then say what was read before
+    it); only a damaged session's JSON has the key."""
+
+    def as_json(self) -> dict[str, Any]:
+        doc = super().as_json()
+        if self.damaged is None:
+            del doc["damaged"]
+        return doc
 
 
 class Ledger:
@@ -632,9 +643,31 @@ class Ledger:
         except Exception as e:  # AggregateNotFoundError and persistence errors
             if type(e).__name__ == "AggregateNotFoundError":
                 raise SessionNotFoundError(f"no session {sid}") from None
+            damage = self._damage_behind(sid, e, version)
+            if damage is not None:
+                raise damage from None
             raise
         assert isinstance(agg, Deliberation)
         return agg
+
+    def _damage_behind(
+        self, session_id: UUID, failure: Exception, version: int | None
+    ) -> SessionDamagedError | None:
+        """What a failed fold of the session met: its first damaged event (see
+        :mod:`.damage`), or None when the failure is not the session's damage."""
+        if isinstance(failure, NewerFormatError):  # not damage: a newer version's row
+            return None
+        stored = self.app.recorder.select_events(session_id, lte=version)
+        found = first_damage(stored, self.app.mapper.transcoder.decode, self.texts)
+        if found is None and isinstance(failure, SessionDamagedError):
+            return failure
+        return found
+
+    def damage(self, session_id: UUID) -> SessionDamagedError | None:
+        """The session's first damaged event, or None if its events read (one pass over its
+        stored rows, as a fold from its first event would make)."""
+        stored = self.app.recorder.select_events(session_id)
+        return first_damage(stored, self.app.mapper.transcoder.decode, self.texts)
 
     def state(
         self,
@@ -916,7 +949,15 @@ class Ledger:
         )
         out = []
         for n in rows:
-            domain_event = self.app.mapper.to_domain_event(n)
+            try:
+                domain_event = self.app.mapper.to_domain_event(n)
+            except Exception as e:  # one unreadable row: name its session and position
+                if store_failure(e) is None and not isinstance(e, ValueError):
+                    raise
+                raise SessionDamagedError(
+                    n.originator_id, int(n.originator_version),
+                    f"it cannot be read ({_first_line(e)})",
+                ) from None
             out.append(_recorded(domain_event, notification_id=int(n.id)))
         return out
 
@@ -998,22 +1039,16 @@ class Ledger:
         return ", ".join(named) + more
 
     def summaries(self) -> list[SessionSummary]:
+        """Every session; a damaged one as of its last intact event, marked ``damaged``."""
         out = []
         for sid in self.session_ids():
-            s = self.get(sid).state
-            out.append(
-                SessionSummary(
-                    id=s.id,
-                    slug=s.slug,
-                    title=s.topic.title,
-                    status=s.status.value,
-                    iteration=s.iteration,
-                    events=s.version,
-                    created=s.created_at,
-                    updated=s.updated_at,
-                    parent_id=s.fork_origin.parent_id if s.fork_origin else None,
-                )
-            )
+            s: SessionState | None
+            try:
+                s, damage = self.get(sid).state, None
+            except SessionDamagedError as e:
+                damage = e
+                s = self.get(sid, version=e.position - 1).state if e.position > 1 else None
+            out.append(_summary(sid, s, damage))
         return out
 
 
@@ -1032,6 +1067,31 @@ def _iteration_starts(e: RecordedEvent) -> list[tuple[int, int]]:
     if int(e.data["origin"]["parent_position"]) != e.position:
         return [(i, e.position + 1) for i in range(1, int(state.get("iteration", 0)) + 1)]
     return [(int(r["iteration"]), int(r["started_position"])) for r in state.get("rounds", [])]
+
+
+def _summary(
+    session_id: UUID, s: SessionState | None, damage: SessionDamagedError | None
+) -> SessionSummary:
+    """A session as ``sessions`` lists it (``s``: its state, None if none can be read)."""
+    marked = None if damage is None else f"at event {damage.position}: {damage.problem}"
+    if s is None:
+        epoch = datetime.fromtimestamp(0, UTC)
+        return SessionSummary(
+            id=str(session_id), slug="", title="", status="damaged", iteration=0, events=0,
+            created=epoch, updated=epoch, damaged=marked,
+        )
+    return SessionSummary(
+        id=s.id,
+        slug=s.slug,
+        title=s.topic.title,
+        status="damaged" if damage is not None else s.status.value,
+        iteration=s.iteration,
+        events=s.version,
+        created=s.created_at,
+        updated=s.updated_at,
+        parent_id=s.fork_origin.parent_id if s.fork_origin else None,
+        damaged=marked,
+    )
 
 
 def _recorded(domain_event: Any, *, notification_id: int | None = None) -> RecordedEvent:
