@@ -546,8 +546,8 @@ class Ledger:
         try:
             app = _App(env=env)
             mapper = cast(TextMapper, app.mapper)
-            mapper.lookup = self.texts
-            app.state_transcoding.lookup = self.texts
+            mapper.lookup = self.intact_texts
+            app.state_transcoding.lookup = self.intact_texts
             app.state_transcoding.reads = mapper.cached_lookup
             return app
         except ImportError:
@@ -867,6 +867,13 @@ class Ledger:
                 return reopened.texts(addresses)
         recorder = cast(TextsSQLiteRecorder, self.app.recorder)  # or TextsPostgresRecorder
         return recorder.select_texts(addresses)
+
+    def intact_texts(self, addresses: Sequence[str]) -> dict[str, str]:
+        """:meth:`texts`, leaving out a text that does not hash to its address (altered in
+        the store): what sessions are read with, so an altered text fails the read as a
+        missing one does (and the session reads as damaged there) instead of being shown as
+        recorded. ``verify`` reads :meth:`texts` itself, to say which texts were altered."""
+        return {a: t for a, t in self.texts(addresses).items() if text_address(t) == a}
 
     def raw_events(self, session_id: UUID) -> Iterator[tuple[int, str, dict[str, Any] | None, str]]:
         """(position, topic, decoded stored state or None if undecodable, error) as stored.

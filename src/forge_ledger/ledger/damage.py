@@ -21,7 +21,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
 
-from ..errors import SessionDamagedError
+from ..errors import ForgeLedgerError, SessionDamagedError
 from .compression import NewerFormatError, unpack
 from .texts import Lookup, resolve
 
@@ -77,5 +77,5 @@ def _read(
     except NewerFormatError:
         raise
     except Exception as e:  # any failure to read this row is this row's damage
-        text = str(e).strip().splitlines()
+        text = (e.message if isinstance(e, ForgeLedgerError) else str(e)).strip().splitlines()
         return f"it cannot be read ({text[0] if text else type(e).__name__})", ("", "")
