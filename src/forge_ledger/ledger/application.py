@@ -651,7 +651,7 @@ class Ledger:
         return agg
 
     def _damage_behind(
-        self, session_id: UUID, failure: Exception, version: int | None
+        self, session_id: UUID, failure: Exception | None, version: int | None
     ) -> SessionDamagedError | None:
         """What a failed fold of the session met: its first damaged event (see
         :mod:`.damage`), or None when the failure is not the session's damage."""
@@ -826,10 +826,30 @@ class Ledger:
     def events(
         self, session_id: str | UUID, *, after: int = 0, upto: int | None = None
     ) -> Iterator[RecordedEvent]:
-        """Decoded events (upcast to the current schema) in position order."""
+        """Decoded events (upcast to the current schema) in position order.
+
+        Read as a fold reads them: a gap in the positions, an event whose link does not
+        follow the one before, or a row that cannot be decoded raises
+        :class:`SessionDamagedError` at the first damaged position."""
         sid = self.resolve(session_id) if isinstance(session_id, str) else session_id
-        for domain_event in self.app.events.get(sid, gt=after or None, lte=upto):
-            yield _recorded(domain_event)
+        stream = iter(self.app.events.get(sid, gt=after or None, lte=upto))
+        expected, previous = after + 1, None
+        while True:
+            try:
+                recorded = _recorded(next(stream))
+            except StopIteration:
+                return
+            except Exception as e:
+                damage = self._damage_behind(sid, e, upto)
+                if damage is not None:
+                    raise damage from None
+                raise
+            if recorded.position != expected or previous not in (None, recorded.prev_hash):
+                raise self._damage_behind(sid, None, upto) or SessionDamagedError(
+                    sid, expected, "its events do not follow one another"
+                )
+            expected, previous = expected + 1, recorded.hash
+            yield recorded
 
     def prompt(self, session_id: str | UUID, contribution: ContributionState) -> list[ChatMessage]:
         """The exact prompt of a recorded answer, read from the event that recorded it.

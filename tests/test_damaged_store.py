@@ -1,0 +1,190 @@
+"""A damaged store never crashes a command (real subprocesses of the CLI).
+
+A copy of a golden store has one session damaged in one of six ways: an event row deleted,
+two rows reordered, a row duplicated over the next one, a row corrupted, a text it alone
+refers to deleted or altered. Every command that reads that session answers in one line
+naming it and the first damaged position, and exits non-zero, without a traceback;
+``sessions`` lists every session and marks the damaged one; the other sessions' documents
+and reports are still produced; ``report`` of the damaged session still writes its page, as
+of its last intact event.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from forge_ledger.ledger.compression import unpack
+from support.hostile_inputs import CONSOLE_SCRIPT
+
+FIXTURE = Path(__file__).parent / "fixtures" / "store-v2.sqlite"
+DAMAGED = "c5fae2a9cb1d4111b3bf8c1db4ca57c8"
+INTACT = "336389ba"
+_REF = re.compile(rb'"sha256"\s*:\s*"([0-9a-f]{64})"')
+
+
+def _state(con: sqlite3.Connection, version: int) -> bytes:
+    row = con.execute(
+        "SELECT state FROM stored_events WHERE originator_id = ? AND originator_version = ?",
+        (DAMAGED, version),
+    ).fetchone()
+    return bytes(row[0])
+
+
+def _set_state(con: sqlite3.Connection, version: int, state: bytes) -> None:
+    con.execute(
+        "UPDATE stored_events SET state = ? WHERE originator_id = ? AND originator_version = ?",
+        (state, DAMAGED, version),
+    )
+
+
+def _delete(con: sqlite3.Connection) -> int:
+    con.execute(
+        "DELETE FROM stored_events WHERE originator_id = ? AND originator_version = 24",
+        (DAMAGED,),
+    )
+    return 24
+
+
+def _reorder(con: sqlite3.Connection) -> int:
+    a, b = _state(con, 20), _state(con, 21)
+    _set_state(con, 20, b)
+    _set_state(con, 21, a)
+    return 20
+
+
+def _duplicate(con: sqlite3.Connection) -> int:
+    _set_state(con, 21, _state(con, 20))
+    return 21
+
+
+def _corrupt(con: sqlite3.Connection) -> int:
+    _set_state(con, 22, b"\x78\x9c not a compressed event")
+    return 22
+
+
+def _own_text(con: sqlite3.Connection) -> tuple[int, bytes]:
+    """The first event of the damaged session referring to a text no other session uses."""
+    others: set[bytes] = set()
+    for (state,) in con.execute(
+        "SELECT state FROM stored_events WHERE originator_id != ?", (DAMAGED,)
+    ):
+        others.update(_REF.findall(unpack(bytes(state))))
+    for version in range(1, 64):
+        own = [a for a in _REF.findall(unpack(_state(con, version))) if a not in others]
+        if own:
+            return version, bytes.fromhex(own[0].decode())
+    raise AssertionError("no text of the session's own")
+
+
+def _text_deleted(con: sqlite3.Connection) -> int:
+    version, key = _own_text(con)
+    assert con.execute("DELETE FROM forge_texts WHERE sha256 = ?", (key,)).rowcount == 1
+    return version
+
+
+def _text_altered(con: sqlite3.Connection) -> int:
+    version, key = _own_text(con)
+    con.execute("UPDATE forge_texts SET body = 'an altered text' WHERE sha256 = ?", (key,))
+    return version
+
+
+DAMAGE: dict[str, Callable[[sqlite3.Connection], int]] = {
+    "deleted": _delete,
+    "reordered": _reorder,
+    "duplicated": _duplicate,
+    "corrupted": _corrupt,
+    "text deleted": _text_deleted,
+    "text altered": _text_altered,
+}
+
+COMMANDS = [
+    ["show"], ["spec"], ["fork", "--at-iteration", "1"], ["resume"], ["seal"], ["audit"],
+    ["dissent"], ["log"], ["trail"], ["export"], ["back"], ["verify"],
+]
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [CONSOLE_SCRIPT, *args], capture_output=True, text=True, cwd=cwd, timeout=120,
+        check=False, env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    )
+
+
+def _one_line(done: subprocess.CompletedProcess[str], position: int) -> str:
+    assert done.returncode not in (0, 2), done.stderr  # a damaged store, not a user error
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, done.stderr
+    assert DAMAGED[:8] in errors[0], errors[0]
+    assert re.search(rf"(event|position) {position}\b", errors[0]), errors[0]
+    return errors[0]
+
+
+@pytest.fixture(scope="module", params=list(DAMAGE))
+def damaged(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[
+    Path, int
+]:
+    store = tmp_path_factory.mktemp("damaged") / "store.sqlite"
+    shutil.copy(FIXTURE, store)
+    with sqlite3.connect(store) as con:
+        position = DAMAGE[request.param](con)
+    return store, position
+
+
+def test_every_command_on_the_damaged_session_answers_in_one_line(
+    damaged: tuple[Path, int],
+) -> None:
+    store, position = damaged
+    for command in COMMANDS:
+        args = [command[0], DAMAGED[:8], *command[1:]] if command != ["verify"] else command
+        _one_line(_cli(*args, "--store", str(store), cwd=store.parent), position)
+
+
+def test_sessions_lists_every_session_and_marks_the_damaged_one(
+    damaged: tuple[Path, int],
+) -> None:
+    store, position = damaged
+    done = _cli("sessions", "--store", str(store), "--json", cwd=store.parent)
+    _one_line(done, position)
+    rows = {r["id"][:8]: r for r in json.loads(done.stdout)}
+    assert set(rows) == {"c5fae2a9", "e886069d", "336389ba", "ee721eed"}
+    assert rows[DAMAGED[:8]]["status"] == "damaged"
+    assert f"at event {position}" in rows[DAMAGED[:8]]["damaged"]
+    assert rows[DAMAGED[:8]]["events"] == position - 1
+    assert all("damaged" not in r for k, r in rows.items() if k != DAMAGED[:8])
+    assert rows[INTACT]["status"] == "converged"
+
+
+def test_intact_sessions_still_give_their_document_and_report(damaged: tuple[Path, int]) -> None:
+    store, _ = damaged
+    spec = _cli("spec", INTACT, "--store", str(store), cwd=store.parent)
+    assert spec.returncode == 0, spec.stderr
+    assert spec.stdout.strip()
+    page = store.parent / "intact.html"
+    report = _cli("report", INTACT, "-o", str(page), "--store", str(store), cwd=store.parent)
+    assert report.returncode == 0, report.stderr
+    assert "<html" in page.read_text(encoding="utf-8")
+
+
+def test_report_of_the_damaged_session_writes_its_page_as_of_the_last_intact_event(
+    damaged: tuple[Path, int],
+) -> None:
+    store, position = damaged
+    page = store.parent / "damaged.html"
+    done = _cli("report", DAMAGED[:8], "-o", str(page), "--json", "--store", str(store),
+                cwd=store.parent)
+    _one_line(done, position)
+    doc = json.loads(done.stdout)
+    assert doc["position"] == position - 1
+    assert doc["chain_ok"] is False
+    html = page.read_text(encoding="utf-8")
+    assert f"broken at event {position}" in html
