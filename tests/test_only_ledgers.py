@@ -94,8 +94,9 @@ HOSTILE = {
 
 COMMANDS = [
     ["sessions"], ["verify"], ["show", SID], ["spec", SID], ["log", SID], ["audit", SID],
-    ["report", SID], ["dissent", SID], ["trail", SID], ["export", SID], ["fork", SID, "--at-iteration", "1"],
-    ["resume", SID], ["seal", SID], ["back", SID], ["replay", "--all"],
+    ["report", SID], ["dissent", SID], ["trail", SID], ["export", SID],
+    ["fork", SID, "--at-iteration", "1"], ["resume", SID], ["seal", SID], ["back", SID],
+    ["replay", "--all"],
     ["projections", "update"], ["projections", "status"],
 ]
 
