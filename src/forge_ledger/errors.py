@@ -187,10 +187,13 @@ class ChainBrokenError(ForgeLedgerError):
     exit_code = 1
 
 
-class SessionDamagedError(ChainBrokenError):
+class SessionDamagedError(StoreError):
     """A session's stored events or texts are damaged (an event deleted, reordered,
     duplicated or unreadable, a text missing or altered): it cannot be read past
-    ``position``, the first damaged event. Other sessions of the store are not affected."""
+    ``position``, the first damaged event. Other sessions of the store are not affected.
+    Exit 1, as for a chain that does not verify (``verify`` names the same position)."""
+
+    exit_code = 1
 
     def __init__(self, session_id: object, position: int, problem: str) -> None:
         self.session_id = str(session_id)
