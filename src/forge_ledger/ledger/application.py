@@ -833,7 +833,9 @@ class Ledger:
         :class:`SessionDamagedError` at the first damaged position."""
         sid = self.resolve(session_id) if isinstance(session_id, str) else session_id
         stream = iter(self.app.events.get(sid, gt=after or None, lte=upto))
-        expected, previous = after + 1, None
+        # where the first comes is not checked: a fork's first event is at its fork point
+        expected: int | None = None
+        previous: str | None = None
         while True:
             try:
                 recorded = _recorded(next(stream))
@@ -844,11 +846,13 @@ class Ledger:
                 if damage is not None:
                     raise damage from None
                 raise
-            if recorded.position != expected or previous not in (None, recorded.prev_hash):
+            if expected not in (None, recorded.position) or previous not in (
+                None, recorded.prev_hash
+            ):
                 raise self._damage_behind(sid, None, upto) or SessionDamagedError(
-                    sid, expected, "its events do not follow one another"
+                    sid, recorded.position, "its events do not follow one another"
                 )
-            expected, previous = expected + 1, recorded.hash
+            expected, previous = recorded.position + 1, recorded.hash
             yield recorded
 
     def prompt(self, session_id: str | UUID, contribution: ContributionState) -> list[ChatMessage]:

@@ -27,6 +27,10 @@ from .texts import Lookup, resolve
 
 __all__ = ["first_damage"]
 
+_FORKED = "forge_ledger:SessionForked"
+"""The event a fork begins with, at its fork point's position (its positions continue its
+parent's)."""
+
 
 def first_damage(
     stored_events: Iterable[StoredEvent],
@@ -37,11 +41,13 @@ def first_damage(
 
     ``decode`` turns a stored row's plain JSON into its values (the store's transcoder);
     ``lookup`` reads texts by address."""
-    expected = 1
+    expected: int | None = None
     previous: str | None = None
     for stored in stored_events:
         position = int(stored.originator_version)
         sid: UUID | str = stored.originator_id
+        if expected is None:  # a session begins at 1, a fork at its fork point
+            expected = position if stored.topic == _FORKED else 1
         if position != expected:
             return SessionDamagedError(sid, expected, _gap(expected, position))
         problem, link = _read(stored, decode, lookup)
