@@ -102,26 +102,48 @@ DEFAULT_PROJECTIONS: tuple[Projection, ...] = default_projections()
 instances must be the only one using them (see :func:`default_projections`)."""
 
 
-def open_views(path: str | Path) -> Database:
+def open_views(path: str | Path, *, lock_timeout: float = 30) -> Database:
     """Open (creating if needed) the read-model database and bring its schema up to date.
 
     sqlite-utils (and the schema's migrations, written with it) load here, not with this
-    module: reading a current read model (``sessions``, ``show``) needs neither."""
+    module: reading a current read model (``sessions``, ``show``) needs neither.
+    ``lock_timeout``: seconds a write waits for another process's write lock (the ledger's
+    lock wait, which the caller knows)."""
     from sqlite_utils import Database
-
-    from .migrations import migrate
 
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(p), timeout=30)
+    conn = sqlite3.connect(str(p), timeout=lock_timeout)
     db = Database(conn)
     db.execute("PRAGMA journal_mode=WAL")
     # the read model is rebuildable from the ledger: a commit need not wait for the disk
     # (WAL + NORMAL still never corrupts the file; a power cut at worst loses the last batches,
     # whose tracking positions are lost with them, so they are simply applied again)
     db.execute("PRAGMA synchronous=NORMAL")
-    migrate(db)
+    _migrate_locked(db)
     return db
+
+
+def _migrate_locked(db: Database) -> None:
+    """Apply pending migrations holding the write lock from the start (``BEGIN IMMEDIATE``).
+
+    Several processes open the read model at once (a follower and the commands beside it).
+    sqlite-utils reads which migrations are pending, then applies each in a deferred
+    transaction: two processes both found one pending and the second failed ("table already
+    exists"), or met a commit made since its read and got "database is locked" at once, never
+    waiting. Under the lock, the check and the migrations see the file as it is; with none
+    pending, nothing is locked."""
+    from .migrations import MIGRATIONS, migrate
+
+    if not MIGRATIONS.pending(db):
+        return
+    db.conn.execute("BEGIN IMMEDIATE")
+    try:
+        migrate(db)
+    except BaseException:
+        db.conn.rollback()
+        raise
+    db.conn.commit()
 
 
 @dataclass(frozen=True)

@@ -210,9 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     except RunInterrupted as e:
         exit_interrupted(e)
     except ForgeLedgerError as e:
-        for line in _in_cli_terms(e).lines():
-            click.echo(f"error: {printable(line)}", err=True)
-        sys.exit(e.exit_code)
+        _fail(e)
     except click.exceptions.Abort:  # click's name for Ctrl-C (and end of input at a prompt)
         exit_interrupted()
     except click.ClickException as e:
@@ -235,5 +233,16 @@ def main(argv: list[str] | None = None) -> None:
         failure = found_chain_break() or store_failure(e)
         if failure is None:
             raise
-        click.echo(f"error: {printable(failure.one_line())}", err=True)
-        sys.exit(failure.exit_code)
+        _fail(failure)
+
+
+def _fail(e: ForgeLedgerError) -> None:
+    """One ``error:`` line on stderr (and the error as JSON on stdout under ``--json`` when a
+    script acts on it), then the error's exit code."""
+    from ._common import emit_json, json_asked
+
+    if e.in_json and json_asked():
+        emit_json(e.as_json())
+    for line in _in_cli_terms(e).lines():
+        click.echo(f"error: {printable(line)}", err=True)
+    sys.exit(e.exit_code)

@@ -36,6 +36,7 @@ __all__ = [
     "err_console",
     "has_unpriced_calls",
     "hmac_key",
+    "json_asked",
     "json_option",
     "money",
     "open_ledger",
@@ -43,6 +44,7 @@ __all__ = [
     "print_markdown",
     "print_table",
     "printable",
+    "remember_json",
     "shown",
     "store_option",
     "to_terminal",
@@ -228,9 +230,26 @@ def store_option(f: F) -> F:
     )(f)
 
 
+_JSON_ASKED: list[bool] = []
+
+
+def remember_json(_ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    """The ``--json`` option's callback: the command line's error handling prints an error a
+    script acts on as JSON too (:attr:`~forge_ledger.errors.ForgeLedgerError.in_json`)."""
+    if value:
+        _JSON_ASKED.append(True)
+    return value
+
+
+def json_asked() -> bool:
+    """Whether the command being run was given ``--json``."""
+    return bool(_JSON_ASKED)
+
+
 def json_option(f: F) -> F:
     return click.option(
-        "--json", "as_json", is_flag=True, help="Print exactly one JSON document on stdout."
+        "--json", "as_json", is_flag=True, callback=remember_json,
+        help="Print exactly one JSON document on stdout.",
     )(f)
 
 

@@ -23,7 +23,7 @@ from ..domain.values import (
 )
 from ..ledger import ENV_VAR, resolve_store
 from . import cli
-from ._common import open_ledger, printable, store_option
+from ._common import open_ledger, printable, remember_json, store_option
 from ._interrupt import survives_closed_output
 
 __all__ = ["DEMO_LATENCY", "DEMO_SCRIPT", "demo_participants", "demo_topic"]
@@ -79,6 +79,7 @@ def demo_participants(api_base: str) -> list[Participant]:
     "--json",
     "as_json",
     is_flag=True,
+    callback=remember_json,
     help="Print {session_id, status, iterations, rounds, events, cost_usd} at the end.",
 )
 @survives_closed_output

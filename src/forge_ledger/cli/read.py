@@ -251,6 +251,7 @@ def sessions(store: str | None, as_json: bool) -> None:
         location = printable(ledger.location.display)
     if as_json:
         emit_json([session_summary_json(s) for s in rows])
+        _end_if_damaged(rows)
         return
     if not rows:
         err_console.print(f"no sessions in {location}", markup=False)
@@ -270,6 +271,20 @@ def sessions(store: str | None, as_json: bool) -> None:
             cells.append((s.parent_id or "")[:8])
         add_row(table, *cells, s.title)
     print_table(table)
+    _end_if_damaged(rows)
+
+
+def _end_if_damaged(rows: list[SessionSummary]) -> None:
+    """Once every session is listed (a damaged one as of its last intact event), the first
+    damaged one is the command's one error line, and its exit code."""
+    damaged = [s for s in rows if s.damaged]
+    if damaged:
+        more = f" ({len(damaged) - 1} more session(s) damaged)" if len(damaged) > 1 else ""
+        short = damaged[0].id[:8]
+        raise ChainBrokenError(
+            f"session {short} is damaged {damaged[0].damaged}{more}",
+            hint=f"restore the store from a backup; 'forge-ledger verify {short}' checks it",
+        )
 
 
 # --------------------------------------------------------------------------- show

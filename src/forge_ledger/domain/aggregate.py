@@ -18,7 +18,7 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate
 from eventsourcing.utils import get_topic, register_topic
 
-from ..errors import InvariantViolation
+from ..errors import InvariantViolation, SessionDamagedError
 from . import events as ev
 from .hashing import GENESIS, chain_hash
 from .state import SessionState
@@ -72,7 +72,18 @@ class Deliberation(Aggregate):
             # live append does not validate it twice; replays and loads validate ``data``.
             fresh = aggregate.__dict__.pop("_fresh_payload", None)
             payload = fresh[1] if fresh is not None and fresh[0] == self.hash else None
-            cast(Deliberation, aggregate).state.apply(
+            state = cast(Deliberation, aggregate).state
+            if self.prev_hash != state.head_hash:
+                # Each event names its predecessor's hash: one that does not follow the
+                # session's last one was moved, copied or altered in the store, and folding
+                # it would show a history that was never recorded.
+                raise SessionDamagedError(
+                    self.originator_id,
+                    self.originator_version,
+                    f"it does not follow event {self.originator_version - 1} (its link to the "
+                    "previous event differs: reordered, duplicated or altered)",
+                )
+            state.apply(
                 payload or self.payload(),
                 position=self.originator_version,
                 at=self.timestamp,

@@ -17,7 +17,7 @@ import weakref
 import zlib
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any, cast
 from uuid import UUID
@@ -37,6 +37,7 @@ from eventsourcing.persistence import (
 from eventsourcing.persistence import (
     PersistenceError as _PersistenceError,
 )
+from eventsourcing.sqlite import SQLiteFactory
 from eventsourcing.utils import resolve_topic
 from pydantic_core import PydanticSerializationError
 
@@ -53,14 +54,26 @@ from ..errors import (
     ArgumentError,
     ConcurrencyConflictError,
     ForgeLedgerError,
+    SessionDamagedError,
     SessionNotFoundError,
     StoreError,
+    StoreUnavailableError,
     UsageError,
 )
 from .compression import NewerFormatError, unpack
+from .damage import first_damage
 from .lease import SessionLease
 from .postgres import EventWaiter, postgres_guard
-from .store import SqliteAccess, StoreLocation, check_sqlite_file, resolve_store, sqlite_uri
+from .sqlite_writes import is_busy
+from .store import (
+    SqliteAccess,
+    StoreLocation,
+    check_sqlite_file,
+    lock_timeout,
+    mark_ledger,
+    resolve_store,
+    sqlite_uri,
+)
 from .texts import (
     Lookup,
     StoredEventWithTexts,
@@ -336,7 +349,7 @@ class _App(Application[UUID]):
         """Texts by reference (see :mod:`forge_ledger.ledger.texts`); on SQLite, states
         compressed (see :mod:`forge_ledger.ledger.compression`). PostgreSQL keeps them plain
         JSON, queryable in place, and compresses long values itself (TOAST)."""
-        compress = type(self.factory).__module__.startswith("eventsourcing.sqlite")
+        compress = isinstance(self.factory, SQLiteFactory)
         mapper = _SnapshotTextsMapper(transcoder=self.construct_transcoder(), compress=compress)
         mapper.states = self.state_transcoding
         return mapper
@@ -469,6 +482,15 @@ class SessionSummary(JsonFields):
     created: datetime
     updated: datetime
     parent_id: str | None = None
+    damaged: str | None = None
+    """Where and how the session is damaged (its other fields then say what was read before
+    it); only a damaged session's JSON has the key."""
+
+    def as_json(self) -> dict[str, Any]:
+        doc = super().as_json()
+        if self.damaged is None:
+            del doc["damaged"]
+        return doc
 
 
 class Ledger:
@@ -491,11 +513,13 @@ class Ledger:
         self.location = store if isinstance(store, StoreLocation) else resolve_store(store)
         self.read_only = False
         self._closed = False
+        self._unmarked = False
         env = self.location.eventsourcing_env()
         if self.location.kind == "sqlite":
             assert self.location.path is not None
             found = check_sqlite_file(self.location.path, create=create)
             self.read_only = found.access == SqliteAccess.READ_ONLY
+            self._unmarked = not found.marked
             env["SQLITE_DBNAME"] = sqlite_uri(self.location.path, found.access)
             env["CREATE_TABLE"] = "y" if found.access == SqliteAccess.CREATE else "n"
             if not found.has_snapshots:
@@ -523,8 +547,8 @@ class Ledger:
         try:
             app = _App(env=env)
             mapper = cast(TextMapper, app.mapper)
-            mapper.lookup = self.texts
-            app.state_transcoding.lookup = self.texts
+            mapper.lookup = self.intact_texts
+            app.state_transcoding.lookup = self.intact_texts
             app.state_transcoding.reads = mapper.cached_lookup
             return app
         except ImportError:
@@ -533,6 +557,8 @@ class Ledger:
                 hint="pip install 'forge-ledger[postgres]'",
             ) from None
         except _PersistenceError as e:
+            if is_busy(e):  # creating the tables waited for another writer's lock
+                raise cast(StoreError, store_failure(e)) from None
             raise StoreError(
                 f"cannot open the store {self.location.display}: {_first_line(e)}",
                 hint="check --store / FORGE_LEDGER_STORE and that the database is running",
@@ -579,7 +605,27 @@ class Ledger:
                 hint="reload the session and retry the command",
             ) from None
         except _PersistenceError as e:
+            if is_busy(e):
+                raise self._busy(aggregates) from None
             raise StoreError(f"cannot write to {self.location.display}: {_first_line(e)}") from None
+        if self._unmarked and self.location.path is not None:
+            mark_ledger(self.location.path)  # a ledger made before the marker: its next write
+            self._unmarked = False
+
+    def _busy(self, aggregates: Sequence[Deliberation]) -> StoreUnavailableError:
+        """The write lock stayed with another process past the lock wait: nothing of this
+        save was stored; the session goes on from what was (or, if it was not recorded at
+        all, the command is simply run again)."""
+        recorded = [a.id for a in aggregates if self.app.recorder.select_events(a.id, limit=1)]
+        hint = (
+            f"try again later: forge-ledger resume {str(recorded[0])[:8]}" if recorded
+            else "nothing was recorded; run the command again later"
+        )
+        return StoreUnavailableError(
+            f"{self.location.display} is busy: another process held its write lock for "
+            f"{lock_timeout()} s; nothing of this change was stored",
+            hint=f"{hint} (FORGE_LEDGER_LOCK_TIMEOUT sets the wait)",
+        )
 
     def event_waiter(self) -> EventWaiter | None:
         """On PostgreSQL, a wait that wakes when another process commits events (LISTEN/
@@ -598,9 +644,31 @@ class Ledger:
         except Exception as e:  # AggregateNotFoundError and persistence errors
             if type(e).__name__ == "AggregateNotFoundError":
                 raise SessionNotFoundError(f"no session {sid}") from None
+            damage = self._damage_behind(sid, e, version)
+            if damage is not None:
+                raise damage from None
             raise
         assert isinstance(agg, Deliberation)
         return agg
+
+    def _damage_behind(
+        self, session_id: UUID, failure: Exception | None, version: int | None
+    ) -> SessionDamagedError | None:
+        """What a failed fold of the session met: its first damaged event (see
+        :mod:`.damage`), or None when the failure is not the session's damage."""
+        if isinstance(failure, NewerFormatError):  # not damage: a newer version's row
+            return None
+        stored = self.app.recorder.select_events(session_id, lte=version)
+        found = first_damage(stored, self.app.mapper.transcoder.decode, self.texts)
+        if found is None and isinstance(failure, SessionDamagedError):
+            return failure
+        return found
+
+    def damage(self, session_id: UUID) -> SessionDamagedError | None:
+        """The session's first damaged event, or None if its events read (one pass over its
+        stored rows, as a fold from its first event would make)."""
+        stored = self.app.recorder.select_events(session_id)
+        return first_damage(stored, self.app.mapper.transcoder.decode, self.texts)
 
     def state(
         self,
@@ -759,10 +827,34 @@ class Ledger:
     def events(
         self, session_id: str | UUID, *, after: int = 0, upto: int | None = None
     ) -> Iterator[RecordedEvent]:
-        """Decoded events (upcast to the current schema) in position order."""
+        """Decoded events (upcast to the current schema) in position order.
+
+        Read as a fold reads them: a gap in the positions, an event whose link does not
+        follow the one before, or a row that cannot be decoded raises
+        :class:`SessionDamagedError` at the first damaged position."""
         sid = self.resolve(session_id) if isinstance(session_id, str) else session_id
-        for domain_event in self.app.events.get(sid, gt=after or None, lte=upto):
-            yield _recorded(domain_event)
+        stream = iter(self.app.events.get(sid, gt=after or None, lte=upto))
+        # where the first comes is not checked: a fork's first event is at its fork point
+        expected: int | None = None
+        previous: str | None = None
+        while True:
+            try:
+                recorded = _recorded(next(stream))
+            except StopIteration:
+                return
+            except Exception as e:
+                damage = self._damage_behind(sid, e, upto)
+                if damage is not None:
+                    raise damage from None
+                raise
+            if expected not in (None, recorded.position) or previous not in (
+                None, recorded.prev_hash
+            ):
+                raise self._damage_behind(sid, None, upto) or SessionDamagedError(
+                    sid, recorded.position, "its events do not follow one another"
+                )
+            expected, previous = recorded.position + 1, recorded.hash
+            yield recorded
 
     def recorded_upto(self, session_id: UUID, position: int) -> tuple[UUID, list[RecordedEvent]]:
         """The session that recorded ``position`` and its events up to it: ``session_id``'s
@@ -809,6 +901,13 @@ class Ledger:
                 return reopened.texts(addresses)
         recorder = cast(TextsSQLiteRecorder, self.app.recorder)  # or TextsPostgresRecorder
         return recorder.select_texts(addresses)
+
+    def intact_texts(self, addresses: Sequence[str]) -> dict[str, str]:
+        """:meth:`texts`, leaving out a text that does not hash to its address (altered in
+        the store): what sessions are read with, so an altered text fails the read as a
+        missing one does (and the session reads as damaged there) instead of being shown as
+        recorded. ``verify`` reads :meth:`texts` itself, to say which texts were altered."""
+        return {a: t for a, t in self.texts(addresses).items() if text_address(t) == a}
 
     def raw_events(self, session_id: UUID) -> Iterator[tuple[int, str, dict[str, Any] | None, str]]:
         """(position, topic, decoded stored state or None if undecodable, error) as stored.
@@ -891,7 +990,15 @@ class Ledger:
         )
         out = []
         for n in rows:
-            domain_event = self.app.mapper.to_domain_event(n)
+            try:
+                domain_event = self.app.mapper.to_domain_event(n)
+            except Exception as e:  # one unreadable row: name its session and position
+                if store_failure(e) is None and not isinstance(e, ValueError):
+                    raise
+                raise SessionDamagedError(
+                    n.originator_id, int(n.originator_version),
+                    f"it cannot be read ({_first_line(e)})",
+                ) from None
             out.append(_recorded(domain_event, notification_id=int(n.id)))
         return out
 
@@ -972,22 +1079,16 @@ class Ledger:
         return ", ".join(named) + more
 
     def summaries(self) -> list[SessionSummary]:
+        """Every session; a damaged one as of its last intact event, marked ``damaged``."""
         out = []
         for sid in self.session_ids():
-            s = self.get(sid).state
-            out.append(
-                SessionSummary(
-                    id=s.id,
-                    slug=s.slug,
-                    title=s.topic.title,
-                    status=s.status.value,
-                    iteration=s.iteration,
-                    events=s.version,
-                    created=s.created_at,
-                    updated=s.updated_at,
-                    parent_id=s.fork_origin.parent_id if s.fork_origin else None,
-                )
-            )
+            s: SessionState | None
+            try:
+                s, damage = self.get(sid).state, None
+            except SessionDamagedError as e:
+                damage = e
+                s = self.get(sid, version=e.position - 1).state if e.position > 1 else None
+            out.append(_summary(sid, s, damage))
         return out
 
 
@@ -1006,6 +1107,31 @@ def _iteration_starts(e: RecordedEvent) -> list[tuple[int, int]]:
     if not ev.ForkOrigin.model_validate(e.data["origin"]).continues_at(e.position):
         return [(i, e.position + 1) for i in range(1, int(state.get("iteration", 0)) + 1)]
     return [(int(r["iteration"]), int(r["started_position"])) for r in state.get("rounds", [])]
+
+
+def _summary(
+    session_id: UUID, s: SessionState | None, damage: SessionDamagedError | None
+) -> SessionSummary:
+    """A session as ``sessions`` lists it (``s``: its state, None if none can be read)."""
+    marked = None if damage is None else f"at event {damage.position}: {damage.problem}"
+    if s is None:
+        epoch = datetime.fromtimestamp(0, UTC)
+        return SessionSummary(
+            id=str(session_id), slug="", title="", status="damaged", iteration=0, events=0,
+            created=epoch, updated=epoch, damaged=marked,
+        )
+    return SessionSummary(
+        id=s.id,
+        slug=s.slug,
+        title=s.topic.title,
+        status="damaged" if damage is not None else s.status.value,
+        iteration=s.iteration,
+        events=s.version,
+        created=s.created_at,
+        updated=s.updated_at,
+        parent_id=s.fork_origin.parent_id if s.fork_origin else None,
+        damaged=marked,
+    )
 
 
 def _recorded(domain_event: Any, *, notification_id: int | None = None) -> RecordedEvent:
@@ -1035,6 +1161,11 @@ def store_failure(e: BaseException) -> StoreError | None:
         )
     if not isinstance(e, _PersistenceError | sqlite3.DatabaseError | zlib.error):
         return None
+    if is_busy(e):
+        return StoreUnavailableError(
+            f"the store is busy: another process held its write lock for {lock_timeout()} s",
+            hint="run the command again later (FORGE_LEDGER_LOCK_TIMEOUT sets the wait)",
+        )
     return StoreError(
         f"the store cannot be read: {_first_line(e)}",
         hint="check it with 'forge-ledger verify'; restore a damaged file from a backup",

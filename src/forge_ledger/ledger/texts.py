@@ -27,11 +27,7 @@ from typing import Any, cast
 from uuid import UUID
 
 from eventsourcing.persistence import Mapper, StoredEvent
-from eventsourcing.sqlite import (
-    SQLiteAggregateRecorder,
-    SQLiteApplicationRecorder,
-    SQLiteTransaction,
-)
+from eventsourcing.sqlite import SQLiteAggregateRecorder, SQLiteApplicationRecorder
 from eventsourcing.utils import get_topic
 from pydantic import BaseModel, ValidationError
 
@@ -40,6 +36,7 @@ from ..domain.values import Critique
 from ..errors import StoreError
 from .compression import StateCompressor, TopLevelTranscoder, pack_text, unpack, unpack_text
 from .quotes import QuotedAnswers, pack_with, unpack_with
+from .sqlite_writes import ImmediateTransaction
 
 __all__ = [
     "OBJECT_TEXTS",
@@ -514,7 +511,8 @@ class _WritesTexts(KnowsStore, SQLiteAggregateRecorder):
         pool = self.datastore.pool
         conn = pool.get_connection(is_writer=True)
         try:
-            with SQLiteTransaction(conn, commit=True) as c, c:
+            # The write lock first: the save reads which texts are stored before it writes.
+            with ImmediateTransaction(conn, commit=True) as c, c:
                 ids: Sequence[int] | None = self._insert_events(c, stored_events, **kwargs)
                 return ids
         finally:
