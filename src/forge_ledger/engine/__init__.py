@@ -19,7 +19,13 @@ from .convergence import convergence
 
 if TYPE_CHECKING:
     from .anonymity import label_for, labels_before, review_labels
-    from .budget import budget_allows, estimate_prompt_tokens, estimate_tokens, worst_case_cost
+    from .budget import (
+        budget_allows,
+        estimate_prompt_tokens,
+        estimate_tokens,
+        output_ceiling,
+        worst_case_cost,
+    )
     from .conformity import (
         Influence,
         StanceChange,
@@ -53,7 +59,13 @@ if TYPE_CHECKING:
 
 __getattr__, __dir__ = _lazy.exports(__name__, {
     "anonymity": ("label_for", "labels_before", "review_labels"),
-    "budget": ("budget_allows", "estimate_prompt_tokens", "estimate_tokens", "worst_case_cost"),
+    "budget": (
+        "budget_allows",
+        "estimate_prompt_tokens",
+        "estimate_tokens",
+        "worst_case_cost",
+        "output_ceiling",
+    ),
     "conformity": (
         "Influence",
         "StanceChange",
@@ -62,12 +74,7 @@ __getattr__, __dir__ = _lazy.exports(__name__, {
         "round_changes",
         "stance_changes",
     ),
-    "convergence": (
-        "DEFAULT_ROLE_WEIGHTS",
-        "STANCE_VALUES",
-        "role_weight",
-        "weighted_score",
-    ),
+    "convergence": ("DEFAULT_ROLE_WEIGHTS", "STANCE_VALUES", "role_weight", "weighted_score"),
     "divergence": ("plan_divergences",),
     "needs": ("answers_needed", "fallback_author", "round_shortfall"),
     "outcomes": ("after_round",),
@@ -112,6 +119,7 @@ __all__ = [
     "label_for",
     "labels_before",
     "next_step",
+    "output_ceiling",
     "output_schema",
     "parse_output",
     "plain_majority",

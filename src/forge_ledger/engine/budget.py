@@ -10,6 +10,7 @@ and ``REPLY_PRIMER_TOKENS`` once. The worst case assumes the answer uses all ``m
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from ..domain.state import SessionState
@@ -22,6 +23,7 @@ __all__ = [
     "budget_allows",
     "estimate_prompt_tokens",
     "estimate_tokens",
+    "output_ceiling",
     "worst_case_cost",
 ]
 
@@ -29,6 +31,17 @@ CHARS_PER_TOKEN = 4
 MESSAGE_OVERHEAD_TOKENS = 4
 REPLY_PRIMER_TOKENS = 3
 _EPSILON = 1e-9
+OUTPUT_MARGIN_RATIO = 0.02
+OUTPUT_MARGIN_MIN_TOKENS = 16
+
+
+def output_ceiling(max_tokens: int) -> int:
+    """Output tokens a call may stream before it is ended as cut off: ``max_tokens`` plus a
+    margin (2 %, at least 16 tokens) for the difference between how a provider counts tokens
+    and how a stream is counted while it arrives, so an answer the provider itself kept
+    within ``max_tokens`` is never cut."""
+    limit = max(max_tokens, 0)
+    return limit + max(OUTPUT_MARGIN_MIN_TOKENS, math.ceil(limit * OUTPUT_MARGIN_RATIO))
 
 
 def estimate_tokens(text: str) -> int:

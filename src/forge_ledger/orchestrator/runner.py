@@ -415,6 +415,7 @@ class Orchestrator:
                 participant=participant,
                 messages=messages,
                 max_tokens=turn.max_tokens,
+                output_ceiling=engine.output_ceiling(turn.max_tokens),
                 temperature=participant.temperature,
                 response_format=turn.schema,
                 timeout_secs=self._wall.call_timeout(
