@@ -386,6 +386,11 @@ class SessionState(_State):
     def text_pool(self, pool: TextPool) -> None:
         self._texts = pool
 
+    @property
+    def unpriced_calls(self) -> int:
+        """Answers charged at no known price: the session's cost is then a part only."""
+        return sum(1 for r in self.rounds for c in r.contributions if c.unpriced)
+
     def answer(self, c: ContributionState) -> str:
         """The text of a recorded answer (``c`` is one of this state's contributions)."""
         return self.text_pool.text(c.answer_sha256)

@@ -21,9 +21,13 @@ if TYPE_CHECKING:
     from .anonymity import label_for, labels_before, review_labels
     from .budget import (
         budget_allows,
+        cost_fields,
+        cost_text,
         estimate_prompt_tokens,
         estimate_tokens,
+        known_cost,
         output_ceiling,
+        reserved_calls,
         worst_case_cost,
     )
     from .conformity import (
@@ -41,6 +45,10 @@ if TYPE_CHECKING:
         weighted_score,
     )
     from .divergence import plan_divergences
+    from .first_call import (
+        FirstCall,
+        first_call,
+    )
     from .needs import answers_needed, fallback_author, round_shortfall
     from .outcomes import after_round
     from .parsing import ParsedOutput, output_schema, parse_output
@@ -65,6 +73,10 @@ __getattr__, __dir__ = _lazy.exports(__name__, {
         "estimate_tokens",
         "worst_case_cost",
         "output_ceiling",
+        "cost_fields",
+        "cost_text",
+        "known_cost",
+        "reserved_calls",
     ),
     "conformity": (
         "Influence",
@@ -76,6 +88,7 @@ __getattr__, __dir__ = _lazy.exports(__name__, {
     ),
     "convergence": ("DEFAULT_ROLE_WEIGHTS", "STANCE_VALUES", "role_weight", "weighted_score"),
     "divergence": ("plan_divergences",),
+    "first_call": ("FirstCall", "first_call"),
     "needs": ("answers_needed", "fallback_author", "round_shortfall"),
     "outcomes": ("after_round",),
     "parsing": ("ParsedOutput", "output_schema", "parse_output"),
@@ -99,6 +112,7 @@ __all__ = [
     "AskHuman",
     "BudgetStop",
     "Finish",
+    "FirstCall",
     "Influence",
     "ParsedOutput",
     "StanceChange",
@@ -110,12 +124,16 @@ __all__ = [
     "build_messages",
     "conformity_flags",
     "convergence",
+    "cost_fields",
+    "cost_text",
     "critique_targets",
     "drafters",
     "estimate_prompt_tokens",
     "estimate_tokens",
     "fallback_author",
+    "first_call",
     "header",
+    "known_cost",
     "label_for",
     "labels_before",
     "next_step",
@@ -125,6 +143,7 @@ __all__ = [
     "plain_majority",
     "plan_divergences",
     "repair_messages",
+    "reserved_calls",
     "review_labels",
     "role_weight",
     "round_changes",

@@ -748,7 +748,7 @@ class _Plan:
         if gave_up or name in rnd.abstained or name in rnd.replaced:
             return cls(True, next_attempt, None, None, 0)
         if answer is None:
-            return cls(False, next_attempt, None, None, 2 if schema is not None else 1)
+            return cls(False, next_attempt, None, None, engine.reserved_calls(rnd.kind))
         return cls(
             False,
             next_attempt,
