@@ -411,6 +411,7 @@ def audit_report(events: Sequence[EventLike]) -> AuditReport:
         status_reason=state.status_reason, events=state.version, head_hash=state.head_hash,
         iterations=state.iteration, fork_origin=state.fork_origin,
         inherited_rounds=_inherited_rounds(events), sealed=state.seal is not None,
+        document_truncated=state.document_truncated,
         anonymized=state.config.anonymize, labels=dict(state.review_labels),
         consensus=tuple(consensus), trajectories=tuple(trajectories),
         stance_shifts=tuple(shifts),

@@ -323,6 +323,8 @@ class AuditReport(_Model):
     fork_origin: ForkOrigin | None
     inherited_rounds: int
     sealed: bool
+    document_truncated: bool = False
+    """The document was cut off at its token limit (``SessionState.document_truncated``)."""
     anonymized: bool
     labels: dict[str, str]
     """Review label → participant (empty unless anonymized)."""

@@ -61,6 +61,8 @@ def _header(r: AuditReport) -> list[str]:
         ("Head hash", f"`{r.head_hash[:16]}…`"),
         ("Sealed", "yes" if r.sealed else "no"),
         ("Iterations", str(r.iterations)),
+        *([("Document", "truncated: cut off at its token limit, its end is missing")]
+          if r.document_truncated else []),
         ("Total", f"{r.total.input_tokens} in / {r.total.output_tokens} out tokens, "
                   f"{r.total.cost_text}, {r.total.failed_calls} failed call(s)"),
     ]

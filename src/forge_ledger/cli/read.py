@@ -209,6 +209,7 @@ def session_json(state: SessionState, *, ems: int | None) -> dict[str, Any]:
         "open_dissent": [_dissent_json(d) for d in state.open_divergences],
         "tokens": {"input": state.tokens.input, "output": state.tokens.output},
         **cost_fields(state.cost_usd, state.unpriced_calls),
+        "document_truncated": state.document_truncated,
         "lineage": (
             None
             if origin is None

@@ -525,6 +525,14 @@ class SessionState(_State):
         return fallback
 
     @property
+    def document_truncated(self) -> bool:
+        """Whether the forged document was cut off at its token limit (its end is missing):
+        the call that ended it stopped at ``max_tokens`` and continuing it did not finish it.
+        Every reader of the document (``spec``, ``show``, ``audit``, the report) says so."""
+        source = self.document_source
+        return source is not None and source[1].response.truncated
+
+    @property
     def latest_text(self) -> str | None:
         """The forged document's text as of this state (see :attr:`document_source`)."""
         source = self.document_source
@@ -690,6 +698,10 @@ def _contribution(s: SessionState, p: ev.ContributionRecorded, pos: int, at: dat
     if r is None:
         return
     response = p.response
+    text = response.content
+    if p.purpose == "continuation":
+        before = r.contribution_of(p.participant)
+        text = (s.answer(before) if before is not None else "") + text
     # every value is valid already (the payload's, the event's position and time)
     r.contributions.append(
         construct_valid(ContributionState, {
@@ -700,7 +712,7 @@ def _contribution(s: SessionState, p: ev.ContributionRecorded, pos: int, at: dat
             "model": p.model,
             "prompt_hash": p.prompt_hash,
             "response": ResponseAccounting.of(response),
-            "answer_sha256": s.text_pool.add(response.content),
+            "answer_sha256": s.text_pool.add(text),
             "purpose": p.purpose,
         })
     )

@@ -38,6 +38,14 @@ if TYPE_CHECKING:
         round_changes,
         stance_changes,
     )
+    from .continuation import (
+        CONTINUED_KINDS,
+        MAX_CONTINUATIONS,
+        continuation_allowance,
+        continuation_messages,
+        cut_off_reason,
+        needs_continuation,
+    )
     from .convergence import (
         DEFAULT_ROLE_WEIGHTS,
         STANCE_VALUES,
@@ -86,6 +94,14 @@ __getattr__, __dir__ = _lazy.exports(__name__, {
         "round_changes",
         "stance_changes",
     ),
+    "continuation": (
+        "CONTINUED_KINDS",
+        "MAX_CONTINUATIONS",
+        "continuation_allowance",
+        "continuation_messages",
+        "cut_off_reason",
+        "needs_continuation",
+    ),
     "convergence": ("DEFAULT_ROLE_WEIGHTS", "STANCE_VALUES", "role_weight", "weighted_score"),
     "divergence": ("plan_divergences",),
     "first_call": ("FirstCall", "first_call"),
@@ -107,7 +123,9 @@ __getattr__, __dir__ = _lazy.exports(__name__, {
 })
 
 __all__ = [
+    "CONTINUED_KINDS",
     "DEFAULT_ROLE_WEIGHTS",
+    "MAX_CONTINUATIONS",
     "STANCE_VALUES",
     "AskHuman",
     "BudgetStop",
@@ -123,10 +141,13 @@ __all__ = [
     "budget_allows",
     "build_messages",
     "conformity_flags",
+    "continuation_allowance",
+    "continuation_messages",
     "convergence",
     "cost_fields",
     "cost_text",
     "critique_targets",
+    "cut_off_reason",
     "drafters",
     "estimate_prompt_tokens",
     "estimate_tokens",
@@ -136,6 +157,7 @@ __all__ = [
     "known_cost",
     "label_for",
     "labels_before",
+    "needs_continuation",
     "next_step",
     "output_ceiling",
     "output_schema",
