@@ -4,7 +4,7 @@ Prints one JSON object on stdout (progress on stderr). The shipped OpenAI-compat
 server runs in a child process (``forge-ledger fake-server``), so only the client's work is
 measured: the real provider (litellm, the OpenAI SDK, httpx) streams each answer over HTTP.
 
-* ``large`` — a 2 MB answer (``--quick``: 160 kB) of distinct words, one word per chunk:
+* ``large`` — a 2 MB answer (``--quick``: 64 kB) of distinct words, one word per chunk:
   CPU seconds, chunks and CPU microseconds per chunk.
 * ``large_memory`` — the same answer again under ``tracemalloc``: the peak of memory
   allocated during the call above what was allocated before it; ``memory_ratio`` is that
@@ -163,10 +163,10 @@ async def _measure(url: str, large_words: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a 160 kB answer (smoke test)")
+    parser.add_argument("--quick", action="store_true", help="a 64 kB answer (smoke test)")
     args = parser.parse_args(argv)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    large_words = 20_000 if args.quick else (2 * 1024 * 1024) // WORD_BYTES
+    large_words = 8_000 if args.quick else (2 * 1024 * 1024) // WORD_BYTES
     script = {
         "one": "w000000 ",
         "small": _words(large_words // 16),
