@@ -53,7 +53,7 @@ if TYPE_CHECKING:
         weighted_score,
     )
     from .divergence import plan_divergences
-    from .first_call import (
+    from .least_budget import (
         FirstCall,
         first_call,
     )
@@ -104,7 +104,7 @@ __getattr__, __dir__ = _lazy.exports(__name__, {
     ),
     "convergence": ("DEFAULT_ROLE_WEIGHTS", "STANCE_VALUES", "role_weight", "weighted_score"),
     "divergence": ("plan_divergences",),
-    "first_call": ("FirstCall", "first_call"),
+    "least_budget": ("FirstCall", "first_call"),
     "needs": ("answers_needed", "fallback_author", "round_shortfall"),
     "outcomes": ("after_round",),
     "parsing": ("ParsedOutput", "output_schema", "parse_output"),
