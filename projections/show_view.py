@@ -139,9 +139,19 @@ def preview(text: str, width: int = PREVIEW_CHARS) -> str:
     return clip(text[start : end.start() if end is not None else len(text)], width)
 
 
+CUT_OFF = "[cut off at its token limit] "
+"""Before the preview of an answer that stopped at ``max_tokens`` (continued or not, its
+end is missing)."""
+
+
 def _preview_of(state: SessionState, c: ContributionState) -> str:
     """What the answer parsed into (vote, critique, opinion) before the start of its text:
-    a round reads at a glance."""
+    a round reads at a glance. An answer cut off at its token limit says so first."""
+    cut = CUT_OFF if c.response.truncated else ""
+    return cut + _parsed_preview(state, c)
+
+
+def _parsed_preview(state: SessionState, c: ContributionState) -> str:
     if c.parse_error is not None:
         return f"[unparsed: {preview(c.parse_error, 40)}]"
     text = state.answer(c)

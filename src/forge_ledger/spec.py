@@ -42,6 +42,10 @@ __all__ = [
 ]
 
 SPEC_FORMAT = "forge-ledger-document/1"
+TRUNCATED_NOTE = (
+    "> **Truncated.** The answer that is this document was cut off at its token limit and "
+    "continuing it did not finish it: its end is missing."
+)
 _MAX_HEADER = 64 * 1024
 
 
@@ -78,6 +82,7 @@ def spec_header(state: SessionState) -> dict[str, Any]:
         "majority": majority,
         "open_dissent": len(state.open_divergences),
         "source": _source(state),
+        "truncated": state.document_truncated,
     }
 
 
@@ -90,14 +95,16 @@ def _verdict(state: SessionState) -> list[str]:
             f"{'agrees' if conv.majority_agrees else 'does not agree'} ({conv.agree} agree, "
             f"{conv.partial} partial, {conv.disagree} disagree, {conv.abstain} abstain)"
         )
+    cut = [TRUNCATED_NOTE] if state.document_truncated else []
     if state.status is SessionStatus.CONVERGED:
         return [f"> **Agreed.** The participants converged on this text at iteration "
-                f"{state.iteration}: {vote}."]
+                f"{state.iteration}: {vote}.", *cut]
     out = [f"> **Not agreed.** Status {state.status.value} at iteration {state.iteration}: "
            f"{vote}. Open dissent: {len(state.open_divergences)}."]
     for d in state.open_divergences:
         who = ", ".join(f"{p.participant} ({p.stance.value})" for p in d.positions)
         out.append(f"> - {d.id}: {' '.join(d.topic.split())} — {who}")
+    out[1:1] = cut
     return out
 
 

@@ -9,11 +9,12 @@ its parent's: its inherited rounds keep the positions they have in the parent).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from ..domain.events import ForkOrigin
 from ..domain.state import CallFailure, DivergenceChange
 from ..domain.values import RoundKind, Stance
+from ..engine.budget import cost_text, known_cost
 
 __all__ = [
     "AuditReport",
@@ -171,7 +172,26 @@ class Usage(_Model):
     failed_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
-    cost_usd: float = 0.0
+    priced_cost_usd: float = 0.0
+    """What the calls made at a known price cost."""
+    unpriced_calls: int = 0
+    """Answers charged at no known price: the total cost is then unknown."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def cost_usd(self) -> float | None:
+        """The total cost; None (JSON null) when some call had no known price."""
+        return known_cost(self.priced_cost_usd, self.unpriced_calls)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def cost_complete(self) -> bool:
+        return not self.unpriced_calls
+
+    @property
+    def cost_text(self) -> str:
+        """The cost as every output shows it (``unpriced``, never ``$0.0000`` for unknown)."""
+        return cost_text(self.priced_cost_usd, self.unpriced_calls)
 
 
 class ParticipantUsage(Usage):
@@ -303,6 +323,8 @@ class AuditReport(_Model):
     fork_origin: ForkOrigin | None
     inherited_rounds: int
     sealed: bool
+    document_truncated: bool = False
+    """The document was cut off at its token limit (``SessionState.document_truncated``)."""
     anonymized: bool
     labels: dict[str, str]
     """Review label → participant (empty unless anonymized)."""

@@ -194,17 +194,17 @@ def document_output() -> Iterator[None]:
         sys.stdout = saved
 
 
-def money(usd: float, *, unpriced: bool = False) -> str:
-    """A cost as shown everywhere: calls made at no known price (``--allow-unpriced``) are
-    ``unpriced``, never a misleading ``$0.0000``."""
-    if not unpriced:
-        return f"${usd:.4f}"
-    return "unpriced" if usd == 0 else f"${usd:.4f} + unpriced calls"
+def money(usd: float, *, unpriced: bool | int = False) -> str:
+    """A cost as shown everywhere (:func:`forge_ledger.engine.cost_text`): calls made at no
+    known price are ``unpriced``, never a misleading ``$0.0000``."""
+    from ..engine import cost_text
+
+    return cost_text(usd, int(unpriced))
 
 
 def has_unpriced_calls(state: SessionState) -> bool:
     """Whether any contribution of ``state`` was charged at no known price."""
-    return any(c.unpriced for r in state.rounds for c in r.contributions)
+    return state.unpriced_calls > 0
 
 
 HMAC_KEY_ENV = "FORGE_LEDGER_HMAC_KEY"

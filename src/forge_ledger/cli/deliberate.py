@@ -49,7 +49,6 @@ from . import cli
 from ._common import (
     emit_json,
     err_console,
-    has_unpriced_calls,
     hmac_key,
     json_option,
     money,
@@ -179,6 +178,8 @@ def _autosaver(ledger: Ledger) -> Any:
 
 
 def summary(state: SessionState) -> dict[str, Any]:
+    from ..engine import cost_fields
+
     return {
         "session_id": state.id,
         "status": state.status.value,
@@ -186,8 +187,7 @@ def summary(state: SessionState) -> dict[str, Any]:
         "iterations": state.iteration,
         "rounds": len(state.rounds),
         "events": state.version,
-        "cost_usd": round(state.cost_usd, 6),
-        "unpriced_calls": has_unpriced_calls(state),
+        **cost_fields(round(state.cost_usd, 6), state.unpriced_calls),
         "converged": state.status is SessionStatus.CONVERGED,
         "pending_questions": list(state.pending_questions),
         "fault": state.fault.model_dump(mode="json") if state.fault is not None else None,
@@ -206,7 +206,7 @@ def print_outcome(state: SessionState, *, as_json: bool) -> None:
         f"status: {state.status.value}"
         + (f" ({printable(state.status_reason)})" if state.status_reason else "")
         + f" · iterations {state.iteration} · rounds {len(state.rounds)} · events {state.version}"
-        + f" · cost {money(state.cost_usd, unpriced=has_unpriced_calls(state))}"
+        + f" · cost {money(state.cost_usd, unpriced=state.unpriced_calls)}"
     )
     if conv is not None:
         click.echo(
@@ -415,6 +415,7 @@ def run(
             f for f in settings if ctx.get_parameter_source(f) is not ParameterSource.DEFAULT
         ),
         allow_unpriced=allow_unpriced,
+        topic=topic_value,
     )
     ledger = open_ledger(store, create=True)
     try:

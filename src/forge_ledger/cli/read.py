@@ -108,6 +108,8 @@ def session_summary_json(summary: SessionSummary) -> dict[str, Any]:
 
 
 def _contribution_json(state: SessionState, c: ContributionState) -> dict[str, Any]:
+    from ..engine import cost_fields
+
     r = c.response
     out: dict[str, Any] = {
         "participant": c.participant,
@@ -117,7 +119,7 @@ def _contribution_json(state: SessionState, c: ContributionState) -> dict[str, A
         "at": c.at.isoformat(),
         "model": c.model,
         "tokens": {"input": r.tokens.input, "output": r.tokens.output},
-        "cost_usd": r.cost_usd,
+        **cost_fields(r.cost_usd, int(c.unpriced)),
         "duration_ms": r.duration_ms,
         "stop_reason": r.stop_reason.value,
         "content": state.answer(c),
@@ -180,6 +182,8 @@ def session_json(state: SessionState, *, ems: int | None) -> dict[str, Any]:
             "remaining_issues": list(latest.remaining_issues),
         }
     )
+    from ..engine import cost_fields
+
     origin = state.fork_origin
     last = state.last_round
     return {
@@ -204,7 +208,8 @@ def session_json(state: SessionState, *, ems: int | None) -> dict[str, Any]:
         "convergence": convergence,
         "open_dissent": [_dissent_json(d) for d in state.open_divergences],
         "tokens": {"input": state.tokens.input, "output": state.tokens.output},
-        "cost_usd": state.cost_usd,
+        **cost_fields(state.cost_usd, state.unpriced_calls),
+        "document_truncated": state.document_truncated,
         "lineage": (
             None
             if origin is None

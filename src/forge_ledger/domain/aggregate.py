@@ -326,8 +326,11 @@ class Deliberation(Aggregate):
         existing = r.contribution_of(participant)
         if purpose == "answer" and existing is not None:
             raise InvariantViolation(f"{participant!r} already contributed to round {round}")
-        if purpose == "repair" and existing is None:
-            raise InvariantViolation(f"{participant!r} has no answer to repair in round {round}")
+        if purpose in ("repair", "continuation") and existing is None:
+            raise InvariantViolation(
+                f"{participant!r} has no answer to {purpose.replace('ation', 'e')} "
+                f"in round {round}"
+            )
         self._record(
             ev.ContributionRecorded(
                 round=round,

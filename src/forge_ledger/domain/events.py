@@ -367,7 +367,10 @@ class ContributionRecorded(_ByParticipant):
     params: CallParams
     prompt_hash: str
     response: ModelResponse
-    purpose: Literal["answer", "repair"] = "answer"
+    purpose: Literal["answer", "repair", "continuation"] = "answer"
+    """``repair``: a second try at a structured answer that could not be read;
+    ``continuation``: the rest of an answer cut off at its token limit (the participant's
+    answer is then the text before it followed by this one)."""
 
 
 class ProviderCallFailed(_ByParticipant):

@@ -19,7 +19,17 @@ from .convergence import convergence
 
 if TYPE_CHECKING:
     from .anonymity import label_for, labels_before, review_labels
-    from .budget import budget_allows, estimate_prompt_tokens, estimate_tokens, worst_case_cost
+    from .budget import (
+        budget_allows,
+        cost_fields,
+        cost_text,
+        estimate_prompt_tokens,
+        estimate_tokens,
+        known_cost,
+        output_ceiling,
+        reserved_calls,
+        worst_case_cost,
+    )
     from .conformity import (
         Influence,
         StanceChange,
@@ -28,6 +38,14 @@ if TYPE_CHECKING:
         round_changes,
         stance_changes,
     )
+    from .continuation import (
+        CONTINUED_KINDS,
+        MAX_CONTINUATIONS,
+        continuation_allowance,
+        continuation_messages,
+        cut_off_reason,
+        needs_continuation,
+    )
     from .convergence import (
         DEFAULT_ROLE_WEIGHTS,
         STANCE_VALUES,
@@ -35,6 +53,10 @@ if TYPE_CHECKING:
         weighted_score,
     )
     from .divergence import plan_divergences
+    from .least_budget import (
+        FirstCall,
+        first_call,
+    )
     from .needs import answers_needed, fallback_author, round_shortfall
     from .outcomes import after_round
     from .parsing import ParsedOutput, output_schema, parse_output
@@ -53,7 +75,17 @@ if TYPE_CHECKING:
 
 __getattr__, __dir__ = _lazy.exports(__name__, {
     "anonymity": ("label_for", "labels_before", "review_labels"),
-    "budget": ("budget_allows", "estimate_prompt_tokens", "estimate_tokens", "worst_case_cost"),
+    "budget": (
+        "budget_allows",
+        "estimate_prompt_tokens",
+        "estimate_tokens",
+        "worst_case_cost",
+        "output_ceiling",
+        "cost_fields",
+        "cost_text",
+        "known_cost",
+        "reserved_calls",
+    ),
     "conformity": (
         "Influence",
         "StanceChange",
@@ -62,13 +94,17 @@ __getattr__, __dir__ = _lazy.exports(__name__, {
         "round_changes",
         "stance_changes",
     ),
-    "convergence": (
-        "DEFAULT_ROLE_WEIGHTS",
-        "STANCE_VALUES",
-        "role_weight",
-        "weighted_score",
+    "continuation": (
+        "CONTINUED_KINDS",
+        "MAX_CONTINUATIONS",
+        "continuation_allowance",
+        "continuation_messages",
+        "cut_off_reason",
+        "needs_continuation",
     ),
+    "convergence": ("DEFAULT_ROLE_WEIGHTS", "STANCE_VALUES", "role_weight", "weighted_score"),
     "divergence": ("plan_divergences",),
+    "least_budget": ("FirstCall", "first_call"),
     "needs": ("answers_needed", "fallback_author", "round_shortfall"),
     "outcomes": ("after_round",),
     "parsing": ("ParsedOutput", "output_schema", "parse_output"),
@@ -87,11 +123,14 @@ __getattr__, __dir__ = _lazy.exports(__name__, {
 })
 
 __all__ = [
+    "CONTINUED_KINDS",
     "DEFAULT_ROLE_WEIGHTS",
+    "MAX_CONTINUATIONS",
     "STANCE_VALUES",
     "AskHuman",
     "BudgetStop",
     "Finish",
+    "FirstCall",
     "Influence",
     "ParsedOutput",
     "StanceChange",
@@ -102,21 +141,31 @@ __all__ = [
     "budget_allows",
     "build_messages",
     "conformity_flags",
+    "continuation_allowance",
+    "continuation_messages",
     "convergence",
+    "cost_fields",
+    "cost_text",
     "critique_targets",
+    "cut_off_reason",
     "drafters",
     "estimate_prompt_tokens",
     "estimate_tokens",
     "fallback_author",
+    "first_call",
     "header",
+    "known_cost",
     "label_for",
     "labels_before",
+    "needs_continuation",
     "next_step",
+    "output_ceiling",
     "output_schema",
     "parse_output",
     "plain_majority",
     "plan_divergences",
     "repair_messages",
+    "reserved_calls",
     "review_labels",
     "role_weight",
     "round_changes",

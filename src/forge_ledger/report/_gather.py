@@ -62,6 +62,7 @@ def gather(
         iterations=audit.iterations,
         rounds=len(state.rounds),
         cost_usd=audit.total.cost_usd,
+        cost_text=audit.total.cost_text,
         input_tokens=audit.total.input_tokens,
         output_tokens=audit.total.output_tokens,
         position=audit.events,

@@ -69,7 +69,9 @@ class ReportModel(_View):
     participants: tuple[ParticipantInfo, ...]
     iterations: int
     rounds: int
-    cost_usd: float
+    cost_usd: float | None
+    """None when some call had no known price (see ``cost_text``)."""
+    cost_text: str
     input_tokens: int
     output_tokens: int
     position: int
