@@ -57,6 +57,7 @@ __all__ = [
     "object_text",
     "quoting_body",
     "refer_to_texts",
+    "referenced",
     "resolve",
     "text_address",
     "text_reference",
@@ -212,6 +213,11 @@ def _object_of(text: str, address: str) -> dict[str, Any]:
             hint="restore the store from a backup",
         )
     return cast(dict[str, Any], value)
+
+
+def referenced(data: Any) -> list[str]:
+    """The addresses of the texts a stored payload refers to (in order, repeats kept)."""
+    return _addresses(data, [])
 
 
 def resolve(data: Any, lookup: Lookup, *, check: bool = False) -> Any:
