@@ -46,7 +46,7 @@ __all__ = ["ALREADY_THERE", "COPIED", "EXTENDED", "CopiedSession", "copy_session
 COPIED = "copied"
 EXTENDED = "extended"
 ALREADY_THERE = "already there"
-_FORKED = topic_for(ev.SessionForked)
+_FORKED = topic_for("SessionForked")
 
 
 @dataclass

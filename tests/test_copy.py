@@ -1,0 +1,235 @@
+"""Sessions moving between stores through the real CLI (subprocesses): ``copy`` and the
+one-file archive of ``export --format ledger`` keep every event hash, verify and replay at
+each hop, copy nothing twice, take a fork's parent along, refuse another history, leave the
+source untouched, and survive a kill -9 in the middle."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forge_ledger.clock import FixedStepClock
+from forge_ledger.ledger import Ledger, verify_store
+from forge_ledger.sealing import seal_session
+from support.stories import THREE_ITERATIONS, build, continued, play
+
+KEY = "archive key"
+
+
+def _forge(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "forge_ledger", *args],
+        capture_output=True, text=True, timeout=300, cwd=cwd, check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _ok(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Any:
+    """One command that must succeed; its one JSON document (``--json`` is added)."""
+    done = _forge(*args, "--json", cwd=cwd, env=env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _hashes(store: str, session: str, cwd: Path) -> list[tuple[int, str, str]]:
+    """(position, hash, prev_hash) of every event, as ``log --json`` prints them."""
+    events = _ok("log", session, "--store", store, cwd=cwd)
+    return [(e["position"], e["hash"], e["prev_hash"]) for e in events]
+
+
+def _verified(store: str, cwd: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    doc = _ok("verify", "--store", store, cwd=cwd, env=env)
+    assert doc["ok"], doc
+    return doc
+
+
+def _replays(store: str, session: str, cwd: Path) -> None:
+    done = _forge("replay", session, "--store", store, cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    assert "identical" in done.stdout, done.stdout
+
+
+@pytest.fixture(scope="module")
+def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo session in a SQLite file (each test copies it)."""
+    where = tmp_path_factory.mktemp("demo")
+    _ok("demo", "--latency", "0", "--store", "demo.sqlite", cwd=where)
+    return where / "demo.sqlite"
+
+
+def test_demo_keeps_every_hash_from_sqlite_to_postgres_to_an_archive_to_sqlite(
+    demo_store: Path, pg_url: str, tmp_path: Path
+) -> None:
+    source = tmp_path / "source.sqlite"
+    shutil.copyfile(demo_store, source)
+    before = _sha256(source)
+    sid = _ok("sessions", "--store", str(source), cwd=tmp_path)[0]["id"]
+    expected = _hashes(str(source), sid, tmp_path)
+    assert len(expected) == 63
+
+    first = _ok("copy", sid[:8], "--store", str(source), "--to", pg_url, cwd=tmp_path)
+    assert (first["copied"], first["already_there"], first["events"]) == (1, 0, 63)
+    again = _ok("copy", sid, "--store", str(source), "--to", pg_url, cwd=tmp_path)
+    assert (again["copied"], again["already_there"], again["events"]) == (0, 1, 0)
+    assert again["sessions"][0]["status"] == "already there"
+    assert _source_untouched(source, before)
+
+    archive = tmp_path / "out" / "demo-archive.sqlite"
+    written = _ok("export", sid, "--store", pg_url, "--format", "ledger", "-o", str(archive),
+                  cwd=tmp_path)
+    assert written["path"] == str(archive)
+    assert sorted(p.name for p in archive.parent.iterdir()) == ["demo-archive.sqlite"]
+
+    last = tmp_path / "last.sqlite"
+    _ok("copy", sid, "--store", str(archive), "--to", str(last), cwd=tmp_path)
+    for store in (pg_url, str(archive), str(last)):
+        assert _hashes(store, sid, tmp_path) == expected, store
+        doc = _verified(store, tmp_path)
+        assert [(s["session_id"], s["events"]) for s in doc["sessions"]] == [(sid, 63)]
+        _replays(store, sid, tmp_path)
+    assert _forge("spec", sid, "--store", str(archive), cwd=tmp_path).returncode == 0
+    report = _forge("report", sid, "--store", str(archive), "-o", str(tmp_path / "r.html"),
+                    cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert _source_untouched(source, before)
+
+
+def _source_untouched(source: Path, digest: str) -> bool:
+    return _sha256(source) == digest
+
+
+def test_a_fork_is_copied_with_its_parent(demo_store: Path, tmp_path: Path) -> None:
+    source = tmp_path / "source.sqlite"
+    shutil.copyfile(demo_store, source)
+    parent = _ok("sessions", "--store", str(source), cwd=tmp_path)[0]["id"]
+    fork = _ok("fork", parent, "--at-iteration", "1", "--store", str(source), cwd=tmp_path)
+    fid = fork["session_id"]
+    before = _sha256(source)
+    target = str(tmp_path / "target.sqlite")
+
+    done = _forge("copy", fid, "--store", str(source), "--to", target, "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert [(s["session_id"], s["status"], s["requested"]) for s in doc["sessions"]] == [
+        (parent, "copied", False), (fid, "copied", True),
+    ]
+    assert "[2/2]" in done.stderr  # progress on stderr
+    assert {s["session_id"] for s in _verified(target, tmp_path)["sessions"]} == {parent, fid}
+    for sid in (parent, fid):
+        assert _hashes(target, sid, tmp_path) == _hashes(str(source), sid, tmp_path)
+    # the positions before the fork point are its parent's, read in the target
+    inherited = _ok("show", fid, "--at-event", "5", "--store", target, cwd=tmp_path)
+    assert inherited == _ok("show", fid, "--at-event", "5", "--store", str(source), cwd=tmp_path)
+    again = _ok("copy", fid, "--store", str(source), "--to", target, cwd=tmp_path)
+    assert [s["status"] for s in again["sessions"]] == ["already there", "already there"]
+    assert _sha256(source) == before
+
+
+def test_another_history_is_refused_and_a_longer_one_extends(tmp_path: Path) -> None:
+    sid = uuid.UUID(int=7)
+    source, other, target = (str(tmp_path / f"{n}.sqlite") for n in ("a", "b", "t"))
+    with Ledger(source) as ledger:
+        ledger.save(build(sid, THREE_ITERATIONS[:1], finish=None))
+    with Ledger(other) as ledger:  # the same session id, another history (another clock)
+        slower = FixedStepClock(step=timedelta(seconds=3))
+        ledger.save(build(sid, THREE_ITERATIONS[:1], finish=None, clock=slower))
+    _ok("copy", str(sid), "--store", source, "--to", target, cwd=tmp_path)
+    held = _hashes(target, str(sid), tmp_path)
+
+    refused = _forge("copy", str(sid), "--store", other, "--to", target, cwd=tmp_path)
+    assert refused.returncode == 2
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1, refused.stderr
+    assert "with another history" in lines[0]
+    assert _hashes(target, str(sid), tmp_path) == held
+
+    with Ledger(source) as ledger:
+        more = continued(ledger.get(sid))
+        play(more, THREE_ITERATIONS[1])
+        ledger.save(more.aggregate)
+    grown = _ok("copy", str(sid), "--store", source, "--to", target, cwd=tmp_path)
+    assert grown["sessions"][0]["status"] == "extended"
+    assert grown["events"] == len(_hashes(source, str(sid), tmp_path)) - len(held)
+    assert _hashes(target, str(sid), tmp_path) == _hashes(source, str(sid), tmp_path)
+    _verified(target, tmp_path)
+
+
+def test_an_archive_checks_the_seal_hmac_with_the_key(tmp_path: Path) -> None:
+    sid = uuid.UUID(int=9)
+    source = str(tmp_path / "sealed.sqlite")
+    with Ledger(source) as ledger:
+        ledger.save(build(sid, THREE_ITERATIONS))
+        assert seal_session(ledger, sid, clock=FixedStepClock(), key=KEY.encode()).ok
+    archive = str(tmp_path / "sealed-archive.sqlite")
+    _ok("export", str(sid), "--store", source, "--format", "ledger", "-o", archive, cwd=tmp_path)
+    keyed = _verified(archive, tmp_path, env={"FORGE_LEDGER_HMAC_KEY": KEY})
+    assert keyed["keyed"]
+    assert keyed["sessions"][0]["hmac_ok"] is True
+    wrong = _forge("verify", "--store", archive, cwd=tmp_path,
+                   env={"FORGE_LEDGER_HMAC_KEY": "another key"})
+    assert wrong.returncode == 1
+    exists = _forge("export", str(sid), "--store", source, "--format", "ledger", "-o", archive,
+                    cwd=tmp_path)
+    assert exists.returncode == 2
+    assert "exists already" in exists.stderr
+
+
+def test_a_copy_killed_midway_then_run_again_gives_a_whole_verifying_target(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "many.sqlite"
+    ids = [uuid.UUID(int=i + 1) for i in range(300)]
+    with Ledger(str(source)) as ledger:
+        for sid in ids:
+            ledger.save(build(sid, THREE_ITERATIONS))
+        heads = {str(sid): ledger.head_version(sid) for sid in ids}
+    before = _sha256(source)
+    target = tmp_path / "target.sqlite"
+    args = [sys.executable, "-m", "forge_ledger", "copy", *map(str, ids),
+            "--store", str(source), "--to", str(target)]
+    copying = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    assert copying.stderr is not None
+    first = copying.stderr.readline()  # the first session is copied: the copy is under way
+    assert first.startswith("[1/300]"), first
+    moment = random.uniform(0, 2.0)
+    try:
+        copying.wait(timeout=moment)
+    except subprocess.TimeoutExpired:
+        copying.send_signal(signal.SIGKILL)
+    copying.wait()
+    copying.stderr.close()
+
+    with Ledger(str(target), create=False) as ledger:  # what the kill left: whole sessions
+        present = ledger.session_ids()
+        assert all(r.ok for r in verify_store(ledger)), f"killed after {moment:.2f} s"
+        assert all(ledger.head_version(s) == heads[str(s)] for s in present)
+    done = _forge(*args[3:], "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["already_there"] == len(present)
+    assert doc["copied"] == len(ids) - len(present)
+    with Ledger(str(target), create=False) as ledger:
+        assert sorted(map(str, ledger.session_ids())) == sorted(heads)
+        reports = verify_store(ledger)
+        assert all(r.ok for r in reports)
+        assert {r.session_id: r.events for r in reports} == heads
+    assert _sha256(source) == before
