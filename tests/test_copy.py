@@ -5,12 +5,14 @@ source untouched, and survive a kill -9 in the middle."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -105,11 +107,25 @@ def test_demo_keeps_every_hash_from_sqlite_to_postgres_to_an_archive_to_sqlite(
         doc = _verified(store, tmp_path)
         assert [(s["session_id"], s["events"]) for s in doc["sessions"]] == [(sid, 63)]
         _replays(store, sid, tmp_path)
+    # stored as the source stores them: the same rows, prompts packed against the same answers
+    for store in (archive, last):
+        assert _rows(store) == _rows(source), store
     assert _forge("spec", sid, "--store", str(archive), cwd=tmp_path).returncode == 0
     report = _forge("report", sid, "--store", str(archive), "-o", str(tmp_path / "r.html"),
                     cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     assert _source_untouched(source, before)
+
+
+def _rows(path: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """A SQLite store's events and texts, as stored."""
+    with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+        events = db.execute(
+            "SELECT originator_id, originator_version, topic, state FROM stored_events "
+            "ORDER BY originator_id, originator_version"
+        ).fetchall()
+        texts = db.execute("SELECT sha256, body FROM forge_texts ORDER BY sha256").fetchall()
+    return events, texts
 
 
 def _source_untouched(source: Path, digest: str) -> bool:

@@ -26,6 +26,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError, StoredEvent
@@ -37,8 +38,9 @@ from ..domain.json_fields import JsonFields
 from ..errors import ConcurrencyConflictError, SessionNotFoundError, StoreError, UsageError
 from .application import Ledger, _first_line
 from .compression import unpack
+from .quotes import QuotedAnswers
 from .store import StoreLocation
-from .texts import StoredEventWithTexts, referenced
+from .texts import StoredEventWithTexts, quote_lists, referenced
 from .verify import verify_session
 
 __all__ = ["ALREADY_THERE", "COPIED", "EXTENDED", "CopiedSession", "copy_sessions", "write_archive"]
@@ -210,10 +212,10 @@ def _as_stored_by(source: Ledger, target: Ledger, rows: Sequence[StoredEvent]) -
     texts they all refer to (the recorder writes them in the events' transaction)."""
     compressor = target.app.mapper.compressor
     stored: list[StoredEvent] = []
-    addresses: list[str] = []
+    payloads: list[Any] = []
     for row in rows:
         plain = unpack(row.state)
-        addresses += referenced(json.loads(plain).get("data"))
+        payloads.append(json.loads(plain).get("data"))
         stored.append(
             StoredEvent(
                 originator_id=row.originator_id,
@@ -222,7 +224,8 @@ def _as_stored_by(source: Ledger, target: Ledger, rows: Sequence[StoredEvent]) -
                 state=compressor.compress(plain) if compressor is not None else plain,
             )
         )
-    texts = source.texts(sorted(set(addresses)))
+    addresses = sorted({a for data in payloads for a in referenced(data)})
+    texts = source.texts(addresses)
     missing = sorted(set(addresses) - set(texts))
     if missing:  # verified a moment ago: only a store failing now lands here
         raise StoreError(
@@ -230,9 +233,34 @@ def _as_stored_by(source: Ledger, target: Ledger, rows: Sequence[StoredEvent]) -
             f"{source.location.display}",
             hint="check it with 'forge-ledger verify'",
         )
+    quoted = _quoted(payloads, texts) if target.location.kind == "sqlite" else {}
     if stored and texts:
-        stored[0] = StoredEventWithTexts.of(stored[0], texts)
+        stored[0] = StoredEventWithTexts.of(stored[0], texts, quoted)
     return stored
+
+
+def _quoted(payloads: Sequence[Any], texts: dict[str, str]) -> dict[str, list[str]]:
+    """The answers each text quotes, found as a save finds them (:func:`quote_lists`, the
+    events in order): a SQLite target then packs each prompt against the answers it quotes,
+    as the writer of the events did. The quoted answers are added to ``texts``."""
+    quotes = QuotedAnswers()
+    out: dict[str, list[str]] = {}
+    for data in payloads:
+        own = {a: texts[a] for a in referenced(data)}
+        answer = _answer(data, texts)
+        out.update(quote_lists(quotes, answer, own))
+        texts.update(own)
+        if isinstance(answer, str):
+            quotes.remember(answer)
+    return out
+
+
+def _answer(data: Any, texts: dict[str, str]) -> Any:
+    """The text of the answer an event records (its response's content), if it has one."""
+    response = data.get("response") if isinstance(data, dict) else None
+    content = response.get("content") if isinstance(response, dict) else None
+    refers = referenced({"content": content})
+    return texts.get(refers[0]) if refers else content
 
 
 def write_archive(
