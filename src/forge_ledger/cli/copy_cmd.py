@@ -14,7 +14,14 @@ import click
 from ..ledger import Ledger
 from ..ledger.copying import ALREADY_THERE, CopiedSession
 from . import cli
-from ._common import emit_json, err_console, json_option, out_console, store_option
+from ._common import (
+    emit_json,
+    err_console,
+    json_option,
+    out_console,
+    printable,
+    store_option,
+)
 
 __all__ = ["archive", "open_source"]
 
@@ -49,7 +56,7 @@ def _report(doc: dict[str, Any], *, as_json: bool) -> None:
         return
     out_console.print(
         f"{doc['copied']} session(s) copied ({doc['events']} event(s)), "
-        f"{doc['already_there']} already there, in {doc['target']}"
+        f"{doc['already_there']} already there, in {printable(doc['target'])}"
     )
 
 
@@ -98,6 +105,6 @@ def archive(store: str | None, sessions: Sequence[str], output: Path, *, as_json
         emit_json({**doc, "path": str(output)})
     else:
         out_console.print(
-            f"Archive written: {output} ({len(copied)} session(s), "
+            f"Archive written: {printable(str(output))} ({len(copied)} session(s), "
             f"{sum(c.events for c in copied)} event(s))"
         )
