@@ -169,6 +169,10 @@ def test_another_history_is_refused_and_a_longer_one_extends(tmp_path: Path) -> 
         ledger.save(build(sid, THREE_ITERATIONS[:1], finish=None, clock=slower))
     _ok("copy", str(sid), "--store", source, "--to", target, cwd=tmp_path)
     held = _hashes(target, str(sid), tmp_path)
+    itself = _forge("copy", str(sid), "--store", source, "--to", f"./{Path(source).name}",
+                    cwd=tmp_path)
+    assert itself.returncode == 2
+    assert "both the source and the target" in itself.stderr
 
     refused = _forge("copy", str(sid), "--store", other, "--to", target, cwd=tmp_path)
     assert refused.returncode == 2

@@ -102,10 +102,12 @@ def copy_sessions(
 
 
 def same_store(a: StoreLocation, b: StoreLocation) -> bool:
-    """Whether two locations name the same store (a SQLite file by its resolved path)."""
+    """Whether two locations name the same store: a SQLite file by its resolved path, a
+    PostgreSQL schema by its server, database and name (whoever connects)."""
     if a.kind == "sqlite" and b.kind == "sqlite" and a.path and b.path:
         return a.path.resolve() == b.path.resolve()
-    return a == b
+    return (a.kind, a.host, a.port, a.dbname, a.schema) == (b.kind, b.host, b.port, b.dbname,
+                                                           b.schema)
 
 
 def _with_ancestors(source: Ledger, session_ids: Sequence[UUID]) -> list[tuple[UUID, bool]]:
