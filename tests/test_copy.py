@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from forge_ledger.clock import FixedStepClock
+from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger, verify_store
 from forge_ledger.sealing import seal_session
 from support.stories import THREE_ITERATIONS, build, continued, play
@@ -198,8 +199,10 @@ def test_an_archive_checks_the_seal_hmac_with_the_key(tmp_path: Path) -> None:
     with Ledger(source) as ledger:
         ledger.save(build(sid, THREE_ITERATIONS))
         assert seal_session(ledger, sid, clock=FixedStepClock(), key=KEY.encode()).ok
+        ledger.save(build(uuid.UUID(int=10), THREE_ITERATIONS[:1]))  # not exported
     archive = str(tmp_path / "sealed-archive.sqlite")
     _ok("export", str(sid), "--store", source, "--format", "ledger", "-o", archive, cwd=tmp_path)
+    assert [s["id"] for s in _ok("sessions", "--store", archive, cwd=tmp_path)] == [str(sid)]
     keyed = _verified(archive, tmp_path, env={"FORGE_LEDGER_HMAC_KEY": KEY})
     assert keyed["keyed"]
     assert keyed["sessions"][0]["hmac_ok"] is True
@@ -253,3 +256,18 @@ def test_a_copy_killed_midway_then_run_again_gives_a_whole_verifying_target(
         assert all(r.ok for r in reports)
         assert {r.session_id: r.events for r in reports} == heads
     assert _sha256(source) == before
+
+
+def test_a_store_opened_read_only_refuses_a_write(tmp_path: Path) -> None:
+    store = str(tmp_path / "ro.sqlite")
+    with Ledger(store) as ledger:
+        ledger.save(build(uuid.UUID(int=11), THREE_ITERATIONS[:1], finish=None))
+        head = ledger.head_version(uuid.UUID(int=11))
+    with Ledger(store, create=False, read_only=True) as ledger:
+        assert ledger.read_only
+        more = continued(ledger.get(uuid.UUID(int=11)))
+        play(more, THREE_ITERATIONS[1])
+        with pytest.raises(StoreError, match="read-only; nothing was written"):
+            ledger.save(more.aggregate)
+    with Ledger(store, create=False) as ledger:
+        assert ledger.head_version(uuid.UUID(int=11)) == head
