@@ -215,20 +215,20 @@ def test_an_archive_checks_the_seal_hmac_with_the_key(tmp_path: Path) -> None:
     assert "exists already" in exists.stderr
 
 
-def test_a_copy_killed_midway_then_run_again_gives_a_whole_verifying_target(
-    tmp_path: Path,
-) -> None:
+def _many_sessions(tmp_path: Path) -> tuple[Path, dict[str, int]]:
+    """A store of 300 sessions; their heads by id."""
     source = tmp_path / "many.sqlite"
     ids = [uuid.UUID(int=i + 1) for i in range(300)]
     with Ledger(str(source)) as ledger:
         for sid in ids:
             ledger.save(build(sid, THREE_ITERATIONS))
-        heads = {str(sid): ledger.head_version(sid) for sid in ids}
-    before = _sha256(source)
-    target = tmp_path / "target.sqlite"
-    args = [sys.executable, "-m", "forge_ledger", "copy", *map(str, ids),
-            "--store", str(source), "--to", str(target)]
-    copying = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL,
+        return source, {str(sid): ledger.head_version(sid) for sid in ids}
+
+
+def _killed_midway(args: list[str], cwd: Path) -> float:
+    """Run ``args``; once its first session is copied, SIGKILL it at a random moment (unless
+    it has finished by then). Returns the moment, in seconds after the first session."""
+    copying = subprocess.Popen(args, cwd=cwd, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
     assert copying.stderr is not None
     first = copying.stderr.readline()  # the first session is copied: the copy is under way
@@ -240,6 +240,18 @@ def test_a_copy_killed_midway_then_run_again_gives_a_whole_verifying_target(
         copying.send_signal(signal.SIGKILL)
     copying.wait()
     copying.stderr.close()
+    return moment
+
+
+def test_a_copy_killed_midway_then_run_again_gives_a_whole_verifying_target(
+    tmp_path: Path,
+) -> None:
+    source, heads = _many_sessions(tmp_path)
+    before = _sha256(source)
+    target = tmp_path / "target.sqlite"
+    args = [sys.executable, "-m", "forge_ledger", "copy", *heads,
+            "--store", str(source), "--to", str(target)]
+    moment = _killed_midway(args, tmp_path)
 
     with Ledger(str(target), create=False) as ledger:  # what the kill left: whole sessions
         present = ledger.session_ids()
@@ -249,7 +261,7 @@ def test_a_copy_killed_midway_then_run_again_gives_a_whole_verifying_target(
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["already_there"] == len(present)
-    assert doc["copied"] == len(ids) - len(present)
+    assert doc["copied"] == len(heads) - len(present)
     with Ledger(str(target), create=False) as ledger:
         assert sorted(map(str, ledger.session_ids())) == sorted(heads)
         reports = verify_store(ledger)
@@ -271,3 +283,25 @@ def test_a_store_opened_read_only_refuses_a_write(tmp_path: Path) -> None:
             ledger.save(more.aggregate)
     with Ledger(store, create=False) as ledger:
         assert ledger.head_version(uuid.UUID(int=11)) == head
+
+
+def test_an_export_killed_midway_leaves_no_archive_and_the_next_one_is_whole(
+    tmp_path: Path,
+) -> None:
+    source, heads = _many_sessions(tmp_path)
+    archive = tmp_path / "out" / "all.sqlite"
+    args = [sys.executable, "-m", "forge_ledger", "export", *heads, "--format", "ledger",
+            "-o", str(archive), "--store", str(source)]
+    moment = _killed_midway(args, tmp_path)
+    if archive.exists():  # the export finished before the kill
+        archive.unlink()
+    else:  # only the killed export's partial file, hidden beside where the archive goes
+        left = [p.name for p in archive.parent.iterdir()]
+        assert all(n.startswith(".all.sqlite.") for n in left), (moment, left)
+    done = _forge(*args[3:], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in archive.parent.iterdir()] == ["all.sqlite"]
+    with Ledger(str(archive), create=False) as ledger:
+        reports = verify_store(ledger)
+        assert all(r.ok for r in reports)
+        assert {r.session_id: r.events for r in reports} == heads

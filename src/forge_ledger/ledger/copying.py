@@ -20,6 +20,7 @@ fork is copied with its ancestors, parents first.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import zlib
@@ -281,6 +282,7 @@ def write_archive(
             hint=f"give a new file name, or add to it with 'forge-ledger copy … --to {path}'",
         )
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    _remove_killed(path)
     _remove_database(tmp)
     try:
         with Ledger(StoreLocation(kind="sqlite", path=tmp), create=True) as archive:
@@ -289,6 +291,25 @@ def write_archive(
     finally:
         _remove_database(tmp)
     return copied
+
+
+def _remove_killed(path: Path) -> None:
+    """The partial archives that exports to ``path`` killed midway left beside it (named
+    after their process, which is gone): an export removes its own when it fails."""
+    for found in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        pid = found.name[len(path.name) + 2 : -len(".tmp")]
+        if pid.isdigit() and not _running(int(pid)):
+            _remove_database(found)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _remove_database(path: Path) -> None:
