@@ -40,13 +40,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                "Update the projections and open the read model in Datasette (Ctrl-C stops)."),
     "cleanup": ("yaml_cmds", "cleanup_cmd", "Remove YAML exports and documents of "
                 "completed/abandoned sessions older than --days (never events)."),
+    "copy": ("copy_cmd", "copy_cmd",
+             "Copy SESSIONs (a fork with its ancestors) to another store, event for event."),
     "demo": ("demo", "demo",
              "Run an offline four-participant deliberation (no API key, no network)."),
     "diff": ("promises", "diff",
              "Compare the consensus paths of sessions A and B, iteration by iteration."),
     "dissent": ("views", "dissent",
                 "The dissent log of SESSION: divergences still open, with their lifecycle."),
-    "export": ("yaml_cmds", "export_cmd", "Write SESSION as a YAML v1.2 session file."),
+    "export": ("yaml_cmds", "export_cmd",
+               "Write SESSION as a YAML v1.2 session file, or SESSIONs as a one-file ledger."),
     "fake-server": ("fake_server", "fake_server",
                     "Serve scripted chat completions on HOST:PORT until interrupted (Ctrl-C)."),
     "fork": ("promises", "fork_cmd", "Start a new session from SESSION as of a past point; "

@@ -21,21 +21,41 @@ from ._integrity import check_chain
 
 
 @cli.command("export")
-@click.argument("session")
+@click.argument("sessions", nargs=-1, required=True, metavar="SESSION...")
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
     help="File to write [default: brainstorm-sessions/<slug>.yaml beside the store].",
 )
+@click.option(
+    "--format", "fmt", type=click.Choice(["yaml", "ledger"]), default="yaml", show_default=True,
+    help="yaml: one session as a YAML v1.2 file. ledger: the sessions (forks with their "
+    "ancestors) as a new SQLite ledger file (-o FILE.sqlite), every event hash kept.",
+)
 @store_option
 @json_option
-def export_cmd(session: str, output: Path | None, store: str | None, as_json: bool) -> None:
-    """Write SESSION as a YAML v1.2 session file.
+def export_cmd(
+    sessions: tuple[str, ...], output: Path | None, fmt: str, store: str | None, as_json: bool
+) -> None:
+    """Write SESSION as a YAML v1.2 session file, or SESSIONs as a one-file ledger.
 
-    The file is rebuilt from the events alone, so exporting the same session twice gives the
-    same bytes; 'forge-ledger import' turns it back into a session.
+    The YAML file is rebuilt from the events alone, so exporting the same session twice gives
+    the same bytes; 'forge-ledger import' turns it back into a session. The ledger file
+    (--format ledger) is a store of its own that 'verify', 'replay', 'spec', 'report' and
+    'copy' read with --store FILE.
     """
+    if fmt == "ledger":
+        if output is None:
+            raise UsageError("--format ledger needs -o FILE", hint="e.g. -o session.sqlite")
+        from .copy_cmd import archive
+
+        archive(store, sessions, output, as_json=as_json)
+        return
+    if len(sessions) > 1:
+        raise UsageError(
+            "a YAML export holds one session", hint="export them one by one, or use --format ledger"
+        )
     with open_ledger(store) as ledger:
-        sid = check_chain(ledger, session)
+        sid = check_chain(ledger, sessions[0])
         path = write_export(ledger, sid, path=output)
     if as_json:
         emit_json({"session_id": str(sid), "path": str(path)})

@@ -499,8 +499,9 @@ class Ledger:
     ``create=False`` (commands that read or continue a store) creates nothing: a missing or
     empty SQLite file, or a PostgreSQL schema without the ledger's tables, is refused. Such
     a store that we cannot write (a read-only file or folder) is opened read-only
-    (``read_only``); writing to it then fails with one line. ``snapshot_interval`` takes a
-    snapshot every N events per session (0 disables).
+    (``read_only``); writing to it then fails with one line. ``read_only=True`` opens a
+    SQLite store read-only whatever its permissions (a copy's source is never written).
+    ``snapshot_interval`` takes a snapshot every N events per session (0 disables).
     """
 
     def __init__(
@@ -509,19 +510,21 @@ class Ledger:
         *,
         create: bool = True,
         snapshot_interval: int = 100,
+        read_only: bool = False,
     ) -> None:
         self.location = store if isinstance(store, StoreLocation) else resolve_store(store)
-        self.read_only = False
+        self.read_only = read_only
         self._closed = False
         self._unmarked = False
         env = self.location.eventsourcing_env()
         if self.location.kind == "sqlite":
             assert self.location.path is not None
-            found = check_sqlite_file(self.location.path, create=create)
-            self.read_only = found.access == SqliteAccess.READ_ONLY
+            found = check_sqlite_file(self.location.path, create=create and not read_only)
+            access = SqliteAccess.READ_ONLY if read_only else found.access
+            self.read_only = access == SqliteAccess.READ_ONLY
             self._unmarked = not found.marked
-            env["SQLITE_DBNAME"] = sqlite_uri(self.location.path, found.access)
-            env["CREATE_TABLE"] = "y" if found.access == SqliteAccess.CREATE else "n"
+            env["SQLITE_DBNAME"] = sqlite_uri(self.location.path, access)
+            env["CREATE_TABLE"] = "y" if access == SqliteAccess.CREATE else "n"
             if not found.has_snapshots:
                 snapshot_interval = 0
             self.app = self._open(env, snapshot_interval)

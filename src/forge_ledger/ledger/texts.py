@@ -52,8 +52,10 @@ __all__ = [
     "externalise",
     "learned_in",
     "object_text",
+    "quote_lists",
     "quoting_body",
     "refer_to_texts",
+    "referenced",
     "resolve",
     "text_address",
     "text_reference",
@@ -209,6 +211,11 @@ def _object_of(text: str, address: str) -> dict[str, Any]:
             hint="restore the store from a backup",
         )
     return cast(dict[str, Any], value)
+
+
+def referenced(data: Any) -> list[str]:
+    """The addresses of the texts a stored payload refers to (in order, repeats kept)."""
+    return _addresses(data, [])
 
 
 def resolve(data: Any, lookup: Lookup, *, check: bool = False) -> Any:
@@ -368,22 +375,9 @@ class TextMapper(Mapper[Any]):
         )
 
     def _dictionaries(self, data: dict[str, Any], texts: dict[str, str]) -> dict[str, list[str]]:
-        """For each long text of the event but its own answer (a prompt, the reasoning or
-        critique parsed from an answer), the recent answers it quotes; those are added to
-        ``texts`` so they are certainly stored with it. A text that is itself a recent answer
-        (a parsed critique may be its answer's very text) is stored on its own: packed, it
-        would make every text packed against it a chain of reads."""
         response = data.get("response")
         answer = response.get("content") if isinstance(response, dict) else None
-        out: dict[str, list[str]] = {}
-        for address, text in list(texts.items()):
-            if text == answer or self.quotes.holds(address):
-                continue
-            quoted = [(a, t) for a, t in self.quotes.quoted_in(text) if a != address]
-            if quoted:
-                out[address] = [a for a, _ in quoted]
-                texts.update(quoted)
-        return out
+        return quote_lists(self.quotes, answer, texts)
 
     def _remember_answer(self, data: dict[str, Any]) -> None:
         response = data.get("response")
@@ -464,6 +458,25 @@ class TextMapper(Mapper[Any]):
                 cache.clear()
             cache.update(fetched)
         return found
+
+
+def quote_lists(
+    quotes: QuotedAnswers, answer: Any, texts: dict[str, str]
+) -> dict[str, list[str]]:
+    """For each long text of an event but its own ``answer`` (a prompt, the reasoning or
+    critique parsed from an answer), the recent answers it quotes; those are added to
+    ``texts`` so they are certainly stored with it. A text that is itself a recent answer
+    (a parsed critique may be its answer's very text) is stored on its own: packed, it
+    would make every text packed against it a chain of reads."""
+    out: dict[str, list[str]] = {}
+    for address, text in list(texts.items()):
+        if text == answer or quotes.holds(address):
+            continue
+        quoted = [(a, t) for a, t in quotes.quoted_in(text) if a != address]
+        if quoted:
+            out[address] = [a for a, _ in quoted]
+            texts.update(quoted)
+    return out
 
 
 def texts_of(stored_events: Iterable[StoredEvent]) -> list[tuple[str, str]]:
