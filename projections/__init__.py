@@ -6,26 +6,60 @@
 - :mod:`.migrations` holds the read-model schema; ``datasette.yaml`` its canned queries.
 """
 
-from .base import EventLike, Op, Patch, Projection, Put
-from .consensus import ConsensusProjection, TrailRound, TrailVote, consensus_trail, trail_round
-from .dissent import DissentEntry, DissentProjection, dissent_log
-from .read_model import ReadModelProjection
-from .runner import (
-    DEFAULT_PROJECTIONS,
-    EventSource,
-    ProjectionRunner,
-    ProjectionStatus,
-    catch_up,
-    current_session_view,
-    current_summaries,
-    default_projections,
-    open_views,
-    rebuild,
-    status,
-    store_head,
-)
-from .session_state import SessionStateProjection, apply_event, fold_events
-from .show_view import SessionView, session_ems, session_view
+from typing import TYPE_CHECKING
+
+from forge_ledger import _lazy
+
+if TYPE_CHECKING:
+    from .base import EventLike, Op, Patch, Projection, Put
+    from .consensus import ConsensusProjection, TrailRound, TrailVote, consensus_trail, trail_round
+    from .dissent import DissentEntry, DissentProjection, dissent_log
+    from .read_model import ReadModelProjection
+    from .runner import (
+        DEFAULT_PROJECTIONS,
+        EventSource,
+        ProjectionRunner,
+        ProjectionStatus,
+        catch_up,
+        current_session_view,
+        current_summaries,
+        default_projections,
+        open_views,
+        rebuild,
+        status,
+        store_head,
+    )
+    from .session_state import SessionStateProjection, apply_event, fold_events
+    from .show_view import SessionView, session_ems, session_view
+
+__getattr__, __dir__ = _lazy.exports(__name__, {
+    "base": ("EventLike", "Op", "Patch", "Projection", "Put"),
+    "consensus": (
+        "ConsensusProjection",
+        "TrailRound",
+        "TrailVote",
+        "consensus_trail",
+        "trail_round",
+    ),
+    "dissent": ("DissentEntry", "DissentProjection", "dissent_log"),
+    "read_model": ("ReadModelProjection",),
+    "runner": (
+        "DEFAULT_PROJECTIONS",
+        "EventSource",
+        "ProjectionRunner",
+        "ProjectionStatus",
+        "catch_up",
+        "current_session_view",
+        "current_summaries",
+        "default_projections",
+        "open_views",
+        "rebuild",
+        "status",
+        "store_head",
+    ),
+    "session_state": ("SessionStateProjection", "apply_event", "fold_events"),
+    "show_view": ("SessionView", "session_ems", "session_view"),
+})
 
 __all__ = [
     "DEFAULT_PROJECTIONS",

@@ -107,7 +107,7 @@ _STOP = frozenset(
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class ContributionRef(_Model):
@@ -490,7 +490,10 @@ def _text_contributions(state: SessionState) -> list[_Contribution]:
     return sorted(out, key=lambda c: c.ref.position)
 
 
-_NOBODY = ContributionRef(participant="", round=0, kind=RoundKind.DRAFT, iteration=0, position=0)
+_NOBODY = ContributionRef.model_construct(
+    participant="", round=0, kind=RoundKind.DRAFT, iteration=0, position=0
+)
+"""No one: built without validation, so loading this module builds no schema."""
 
 
 def _questions(state: SessionState) -> list[_Question]:
@@ -583,8 +586,8 @@ def document_diff(state: SessionState, from_iteration: int, to_iteration: int) -
     lineage = fold_lineage(_upto_iteration(state, to_iteration))
     base = _source_at(state, from_iteration)
     since = base.position if base is not None else 0
-    a = old.splitlines(keepends=True)
-    b = lineage.text.splitlines(keepends=True)
+    a = _lines(old)
+    b = _lines(lineage.text)
     offsets = [0]
     for line in b:
         offsets.append(offsets[-1] + len(line))
@@ -610,6 +613,15 @@ def document_diff(state: SessionState, from_iteration: int, to_iteration: int) -
         to_source=lineage.source,
         hunks=hunks,
     )
+
+
+_LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as ``patch`` reads them: ended by ``\n`` only (``str.splitlines`` also ends one at
+    U+2028, a form feed or a lone carriage return, which models do write mid-line)."""
+    return _LINE.findall(text)
 
 
 def _range(start: int, stop: int) -> str:

@@ -111,11 +111,12 @@ class ReadModelProjection(Projection):
 
     Version 2 added what ``show`` prints (the EMS, the latest convergence, the open dissent,
     one line per contribution) and writes a fork's inherited rounds, so ``show`` can read a
-    session from here when the read model is current.
+    session from here when the read model is current. Version 3: a vote's line gives its
+    stance and reason. Version 4: the line of an answer cut off at its token limit says so.
     """
 
     name = "read_model"
-    version = 2
+    version = 4
     tables = (
         "sessions", "participants", "rounds", "contributions", "critiques", "suggestions",
         "votes", "costs", "round_lines",

@@ -22,20 +22,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from uuid import UUID
-
-from sqlite_utils import Database
 
 from forge_ledger._collector import fewer_collections
 from forge_ledger.domain import SessionState
+from forge_ledger.domain.events import FIRST_EVENT_TYPES
 from forge_ledger.domain.json_fields import JsonFields
 from forge_ledger.errors import UsageError
 
 from .base import EventLike, Projection
 from .consensus import ConsensusProjection
 from .dissent import DissentProjection
-from .migrations import migrate
 from .read_model import ReadModelProjection
 from .session_state import SessionStateProjection, apply_event
 from .show_view import (
@@ -46,6 +44,9 @@ from .show_view import (
     dissent_from_json,
 )
 from .writes import BatchWriter, FtsIndex, fts_indexes
+
+if TYPE_CHECKING:
+    from sqlite_utils import Database
 
 __all__ = [
     "DEFAULT_PROJECTIONS",
@@ -101,19 +102,48 @@ DEFAULT_PROJECTIONS: tuple[Projection, ...] = default_projections()
 instances must be the only one using them (see :func:`default_projections`)."""
 
 
-def open_views(path: str | Path) -> Database:
-    """Open (creating if needed) the read-model database and bring its schema up to date."""
+def open_views(path: str | Path, *, lock_timeout: float = 30) -> Database:
+    """Open (creating if needed) the read-model database and bring its schema up to date.
+
+    sqlite-utils (and the schema's migrations, written with it) load here, not with this
+    module: reading a current read model (``sessions``, ``show``) needs neither.
+    ``lock_timeout``: seconds a write waits for another process's write lock (the ledger's
+    lock wait, which the caller knows)."""
+    from sqlite_utils import Database
+
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(p), timeout=30)
+    conn = sqlite3.connect(str(p), timeout=lock_timeout)
     db = Database(conn)
     db.execute("PRAGMA journal_mode=WAL")
     # the read model is rebuildable from the ledger: a commit need not wait for the disk
     # (WAL + NORMAL still never corrupts the file; a power cut at worst loses the last batches,
     # whose tracking positions are lost with them, so they are simply applied again)
     db.execute("PRAGMA synchronous=NORMAL")
-    migrate(db)
+    _migrate_locked(db)
     return db
+
+
+def _migrate_locked(db: Database) -> None:
+    """Apply pending migrations holding the write lock from the start (``BEGIN IMMEDIATE``).
+
+    Several processes open the read model at once (a follower and the commands beside it).
+    sqlite-utils reads which migrations are pending, then applies each in a deferred
+    transaction: two processes both found one pending and the second failed ("table already
+    exists"), or met a commit made since its read and got "database is locked" at once, never
+    waiting. Under the lock, the check and the migrations see the file as it is; with none
+    pending, nothing is locked."""
+    from .migrations import MIGRATIONS, migrate
+
+    if not MIGRATIONS.pending(db):
+        return
+    db.conn.execute("BEGIN IMMEDIATE")
+    try:
+        migrate(db)
+    except BaseException:
+        db.conn.rollback()
+        raise
+    db.conn.commit()
 
 
 @dataclass(frozen=True)
@@ -317,7 +347,7 @@ class ProjectionRunner:
         otherwise loaded from the ledger (newest snapshot plus the events after it).
         """
         before = event.position - 1
-        if before == 0:
+        if before == 0 or event.type in FIRST_EVENT_TYPES:  # a fork begins at its fork point
             return None
         cached = self._states.get(event.session_id)
         if cached is not None:

@@ -18,6 +18,7 @@ from typing import Any
 from forge_ledger.domain import SessionState
 from forge_ledger.domain.state import ContributionState, ConvergenceResult
 from forge_ledger.domain.text import clip
+from forge_ledger.domain.values import ConvergenceVote
 from forge_ledger.engine.ems import ems_score
 
 __all__ = [
@@ -138,21 +139,38 @@ def preview(text: str, width: int = PREVIEW_CHARS) -> str:
     return clip(text[start : end.start() if end is not None else len(text)], width)
 
 
+CUT_OFF = "[cut off at its token limit] "
+"""Before the preview of an answer that stopped at ``max_tokens`` (continued or not, its
+end is missing)."""
+
+
 def _preview_of(state: SessionState, c: ContributionState) -> str:
     """What the answer parsed into (vote, critique, opinion) before the start of its text:
-    a round reads at a glance."""
+    a round reads at a glance. An answer cut off at its token limit says so first."""
+    cut = CUT_OFF if c.response.truncated else ""
+    return cut + _parsed_preview(state, c)
+
+
+def _parsed_preview(state: SessionState, c: ContributionState) -> str:
     if c.parse_error is not None:
         return f"[unparsed: {preview(c.parse_error, 40)}]"
     text = state.answer(c)
     if c.vote is not None:
-        word = "agrees" if c.vote.agrees else "disagrees"
-        return f"vote: {word} ({c.vote.score}) — {preview(text, 40)}"
+        return _vote_line(c.vote, text)
     if c.critique is not None:
         target = f" → {c.critique.target}" if c.critique.target else ""
         return f"critique{target} ({c.critique.score}): {preview(text, 40)}"
     if c.opinion is not None:
         return f"{c.opinion.stance.value}: {preview(text, 48)}"
     return preview(text)
+
+
+def _vote_line(vote: ConvergenceVote, text: str) -> str:
+    """A vote as a person reads it: its stance, its score, and the first line of its reason
+    (else of its first concern, else of the answer), never the JSON it was parsed from."""
+    why = next((t for t in (vote.reasoning, *vote.concerns) if t.strip()), text)
+    first = why.strip().splitlines()[0] if why.strip() else ""
+    return f"vote: {vote.effective_stance.value} ({vote.score}) — {preview(first, 48)}"
 
 
 def contribution_line(state: SessionState, c: ContributionState) -> ContributionLine:

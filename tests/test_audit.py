@@ -81,8 +81,10 @@ def test_dissent_minority_report_failures_and_usage(ledger: Ledger) -> None:
         (e.position, e.data["model"], e.data["error_type"]) for e in failed
     ]
     state = ledger.state(SID)
-    assert sum(u.cost_usd for u in r.usage_by_participant) == pytest.approx(state.cost_usd)
-    assert sum(u.cost_usd for u in r.usage_by_round) == pytest.approx(state.cost_usd)
+    assert sum(u.priced_cost_usd for u in r.usage_by_participant) == pytest.approx(state.cost_usd)
+    assert sum(u.priced_cost_usd for u in r.usage_by_round) == pytest.approx(state.cost_usd)
+    assert sum(u.unpriced_calls for u in r.usage_by_round) == state.unpriced_calls
+    assert r.total.cost_complete is (state.unpriced_calls == 0)
     assert sum(u.input_tokens for u in r.usage_by_participant) == state.tokens.input
     assert sum(u.output_tokens for u in r.usage_by_round) == state.tokens.output
     contributions = sum(1 for e in events if e.type == "ContributionRecorded")

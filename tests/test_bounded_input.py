@@ -305,3 +305,14 @@ def test_deep_nesting_is_one_message_in_flow_and_block_style(tmp_path: Path, dep
     assert lines[0] == lines[1]
     assert "nested too deeply (limit 64)" in lines[0]
     assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_a_depth_limit_raised_past_the_parsers_own_says_so(tmp_path: Path) -> None:
+    flow = tmp_path / "flow.yaml"
+    flow.write_text("a: " + "[" * 2000 + "]" * 2000 + "\n", encoding="utf-8")
+    result = run_cli("import", str(flow), "--store", str(tmp_path / "s.sqlite"), cwd=tmp_path,
+                     env={"FORGE_LEDGER_YAML_MAX_DEPTH": "5000"})
+    assert result.returncode == 2
+    line = one_error_line(result.stderr)
+    assert "the YAML parser's own" in line
+    assert "FORGE_LEDGER_YAML_MAX_DEPTH" not in line

@@ -170,7 +170,11 @@ def test_show_json_now(store: Store) -> None:
         {"name": p.name, "model": p.model, "role": p.role.value} for p in make_participants(3)
     ]
     assert doc["tokens"] == {"input": built.tokens.input, "output": built.tokens.output}
-    assert doc["cost_usd"] == pytest.approx(built.cost_usd)
+    # the built answers carry a cost but no price: the total is a part, flagged as such
+    assert doc["cost_usd"] is None
+    assert doc["priced_cost_usd"] == pytest.approx(built.cost_usd)
+    assert doc["unpriced_calls"] > 0
+    assert doc["cost_complete"] is False
     assert doc["lineage"] is None
     assert doc["convergence"]["converged"] is True
     assert doc["convergence"]["majority_agrees"] is True
@@ -275,7 +279,12 @@ def test_show_at_any_event_agrees_with_a_fold_of_the_log(store: Store, data: st.
     assert doc["version"] == n
     assert doc["tokens"]["input"] == sum(c["response"]["tokens"]["input"] for c in contributions)
     assert doc["tokens"]["output"] == sum(c["response"]["tokens"]["output"] for c in contributions)
-    assert doc["cost_usd"] == pytest.approx(sum(c["response"]["cost_usd"] for c in contributions))
+    assert doc["priced_cost_usd"] == pytest.approx(
+        sum(c["response"]["cost_usd"] for c in contributions)
+    )
+    unpriced = sum(c["response"].get("price") is None for c in contributions)
+    assert doc["unpriced_calls"] == unpriced
+    assert doc["cost_usd"] == (None if unpriced else doc["priced_cost_usd"])
     assert len(doc["rounds"]) == sum(e["type"] == "RoundStarted" for e in upto)
     votes = sum("vote" in c for r in doc["rounds"] for c in r["contributions"])
     assert votes == sum(e["type"] == "VoteRecorded" for e in upto)
@@ -356,7 +365,10 @@ def test_ambiguous_prefix_is_a_user_error(
     assert code == 2
     assert out == ""
     assert_one_error_line(err)
-    assert "matches 2 sessions" in err
+    assert "matches 2 sessions: abcd0000 (" in err
+    code, out, _ = run_main(capsys, "show", "@~1", "--store", url, "--json")
+    assert code == 0
+    assert json.loads(out)["id"] == "abcd0000-0000-4000-8000-000000000001"
 
 
 # --------------------------------------------------------------------------- log

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+import support.sessions as support_sessions
 from forge_ledger.cli import main
 from forge_ledger.domain.values import RoundKind
 from forge_ledger.ledger import Ledger, resolve_store
@@ -115,6 +117,13 @@ def test_spec_provenance_json_traces_every_sentence(
     assert text.returncode == 0
     assert "Contributions:" in text.stdout
     assert "P1 · draft · round 1 · iteration 1" in text.stdout
+    # numbered as things happened: the legend is a timeline
+    legend = text.stdout.split("Contributions:\n", 1)[1]
+    events = [int(m) for m in re.findall(r"^  \S+ .* · event (\d+)$", legend, flags=re.M)]
+    assert len(events) >= 2
+    assert events == sorted(events)
+    answered = [int(m) for m in re.findall(r"^  ✓\S+ .*, event (\d+): ", legend, flags=re.M)]
+    assert answered == sorted(answered)
 
 
 def test_spec_file_is_tied_to_the_chain(built: tuple[str, BuiltSession], tmp_path: Path) -> None:
@@ -158,21 +167,39 @@ def test_spec_diff_is_a_patch_that_patch_applies(
     """The annotations ride on the ``@@`` lines, so ``patch`` turns iteration 1's document
     into iteration 2's byte for byte."""
     store, s = built
+    _assert_patch_applies(store, s.prefix, tmp_path)
+
+
+def test_spec_diff_lines_end_at_newlines_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A line separator or a form feed inside a model's line is part
+    of the line for ``patch``, so it is for the diff too."""
+    plain = support_sessions.contribution_text
+    monkeypatch.setattr(support_sessions, "contribution_text", lambda *a: plain(*a).replace(
+        "Section A:", "Section A:\u2028 \x0c"))
+    store = str(tmp_path / "separators.sqlite")
+    with Ledger(store, create=True) as ledger:
+        s = build_session(ledger, iterations=2, participants=3, converge=True)
+    _assert_patch_applies(store, s.prefix, tmp_path)
+
+
+def _assert_patch_applies(store: str, prefix: str, tmp_path: Path) -> None:
     texts = []
     for k in (1, 2):
-        got = forge("spec", s.prefix, "--at-iteration", str(k), "--json", "--store", store,
+        got = forge("spec", prefix, "--at-iteration", str(k), "--json", "--store", store,
                     cwd=tmp_path)
         texts.append(json.loads(got.stdout)["text"])
     assert texts[0] != texts[1]
-    diff = forge("spec", s.prefix, "--diff", "1", "2", "--store", store, cwd=tmp_path)
+    diff = forge("spec", prefix, "--diff", "1", "2", "--store", store, cwd=tmp_path)
     assert diff.returncode == 0, diff.stderr
     assert "@@ answers" not in diff.stdout
     doc = tmp_path / "doc.md"
-    doc.write_text(texts[0], encoding="utf-8")
-    applied = subprocess.run(["patch", str(doc)], input=diff.stdout, capture_output=True,
-                             text=True, check=False)
+    doc.write_bytes(texts[0].encode("utf-8"))
+    applied = subprocess.run(["patch", str(doc)], input=diff.stdout.encode("utf-8"),
+                             capture_output=True, check=False)
     assert applied.returncode == 0, applied.stdout + applied.stderr
-    assert doc.read_text(encoding="utf-8") == texts[1]
+    assert doc.read_bytes().decode("utf-8") == texts[1]
 
 
 def test_spec_mistakes_are_one_line(built: tuple[str, BuiltSession], tmp_path: Path) -> None:
@@ -258,3 +285,38 @@ def test_cleanup_removes_old_finished_exports_and_documents_beside_the_store(
     assert removed == {export, spec}
     assert not export.exists()
     assert not spec.exists()
+
+
+def test_outputs_are_created_with_the_same_mode(
+    built: tuple[str, BuiltSession], tmp_path: Path,
+) -> None:
+    """The report, the document and the export are files like any the user makes: the umask
+    decides their mode, for all three alike."""
+    store, s = built
+    umask = os.umask(0o022)
+    try:
+        outs = {
+            "report": forge("report", s.prefix, "--store", store, "--json", cwd=tmp_path),
+            "export": forge("export", s.prefix, "--store", store, "--json", cwd=tmp_path),
+        }
+        doc = tmp_path / "doc.md"
+        spec = forge("spec", s.prefix, "-o", str(doc), "--store", store, cwd=tmp_path)
+    finally:
+        os.umask(umask)
+    assert spec.returncode == 0, spec.stderr
+    paths = [doc]
+    for name, proc in outs.items():
+        assert proc.returncode == 0, f"{name}: {proc.stderr}"
+        paths.append(Path(json.loads(proc.stdout)["path"]))
+    assert {p.stat().st_mode & 0o777 for p in paths} == {0o644}
+    assert not [p for p in paths[0].parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_spec_output_dash_prints_the_document(built: tuple[str, BuiltSession],
+                                              tmp_path: Path) -> None:
+    store, s = built
+    printed = forge("spec", s.prefix, "--store", store, cwd=tmp_path)
+    dashed = forge("spec", s.prefix, "-o", "-", "--store", store, cwd=tmp_path)
+    assert dashed.returncode == 0, dashed.stderr
+    assert dashed.stdout == printed.stdout
+    assert not (tmp_path / "-").exists()

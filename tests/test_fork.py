@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import subprocess
+import sys
 import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from forge_ledger.cli import main
 from forge_ledger.clock import FixedStepClock, SequentialIds
+from forge_ledger.domain.state import SessionState
 from forge_ledger.domain.values import ModelProvider, RoundKind, SessionStatus, Stance
 from forge_ledger.errors import ConfigError, InvariantViolation, UsageError
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.lineage import apply_model_swaps, fork, override_config
+from forge_ledger.orchestrator import Orchestrator
+from forge_ledger.projections.consensus import consensus_trail
+from forge_ledger.projections.dissent import dissent_log
+from forge_ledger.projections.document import fold_lineage
+from forge_ledger.projections.show_view import session_ems
+from forge_ledger.report._gather import gather
+from forge_ledger.testing import ScriptedProvider, bundled_script
+from support.orchestrator import run_demo_session
 from support.stories import PARTICIPANTS, THREE_ITERATIONS, build, continued, story, vote
 
 PARENT = uuid.UUID(int=1)
@@ -56,6 +70,34 @@ def test_fork_at_iteration_records_origin_and_verifies(parent_ledger: Ledger) ->
     assert [r.model_dump() for r in state.rounds] == [r.model_dump() for r in parent_at.rounds]
     assert state.iteration == 2
     assert len(state.convergence) == 2
+
+
+def test_a_fork_before_its_fork_point_is_its_parent(parent_ledger: Ledger) -> None:
+    """Positions, iterations and times before the fork point read the parent's history,
+    under the fork's name; the fork's own events continue the parent's numbering."""
+    ledger = parent_ledger
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    fid = fork(ledger, PARENT, clock=FixedStepClock(at), ids=SequentialIds("b"), at_iteration=2)
+    k = ledger.position_of_iteration(PARENT, 2)
+    assert [e.position for e in ledger.events(fid)] == [k]
+    one = ledger.position_of_iteration(PARENT, 1)
+    assert ledger.position_of_iteration(fid, 1) == one
+    assert ledger.position_of_iteration(fid, 2) == k
+    early = next(e for e in ledger.events(PARENT) if e.position == one)
+    for state in (
+        ledger.state(fid, at_iteration=1),
+        ledger.state(fid, at_event=one),
+        ledger.state(fid, at_time=early.timestamp),
+    ):
+        assert state.id == str(fid)
+        assert state.head_hash == early.hash
+        assert state.version == one
+    contribution = ledger.state(fid).rounds[0].contributions[0]
+    assert ledger.prompt(fid, contribution) == ledger.prompt(PARENT, contribution)
+    b = continued(ledger.get(fid)).resume()
+    ledger.save(b.aggregate)
+    assert [e.position for e in ledger.events(fid)] == [k, k + 1]
+    assert ledger.position_at_time(fid, at + timedelta(days=1)) == k + 1
 
 
 def test_forked_session_can_continue(parent_ledger: Ledger) -> None:
@@ -200,3 +242,167 @@ def _main_then_exit(argv: list[str]) -> None:
     """Run the CLI in-process; a command that returns is exit code 0, as the console script's."""
     main(argv)
     raise SystemExit(0)
+
+
+# --------------------------------------------------------------------------- fork context
+
+
+FORK_DIFFERS = {
+    "id", "fork_origin", "created_at", "head_hash", "status", "status_reason", "seal",
+    "budget_exhausted",
+}
+"""What a fork's state at its fork point differs from its parent's in, by design (see
+:mod:`forge_ledger.lineage`); no config or participant is overridden here."""
+
+
+async def _no_sleep(_: float) -> None:
+    """Back-off is recorded, not waited for."""
+
+
+def _as_of(state: SessionState) -> dict[str, Any]:
+    """Every view of a session that compares positions, as of one state: the state itself, the
+    dissent log, the consensus trail, the EMS, the provenance and the document."""
+    return {
+        "state": state.model_dump(mode="json", exclude=FORK_DIFFERS),
+        "dissent": [d.as_json() for d in dissent_log(state, include_closed=True)],
+        "trail": [t.as_json() for t in consensus_trail(state)],
+        "ems": session_ems(state),
+        "provenance": fold_lineage(state).model_dump(mode="json"),
+        "document": state.latest_text,
+    }
+
+
+def _round_boundaries(ledger: Ledger, sid: uuid.UUID) -> list[int]:
+    """Every position where one round has ended and the next has not started, and the head:
+    the places a fork may start from."""
+    starts = [e.position for e in ledger.events(sid) if e.type == "RoundStarted"]
+    return [p - 1 for p in starts[1:]] + [ledger.head_version(sid)]
+
+
+def _prompts_after(ledger: Ledger, sid: uuid.UUID, after: int) -> list[tuple[Any, ...]]:
+    """(round, participant, attempt, prompt) of every answer recorded after ``after``."""
+    state = ledger.state(sid)
+    return [
+        (r.number, c.participant, c.attempt, [m.model_dump() for m in ledger.prompt(sid, c)])
+        for r in state.rounds
+        for c in r.contributions
+        if c.position > after
+    ]
+
+
+def test_a_fork_is_its_parent_up_to_the_fork_point_and_asks_what_it_asked(
+    store_url: str,
+) -> None:
+    """The demo's session forked after each of its rounds: at the fork point every view equals
+    the parent's, and resumed with the same scripted answers, the fork sends exactly the
+    prompts its parent sent after that point (the open dissent and human input included) and
+    ends with the same document, dissent log and cost."""
+    parent = run_demo_session(store_url, anonymize=False)
+    with Ledger(store_url) as ledger:
+        final = ledger.state(parent)
+        assert any(d.strong for d in final.divergences)  # the demo's dissent, to carry over
+        expected_after = {k: _prompts_after(ledger, parent, k) for k in _round_boundaries(
+            ledger, parent)}
+        for k, expected in expected_after.items():
+            clock = FixedStepClock(datetime(2026, 3, 1, tzinfo=UTC), timedelta(seconds=1))
+            fid = fork(ledger, parent, clock=clock, ids=SequentialIds(f"k{k}"), at_event=k)
+            assert ledger.head_version(fid) == k
+            assert _as_of(ledger.state(fid, at_event=k)) == _as_of(
+                ledger.state(parent, at_event=k)
+            )
+            voices = ScriptedProvider.from_script(bundled_script("four-voices"))
+            asyncio.run(Orchestrator(ledger, voices, clock=clock, sleep=_no_sleep).resume(fid))
+            got = _prompts_after(ledger, fid, k)
+            if expected:
+                assert got[0] == expected[0], f"first prompt after the fork point {k}"
+            assert got == expected, f"prompts after the fork point {k}"
+            after = ledger.state(fid)
+            assert after.latest_text == final.latest_text
+            assert after.cost_usd == pytest.approx(final.cost_usd)
+            assert [(d.id, d.status, [h.status for h in d.history]) for d in after.divergences] \
+                == [(d.id, d.status, [h.status for h in d.history]) for d in final.divergences]
+            assert verify_session(ledger, fid).ok
+
+
+def _forge_json(*args: str, cwd: Path) -> Any:
+    """One command of the installed CLI in a subprocess; its one JSON document."""
+    done = subprocess.run(
+        [sys.executable, "-m", "forge_ledger", *args, "--json"],
+        capture_output=True, text=True, timeout=180, cwd=cwd, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _shifted(doc: Any, after: int, by: int) -> Any:
+    """``doc`` with every position past ``after`` moved back ``by``: a resumed fork records a
+    few events of its own before its first round (the resume, its scripted server's new
+    address), so its later events stand ``by`` positions after its parent's."""
+    if isinstance(doc, dict):
+        return {
+            k: v - by if "position" in k and isinstance(v, int) and v > after
+            else _shifted(v, after, by)
+            for k, v in doc.items()
+        }
+    if isinstance(doc, list):
+        return [_shifted(v, after, by) for v in doc]
+    return doc
+
+
+def _without(doc: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k not in keys}
+
+
+def test_cli_a_resumed_fork_of_the_demo_agrees_with_its_parent(tmp_path: Path) -> None:
+    """Through the real CLI: the demo, forked at iteration 1 and resumed, has its parent's
+    dissent log, provenance and summary (cost, events); forked at its end, ``back`` says what
+    ``show --at-iteration`` says, for the fork as for the parent."""
+    store = str(tmp_path / "forks.sqlite")
+
+    def forge(*args: str) -> Any:
+        return _forge_json(*args, "--store", store, cwd=tmp_path)
+
+    demo = forge("demo", "--latency", "0")
+    parent = demo["session_id"]
+    forked = forge("fork", parent, "--at-iteration", "1")
+    child, k = forked["session_id"], forked["parent_position"]
+    resumed = forge("resume", child)
+    own = forge("log", child)
+    assert (own[0]["position"], own[0]["type"]) == (k, "SessionForked")
+    first_round = next(e["position"] for e in own if e["type"] == "RoundStarted")
+    by = first_round - (k + 1)
+
+    assert resumed["cost_usd"] == demo["cost_usd"]
+    assert resumed["events"] - by == demo["events"] == own[-1]["position"] - by
+    assert _shifted(forge("dissent", child, "--all"), k, by) == {
+        **forge("dissent", parent, "--all"), "session_id": child,
+    }
+    fork_spec = forge("spec", child, "--provenance")
+    parent_spec = forge("spec", parent, "--provenance")
+    assert _without(_shifted(fork_spec, k, by), "session_id", "head_hash", "updated") == (
+        _without(parent_spec, "session_id", "head_hash", "updated")
+    )
+
+    at_end = forge("fork", parent, "--at-iteration", "2")["session_id"]
+    before = forge("show", at_end)
+    mine = forge("show", parent)
+    assert [before[key] for key in ("version", "iteration", "phase", "ems", "cost_usd")] == [
+        mine[key] for key in ("version", "iteration", "phase", "ems", "cost_usd")
+    ]
+    shown = [forge("show", sid, "--at-iteration", "1") for sid in (parent, at_end)]
+    jump = forge("back", at_end, "1")
+    assert jump["ems_before"] == before["ems"]
+    assert jump["ems_after"] == shown[0]["ems"] == shown[1]["ems"]
+    assert shown[1]["version"] == shown[0]["version"] == k
+
+
+def test_a_report_of_a_fork_before_its_fork_point_is_its_parents(parent_ledger: Ledger) -> None:
+    """The report's audit of an iteration the fork inherited is its parent's, named as the
+    fork (the fork's own events begin after it)."""
+    ledger = parent_ledger
+    fid = fork(ledger, PARENT, clock=FixedStepClock(), ids=SequentialIds("r"), at_iteration=3)
+    page, parents = gather(ledger, fid, at_iteration=1), gather(ledger, PARENT, at_iteration=1)
+    assert page.session_id == str(fid)
+    assert page.position == parents.position == ledger.position_of_iteration(PARENT, 1)
+    assert page.audit.model_dump(exclude={"session_id"}) == parents.audit.model_dump(
+        exclude={"session_id"})

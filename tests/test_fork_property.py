@@ -1,8 +1,8 @@
 """Property: a fork's state at its first event is its parent's state at the fork position.
 
 Exactly these fields differ, by design (see forge_ledger.lineage's docstring):
-``id``, ``fork_origin``, ``created_at`` (the fork's identity and time), ``version`` and
-``head_hash`` (the fork's own chain), ``status``/``status_reason`` (paused, "forked"),
+``id``, ``fork_origin``, ``created_at`` (the fork's identity and time), ``head_hash`` (the
+fork's own chain; its position is the parent's), ``status``/``status_reason`` (paused, "forked"),
 ``seal``/``budget_exhausted`` (cleared), and ``config``/``participants`` when overridden.
 """
 
@@ -23,7 +23,7 @@ from forge_ledger.lineage import fork
 from support.stories import Iteration, build
 
 DIFFERS = {
-    "id", "fork_origin", "created_at", "version", "head_hash", "status", "status_reason",
+    "id", "fork_origin", "created_at", "head_hash", "status", "status_reason",
     "seal", "budget_exhausted", "config", "participants",
 }
 
@@ -71,11 +71,15 @@ def test_fork_state_equals_parent_state_at_fork_point(
             ledger, parent_id, clock=FixedStepClock(), ids=SequentialIds("p"), at_event=position,
             model_swaps=["bob=openai/swapped"] if swap else [], config_overrides=overrides,
         )
-        child = ledger.state(fid, at_event=1)
+        child = ledger.state(fid, at_event=position)
         assert _dump(child) == _dump(parent)
+        assert ledger.head_version(fid) == position  # the fork's first event is the fork point
         # the fields that do differ, differ exactly as documented
         assert child.id == str(fid)
-        assert child.version == 1
+        if position > 1:  # before the fork point, the fork is its parent
+            before = ledger.state(fid, at_event=position - 1)
+            assert _dump(before) == _dump(ledger.state(parent_id, at_event=position - 1))
+            assert (before.id, before.fork_origin) == (str(fid), child.fork_origin)
         assert child.fork_origin is not None
         assert child.fork_origin.parent_hash == parent.head_hash
         assert child.fork_origin.parent_position == position

@@ -193,7 +193,7 @@ def test_ctrl_c_exits_130_naming_the_session_and_it_resumes(
     assert runner.returncode == 130, err
     last = [x for x in err.splitlines() if x.strip()][-1]
     assert last == (
-        f"error: interrupted; session {sid[:8]} keeps everything recorded so far; "
+        f"interrupted; session {sid[:8]} keeps everything recorded so far; "
         f"continue with: forge-ledger resume {sid[:8]}"
     ), err
     kept = _events(store) or []

@@ -14,6 +14,7 @@ from sqlite_utils import Database
 
 from forge_ledger.domain import SessionState, canonical_json
 from forge_ledger.domain.events import Payload
+from forge_ledger.domain.values import Participant, RoundKind, Stance
 from forge_ledger.ledger import Ledger
 from forge_ledger.projections import (
     DEFAULT_PROJECTIONS,
@@ -31,6 +32,8 @@ from forge_ledger.projections import (
 )
 from forge_ledger.projections.migrations import MIGRATIONS
 from forge_ledger.projections.session_state import summary_row
+from forge_ledger.projections.show_view import contribution_line
+from forge_ledger.testing import SessionBuilder
 from support.projections import canonical_dump
 from support.random_sessions import build_ledger
 
@@ -334,3 +337,22 @@ def test_old_full_state_rows_are_replaced_by_summaries(tmp_path: Path) -> None:
                 ledger.state(sid),
             )
         db.close()
+
+
+def test_a_vote_line_reads_as_stance_score_and_the_first_line_of_its_reason() -> None:
+    b = SessionBuilder().start("Votes", participants=[
+        Participant(name=n, model=f"openai/{n}") for n in ("A", "B", "C")])
+    b.round(RoundKind.CONVERGENCE, iteration=1, participants="ABC")
+    b.answer("A", '{"agrees": true, "score": 86, "reasoning": "Clear.\\nMore."}')
+    b.answer("B", '{"agrees": false, "score": 20}')
+    b.answer("C", "I cannot agree yet.")
+    b.vote("A", agrees=True, stance=Stance.STRONGLY_AGREE, score=86, reasoning="Clear.\nMore.")
+    b.vote("B", agrees=False, score=20, concerns=("no retention policy", "other"))
+    b.vote("C", agrees=False, score=35)
+    state = b.aggregate.state
+    got = [contribution_line(state, c).preview for c in state.rounds[-1].contributions]
+    assert got == [
+        "vote: strongly_agree (86) — Clear.",
+        "vote: disagree (20) — no retention policy",
+        "vote: disagree (35) — I cannot agree yet.",
+    ]

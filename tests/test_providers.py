@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -19,6 +20,7 @@ from forge_ledger.domain.values import (
     Price,
     StopReason,
 )
+from forge_ledger.engine import output_ceiling
 from forge_ledger.providers import (
     LiteLLMProvider,
     Provider,
@@ -125,6 +127,49 @@ def test_length_finish_maps_to_max_tokens(
     resp = _run(provider, lambda: provider.complete(_call(fake_openai)))
     assert resp.stop_reason is StopReason.MAX_TOKENS
     assert resp.truncated
+
+
+def test_an_answer_past_its_output_ceiling_ends_the_stream_cut_off(
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
+) -> None:
+    """A provider that ignores max_tokens: the stream is ended at the call's ceiling (the
+    engine's max_tokens plus margin), the text kept up to it, the answer marked cut off."""
+    words = [f"w{i} " for i in range(400)]
+    fake_openai.set_script({"alice": "".join(words)})
+    call = dataclasses.replace(
+        _call(fake_openai, price=PRICE), max_tokens=100, output_ceiling=output_ceiling(100)
+    )
+    assert call.output_ceiling == 116
+    deltas: list[str] = []
+    resp = _run(provider, lambda: provider.complete(call, deltas.append))
+    assert resp.content == "".join(words[:116])
+    assert len(deltas) == 116
+    assert resp.stop_reason is StopReason.MAX_TOKENS
+    assert resp.truncated
+    assert resp.finish_reason == "length"
+    assert resp.tokens.output == 116
+    assert resp.tokens.input > 0
+    assert resp.usage_reported is False
+    assert resp.cost_usd == pytest.approx(PRICE.cost(resp.tokens))
+
+
+def test_an_answer_within_its_ceiling_is_whole(
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
+) -> None:
+    text = "".join(f"w{i} " for i in range(116))
+    fake_openai.set_script({"alice": text})
+    call = dataclasses.replace(_call(fake_openai), max_tokens=100, output_ceiling=116)
+    resp = _run(provider, lambda: provider.complete(call))
+    assert resp.content == text
+    assert resp.stop_reason is StopReason.END_TURN
+    assert resp.usage_reported is True
+    assert resp.tokens.output == 116
+
+
+def test_output_ceiling_margin() -> None:
+    assert output_ceiling(100) == 116
+    assert output_ceiling(2048) == 2048 + 41
+    assert output_ceiling(0) == 16
 
 
 def test_unknown_model_without_price_costs_nothing(

@@ -17,6 +17,7 @@ import pytest
 
 from forge_ledger.audit import InfluenceEdge, audit_report
 from forge_ledger.clock import FixedStepClock
+from forge_ledger.engine import cost_text, known_cost
 from forge_ledger.ledger import Ledger
 from forge_ledger.projections.document import fold_lineage
 from forge_ledger.report import ReportModel, gather, render_html
@@ -105,7 +106,11 @@ def test_the_model_is_the_audit_and_the_lineage(audited_store: Path, model: Repo
     assert model.audit.conformity  # bob's flip with nothing said in between
     assert model.integrity.chain_ok
     assert model.integrity.events_checked == state.version
-    assert (model.cost_usd, model.input_tokens) == (state.cost_usd, state.tokens.input)
+    assert model.input_tokens == state.tokens.input
+    assert (model.cost_usd, model.cost_text) == (
+        known_cost(state.cost_usd, state.unpriced_calls),
+        cost_text(state.cost_usd, state.unpriced_calls),
+    )
 
 
 def test_the_document_is_the_document_source_with_its_lineage(

@@ -1,10 +1,10 @@
 """The ``forge-ledger`` console script and ``python -m forge_ledger``.
 
-Loading the command line takes a second or more (pydantic models, eventsourcing, every
-command's module). A Ctrl-C in that second used to end in a Python traceback, because the
-command line's own handling of Ctrl-C did not exist yet. This module imports nothing heavy
-itself, so it is in place before that second starts; nothing has been recorded then, so the
-command just says it was interrupted.
+Loading the command line and then the command's module takes a while (pydantic models,
+eventsourcing). A Ctrl-C in that time used to end in a Python traceback, because the command
+line's own handling of Ctrl-C did not exist yet. This module imports nothing heavy itself, so
+it is in place before loading starts (the command group does the same for the command's
+module); nothing has been recorded then, so the command just says it was interrupted.
 """
 
 from __future__ import annotations

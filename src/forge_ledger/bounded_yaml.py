@@ -36,6 +36,8 @@ _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 ENV_MAX_BYTES = "FORGE_LEDGER_YAML_MAX_BYTES"
 ENV_MAX_NODES = "FORGE_LEDGER_YAML_MAX_NODES"
 ENV_MAX_DEPTH = "FORGE_LEDGER_YAML_MAX_DEPTH"
+LIBYAML_MAX_DEPTH = 1000
+"""libyaml's own nesting cap (its scanner stops deeper flow collections whatever ours is)."""
 
 
 @dataclass(frozen=True)
@@ -114,9 +116,14 @@ def _scan(text: str, name: str, lim: YamlLimits) -> None:
         # libyaml has a nesting cap of its own, which its scanner can reach before the parser
         # hands us the event that crosses ours (flow collections are scanned ahead): the same
         # bound, so the same message, whichever style the file nests in.
-        if "maximum nesting depth" in str(exc.problem):
+        if "maximum nesting depth" not in str(exc.problem):
+            raise
+        if lim.max_depth < LIBYAML_MAX_DEPTH:
             raise _too_big(name, "nested too deeply", lim.max_depth, ENV_MAX_DEPTH) from None
-        raise
+        raise InputLimitError(  # a limit raised past libyaml's own cannot help
+            f"{name}: nested too deeply (limit {LIBYAML_MAX_DEPTH:,}, the YAML parser's own)",
+            hint="refused before loading; flatten the file",
+        ) from None
 
 
 def _count(events: Iterable[yaml.Event], name: str, lim: YamlLimits) -> None:

@@ -7,6 +7,8 @@ instead of showing a traceback. Anything that is *not* a ``ForgeLedgerError`` is
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -31,10 +33,12 @@ __all__ = [
     "NonDeterminismError",
     "ProviderError",
     "RunInterrupted",
+    "SessionDamagedError",
     "SessionNotFoundError",
     "SessionPausedError",
     "StoreError",
     "StoreMissingError",
+    "StoreUnavailableError",
     "UsageError",
     "dotted_loc",
     "exit_interrupted",
@@ -48,6 +52,10 @@ class ForgeLedgerError(Exception):
     """Base of every error forge-ledger raises on purpose."""
 
     exit_code: int = 2
+    in_json: bool = False
+    """Whether a command asked for ``--json`` also prints this error as a JSON object on
+    stdout: for an outcome a script acts on (try again later), not for a user mistake (stdout
+    stays empty, the one line on stderr says what to fix)."""
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         self.message = message
@@ -58,6 +66,15 @@ class ForgeLedgerError(Exception):
         """The single line the CLI prints: what is wrong, then what to do."""
         text = self.message.rstrip(".")
         return f"{text}; {self.hint}" if self.hint else text
+
+    def as_json(self) -> dict[str, object]:
+        """The error as ``--json`` prints it (when :attr:`in_json`)."""
+        return {
+            "error": type(self).__name__,
+            "message": self.message,
+            "hint": self.hint,
+            "exit_code": self.exit_code,
+        }
 
     def lines(self) -> list[str]:
         """What the CLI prints, one ``error:`` line each (several only for lists of problems)."""
@@ -113,6 +130,15 @@ class StoreMissingError(StoreError):
     """There is no ledger at the store location yet (a follower may wait for one)."""
 
 
+class StoreUnavailableError(StoreError):
+    """The store could not be had in time (another process held its write lock past the lock
+    wait, ``FORGE_LEDGER_LOCK_TIMEOUT``): nothing of the change was stored, and trying again
+    later can succeed. Exit code 75 is ``EX_TEMPFAIL`` of ``sysexits.h``, "try again"."""
+
+    exit_code = 75
+    in_json = True
+
+
 class SessionNotFoundError(ForgeLedgerError):
     """No session (or more than one) matches the given id or prefix."""
 
@@ -139,25 +165,54 @@ class SessionPausedError(ForgeLedgerError):
 
 
 class RunInterrupted(ForgeLedgerError):
-    """The person pressed Ctrl-C: what was committed is kept and the session is resumable."""
+    """The person pressed Ctrl-C during a run: what was committed is kept and the session is
+    resumable. Its message starts with :data:`INTERRUPTED` (see :func:`exit_interrupted`)."""
 
     exit_code = 130
 
 
 INTERRUPTED = "interrupted"
-"""The line a command prints on Ctrl-C outside a run (a run says how to resume instead)."""
+"""The first word of what Ctrl-C prints, wherever it lands."""
 
 
-def exit_interrupted() -> NoReturn:
-    """Ctrl-C outside a run: :data:`INTERRUPTED` on stderr, exit ``RunInterrupted.exit_code``."""
-    sys.stderr.write(f"{INTERRUPTED}\n")
-    sys.exit(RunInterrupted.exit_code)
+def exit_interrupted(during_run: RunInterrupted | None = None) -> NoReturn:
+    """Ctrl-C, whenever it lands: one line on stderr that starts with :data:`INTERRUPTED`
+    (a run adds which session keeps what and how to resume it), exit
+    ``RunInterrupted.exit_code`` (130, as a shell reports a process ended by SIGINT)."""
+    sys.stderr.write(f"{during_run.one_line() if during_run else INTERRUPTED}\n")
+    # Leave at once rather than through SystemExit: on CPython 3.11 an interrupt that passed
+    # through ``exec`` of a string (dataclasses and eventsourcing build classes that way while
+    # a command loads) marks the interpreter to end by SIGINT at exit, handled or not, and the
+    # exit code would not be 130. Everything committed is already stored; the stack is unwound.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(RunInterrupted.exit_code)
 
 
 class ChainBrokenError(ForgeLedgerError):
     """The hash chain of a session does not verify."""
 
     exit_code = 1
+
+
+class SessionDamagedError(StoreError):
+    """A session's stored events or texts are damaged (an event deleted, reordered,
+    duplicated or unreadable, a text missing or altered): it cannot be read past
+    ``position``, the first damaged event. Other sessions of the store are not affected.
+    Exit 1, as for a chain that does not verify (``verify`` names the same position)."""
+
+    exit_code = 1
+
+    def __init__(self, session_id: object, position: int, problem: str) -> None:
+        self.session_id = str(session_id)
+        self.position = position
+        self.problem = problem
+        short = self.session_id[:8]
+        super().__init__(
+            f"session {short} is damaged at event {position}: {problem}",
+            hint=f"restore the store from a backup; 'forge-ledger verify {short}' checks it",
+        )
 
 
 class ProviderError(ForgeLedgerError):

@@ -6,10 +6,16 @@ position, that event's hash, iteration). Copying the state makes the fork self-c
 replays and exports without the parent) while the origin hash ties it to the shared history:
 anyone can check that the parent's event at ``parent_position`` still hashes to it.
 
+A fork's positions continue its parent's: its first event takes the fork point's position
+(``parent_position``), its own events follow it, and the positions before it are the
+parent's (:meth:`Ledger.state` and :meth:`Ledger.prompt` read them there). Every rule that
+compares positions (the dissent a prompt shows, a divergence's lifecycle, provenance, a
+rewind) then sees the same numbers in a parent and its fork.
+
 What a fork's state differs from its parent's state at the fork position in (and nothing else):
 
 - ``id`` (the fork's own id), ``fork_origin`` (set), ``created_at`` (the fork time);
-- ``version`` and ``head_hash`` (the fork's own chain: position 1, its own event hash);
+- ``head_hash`` (the fork's own chain, which begins at the fork point's position);
 - ``status`` becomes ``paused`` (``initialized`` stays ``initialized``) with reason ``forked``,
   so ``resume`` continues it even when the parent had finished; ``seal`` and
   ``budget_exhausted`` are cleared (they belonged to the parent's ending);
@@ -225,7 +231,7 @@ def _round_end(ledger: Ledger, session_id: UUID, number: int) -> int | None:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class StanceChange(_Model):
@@ -326,17 +332,11 @@ def consensus_path(
 
 
 def _state_at_iteration(ledger: Ledger, sid: UUID, k: int) -> SessionState | None:
-    """State at the end of iteration ``k``; for a fork's inherited iterations, the parent's."""
-    own = ledger.state(sid, at_event=1)
-    origin = own.fork_origin
-    if origin is not None and k < origin.parent_iteration:
-        try:
-            return _state_at_iteration(ledger, UUID(origin.parent_id), k)
-        except SessionNotFoundError:
-            return None
+    """State at the end of iteration ``k`` (for a fork's inherited iterations, the parent's:
+    see :meth:`Ledger.state`); None when there is no such iteration or its parent is gone."""
     try:
         return ledger.state(sid, at_iteration=k)
-    except UsageError:
+    except (UsageError, SessionNotFoundError):
         return None
 
 

@@ -12,7 +12,8 @@ participants — ask here first, and a problem found here writes nothing:
 - the budget can work: ``max_cost_usd`` above 0, ``min_consensus`` no more than the
   participants, and, when the user set a USD budget, a known price for every model (the
   participant's ``price:``, else litellm's table). A model without a price would be charged
-  $0 and the budget would silently not bind; ``allow_unpriced`` accepts that knowingly.
+  $0 and the budget would silently not bind; ``allow_unpriced`` accepts that knowingly;
+- the budget covers the worst case of the session's first call (below it no call is made).
 
 Every problem is collected and reported, one line each, naming what to change. litellm is
 reached only through :mod:`forge_ledger.providers` (imported lazily there).
@@ -20,11 +21,14 @@ reached only through :mod:`forge_ledger.providers` (imported lazily there).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from urllib.parse import urlparse
+from uuid import UUID
 
-from .domain.values import MAX_PARTICIPANTS, Participant, Price, SessionConfig
+from .domain.values import MAX_PARTICIPANTS, Participant, Price, SessionConfig, Topic
 from .errors import ConfigError
 
 __all__ = [
@@ -186,12 +190,14 @@ def check_participants(
     *,
     given: frozenset[str] = frozenset(),
     allow_unpriced: bool = False,
+    topic: Topic | None = None,
 ) -> None:
     """Raise :class:`PreflightError` listing every problem; return quietly when none.
 
     ``config`` is given when a session is about to start (its settings are checked against
     the participants); ``given`` names the :class:`SessionConfig` fields the user set. With
-    ``max_cost_usd`` among them every model needs a price, unless ``allow_unpriced``.
+    ``max_cost_usd`` among them every model needs a price, unless ``allow_unpriced``. With
+    the ``topic`` too, the budget must cover the worst case of the session's first call.
     """
     needs_price = (
         "max_cost_usd" in given
@@ -208,5 +214,40 @@ def check_participants(
             problem = _price_problem(p)
         if problem is not None:
             problems.append(problem)
+    if not problems and config is not None and topic is not None:
+        problem = _first_call_problem(topic, config, participants)
+        if problem is not None:
+            problems.append(problem)
     if problems:
         raise PreflightError(problems)
+
+
+def _first_call_problem(
+    topic: Topic, config: SessionConfig, participants: Sequence[Participant]
+) -> str | None:
+    """A budget below what the orchestrator reserves for the session's first call would
+    refuse every call: the session would be recorded, call no model and end with no
+    document. Said here instead, with the least budget that lets the first call be made."""
+    from .domain.aggregate import Deliberation
+    from .engine import first_call
+    from .providers import resolve_price, table_price
+
+    if config.max_cost_usd <= 0:
+        return None  # reported as such by check_session
+    started = Deliberation.start(
+        session_id=UUID(int=0), topic=topic, config=config, participants=participants,
+        at=datetime(2000, 1, 1, tzinfo=UTC),
+    )
+    first = first_call(started.state, lambda p: resolve_price(p, table_price))
+    if first is None or first.worst_case_usd <= config.max_cost_usd:
+        return None
+    return (
+        f"--max-cost {config.max_cost_usd:g} is below the worst case of the first call "
+        f"(${first.worst_case_usd:.4f}: {first.participant}'s {first.kind.value}), so no "
+        f"model could be called; give --max-cost {_at_least(first.worst_case_usd)} or more"
+    )
+
+
+def _at_least(usd: float) -> str:
+    """``usd`` rounded up to four decimals (a budget of exactly that lets the call be made)."""
+    return f"{math.ceil(usd * 10_000) / 10_000:.4f}"

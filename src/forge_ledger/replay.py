@@ -211,15 +211,17 @@ class _ReplayStore:
         self._ledger = ledger
         self._sid = session_id
         self._events = list(events)
-        self.head = len(self._events)
+        self.first = self._events[0].position if self._events else 1
+        """A fork's first event is at its fork point (its positions continue its parent's)."""
+        self.head = self.first + len(self._events) - 1
         self.current: Deliberation | None = None
         self.matched = 0
         self.generated = 0
         self.external = 0
 
     def recorded(self, position: int) -> RecordedEvent | None:
-        if 1 <= position <= self.head:
-            return self._events[position - 1]
+        if self.first <= position <= self.head:
+            return self._events[position - self.first]
         return None
 
     def get(self, _session_id: UUID, /, *, version: int | None = None) -> Deliberation:
@@ -407,7 +409,7 @@ def replay_session(ledger: Ledger, session_id: UUID | str) -> ReplayResult:
         and first.data.get("source") == "import"
     ):
         result.imported = True
-    store.current = ledger.get(sid, version=1)
+    store.current = ledger.get(sid, version=store.first)
     store.matched = 1
     store.external = 1
     orchestrator = Orchestrator(
@@ -437,7 +439,7 @@ def replay_session(ledger: Ledger, session_id: UUID | str) -> ReplayResult:
                 ),
             )
     except ForgeLedgerError as e:
-        position = (store.current.version + 1) if store.current else 1
+        position = (store.current.version + 1) if store.current else store.first
         rec = store.recorded(position)
         result.difference = ReplayDifference(
             position=position,

@@ -377,7 +377,9 @@ class JumpSummary(JsonFields):
     def ems_delta(self) -> int:
         return self.ems_after - self.ems_before
 
-    def text(self) -> str:
+    def text(self, field: Callable[[str], str] = str) -> str:
+        """What ``back`` prints; ``field`` renders each question (model text) on its line: a
+        terminal passes its escaping (``terminal_text.printable``), a program keeps them."""
         rule = "-" * 55
         plural = "s" if self.steps > 1 else ""
         lines = [
@@ -389,7 +391,7 @@ class JumpSummary(JsonFields):
         ]
         if self.questions:
             lines += ["", f"   Restored questions (iteration {self.to_iteration}):"]
-            lines += [f"   - {q}" for q in self.questions]
+            lines += [f"   - {field(q)}" for q in self.questions]
         lines.append(rule)
         return "\n".join(lines)
 

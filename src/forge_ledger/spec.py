@@ -11,7 +11,6 @@ file to the chain.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -23,7 +22,7 @@ from .domain.state import SessionState
 from .domain.values import SessionStatus
 from .errors import ImportValidationError
 from .ledger import Ledger
-from .ledger.outputs import store_outputs
+from .ledger.outputs import store_outputs, write_output
 from .projections.document import Answer, ContributionRef, DocumentLineage
 from .sealing import ExportReport, check_stored_chain
 from .yaml_format.storage import CleanupItem, remove_finished, session_file_path
@@ -43,6 +42,10 @@ __all__ = [
 ]
 
 SPEC_FORMAT = "forge-ledger-document/1"
+TRUNCATED_NOTE = (
+    "> **Truncated.** The answer that is this document was cut off at its token limit and "
+    "continuing it did not finish it: its end is missing."
+)
 _MAX_HEADER = 64 * 1024
 
 
@@ -79,6 +82,7 @@ def spec_header(state: SessionState) -> dict[str, Any]:
         "majority": majority,
         "open_dissent": len(state.open_divergences),
         "source": _source(state),
+        "truncated": state.document_truncated,
     }
 
 
@@ -91,14 +95,16 @@ def _verdict(state: SessionState) -> list[str]:
             f"{'agrees' if conv.majority_agrees else 'does not agree'} ({conv.agree} agree, "
             f"{conv.partial} partial, {conv.disagree} disagree, {conv.abstain} abstain)"
         )
+    cut = [TRUNCATED_NOTE] if state.document_truncated else []
     if state.status is SessionStatus.CONVERGED:
         return [f"> **Agreed.** The participants converged on this text at iteration "
-                f"{state.iteration}: {vote}."]
+                f"{state.iteration}: {vote}.", *cut]
     out = [f"> **Not agreed.** Status {state.status.value} at iteration {state.iteration}: "
            f"{vote}. Open dissent: {len(state.open_divergences)}."]
     for d in state.open_divergences:
         who = ", ".join(f"{p.participant} ({p.stance.value})" for p in d.positions)
         out.append(f"> - {d.id}: {' '.join(d.topic.split())} — {who}")
+    out[1:1] = cut
     return out
 
 
@@ -153,11 +159,7 @@ def write_spec(
 ) -> Path:
     """Write ``state``'s document file (atomic replace); returns its path."""
     target = path if path is not None else spec_path(ledger, state, directory)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(render_spec(state), "utf-8")
-    os.replace(tmp, target)
-    return target
+    return write_output(target, render_spec(state))
 
 
 # --------------------------------------------------------------------------- provenance
@@ -177,17 +179,30 @@ def _describe(ref: ContributionRef) -> str:
 
 @dataclass
 class _Legend:
+    """Marker numbers in the order things happened (event position), so the legend reads as
+    a timeline and a larger number is always a later contribution or answer."""
+
     refs: dict[int, int]
     answers: dict[tuple[str, int, str], int]
 
+    @classmethod
+    def of(cls, lineage: DocumentLineage) -> _Legend:
+        shown = {s.origin.position for s in lineage.sentences if s.text.strip()}
+        shown |= {s.revisions[-1].contribution.position
+                  for s in lineage.sentences if s.text.strip() and s.revisions}
+        answers = sorted({(a.kind, a.position, a.text) for s in lineage.sentences
+                          if s.text.strip() for a in s.answers}, key=lambda k: (k[1], k[0], k[2]))
+        return cls({p: n for n, p in enumerate(sorted(shown), 1)},
+                   {k: n for n, k in enumerate(answers, 1)})
+
     def ref(self, r: ContributionRef) -> int:
-        return self.refs.setdefault(r.position, len(self.refs) + 1)
+        return self.refs[r.position]
 
 
 def render_provenance(state: SessionState, lineage: DocumentLineage) -> str:
     """The document with a marker after each sentence (⁽origin→last revision⁾, ✓ for an
     answer) and a legend of contributions, answers and dropped sentences."""
-    legend = _Legend({}, {})
+    legend = _Legend.of(lineage)
     by_pos: dict[int, ContributionRef] = {}
     parts: list[str] = []
     for s in lineage.sentences:
@@ -201,12 +216,11 @@ def render_provenance(state: SessionState, lineage: DocumentLineage) -> str:
             last = s.revisions[-1].contribution
             by_pos[last.position] = last
             mark += "→" + _sup(legend.ref(last))
-        for a in s.answers:
-            n = legend.answers.setdefault((a.kind, a.position, a.text), len(legend.answers) + 1)
-            mark += " ✓" + _sup(n)
+        for a in sorted(s.answers, key=lambda a: legend.answers[(a.kind, a.position, a.text)]):
+            mark += " ✓" + _sup(legend.answers[(a.kind, a.position, a.text)])
         parts.append(f"{body} ⁽{mark}⁾{s.text[len(body):]}")
-    title = (f"{state.topic.title} — session {state.id}, event {state.version}, head hash "
-             f"{state.head_hash[:16]}…")
+    title = (f"{' '.join(state.topic.title.split())} — session {state.id}, event "
+             f"{state.version}, head hash {state.head_hash[:16]}…")
     out = [title, "\n".join(_verdict(state)), "", "".join(parts).rstrip("\n"), "",
            "Contributions:"]
     for pos, n in sorted(legend.refs.items(), key=lambda x: x[1]):

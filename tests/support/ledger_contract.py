@@ -74,6 +74,13 @@ class LedgerContract:
             with pytest.raises(SessionNotFoundError, match="matches 2 sessions") as amb:
                 ledger.resolve("aaaa")
             assert amb.value.hint == "type more characters of the id"
+            assert f"aaaa1111 ({TOPIC}), aaaa2222 ({TOPIC})" in str(amb.value)
+            assert ledger.resolve("@") == ledger.resolve("last") == b_id
+            assert ledger.resolve("@~1") == a_id
+            with pytest.raises(SessionNotFoundError, match="the store holds 2 session"):
+                ledger.resolve("@~2")
+            with pytest.raises(SessionNotFoundError, match="is not a session reference"):
+                ledger.resolve("@~x")
             with pytest.raises(SessionNotFoundError, match="no session matches 'bbbb'"):
                 ledger.resolve("bbbb")
             with pytest.raises(SessionNotFoundError):

@@ -14,8 +14,9 @@ minority report of the dissent never resolved.
 - :mod:`.render` — the Markdown rendering (the terminal shows it through Rich).
 
 Forks: a fork's state carries its parent's rounds up to the fork point; the fork's own events
-begin at ``SessionForked``. Items from those inherited rounds (``round <= inherited_rounds``)
-carry positions in the *parent's* ledger.
+begin at ``SessionForked``, which stands at the fork point's position (a fork's positions
+continue its parent's). Items from those inherited rounds (``round <= inherited_rounds``) carry
+the positions they have in the parent, which are the fork's too.
 """
 
 from __future__ import annotations

@@ -211,12 +211,16 @@ def _failed_calls(state: SessionState, events: Sequence[EventLike]) -> list[Fail
     return out
 
 
-def _add(acc: dict[str, Any], calls: int, failed: int, tin: int, tout: int, usd: float) -> None:
+def _add(
+    acc: dict[str, Any], calls: int, failed: int, tin: int, tout: int, usd: float,
+    unpriced: int = 0,
+) -> None:
     acc["calls"] = acc.get("calls", 0) + calls
     acc["failed_calls"] = acc.get("failed_calls", 0) + failed
     acc["input_tokens"] = acc.get("input_tokens", 0) + tin
     acc["output_tokens"] = acc.get("output_tokens", 0) + tout
-    acc["cost_usd"] = acc.get("cost_usd", 0.0) + usd
+    acc["priced_cost_usd"] = acc.get("priced_cost_usd", 0.0) + usd
+    acc["unpriced_calls"] = acc.get("unpriced_calls", 0) + unpriced
 
 
 def _usage(
@@ -237,13 +241,13 @@ def _usage(
     for r in state.rounds:
         for c in r.contributions:
             t = c.response.tokens
-            args = (1, 0, t.input, t.output, c.response.cost_usd)
+            args = (1, 0, t.input, t.output, c.response.cost_usd, int(c.unpriced))
             _add(per_p.setdefault(c.participant, {"participant": c.participant,
                                                   "model": c.model}), *args)
             _add(per_r[r.number], *args)
     for f in failed:
         tin, tout = fail_tokens.get(f.position, (0, 0)) if f.model is not None else (0, 0)
-        args = (1, 1, tin, tout, f.cost_usd or 0.0)
+        args = (1, 1, tin, tout, f.cost_usd or 0.0, 0)
         _add(per_p.setdefault(f.participant, {"participant": f.participant, "model": ""}), *args)
         if f.round in per_r:
             _add(per_r[f.round], *args)
@@ -407,6 +411,7 @@ def audit_report(events: Sequence[EventLike]) -> AuditReport:
         status_reason=state.status_reason, events=state.version, head_hash=state.head_hash,
         iterations=state.iteration, fork_origin=state.fork_origin,
         inherited_rounds=_inherited_rounds(events), sealed=state.seal is not None,
+        document_truncated=state.document_truncated,
         anonymized=state.config.anonymize, labels=dict(state.review_labels),
         consensus=tuple(consensus), trajectories=tuple(trajectories),
         stance_shifts=tuple(shifts),
@@ -422,7 +427,7 @@ def audit_report(events: Sequence[EventLike]) -> AuditReport:
             calls=sum(u.calls for u in by_participant),
             failed_calls=sum(u.failed_calls for u in by_participant),
             input_tokens=state.tokens.input, output_tokens=state.tokens.output,
-            cost_usd=state.cost_usd,
+            priced_cost_usd=state.cost_usd, unpriced_calls=state.unpriced_calls,
         ),
         failed_calls=tuple(failed),
         minority_report=tuple(_minority(dissent, trajectories)),

@@ -3,17 +3,18 @@
 Every renderer (text, Markdown, HTML) reads this model and nothing else, and
 ``report.model_dump(mode="json")`` is the JSON document, so programs and people see the same
 facts. Fields named ``from`` in JSON are ``from_`` in Python (a keyword); the model serialises
-by alias. Positions are ledger positions of the session's own events (for a fork's inherited
-rounds, positions in the parent's ledger).
+by alias. Positions are ledger positions of the session's events (a fork's positions continue
+its parent's: its inherited rounds keep the positions they have in the parent).
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from ..domain.events import ForkOrigin
 from ..domain.state import CallFailure, DivergenceChange
 from ..domain.values import RoundKind, Stance
+from ..engine.budget import cost_text, known_cost
 
 __all__ = [
     "AuditReport",
@@ -41,7 +42,7 @@ __all__ = [
 class _Model(BaseModel):
     model_config = ConfigDict(
         frozen=True, extra="forbid", serialize_by_alias=True, validate_by_name=True,
-        validate_by_alias=True,
+        validate_by_alias=True, defer_build=True,
     )
 
 
@@ -171,7 +172,26 @@ class Usage(_Model):
     failed_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
-    cost_usd: float = 0.0
+    priced_cost_usd: float = 0.0
+    """What the calls made at a known price cost."""
+    unpriced_calls: int = 0
+    """Answers charged at no known price: the total cost is then unknown."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def cost_usd(self) -> float | None:
+        """The total cost; None (JSON null) when some call had no known price."""
+        return known_cost(self.priced_cost_usd, self.unpriced_calls)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def cost_complete(self) -> bool:
+        return not self.unpriced_calls
+
+    @property
+    def cost_text(self) -> str:
+        """The cost as every output shows it (``unpriced``, never ``$0.0000`` for unknown)."""
+        return cost_text(self.priced_cost_usd, self.unpriced_calls)
 
 
 class ParticipantUsage(Usage):
@@ -189,7 +209,7 @@ class FailedCall(CallFailure):
     """The session state's :class:`CallFailure`, with what only its event tells: the model
     called and the cost. The partial answer stays out of the report (it is in the ledger)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     partial_text: str = Field(default="", exclude=True)
     model: str | None = None
@@ -303,6 +323,8 @@ class AuditReport(_Model):
     fork_origin: ForkOrigin | None
     inherited_rounds: int
     sealed: bool
+    document_truncated: bool = False
+    """The document was cut off at its token limit (``SessionState.document_truncated``)."""
     anonymized: bool
     labels: dict[str, str]
     """Review label → participant (empty unless anonymized)."""

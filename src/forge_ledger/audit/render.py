@@ -49,10 +49,6 @@ def _table_section(
     return out + _table(headers, rows)
 
 
-def _usd(x: float) -> str:
-    return f"${x:.4f}"
-
-
 def _opt(x: float | None, fmt: str = "{:.2f}") -> str:
     return "—" if x is None else fmt.format(x)
 
@@ -65,8 +61,10 @@ def _header(r: AuditReport) -> list[str]:
         ("Head hash", f"`{r.head_hash[:16]}…`"),
         ("Sealed", "yes" if r.sealed else "no"),
         ("Iterations", str(r.iterations)),
+        *([("Document", "truncated: cut off at its token limit, its end is missing")]
+          if r.document_truncated else []),
         ("Total", f"{r.total.input_tokens} in / {r.total.output_tokens} out tokens, "
-                  f"{_usd(r.total.cost_usd)}, {r.total.failed_calls} failed call(s)"),
+                  f"{r.total.cost_text}, {r.total.failed_calls} failed call(s)"),
     ]
     if r.anonymized:
         meta.append(("Anonymized review", "; ".join(f"{k} = {v}" for k, v in r.labels.items())
@@ -78,7 +76,7 @@ def _header(r: AuditReport) -> list[str]:
                             f"{o.parent_iteration}); rounds 1–{r.inherited_rounds} are inherited "
                             "and their positions refer to the parent")
         )
-    return [f"# Audit: {r.title}", "", *_table(("", ""), meta)]
+    return [f"# Audit: {' '.join(r.title.split())}", "", *_table(("", ""), meta)]
 
 
 def _consensus(r: AuditReport) -> list[str]:
@@ -217,13 +215,13 @@ def _usage(r: AuditReport) -> list[str]:
     out += _table(
         ("Participant", "Model", "Calls", "Failed", "Input tokens", "Output tokens", "Cost"),
         [(u.participant, u.model, u.calls, u.failed_calls, u.input_tokens, u.output_tokens,
-          _usd(u.cost_usd)) for u in r.usage_by_participant],
+          u.cost_text) for u in r.usage_by_participant],
     )
     out += ["### Per round", ""]
     return out + _table(
         ("Round", "Kind", "Iteration", "Calls", "Failed", "Input tokens", "Output tokens", "Cost"),
         [(u.round, u.kind.value, u.iteration, u.calls, u.failed_calls, u.input_tokens,
-          u.output_tokens, _usd(u.cost_usd)) for u in r.usage_by_round],
+          u.output_tokens, u.cost_text) for u in r.usage_by_round],
     )
 
 

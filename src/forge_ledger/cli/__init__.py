@@ -1,29 +1,132 @@
 """The ``forge-ledger`` command line.
 
-Commands live in small modules by theme and register themselves on :data:`cli`. ``main``
-turns every :class:`~forge_ledger.errors.ForgeLedgerError` (and click's usage errors) into
-one line on stderr with a non-zero exit code.
+Commands live in small modules by theme and register themselves on :data:`cli`, which
+imports a command's module only when that command runs (or its help is asked for):
+:data:`COMMANDS` names each command's module and its one-line summary, so ``--help`` lists
+every command without importing any, and ``sessions`` does not pay for the audit, the YAML
+format or the model providers. ``main`` turns every
+:class:`~forge_ledger.errors.ForgeLedgerError` (and click's usage errors) into one line on
+stderr with a non-zero exit code.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
+from gettext import gettext
 from pathlib import Path
 
 import click
 
 from .. import __version__
-from ..errors import ArgumentError, ForgeLedgerError, exit_interrupted
+from ..errors import ArgumentError, ForgeLedgerError, RunInterrupted, exit_interrupted
+from ..terminal_text import printable
 
-__all__ = ["cli", "main"]
+__all__ = ["COMMANDS", "cli", "main"]
+
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    # name: (module in this package, the command's attribute there, the first paragraph of
+    # its help: what --help lists). A test checks every entry against the command itself.
+    "abort": ("deliberate", "abort",
+              "End a session for good, with your reason (recorded, then sealed)."),
+    "answer": ("deliberate", "answer",
+               "Record your answer to a paused session's questions (then run 'resume')."),
+    "audit": ("promises", "audit", "How consensus formed in SESSION: scores beside majorities, "
+              "who moved whom, conformity."),
+    "back": ("yaml_cmds", "back_cmd", "Go back STEPS iterations (1-5, default 1) in a session "
+             "still in progress or paused; history is kept and the questions of the target "
+             "iteration are pending again."),
+    "browse": ("browse", "browse",
+               "Update the projections and open the read model in Datasette (Ctrl-C stops)."),
+    "cleanup": ("yaml_cmds", "cleanup_cmd", "Remove YAML exports and documents of "
+                "completed/abandoned sessions older than --days (never events)."),
+    "copy": ("copy_cmd", "copy_cmd",
+             "Copy SESSIONs (a fork with its ancestors) to another store, event for event."),
+    "demo": ("demo", "demo",
+             "Run an offline four-participant deliberation (no API key, no network)."),
+    "diff": ("promises", "diff",
+             "Compare the consensus paths of sessions A and B, iteration by iteration."),
+    "dissent": ("views", "dissent",
+                "The dissent log of SESSION: divergences still open, with their lifecycle."),
+    "export": ("yaml_cmds", "export_cmd",
+               "Write SESSION as a YAML v1.2 session file, or SESSIONs as a one-file ledger."),
+    "fake-server": ("fake_server", "fake_server",
+                    "Serve scripted chat completions on HOST:PORT until interrupted (Ctrl-C)."),
+    "fork": ("promises", "fork_cmd", "Start a new session from SESSION as of a past point; "
+             "prints the new session's id."),
+    "import": ("yaml_cmds", "import_cmd", "Import a YAML session file (v1.0 or v1.2) as a new "
+               "session; a bad file writes nothing."),
+    "log": ("read", "log", "Print SESSION's events in order (full id or unique prefix)."),
+    "projections": ("views", "projections", "Read-model projections (SQLite file beside the "
+                    "store, browsable with Datasette)."),
+    "replay": ("replay_cmd", "replay",
+               "Replay SESSION (or --all) deterministically; report the first difference."),
+    "report": ("report_cmd", "report", "Write SESSION as one HTML page: charts, the document "
+               "with provenance, the audit."),
+    "resume": ("deliberate", "resume",
+               "Continue a paused or interrupted session (calls only what is missing)."),
+    "run": ("deliberate", "run", "Run a deliberation on TOPIC with the given participants."),
+    "seal": ("promises", "seal",
+             "Verify the chain of a finished SESSION and close it with a seal."),
+    "sessions": ("read", "sessions", "List the sessions in the store (newest last)."),
+    "show": ("read", "show",
+             "Show SESSION (full id or unique prefix), now or as of a past point."),
+    "spec": ("spec_cmd", "spec_cmd", "Print SESSION's document: the latest synthesis (before any, "
+             "the latest draft or response) exactly as written, under a header saying whether "
+             "it was agreed."),
+    "trail": ("views", "trail", "The consensus trail of SESSION: each vote, stance changes, who "
+              "moved whom, conformity."),
+    "verify": ("read", "verify", "Recompute the hash chain of SESSION, of every session in the "
+               "store, or check an export."),
+    "verify-export": ("promises", "verify_export_cmd", "Check a sealed session's YAML export, "
+                      "or a document file, against the chain in the store."),
+}
+"""Every command, by name: where it lives and what ``--help`` says of it. A new command goes
+here as well as in its module (``tests/test_cli_startup.py`` fails until it does)."""
 
 
 class _Group(click.Group):
-    """The command group, with one rule for a reader that went away (``| head``).
+    """The command group: commands loaded on first use, and one rule for a reader that went
+    away (``| head``).
+
+    Loading every command's module cost half a second per run (the audit, the YAML format,
+    the projections runner and the pydantic models they build); a command now imports only
+    its own module, and the command list comes from :data:`COMMANDS`.
 
     click turns a broken pipe into exit code 1 and Rich into ``SystemExit(1)``; a reader
     closing the pipe early is not the command's failure, so every command then exits 0,
     quietly (deliberations themselves never notice: see ``_interrupt``)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *super().list_commands(ctx)})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command, its module imported the first time (it registers itself on ``cli``).
+
+        A Ctrl-C while the module loads is one at start-up, before anything ran: it ends as
+        one in ``_entry`` does, not as click's abort of a running command."""
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module, attribute, _ = COMMANDS[cmd_name]
+            try:
+                loaded = importlib.import_module(f"{__name__}.{module}")
+            except KeyboardInterrupt:
+                exit_interrupted()
+            self.commands.setdefault(cmd_name, getattr(loaded, attribute))
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's command list, with a command not loaded yet standing in by its summary
+        (the same words its help starts with, shortened by click's own rule)."""
+        commands = [
+            (name, self.commands.get(name) or click.Command(name, help=COMMANDS[name][2]))
+            for name in self.list_commands(ctx)
+        ]
+        commands = [(name, command) for name, command in commands if not command.hidden]
+        if not commands:
+            return
+        limit = formatter.width - 6 - max(len(name) for name, _ in commands)
+        with formatter.section(gettext("Commands")):
+            formatter.write_dl([(name, c.get_short_help_str(limit)) for name, c in commands])
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -79,27 +182,19 @@ def _after_command(*_: object, **__: object) -> None:
     raise_chain_break()
 
 
-def _register() -> None:
-    """Import every public module of this package; each adds its commands to ``cli``.
-
-    Command modules must stay cheap to import (no litellm at module level).
-    """
-    import importlib
-    import pkgutil
-
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
-        if not info.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{info.name}")
-
-
-_register()
+def all_commands() -> list[click.Command]:
+    """Every command, each module imported (for what needs them all: the option names of an
+    error, the README's reference)."""
+    with click.Context(cli) as ctx:
+        found = [cli.get_command(ctx, name) for name in cli.list_commands(ctx)]
+    return [c for c in found if c is not None]
 
 
 def option_names() -> dict[str, str]:
     """Each command option's parameter name and its long form (``at_event`` → ``--at-event``):
     the library's errors name its parameters, the command line speaks of its options."""
     names: dict[str, str] = {}
-    for command in cli.commands.values():
+    for command in all_commands():
         for param in command.params:
             long = [o for o in param.opts if o.startswith("--")]
             if isinstance(param, click.Option) and param.name and long:
@@ -115,18 +210,17 @@ def _in_cli_terms(e: ForgeLedgerError) -> ForgeLedgerError:
 def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="forge-ledger", standalone_mode=False)
+    except RunInterrupted as e:
+        exit_interrupted(e)
     except ForgeLedgerError as e:
-        for line in _in_cli_terms(e).lines():
-            click.echo(f"error: {line}", err=True)
-        sys.exit(e.exit_code)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
+        _fail(e)
+    except click.exceptions.Abort:  # click's name for Ctrl-C (and end of input at a prompt)
+        exit_interrupted()
     except click.ClickException as e:
         ctx_hint = ""
         if isinstance(e, click.UsageError) and e.ctx is not None:
             ctx_hint = f" (see '{e.ctx.command_path} --help')"
-        click.echo(f"error: {e.format_message()}{ctx_hint}", err=True)
+        click.echo(f"error: {printable(e.format_message())}{ctx_hint}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
@@ -142,5 +236,16 @@ def main(argv: list[str] | None = None) -> None:
         failure = found_chain_break() or store_failure(e)
         if failure is None:
             raise
-        click.echo(f"error: {failure.one_line()}", err=True)
-        sys.exit(failure.exit_code)
+        _fail(failure)
+
+
+def _fail(e: ForgeLedgerError) -> None:
+    """One ``error:`` line on stderr (and the error as JSON on stdout under ``--json`` when a
+    script acts on it), then the error's exit code."""
+    from ._common import emit_json, json_asked
+
+    if e.in_json and json_asked():
+        emit_json(e.as_json())
+    for line in _in_cli_terms(e).lines():
+        click.echo(f"error: {printable(line)}", err=True)
+    sys.exit(e.exit_code)

@@ -8,36 +8,44 @@ non-zero exit, never a traceback. Nothing here imports litellm.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import click
-from rich.console import Console, RenderableType
-from rich.markdown import Markdown
+from rich.console import Console, ConsoleOptions, RenderableType
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from ..errors import UsageError
-from ..ledger import Ledger
+from ..terminal_text import printable
 
 if TYPE_CHECKING:
     from ..domain.state import SessionState
+    from ..ledger import Ledger
 
 __all__ = [
     "HMAC_KEY_ENV",
+    "add_row",
+    "document_output",
     "emit_json",
     "err_console",
     "has_unpriced_calls",
     "hmac_key",
+    "json_asked",
     "json_option",
     "money",
     "open_ledger",
     "out_console",
     "print_markdown",
     "print_table",
+    "printable",
+    "remember_json",
+    "shown",
     "store_option",
     "to_terminal",
 ]
@@ -59,11 +67,24 @@ class _Console(Console):
             os.dup2(devnull, stream.fileno())  # nothing left to flush at exit
         raise BrokenPipeError
 
+    def render(
+        self, renderable: RenderableType, options: ConsoleOptions | None = None
+    ) -> Iterable[Segment]:
+        """Every rendered piece of text through :func:`printable`: a value a print site did
+        not escape still cannot drive the terminal. Rich's own control codes (cursor moves of
+        the live view) are separate segments and pass; styles are not text."""
+        for segment in super().render(renderable, options):
+            if segment.control or not segment.text:
+                yield segment
+            else:
+                yield Segment(printable(segment.text, multiline=True), segment.style)
 
-out_console = _Console(highlight=False, soft_wrap=True, markup=False)
-err_console = _Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
-"""Both consoles have Rich markup off: everything printed is store, model or user text until
-proven otherwise, so ``[red]`` or ``[link=…]`` in a contribution prints as typed. Styling is
+
+out_console = _Console(highlight=False, soft_wrap=True, markup=False, emoji=False)
+err_console = _Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
+"""Both consoles have Rich markup and emoji codes off: everything printed is store, model or
+user text until proven otherwise, so ``[red]``, ``[link=…]`` or ``:fire:`` in a contribution
+prints as typed. Styling is
 done with :class:`~rich.text.Text` objects (or ``markup=True`` on a literal written here)."""
 
 
@@ -77,9 +98,21 @@ def to_terminal(console: Console | None = None) -> bool:
     return (console or out_console).is_terminal
 
 
+def shown(value: object, *, multiline: bool = False, style: str = "") -> Text:
+    """A value of the store, a model, a file or a person as terminal text: a plain
+    :class:`~rich.text.Text` (never markup) with control characters escaped (a single-line
+    field's newlines too), so a cell or a line prints as what it is."""
+    return Text(printable(str(value), multiline=multiline), style=style)
+
+
+def add_row(table: Table, *cells: object, end_section: bool = False) -> None:
+    """Add a row of cells that are user, model or store text (titles, names, reasons)."""
+    table.add_row(*(shown(c) for c in cells), end_section=end_section)
+
+
 def _plain(cell: RenderableType) -> str:
     text = cell.plain if isinstance(cell, Text) else str(cell)
-    return " ".join(text.replace("\t", " ").splitlines())
+    return printable(" ".join(text.replace("\t", " ").splitlines()))
 
 
 def print_table(table: Table, console: Console | None = None) -> None:
@@ -105,23 +138,73 @@ def print_markdown(text: str, console: Console | None = None) -> None:
     """Markdown rendered on a terminal, the Markdown source itself elsewhere (nothing cut)."""
     con = console or out_console
     if to_terminal(con):
-        con.print(Markdown(text))
+        from rich.markdown import Markdown  # markdown-it and Pygments: only when rendering
+
+        con.print(Markdown(printable(text, multiline=True), hyperlinks=False))
         return
     con.file.write(text if text.endswith("\n") else text + "\n")
     con.file.flush()
 
 
-def money(usd: float, *, unpriced: bool = False) -> str:
-    """A cost as shown everywhere: calls made at no known price (``--allow-unpriced``) are
-    ``unpriced``, never a misleading ``$0.0000``."""
-    if not unpriced:
-        return f"${usd:.4f}"
-    return "unpriced" if usd == 0 else f"${usd:.4f} + unpriced calls"
+class _Printable(io.TextIOBase):
+    """A text stream that writes to ``target`` what :func:`printable` makes of each write
+    (newlines kept): it escapes character by character, so how a text is split into writes
+    changes nothing."""
+
+    def __init__(self, target: TextIO) -> None:
+        self._target = target
+
+    def write(self, text: str) -> int:
+        self._target.write(printable(text, multiline=True))
+        return len(text)
+
+    def flush(self) -> None:
+        self._target.flush()
+
+    def isatty(self) -> bool:
+        return self._target.isatty()
+
+    def fileno(self) -> int:
+        return self._target.fileno()
+
+    @property
+    def encoding(self) -> Any:  # type: ignore[override]
+        return getattr(self._target, "encoding", "utf-8")
+
+    def writable(self) -> bool:
+        return True
+
+
+@contextlib.contextmanager
+def document_output() -> Iterator[None]:
+    """stdout for a document (``spec``, ``audit --markdown``, ``report -o -``): its exact bytes
+    for a pipe or a file, every write escaped (:func:`printable`, newlines kept) on a terminal.
+    Never around ``--json``: JSON keeps its bytes wherever it goes. The stream itself
+    decides, not Rich's guess: ``FORCE_COLOR`` (set by many CI systems) makes Rich style a
+    pipe, but a document piped to a file must stay byte for byte what was recorded."""
+    if not sys.stdout.isatty():
+        yield
+        return
+    saved = sys.stdout
+    sys.stdout = _Printable(saved)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stdout = saved
+
+
+def money(usd: float, *, unpriced: bool | int = False) -> str:
+    """A cost as shown everywhere (:func:`forge_ledger.engine.cost_text`): calls made at no
+    known price are ``unpriced``, never a misleading ``$0.0000``."""
+    from ..engine import cost_text
+
+    return cost_text(usd, int(unpriced))
 
 
 def has_unpriced_calls(state: SessionState) -> bool:
     """Whether any contribution of ``state`` was charged at no known price."""
-    return any(c.unpriced for r in state.rounds for c in r.contributions)
+    return state.unpriced_calls > 0
 
 
 HMAC_KEY_ENV = "FORGE_LEDGER_HMAC_KEY"
@@ -147,14 +230,33 @@ def store_option(f: F) -> F:
     )(f)
 
 
+_JSON_ASKED: list[bool] = []
+
+
+def remember_json(_ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    """The ``--json`` option's callback: the command line's error handling prints an error a
+    script acts on as JSON too (:attr:`~forge_ledger.errors.ForgeLedgerError.in_json`)."""
+    if value:
+        _JSON_ASKED.append(True)
+    return value
+
+
+def json_asked() -> bool:
+    """Whether the command being run was given ``--json``."""
+    return bool(_JSON_ASKED)
+
+
 def json_option(f: F) -> F:
     return click.option(
-        "--json", "as_json", is_flag=True, help="Print exactly one JSON document on stdout."
+        "--json", "as_json", is_flag=True, callback=remember_json,
+        help="Print exactly one JSON document on stdout.",
     )(f)
 
 
 def open_ledger(store: str | None, *, create: bool = False) -> Ledger:
     """Open the ledger; read-only commands pass ``create=False`` (a missing file is an error)."""
+    from ..ledger import Ledger  # the event store, its models: loaded by commands that read it
+
     return Ledger(store, create=create)
 
 

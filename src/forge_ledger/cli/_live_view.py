@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..orchestrator import live
-from ._common import money
+from ._common import add_row, money, printable
 
 __all__ = ["LiveView"]
 
@@ -46,8 +46,10 @@ class LiveView:
 
     def started(self, session_id: str, title: str, participants: Any) -> None:
         if self.enabled:
-            names = ", ".join(f"{p.name} ({p.model})" for p in participants)
-            self.console.print(f"session {session_id} · {title}\nparticipants: {names}")
+            names = printable(", ".join(f"{p.name} ({p.model})" for p in participants))
+            self.console.print(
+                f"session {session_id} · {printable(title)}\nparticipants: {names}"
+            )
 
     def __enter__(self) -> LiveView:
         if self.interactive:
@@ -70,7 +72,7 @@ class LiveView:
             self._round = f"round {event.round} · {event.kind.value} · iteration {event.iteration}"
             self._rows = {name: _Row() for name in event.participants}
             if not self.interactive:
-                self.console.print(f"{self._round}: {', '.join(event.participants)}")
+                self.console.print(f"{self._round}: {printable(', '.join(event.participants))}")
         elif isinstance(event, live.ParticipantThinking):
             row = self._rows.setdefault(event.participant, _Row())
             row.status = "thinking" if event.attempt == 1 else f"retry {event.attempt}"
@@ -86,11 +88,11 @@ class LiveView:
             row.status = "retrying" if event.will_retry else "failed"
             if not self.interactive:
                 again = " (will retry)" if event.will_retry else ""
-                self.console.print(f"  {event.participant}: {event.message}{again}")
+                self.console.print(printable(f"  {event.participant}: {event.message}{again}"))
         elif isinstance(event, live.RoundComplete):
             self._round_complete(event)
         elif isinstance(event, live.SessionFinished) and self._live is not None:
-            self._live.console.print(f"finished: {event.status} {event.reason}".rstrip())
+            self._live.console.print(printable(f"finished: {event.status} {event.reason}".rstrip()))
         if self._live is not None:
             self._live.update(self._render())
 
@@ -113,10 +115,10 @@ class LiveView:
         if not self.interactive:
             detail = f" ({event.detail})" if event.detail else ""
             cost = money(event.cost_usd, unpriced=event.participant in self.unpriced)
-            self.console.print(
+            self.console.print(printable(
                 f"  {event.participant}: {row.status}, {event.tokens.total} tokens, "
                 f"{cost}{detail}"
-            )
+            ))
 
     def _round_complete(self, event: live.RoundComplete) -> None:
         self._cost = event.session_cost_usd
@@ -138,8 +140,8 @@ class LiveView:
         table.add_column("chars", justify="right", no_wrap=True)
         table.add_column("latest text", overflow="ellipsis", no_wrap=True, ratio=1)
         for name, row in self._rows.items():
-            tail = " ".join(row.tail.split())[-80:]
-            table.add_row(name, row.status, str(row.chars), tail)
+            tail = printable(" ".join(row.tail.split()))[-80:]
+            add_row(table, name, row.status, str(row.chars), tail)
         cost = money(self._cost, unpriced=bool(self.unpriced))
         header = Text(f"{self._round or 'starting'} · cost {cost}", style="bold")
         return Group(header, table)

@@ -25,7 +25,7 @@ import yaml
 
 from ..errors import ConfigError, UsageError
 from . import cli
-from ._common import err_console, open_ledger, store_option
+from ._common import err_console, open_ledger, printable, store_option
 
 __all__ = ["browse", "datasette_metadata"]
 
@@ -89,7 +89,9 @@ def browse(port: int, host: str, store: str | None) -> None:
     applied = _run(store, rebuild=None, everything=False, batch_size=1000)
     with open_ledger(store) as ledger:
         views = ledger.location.read_model_path
-    err_console.print(f"projections up to date ({applied} new events); serving {views}")
+    err_console.print(
+        f"projections up to date ({applied} new events); serving {printable(str(views))}"
+    )
     if port:
         err_console.print(f"open http://{host}:{port}/ (Ctrl-C stops)")
     code = _serve(views, datasette_metadata(views), host, port)

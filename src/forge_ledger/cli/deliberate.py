@@ -29,8 +29,8 @@ from ..domain.values import (
     Topic,
 )
 from ..errors import (
+    InvariantViolation,
     Loc,
-    ProviderError,
     RunInterrupted,
     SessionPausedError,
     UsageError,
@@ -49,11 +49,12 @@ from . import cli
 from ._common import (
     emit_json,
     err_console,
-    has_unpriced_calls,
     hmac_key,
     json_option,
     money,
     open_ledger,
+    printable,
+    shown,
     store_option,
 )
 from ._interrupt import (
@@ -171,12 +172,14 @@ def _autosaver(ledger: Ledger) -> Any:
                 write_spec(ledger, state)
         except Exception as e:  # an export problem must never stop a deliberation
             warning = Text("warning: ", style="yellow")
-            err_console.print(warning + Text(f"autosave failed: {e}"))
+            err_console.print(warning + shown(f"autosave failed: {e}"))
 
     return save
 
 
 def summary(state: SessionState) -> dict[str, Any]:
+    from ..engine import cost_fields
+
     return {
         "session_id": state.id,
         "status": state.status.value,
@@ -184,8 +187,7 @@ def summary(state: SessionState) -> dict[str, Any]:
         "iterations": state.iteration,
         "rounds": len(state.rounds),
         "events": state.version,
-        "cost_usd": round(state.cost_usd, 6),
-        "unpriced_calls": has_unpriced_calls(state),
+        **cost_fields(round(state.cost_usd, 6), state.unpriced_calls),
         "converged": state.status is SessionStatus.CONVERGED,
         "pending_questions": list(state.pending_questions),
         "fault": state.fault.model_dump(mode="json") if state.fault is not None else None,
@@ -202,9 +204,9 @@ def print_outcome(state: SessionState, *, as_json: bool) -> None:
     click.echo(f"session {state.id}")
     click.echo(
         f"status: {state.status.value}"
-        + (f" ({state.status_reason})" if state.status_reason else "")
+        + (f" ({printable(state.status_reason)})" if state.status_reason else "")
         + f" · iterations {state.iteration} · rounds {len(state.rounds)} · events {state.version}"
-        + f" · cost {money(state.cost_usd, unpriced=has_unpriced_calls(state))}"
+        + f" · cost {money(state.cost_usd, unpriced=state.unpriced_calls)}"
     )
     if conv is not None:
         click.echo(
@@ -215,7 +217,7 @@ def print_outcome(state: SessionState, *, as_json: bool) -> None:
     if state.status is SessionStatus.PAUSED and state.pending_questions:
         click.echo("questions for you:")
         for q in state.pending_questions:
-            click.echo(f"  - {q}")
+            click.echo(f"  - {printable(q)}")
         click.echo(f'answer with: forge-ledger answer {short} "..." && forge-ledger resume {short}')
 
 
@@ -413,6 +415,7 @@ def run(
             f for f in settings if ctx.get_parameter_source(f) is not ParameterSource.DEFAULT
         ),
         allow_unpriced=allow_unpriced,
+        topic=topic_value,
     )
     ledger = open_ledger(store, create=True)
     try:
@@ -420,8 +423,9 @@ def run(
         if existing is not None and resume_choice is None:
             if sys.stdin.isatty() and not as_json:
                 err_console.print(
-                    f"A session on '{topic_value.slug}' is in progress: {existing.id[:8]} "
-                    f"(iteration {existing.iteration}, {existing.status.value})."
+                    f"A session on '{printable(topic_value.slug)}' is in progress: "
+                    f"{existing.id[:8]} (iteration {existing.iteration}, "
+                    f"{existing.status.value})."
                 )
                 resume_choice = click.confirm(
                     "Resume it instead of starting a new one?", default=True, err=True
@@ -447,17 +451,31 @@ def exit_for_outcome(state: SessionState) -> None:
     fails with one clear line; a session paused on a provider fault exits 3 with one line
     saying what failed and how to go on (it is kept and resumable)."""
     if state.status is SessionStatus.ABORTED:
-        raise ProviderError(
-            f"session {state.id[:8]} aborted: {state.status_reason or 'no reason recorded'}",
-            hint="check the models, their API keys and --api-base, then run again",
+        raise InvariantViolation(
+            f"session {state.id[:8]} was aborted: {state.status_reason or 'no reason recorded'}",
+            hint=_fork_hint(state),
         )
     if state.status is SessionStatus.PAUSED and state.fault is not None:
         fault = state.fault
         raise SessionPausedError(
             f"session {state.id[:8]} paused: round {fault.round} ({fault.kind.value}) has no "
-            f"answer from {fault.participant} after {fault.attempts} attempt(s): {fault.message}",
+            f"answer from {fault.others_without_answer}{fault.participant} after "
+            f"{fault.attempts} attempt(s): {fault.message}",
             hint=_fix_hint(state.id[:8], fault),
         )
+
+
+def _fork_hint(state: SessionState) -> str:
+    """What a person can do with an aborted session: it never goes on, but a fork of it
+    continues from its last complete iteration (or from an event, before any)."""
+    short = state.id[:8]
+    last = state.latest_convergence
+    if last is not None:
+        where = f"--at-iteration {last.iteration}"
+    else:
+        where = f"--at-event N (a point between rounds: forge-ledger log {short})"
+    return (f"an aborted session does not go on; fork it to continue from an earlier point: "
+            f"forge-ledger fork {short} {where}")
 
 
 def _fix_hint(short: str, fault: Any) -> str:
@@ -500,7 +518,7 @@ def _attend(
     ):
         err_console.print(Text(f"\nIteration {state.iteration}: questions for you", style="bold"))
         for q in state.pending_questions:
-            err_console.print(f"  - {q}")
+            err_console.print(f"  - {printable(q)}")
         text = click.prompt(
             "Your answer (empty to stop here)", default="", show_default=False, err=True
         )
@@ -630,7 +648,9 @@ def _demo_server(stack: contextlib.ExitStack, state: SessionState) -> str | None
     server = stack.enter_context(
         FakeOpenAIServer(bundled_script(DEMO_SCRIPT), latency=DEMO_LATENCY)
     )
-    err_console.print(f"a demo session: its scripted server runs again at {server.url}")
+    err_console.print(
+        f"a demo session: its scripted server runs again at {printable(server.url)}"
+    )
     return server.url
 
 
@@ -702,6 +722,6 @@ def abort(
         if as_json:
             emit_json(summary(state))
         else:
-            click.echo(f"session {state.id[:8]} aborted: {reason}")
+            click.echo(f"session {state.id[:8]} aborted: {printable(reason)}")
     finally:
         ledger.close()

@@ -9,7 +9,10 @@ the session shows a divergence, a refinement and convergence in iteration 2.
 
 from __future__ import annotations
 
+import shlex
+
 import click
+from click.core import ParameterSource
 
 from ..domain.values import (
     Participant,
@@ -18,8 +21,9 @@ from ..domain.values import (
     SessionConfig,
     Topic,
 )
+from ..ledger import ENV_VAR, resolve_store
 from . import cli
-from ._common import open_ledger, store_option
+from ._common import open_ledger, printable, remember_json, store_option
 from ._interrupt import survives_closed_output
 
 __all__ = ["DEMO_LATENCY", "DEMO_SCRIPT", "demo_participants", "demo_topic"]
@@ -75,6 +79,7 @@ def demo_participants(api_base: str) -> list[Participant]:
     "--json",
     "as_json",
     is_flag=True,
+    callback=remember_json,
     help="Print {session_id, status, iterations, rounds, events, cost_usd} at the end.",
 )
 @survives_closed_output
@@ -103,8 +108,8 @@ def demo(latency: float, store: str | None, as_json: bool) -> None:
         print_outcome(state, as_json=False)
         exit_for_outcome(state)
         short = state.id[:8]
-        store_arg = f" --store {store}" if store else ""
         click.echo("\nnext, try:")
+        store_arg = _store_arg(store)
         for cmd, what in (
             (f"spec {short} --provenance", "the document they agreed on, sentence by sentence"),
             (f"report {short}", "the audit as one HTML page"),
@@ -117,6 +122,19 @@ def demo(latency: float, store: str | None, as_json: bool) -> None:
             (f"fork {short} --at-iteration 1", "a new session from iteration 1, then resume it"),
             (f"verify {short}", "check the hash chain and the seal"),
         ):
-            click.echo(f"  forge-ledger {cmd}{store_arg:<0}  # {what}")
+            click.echo(f"  forge-ledger {cmd}{store_arg}  # {what}")
+        if "***" in store_arg:
+            click.echo("  (the password is masked: type yours in its place, or set "
+                       f"{ENV_VAR} and leave --store out)")
     finally:
         ledger.close()
+
+
+def _store_arg(store: str | None) -> str:
+    """``--store`` for the hints: none when the store is the default or comes from
+    ``FORGE_LEDGER_STORE`` (it applies to the next commands too), else the store as shown
+    everywhere (``StoreLocation.display``: a password masked), quoted for a shell."""
+    ctx = click.get_current_context()
+    if store is None or ctx.get_parameter_source("store") is ParameterSource.ENVIRONMENT:
+        return ""
+    return f" --store {shlex.quote(printable(resolve_store(store).display))}"

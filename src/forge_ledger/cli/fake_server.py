@@ -12,7 +12,7 @@ import click
 
 from ..errors import UsageError
 from . import cli
-from ._common import err_console
+from ._common import err_console, printable
 
 
 @cli.command("fake-server")
@@ -57,7 +57,7 @@ def fake_server(port: int, host: str, script: str, latency: float) -> None:
         ) from None
     try:
         click.echo(server.url)
-        models = ", ".join(sorted(server.script.models)) or "(none)"
+        models = printable(", ".join(sorted(server.script.models))) or "(none)"
         err_console.print(f"fake OpenAI server at {server.url} — models: {models}; Ctrl-C to stop")
         threading.Event().wait()
     except KeyboardInterrupt:

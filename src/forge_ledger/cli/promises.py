@@ -12,20 +12,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.table import Table
 
-from ..audit import audit_report, render_markdown
-from ..clock import SystemClock
 from ..errors import ChainBrokenError, UsageError
-from ..lineage import IterationPoint, SessionDiff, diff_sessions
-from ..sealing import seal_session, verify_export
-from ..sessions import fork
 from . import cli
 from ._common import (
     HMAC_KEY_ENV,
+    add_row,
+    document_output,
     emit_json,
     err_console,
     hmac_key,
@@ -34,9 +31,16 @@ from ._common import (
     out_console,
     print_markdown,
     print_table,
+    printable,
     store_option,
 )
 from ._integrity import check_chain
+
+if TYPE_CHECKING:
+    from ..lineage import IterationPoint, SessionDiff
+
+# Each command imports what it alone uses (the audit, the lineage, sealing, the session
+# operations) when it runs: an audit does not load what a fork needs, nor the reverse.
 
 __all__ = ["HMAC_KEY_ENV", "audit", "diff", "fork_cmd", "seal", "verify_export_cmd"]
 
@@ -90,6 +94,8 @@ def fork_cmd(
         }.items()
         if v is not None
     }
+    from ..sessions import fork
+
     with open_ledger(store, create=False) as ledger:
         new_id = fork(
             ledger,
@@ -148,9 +154,9 @@ def _print_diff(d: SessionDiff) -> None:
     for k in d.iterations:
         a, b = d.path_a.get(k), d.path_b.get(k)
         same = a == b
-        table.add_row(str(k), "A=B" if same else "A", *_point_cells(a), end_section=same)
+        add_row(table, str(k), "A=B" if same else "A", *_point_cells(a), end_section=same)
         if not same:
-            table.add_row("", "B", *_point_cells(b), end_section=True)
+            add_row(table, "", "B", *_point_cells(b), end_section=True)
     print_table(table)
     if d.common_ancestor:
         out_console.print(f"shared history up to {d.common_ancestor}")
@@ -163,6 +169,8 @@ def _print_diff(d: SessionDiff) -> None:
 @json_option
 def diff(a: str, b: str, store: str | None, as_json: bool) -> None:
     """Compare the consensus paths of sessions A and B, iteration by iteration."""
+    from ..lineage import diff_sessions
+
     with open_ledger(store, create=False) as ledger:
         d = diff_sessions(ledger, check_chain(ledger, a), check_chain(ledger, b))
     if as_json:
@@ -185,6 +193,8 @@ def audit(session: str, as_markdown: bool, store: str | None, as_json: bool) -> 
     Also whether deliberation helped, self-preference and anonymized-review labels; ends with
     a minority report of the dissent still unresolved.
     """
+    from ..audit import audit_report, render_markdown
+
     if as_json and as_markdown:
         raise UsageError("give at most one of --json and --markdown")
     with open_ledger(store, create=False) as ledger:
@@ -193,7 +203,8 @@ def audit(session: str, as_markdown: bool, store: str | None, as_json: bool) -> 
     if as_json:
         emit_json(report.model_dump(mode="json"))
     elif as_markdown:
-        sys.stdout.write(render_markdown(report))
+        with document_output():
+            sys.stdout.write(render_markdown(report))
     else:
         print_markdown(render_markdown(report))
 
@@ -211,6 +222,9 @@ def seal(session: str, store: str | None, as_json: bool) -> None:
     With FORGE_LEDGER_HMAC_KEY set, the seal carries an HMAC of the chain's root hash, so
     nobody without the key can rewrite the history and seal it again.
     """
+    from ..clock import SystemClock
+    from ..sealing import seal_session
+
     key = hmac_key()
     with open_ledger(store, create=False) as ledger:
         report = seal_session(ledger, session, clock=SystemClock(), key=key)
@@ -241,6 +255,7 @@ def verify_export_cmd(file: str, store: str | None, as_json: bool) -> None:
     Recomputes the session's hash chain, checks the export's 'ledger:' block against the
     stored seal (and its HMAC when FORGE_LEDGER_HMAC_KEY is set). Exits 1 on a mismatch.
     """
+    from ..sealing import verify_export
     from ..spec import read_front_matter, verify_spec
 
     key = hmac_key()
@@ -252,6 +267,7 @@ def verify_export_cmd(file: str, store: str | None, as_json: bool) -> None:
         if not report.ok:
             sys.exit(ChainBrokenError.exit_code)
         return
+    file = printable(file)
     if report.ok and is_document:
         click.echo(f"{file}: matches the chain of {report.session_id} (the document as of its "
                    "header's event, head hash checked)")

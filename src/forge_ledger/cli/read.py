@@ -43,6 +43,7 @@ from ..projections.show_view import preview as _preview
 from . import cli
 from ._common import (
     HMAC_KEY_ENV,
+    add_row,
     emit_json,
     err_console,
     hmac_key,
@@ -52,6 +53,8 @@ from ._common import (
     out_console,
     parse_iso,
     print_table,
+    printable,
+    shown,
     store_option,
 )
 from ._integrity import chain_broken, check_chain
@@ -105,6 +108,8 @@ def session_summary_json(summary: SessionSummary) -> dict[str, Any]:
 
 
 def _contribution_json(state: SessionState, c: ContributionState) -> dict[str, Any]:
+    from ..engine import cost_fields
+
     r = c.response
     out: dict[str, Any] = {
         "participant": c.participant,
@@ -114,7 +119,7 @@ def _contribution_json(state: SessionState, c: ContributionState) -> dict[str, A
         "at": c.at.isoformat(),
         "model": c.model,
         "tokens": {"input": r.tokens.input, "output": r.tokens.output},
-        "cost_usd": r.cost_usd,
+        **cost_fields(r.cost_usd, int(c.unpriced)),
         "duration_ms": r.duration_ms,
         "stop_reason": r.stop_reason.value,
         "content": state.answer(c),
@@ -177,6 +182,8 @@ def session_json(state: SessionState, *, ems: int | None) -> dict[str, Any]:
             "remaining_issues": list(latest.remaining_issues),
         }
     )
+    from ..engine import cost_fields
+
     origin = state.fork_origin
     last = state.last_round
     return {
@@ -201,7 +208,8 @@ def session_json(state: SessionState, *, ems: int | None) -> dict[str, Any]:
         "convergence": convergence,
         "open_dissent": [_dissent_json(d) for d in state.open_divergences],
         "tokens": {"input": state.tokens.input, "output": state.tokens.output},
-        "cost_usd": state.cost_usd,
+        **cost_fields(state.cost_usd, state.unpriced_calls),
+        "document_truncated": state.document_truncated,
         "lineage": (
             None
             if origin is None
@@ -211,11 +219,6 @@ def session_json(state: SessionState, *, ems: int | None) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _row(table: Table, *cells: str) -> None:
-    """Add a row of plain-text cells: titles, names and reasons are user text, not markup."""
-    table.add_row(*(Text(c) for c in cells))
 
 
 def _when(t: datetime) -> str:
@@ -250,9 +253,10 @@ def sessions(store: str | None, as_json: bool) -> None:
     """List the sessions in the store (newest last)."""
     with open_ledger(store, create=False) as ledger:
         rows = _summaries(ledger)
-        location = ledger.location.display
+        location = printable(ledger.location.display)
     if as_json:
         emit_json([session_summary_json(s) for s in rows])
+        _end_if_damaged(rows)
         return
     if not rows:
         err_console.print(f"no sessions in {location}", markup=False)
@@ -270,8 +274,22 @@ def sessions(store: str | None, as_json: bool) -> None:
         cells = [s.id[:8], s.status, str(s.iteration), str(s.events), _when(s.updated)[:16]]
         if forks:
             cells.append((s.parent_id or "")[:8])
-        _row(table, *cells, s.title)
+        add_row(table, *cells, s.title)
     print_table(table)
+    _end_if_damaged(rows)
+
+
+def _end_if_damaged(rows: list[SessionSummary]) -> None:
+    """Once every session is listed (a damaged one as of its last intact event), the first
+    damaged one is the command's one error line, and its exit code."""
+    damaged = [s for s in rows if s.damaged]
+    if damaged:
+        more = f" ({len(damaged) - 1} more session(s) damaged)" if len(damaged) > 1 else ""
+        short = damaged[0].id[:8]
+        raise ChainBrokenError(
+            f"session {short} is damaged {damaged[0].damaged}{more}",
+            hint=f"restore the store from a backup; 'forge-ledger verify {short}' checks it",
+        )
 
 
 # --------------------------------------------------------------------------- show
@@ -325,29 +343,29 @@ def _print_session(view: SessionView, *, as_of: str | None) -> None:
     header = Table.grid(padding=(0, 2))
     header.add_column(style="bold")
     header.add_column()
-    _row(header, "Session", f"{view.id}  ({view.slug})")
-    _row(header, "Topic", view.title)
+    add_row(header, "Session", f"{view.id}  ({view.slug})")
+    add_row(header, "Topic", view.title)
     status = view.status + (f" — {view.status_reason}" if view.status_reason else "")
-    _row(header, "Status", status)
-    _row(header, "Phase", f"{view.phase}, iteration {view.iteration}")
-    _row(header, "As of", f"event {view.version} ({_when(view.updated_at)})"
+    add_row(header, "Status", status)
+    add_row(header, "Phase", f"{view.phase}, iteration {view.iteration}")
+    add_row(header, "As of", f"event {view.version} ({_when(view.updated_at)})"
                    + (f", selected by {as_of}" if as_of else ""))
-    _row(header, "EMS", f"{view.ems}/100")
-    _row(header,
+    add_row(header, "EMS", f"{view.ems}/100")
+    add_row(header,
         "Usage",
         f"{view.tokens_in} in / {view.tokens_out} out tokens, "
         f"{money(view.cost_usd, unpriced=view.unpriced)}",
     )
     if view.fork_origin is not None:
         parent_id, parent_position = view.fork_origin
-        _row(header, "Forked from", f"{parent_id} at event {parent_position}")
+        add_row(header, "Forked from", f"{parent_id} at event {parent_position}")
     print_table(header)
 
     people = Table(title="Participants", title_justify="left")
     for col in ("name", "model", "role"):
         people.add_column(col)
     for name, model, role in view.participants:
-        _row(people, name, model, role)
+        add_row(people, name, model, role)
     print_table(people)
 
     out_console.print(Text("Rounds", style="bold"))
@@ -356,12 +374,12 @@ def _print_session(view: SessionView, *, as_of: str | None) -> None:
     for r in view.rounds:
         flags = [r.status] + (["superseded"] if r.superseded else [])
         out_console.print(
-            Text(f"  #{r.number} {r.kind}, iteration {r.iteration} ({', '.join(flags)})")
+            shown(f"  #{r.number} {r.kind}, iteration {r.iteration} ({', '.join(flags)})")
         )
-        width = max((len(c.participant) for c in r.lines), default=0)
+        width = max((len(printable(c.participant)) for c in r.lines), default=0)
         for c in r.lines:
-            line = Text(f"    {c.participant:<{width}}  {c.tokens:>6} tok  ")
-            line.append_text(Text(c.preview, style="red") if c.failed else Text(c.preview))
+            line = shown(f"    {printable(c.participant):<{width}}  {c.tokens:>6} tok  ")
+            line.append_text(shown(c.preview, style="red" if c.failed else ""))
             out_console.print(line)
     latest = view.convergence
     if latest is None:
@@ -385,7 +403,7 @@ def _print_session(view: SessionView, *, as_of: str | None) -> None:
         table.add_column(col)
     for d in dissent:
         positions = "; ".join(f"{who}: {pos} ({stance})" for who, pos, stance in d.positions)
-        _row(table, d.id, d.topic, d.status, positions)
+        add_row(table, d.id, d.topic, d.status, positions)
     print_table(table)
 
 
@@ -411,7 +429,7 @@ def log(session: str, types: tuple[str, ...], store: str | None, as_json: bool) 
     for col in ("pos", "time", "type", "summary", "hash"):
         table.add_column(col, justify="right" if col == "pos" else "left")
     for e in events:
-        _row(table,
+        add_row(table,
             str(e.position), _when(e.timestamp), e.type, _event_summary(e), e.hash[:12]
         )
     print_table(table)
@@ -555,9 +573,9 @@ def _snapshots_cell(r: ChainReport) -> str:
 
 def _print_reports(reports: list[ChainReport], location: str, *, keyed: bool) -> None:
     if not reports:
-        err_console.print(f"no sessions in {location}", markup=False)
+        err_console.print(f"no sessions in {printable(location)}", markup=False)
         return
-    table = Table(title=f"Hash chains in {location}", title_justify="left")
+    table = Table(title=f"Hash chains in {printable(location)}", title_justify="left")
     for col in ("session", "events", "result", "sealed", "snapshots", "head"):
         table.add_column(col, justify="right" if col == "events" else "left")
     for r in reports:
@@ -567,7 +585,7 @@ def _print_reports(reports: list[ChainReport], location: str, *, keyed: bool) ->
         sealed = "no"
         if r.sealed:
             sealed = "yes" + (" (hmac ok)" if r.hmac_ok else "" if not keyed else " (hmac bad)")
-        _row(table, r.session_id, str(r.events), result, sealed, _snapshots_cell(r),
+        add_row(table, r.session_id, str(r.events), result, sealed, _snapshots_cell(r),
              r.head_hash[:12])
     print_table(table)
     good = sum(r.ok for r in reports)

@@ -14,7 +14,15 @@ import click
 
 from ..domain.text import clip
 from . import cli
-from ._common import emit_json, err_console, json_option, open_ledger, out_console, store_option
+from ._common import (
+    emit_json,
+    err_console,
+    json_option,
+    open_ledger,
+    out_console,
+    printable,
+    store_option,
+)
 
 
 @cli.command()
@@ -52,7 +60,7 @@ def replay(session: str | None, all_sessions: bool, store: str | None, as_json: 
                 assert first.difference is not None
                 err_console.print(
                     f"error: replay of {first.session_id[:8]} differs at position "
-                    f"{first.difference.position}: {first.difference.message}",
+                    f"{first.difference.position}: {printable(first.difference.message)}",
                     markup=False,
                     highlight=False,
                 )
@@ -84,7 +92,7 @@ def _print(result: object) -> None:
         markup=False,
         highlight=False,
     )
-    out_console.print(f"  {d.message}", markup=False, highlight=False)
+    out_console.print(f"  {printable(d.message)}", markup=False, highlight=False)
     for f in d.fields[:12]:
         out_console.print(
             f"  {f['path']}: recorded {_short(f.get('recorded'))}"
@@ -95,7 +103,7 @@ def _print(result: object) -> None:
     if d.prompt_diff:
         out_console.print("  prompt diff:", markup=False)
         for line in d.prompt_diff.splitlines()[:60]:
-            out_console.print(f"    {line}", markup=False, highlight=False)
+            out_console.print(f"    {printable(line)}", markup=False, highlight=False)
 
 
 def _short(value: object) -> str:

@@ -7,10 +7,8 @@ template libraries are imported only here, when the command runs.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 import click
@@ -18,9 +16,18 @@ import click
 from ..clock import SystemClock
 from ..errors import ChainBrokenError, ConfigError, UsageError
 from ..ledger import Ledger
-from ..ledger.outputs import store_outputs
+from ..ledger.outputs import store_outputs, write_output
 from . import cli
-from ._common import emit_json, err_console, hmac_key, json_option, open_ledger, store_option
+from ._common import (
+    document_output,
+    emit_json,
+    err_console,
+    hmac_key,
+    json_option,
+    open_ledger,
+    printable,
+    store_option,
+)
 
 __all__ = ["report"]
 
@@ -62,7 +69,8 @@ def report(
         target = None if output == "-" else _target(ledger, output, model.slug,
                                                     model.session_id, at_iteration)
     if target is None:
-        sys.stdout.write(html)
+        with document_output():
+            sys.stdout.write(html)
     else:
         _write(target, html)
     size = len(html.encode("utf-8"))
@@ -73,7 +81,7 @@ def report(
             "chain_ok": model.integrity.chain_ok, "sealed": model.integrity.sealed,
         })
     elif target is not None:
-        click.echo(str(target))
+        click.echo(printable(str(target)))
         err_console.print(f"report of {model.session_id[:8]} as of event {model.position}: "
                           f"{size / 1024:.0f} KB", markup=False, highlight=False)
     if not model.integrity.chain_ok:
@@ -97,11 +105,7 @@ def _target(
 def _write(target: Path, html: str) -> None:
     """Write atomically: a reader never sees half a page."""
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=target.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(html)
-        os.replace(tmp, target)
+        write_output(target, html)
     except OSError as e:
         raise UsageError(f"cannot write {target}: {e.strerror or e}",
                          hint="choose another file with -o") from None

@@ -1,7 +1,8 @@
 """``spec``: the forged document, now or as of a past point, with its provenance or its changes.
 
 Read-only: it opens the store without creating anything and never imports litellm. Output is
-plain text (never Rich markup), so model text is printed as written.
+plain text (never Rich markup): the exact bytes for a pipe or ``-o``, escaped on a terminal
+(:func:`~._common.document_output`), so model text never drives the terminal it is shown on.
 """
 
 from __future__ import annotations
@@ -14,7 +15,15 @@ import click
 
 from ..errors import UsageError
 from . import cli
-from ._common import emit_json, err_console, json_option, open_ledger, store_option
+from ._common import (
+    document_output,
+    emit_json,
+    err_console,
+    json_option,
+    open_ledger,
+    printable,
+    store_option,
+)
 
 __all__ = ["spec_cmd"]
 
@@ -80,7 +89,8 @@ def _hunk_note(hunk: Any) -> str:
 @click.option("--at-event", type=click.IntRange(min=1), default=None, metavar="N",
               help="The document as it was at event position N.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the document file there instead of printing it.")
+              help="Write the document file there instead of printing it ('-' prints it, as "
+              "report's -o - does).")
 @click.option("--provenance", is_flag=True,
               help="Trace each sentence to the contribution that introduced and revised it.")
 @click.option("--diff", "diff", is_flag=False, flag_value="last", default=None, metavar="K [K2]",
@@ -116,23 +126,29 @@ def spec_cmd(
         if diff is not None:
             first, second = _diff_range(state, diff, diff_to)
             d = document_diff(state, first, second)
-            emit_json(d.model_dump(mode="json")) if as_json else _print_diff(d)
+            if as_json:
+                emit_json(d.model_dump(mode="json"))
+                return
+            with document_output():
+                _print_diff(d)
             return
-        if output is not None:
+        if output is not None and str(output) != "-":
             path = write_spec(ledger, state, path=output)
             if as_json:
                 emit_json({"session_id": state.id, "path": str(path)})
             else:
-                err_console.print(f"Document written: {path}", markup=False)
+                err_console.print(f"Document written: {printable(str(path))}", markup=False)
             return
     if provenance:
         lineage = fold_lineage(state)
         if as_json:
             emit_json(provenance_json(state, lineage))
         else:
-            sys.stdout.write(render_provenance(state, lineage))
+            with document_output():
+                sys.stdout.write(render_provenance(state, lineage))
     elif as_json:
         header = {k: v for k, v in spec_header(state).items() if k != "format"}
         emit_json({**header, "text": state.latest_text or ""})
     else:
-        sys.stdout.write(render_spec(state))
+        with document_output():
+            sys.stdout.write(render_spec(state))

@@ -23,6 +23,7 @@ from rich.table import Table
 
 from ..errors import StoreMissingError
 from ..ledger import Ledger, resolve_store
+from ..ledger.store import lock_timeout
 from ..projections import (
     ProjectionRunner,
     consensus_trail,
@@ -31,12 +32,14 @@ from ..projections import (
 )
 from . import cli
 from ._common import (
+    add_row,
     emit_json,
     err_console,
     json_option,
     open_ledger,
     out_console,
     print_table,
+    printable,
     store_option,
 )
 from ._integrity import check_chain
@@ -56,7 +59,7 @@ def projections_status(store: str | None, as_json: bool) -> None:
     """Each projection's version, position and lag behind the ledger."""
     with open_ledger(store) as ledger:
         path = ledger.location.read_model_path
-        db = open_views(path)
+        db = open_views(path, lock_timeout=lock_timeout())
         try:
             rows = ProjectionRunner(ledger, db).status()
         finally:
@@ -64,7 +67,7 @@ def projections_status(store: str | None, as_json: bool) -> None:
     if as_json:
         emit_json({"read_model": str(path), "projections": [r.as_json() for r in rows]})
         return
-    table = Table(title=f"projections in {path}")
+    table = Table(title=f"projections in {printable(str(path))}")
     for col in ("name", "version", "position", "head", "lag", "state"):
         table.add_column(col)
     for r in rows:
@@ -106,7 +109,7 @@ def _open_when_there(store: str | None, interval: float) -> Ledger:
         except StoreMissingError:
             if not announced:
                 where = resolve_store(store).display
-                err_console.print(f"waiting for a ledger at {where} (Ctrl-C stops)",
+                err_console.print(f"waiting for a ledger at {printable(where)} (Ctrl-C stops)",
                                   markup=False)
                 announced = True
             time.sleep(interval)
@@ -115,7 +118,7 @@ def _open_when_there(store: str | None, interval: float) -> Ledger:
 def _run(store: str | None, *, rebuild: str | None, everything: bool, batch_size: int,
          follow: bool = False, interval: float = 1.0) -> int:
     with _open_when_there(store, interval) if follow else open_ledger(store) as ledger:
-        db = open_views(ledger.location.read_model_path)
+        db = open_views(ledger.location.read_model_path, lock_timeout=lock_timeout())
         try:
             runner = ProjectionRunner(ledger, db)
             n: int
@@ -127,7 +130,9 @@ def _run(store: str | None, *, rebuild: str | None, everything: bool, batch_size
                 else:
                     n = runner.catch_up(batch_size=batch_size, on_batch=advance)
             if follow:
-                err_console.print(f"following {ledger.location.display} (Ctrl-C stops)")
+                err_console.print(
+                    f"following {printable(ledger.location.display)} (Ctrl-C stops)"
+                )
                 waiter = ledger.event_waiter()
                 try:
                     runner.follow(
@@ -156,7 +161,7 @@ def projections_rebuild(name: str | None, batch_size: int, store: str | None,
     if as_json:
         emit_json({"rebuilt": name or "all", "events": n})
     else:
-        err_console.print(f"rebuilt {name or 'all projections'} from {n} events")
+        err_console.print(f"rebuilt {printable(name or 'all projections')} from {n} events")
 
 
 @projections.command("update")
@@ -203,7 +208,8 @@ def dissent(session: str, include_closed: bool, store: str | None, as_json: bool
                 "lifecycle"):
         table.add_column(col)
     for e in entries:
-        table.add_row(
+        add_row(
+            table,
             e.divergence_id, e.topic, e.status, "yes" if e.strong else "",
             f"round {e.opened_round} @{e.opened_position}", str(e.rounds_open),
             "; ".join(f"{p}: {s}" for p, s, _ in e.positions),
@@ -249,18 +255,18 @@ def trail(session: str, store: str | None, as_json: bool) -> None:
         for v in r.votes:
             change = f"{v.previous_stance} → {v.stance}" if v.changed else ""
             pre = f"{v.preceded_by.kind} r{v.preceded_by.round}" if v.preceded_by else ""
-            table.add_row(v.participant, v.stance, str(v.score), "; ".join(v.concerns),
-                          change, pre, "conformity" if v.conformity else "")
+            add_row(table, v.participant, v.stance, str(v.score), "; ".join(v.concerns),
+                    change, pre, "conformity" if v.conformity else "")
         print_table(table)
         for c in r.changes:
             for i in c.influences:
                 where = f"{i.kind} r{i.round}" if i.round is not None else "human input"
-                out_console.print(
+                out_console.print(printable(
                     f"  {i.author} moved {c.participant} ({where}, on "
                     f"{i.topic!r}): “{' '.join(i.quote.split())}”"
-                )
+                ))
         if r.conformity:
-            out_console.print(
+            out_console.print(printable(
                 "conformity (moved toward the previous majority with no new argument): "
                 + ", ".join(r.conformity)
-            )
+            ))

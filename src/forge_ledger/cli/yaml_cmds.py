@@ -16,31 +16,51 @@ from ..sessions import back
 from ..yaml_format import cleanup as cleanup_exports
 from ..yaml_format import import_session, write_export
 from . import cli
-from ._common import emit_json, json_option, open_ledger, out_console, store_option
+from ._common import emit_json, json_option, open_ledger, out_console, printable, store_option
 from ._integrity import check_chain
 
 
 @cli.command("export")
-@click.argument("session")
+@click.argument("sessions", nargs=-1, required=True, metavar="SESSION...")
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
     help="File to write [default: brainstorm-sessions/<slug>.yaml beside the store].",
 )
+@click.option(
+    "--format", "fmt", type=click.Choice(["yaml", "ledger"]), default="yaml", show_default=True,
+    help="yaml: one session as a YAML v1.2 file. ledger: the sessions (forks with their "
+    "ancestors) as a new SQLite ledger file (-o FILE.sqlite), every event hash kept.",
+)
 @store_option
 @json_option
-def export_cmd(session: str, output: Path | None, store: str | None, as_json: bool) -> None:
-    """Write SESSION as a YAML v1.2 session file.
+def export_cmd(
+    sessions: tuple[str, ...], output: Path | None, fmt: str, store: str | None, as_json: bool
+) -> None:
+    """Write SESSION as a YAML v1.2 session file, or SESSIONs as a one-file ledger.
 
-    The file is rebuilt from the events alone, so exporting the same session twice gives the
-    same bytes; 'forge-ledger import' turns it back into a session.
+    The YAML file is rebuilt from the events alone, so exporting the same session twice gives
+    the same bytes; 'forge-ledger import' turns it back into a session. The ledger file
+    (--format ledger) is a store of its own that 'verify', 'replay', 'spec', 'report' and
+    'copy' read with --store FILE.
     """
+    if fmt == "ledger":
+        if output is None:
+            raise UsageError("--format ledger needs -o FILE", hint="e.g. -o session.sqlite")
+        from .copy_cmd import archive
+
+        archive(store, sessions, output, as_json=as_json)
+        return
+    if len(sessions) > 1:
+        raise UsageError(
+            "a YAML export holds one session", hint="export them one by one, or use --format ledger"
+        )
     with open_ledger(store) as ledger:
-        sid = check_chain(ledger, session)
+        sid = check_chain(ledger, sessions[0])
         path = write_export(ledger, sid, path=output)
     if as_json:
         emit_json({"session_id": str(sid), "path": str(path)})
     else:
-        out_console.print(f"Session saved: {path}")
+        out_console.print(f"Session saved: {printable(str(path))}")
 
 
 @cli.command("import")
@@ -64,10 +84,10 @@ def import_cmd(file: Path, store: str | None, as_json: bool) -> None:
         emit_json({k: v for k, v in result.as_json().items()
                    if k in ("session_id", "status", "iterations")})
     else:
-        out_console.print(
+        out_console.print(printable(
             f"Imported {result.slug} (format {result.format_version}) as session "
             f"{result.session_id}: {result.status}, {result.iterations} iteration(s)"
-        )
+        ))
 
 
 @cli.command("cleanup")
@@ -100,7 +120,7 @@ def cleanup_cmd(
         return
     verb = "Would remove" if dry_run else "Removed"
     for i in items:
-        out_console.print(f"{verb} {i.path} ({i.status}, updated {i.updated})")
+        out_console.print(printable(f"{verb} {i.path} ({i.status}, updated {i.updated})"))
     out_console.print(f"{verb} {len(items)} file(s).")
 
 
@@ -129,4 +149,4 @@ def back_cmd(session: str, steps: int, store: str | None, as_json: bool) -> None
     if as_json:
         emit_json(summary.as_json())
     else:
-        click.echo(summary.text())
+        click.echo(summary.text(printable))

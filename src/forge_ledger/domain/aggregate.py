@@ -16,9 +16,9 @@ from typing import Any, ClassVar, cast
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
-from eventsourcing.utils import register_topic
+from eventsourcing.utils import get_topic, register_topic
 
-from ..errors import InvariantViolation
+from ..errors import InvariantViolation, SessionDamagedError
 from . import events as ev
 from .hashing import GENESIS, chain_hash
 from .state import SessionState
@@ -72,7 +72,18 @@ class Deliberation(Aggregate):
             # live append does not validate it twice; replays and loads validate ``data``.
             fresh = aggregate.__dict__.pop("_fresh_payload", None)
             payload = fresh[1] if fresh is not None and fresh[0] == self.hash else None
-            cast(Deliberation, aggregate).state.apply(
+            state = cast(Deliberation, aggregate).state
+            if self.prev_hash != state.head_hash:
+                # Each event names its predecessor's hash: one that does not follow the
+                # session's last one was moved, copied or altered in the store, and folding
+                # it would show a history that was never recorded.
+                raise SessionDamagedError(
+                    self.originator_id,
+                    self.originator_version,
+                    f"it does not follow event {self.originator_version - 1} (its link to the "
+                    "previous event differs: reordered, duplicated or altered)",
+                )
+            state.apply(
                 payload or self.payload(),
                 position=self.originator_version,
                 at=self.timestamp,
@@ -159,27 +170,39 @@ class Deliberation(Aggregate):
             config=config or parent.config,
             participants=tuple(participants),
         )
-        return cls._create_with(payload, session_id, at)
+        # The fork's first event stands for the parent's events up to the fork point, so it
+        # takes that point's position and the fork's own events continue the parent's
+        # numbering: every rule that compares positions (the open dissent a prompt shows, a
+        # divergence's lifecycle, provenance) sees the same numbers in a parent and its fork.
+        return cls._create_with(payload, session_id, at, position=parent.version)
 
     @classmethod
-    def _create_with(cls, payload: ev.Payload, session_id: UUID, at: datetime) -> Deliberation:
+    def _create_with(
+        cls, payload: ev.Payload, session_id: UUID, at: datetime, *, position: int = 1
+    ) -> Deliberation:
         data = payload.model_dump(mode="json")
         digest = chain_hash(
             session_id=str(session_id),
-            position=cls.INITIAL_VERSION,
+            position=position,
             type_name=payload.TYPE,
             timestamp=at,
             data=data,
             prev_hash=GENESIS,
         )
-        return cls._create(
-            event_class_for(payload.TYPE),  # type: ignore[arg-type]
-            id=session_id,
+        # eventsourcing's ``_create`` numbers a created event INITIAL_VERSION (1); a fork's
+        # begins at its fork point, so the created event is made here as ``_create`` makes it
+        created: Any = event_class_for(payload.TYPE)(  # type: ignore[call-arg]
+            originator_topic=get_topic(cls),
+            originator_id=session_id,
+            originator_version=position,
             timestamp=at,
             data=data,
             prev_hash=GENESIS,
             hash=digest,
         )
+        agg = cast(Deliberation, created.mutate(None))
+        agg.pending_events.append(created)
+        return agg
 
     # ------------------------------------------------------------------ recording
 
@@ -303,8 +326,11 @@ class Deliberation(Aggregate):
         existing = r.contribution_of(participant)
         if purpose == "answer" and existing is not None:
             raise InvariantViolation(f"{participant!r} already contributed to round {round}")
-        if purpose == "repair" and existing is None:
-            raise InvariantViolation(f"{participant!r} has no answer to repair in round {round}")
+        if purpose in ("repair", "continuation") and existing is None:
+            raise InvariantViolation(
+                f"{participant!r} has no answer to {purpose.replace('ation', 'e')} "
+                f"in round {round}"
+            )
         self._record(
             ev.ContributionRecorded(
                 round=round,
@@ -644,7 +670,7 @@ def _make_upcasters(type_name: str, version: int) -> dict[str, Any]:
 
 def _define_event_classes() -> None:
     for type_name, payload_cls in ev.EVENT_TYPES.items():
-        created = type_name in ("SessionStarted", "SessionForked")
+        created = type_name in ev.FIRST_EVENT_TYPES
         base: type[Any] = Deliberation.Created if created else Deliberation.Event
         namespace: dict[str, Any] = {
             "TOPIC": topic_for(type_name),

@@ -24,6 +24,7 @@ from pydantic import (
 from ..errors import StoreError
 from .hashing import canonical_json
 from .values import (
+    NO_TOKENS,
     ChatMessage,
     ConvergenceVote,
     Critique,
@@ -40,6 +41,7 @@ from .values import (
 
 __all__ = [
     "EVENT_TYPES",
+    "FIRST_EVENT_TYPES",
     "TERMINAL_EVENT_TYPES",
     "UPCASTERS",
     "BudgetExhausted",
@@ -89,7 +91,7 @@ __all__ = [
 class Payload(BaseModel):
     """Base of event payloads: frozen, strict about unknown fields."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     TYPE: ClassVar[str]
     SCHEMA_VERSION: ClassVar[int] = 1
@@ -119,11 +121,17 @@ class SessionStarted(Payload):
 
 
 class ForkOrigin(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     parent_id: str
     parent_position: int = Field(ge=1)
     parent_hash: str
     parent_iteration: int = Field(ge=0)
+
+    def continues_at(self, position: int) -> bool:
+        """Whether a fork whose first event sits at ``position`` numbers its events on from its
+        parent's (its first event at the fork point, as ``Deliberation.fork`` records it);
+        a fork recorded before that began at 1."""
+        return self.parent_position == position
 
 
 class SessionForked(Payload):
@@ -155,7 +163,7 @@ class PauseFault(BaseModel):
     the session last resumed, ``error_type``/``message`` are its last failure.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     round: int = Field(ge=1)
     kind: RoundKind
@@ -165,6 +173,20 @@ class PauseFault(BaseModel):
     message: str
     attempts: int = Field(ge=0)
     missing: tuple[str, ...] = ()
+
+    @property
+    def without_answer(self) -> str:
+        """Every participant the round lacks an answer from, as a sentence names them
+        (``bob``, ``bob and carol``, ``alice, bob and carol``)."""
+        names = self.missing or (self.participant,)
+        return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+    @property
+    def others_without_answer(self) -> str:
+        """``without_answer`` followed by ``; `` when the round lacks several answers (a
+        message then goes on about the first failure), else nothing: with one missing, the
+        failure named next says it all."""
+        return f"{self.without_answer}; " if len(self.missing) > 1 else ""
 
 
 class SessionPaused(Payload):
@@ -326,7 +348,7 @@ class _ByParticipant(Payload):
 
 
 class CallParams(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     temperature: float
     max_tokens: int
     response_format: str | None = None
@@ -345,7 +367,10 @@ class ContributionRecorded(_ByParticipant):
     params: CallParams
     prompt_hash: str
     response: ModelResponse
-    purpose: Literal["answer", "repair"] = "answer"
+    purpose: Literal["answer", "repair", "continuation"] = "answer"
+    """``repair``: a second try at a structured answer that could not be read;
+    ``continuation``: the rest of an answer cut off at its token limit (the participant's
+    answer is then the text before it followed by this one)."""
 
 
 class ProviderCallFailed(_ByParticipant):
@@ -360,7 +385,7 @@ class ProviderCallFailed(_ByParticipant):
     will_retry: bool
     retry_after_secs: float | None = None
     partial_text: str = ""
-    tokens: TokenCount = TokenCount()
+    tokens: TokenCount = NO_TOKENS
     cost_usd: float = Field(ge=0, default=0.0)
     duration_ms: int = Field(ge=0, default=0)
     prompt_hash: str = ""
@@ -550,6 +575,10 @@ EVENT_TYPES: dict[str, type[Payload]] = {cls.TYPE: cls for cls in _ALL}
 TERMINAL_EVENT_TYPES = frozenset(
     {"SessionConverged", "SessionCompleted", "SessionAborted", "SessionTimedOut"}
 )
+
+FIRST_EVENT_TYPES = ("SessionStarted", "SessionForked")
+"""The events that begin a session: no state comes before them (a fork's first one stands at
+its fork point, the positions before it being its parent's)."""
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 

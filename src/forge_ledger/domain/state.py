@@ -17,6 +17,7 @@ from . import events as ev
 from .blocks import BLOCK_LOADER, BlockList, BlockLoader
 from .texts import TextPool, TextSource, text_address
 from .values import (
+    NO_TOKENS,
     ConvergenceVote,
     Critique,
     DivergenceStatus,
@@ -48,7 +49,7 @@ __all__ = [
 
 
 class _State(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+    model_config = ConfigDict(extra="forbid", validate_assignment=False, defer_build=True)
 
 
 def _assign(model: _State, **values: Any) -> None:
@@ -326,7 +327,7 @@ class SessionState(_State):
     imported: dict[str, Any] | None = None
     """The ``SessionImported`` payload when the session came from a YAML file."""
     iteration: int = 0
-    tokens: TokenCount = TokenCount()
+    tokens: TokenCount = NO_TOKENS
     cost_usd: float = 0.0
     created_at: datetime
     updated_at: datetime
@@ -384,6 +385,11 @@ class SessionState(_State):
     @text_pool.setter
     def text_pool(self, pool: TextPool) -> None:
         self._texts = pool
+
+    @property
+    def unpriced_calls(self) -> int:
+        """Answers charged at no known price: the session's cost is then a part only."""
+        return sum(1 for r in self.rounds for c in r.contributions if c.unpriced)
 
     def answer(self, c: ContributionState) -> str:
         """The text of a recorded answer (``c`` is one of this state's contributions)."""
@@ -517,6 +523,14 @@ class SessionState(_State):
                 if found is not None and found.opinion is None:
                     fallback = (r, found)
         return fallback
+
+    @property
+    def document_truncated(self) -> bool:
+        """Whether the forged document was cut off at its token limit (its end is missing):
+        the call that ended it stopped at ``max_tokens`` and continuing it did not finish it.
+        Every reader of the document (``spec``, ``show``, ``audit``, the report) says so."""
+        source = self.document_source
+        return source is not None and source[1].response.truncated
 
     @property
     def latest_text(self) -> str | None:
@@ -684,6 +698,10 @@ def _contribution(s: SessionState, p: ev.ContributionRecorded, pos: int, at: dat
     if r is None:
         return
     response = p.response
+    text = response.content
+    if p.purpose == "continuation":
+        before = r.contribution_of(p.participant)
+        text = (s.answer(before) if before is not None else "") + text
     # every value is valid already (the payload's, the event's position and time)
     r.contributions.append(
         construct_valid(ContributionState, {
@@ -694,7 +712,7 @@ def _contribution(s: SessionState, p: ev.ContributionRecorded, pos: int, at: dat
             "model": p.model,
             "prompt_hash": p.prompt_hash,
             "response": ResponseAccounting.of(response),
-            "answer_sha256": s.text_pool.add(response.content),
+            "answer_sha256": s.text_pool.add(text),
             "purpose": p.purpose,
         })
     )

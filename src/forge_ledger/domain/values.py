@@ -68,7 +68,7 @@ __all__ = [
 class Value(BaseModel):
     """Base of immutable value objects: frozen, unknown fields refused."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -428,6 +428,11 @@ class TokenCount(Value):
         return TokenCount(input=self.input + other.input, output=self.output + other.output)
 
 
+NO_TOKENS = TokenCount.model_construct()
+"""``TokenCount()``, the default of every token count, made without validation: a default
+built at import would build the model's schema whenever this package loads."""
+
+
 # --------------------------------------------------------------------------- participants
 
 PARTICIPANT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.\-]{0,63}$")
@@ -498,7 +503,7 @@ class ResponseAccounting(Value):
 
     model: str
     """The model that answered, as the provider resolved it."""
-    tokens: TokenCount = TokenCount()
+    tokens: TokenCount = NO_TOKENS
     cost_usd: Annotated[float, Field(ge=0)] = 0.0
     price: Price | None = None
     duration_ms: Annotated[int, Field(ge=0)] = 0

@@ -1,8 +1,19 @@
 """The event store edge: store selection by URL, the eventsourcing application, verification."""
 
-from .application import Ledger, RecordedEvent, SessionSummary, store_failure
-from .store import DEFAULT_STORE, ENV_VAR, StoreLocation, resolve_store
-from .verify import ChainReport, verify_session, verify_store
+from typing import TYPE_CHECKING
+
+from .. import _lazy
+
+if TYPE_CHECKING:
+    from .application import Ledger, RecordedEvent, SessionSummary, store_failure
+    from .store import DEFAULT_STORE, ENV_VAR, StoreLocation, resolve_store
+    from .verify import ChainReport, verify_session, verify_store
+
+__getattr__, __dir__ = _lazy.exports(__name__, {
+    "application": ("Ledger", "RecordedEvent", "SessionSummary", "store_failure"),
+    "store": ("DEFAULT_STORE", "ENV_VAR", "StoreLocation", "resolve_store"),
+    "verify": ("ChainReport", "verify_session", "verify_store"),
+})
 
 __all__ = [
     "DEFAULT_STORE",

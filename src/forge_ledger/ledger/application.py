@@ -17,7 +17,7 @@ import weakref
 import zlib
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any, cast
 from uuid import UUID
@@ -37,6 +37,7 @@ from eventsourcing.persistence import (
 from eventsourcing.persistence import (
     PersistenceError as _PersistenceError,
 )
+from eventsourcing.sqlite import SQLiteFactory
 from eventsourcing.utils import resolve_topic
 from pydantic_core import PydanticSerializationError
 
@@ -46,19 +47,33 @@ from ..domain.aggregate import Deliberation, topic_for
 from ..domain.blocks import BLOCK_SINK, unreadable_block
 from ..domain.json_fields import JsonFields, fields_json
 from ..domain.state import ContributionState, SessionState
+from ..domain.text import clip
 from ..domain.texts import missing_text, text_address
 from ..domain.values import ChatMessage
 from ..errors import (
     ArgumentError,
     ConcurrencyConflictError,
+    ForgeLedgerError,
+    SessionDamagedError,
     SessionNotFoundError,
     StoreError,
+    StoreUnavailableError,
     UsageError,
 )
 from .compression import NewerFormatError, unpack
+from .damage import first_damage
 from .lease import SessionLease
 from .postgres import EventWaiter, postgres_guard
-from .store import SqliteAccess, StoreLocation, check_sqlite_file, resolve_store, sqlite_uri
+from .sqlite_writes import is_busy
+from .store import (
+    SqliteAccess,
+    StoreLocation,
+    check_sqlite_file,
+    lock_timeout,
+    mark_ledger,
+    resolve_store,
+    sqlite_uri,
+)
 from .texts import (
     Lookup,
     StoredEventWithTexts,
@@ -71,7 +86,7 @@ from .texts import (
 
 __all__ = ["Ledger", "RecordedEvent", "SessionSummary", "store_failure"]
 
-CREATED_TOPICS = (topic_for("SessionStarted"), topic_for("SessionForked"))
+CREATED_TOPICS = tuple(topic_for(t) for t in ev.FIRST_EVENT_TYPES)
 _TOPIC_PREFIX = "forge_ledger:"
 
 
@@ -334,7 +349,7 @@ class _App(Application[UUID]):
         """Texts by reference (see :mod:`forge_ledger.ledger.texts`); on SQLite, states
         compressed (see :mod:`forge_ledger.ledger.compression`). PostgreSQL keeps them plain
         JSON, queryable in place, and compresses long values itself (TOAST)."""
-        compress = type(self.factory).__module__.startswith("eventsourcing.sqlite")
+        compress = isinstance(self.factory, SQLiteFactory)
         mapper = _SnapshotTextsMapper(transcoder=self.construct_transcoder(), compress=compress)
         mapper.states = self.state_transcoding
         return mapper
@@ -467,6 +482,15 @@ class SessionSummary(JsonFields):
     created: datetime
     updated: datetime
     parent_id: str | None = None
+    damaged: str | None = None
+    """Where and how the session is damaged (its other fields then say what was read before
+    it); only a damaged session's JSON has the key."""
+
+    def as_json(self) -> dict[str, Any]:
+        doc = super().as_json()
+        if self.damaged is None:
+            del doc["damaged"]
+        return doc
 
 
 class Ledger:
@@ -475,8 +499,9 @@ class Ledger:
     ``create=False`` (commands that read or continue a store) creates nothing: a missing or
     empty SQLite file, or a PostgreSQL schema without the ledger's tables, is refused. Such
     a store that we cannot write (a read-only file or folder) is opened read-only
-    (``read_only``); writing to it then fails with one line. ``snapshot_interval`` takes a
-    snapshot every N events per session (0 disables).
+    (``read_only``); writing to it then fails with one line. ``read_only=True`` opens a
+    SQLite store read-only whatever its permissions (a copy's source is never written).
+    ``snapshot_interval`` takes a snapshot every N events per session (0 disables).
     """
 
     def __init__(
@@ -485,17 +510,21 @@ class Ledger:
         *,
         create: bool = True,
         snapshot_interval: int = 100,
+        read_only: bool = False,
     ) -> None:
         self.location = store if isinstance(store, StoreLocation) else resolve_store(store)
-        self.read_only = False
+        self.read_only = read_only
         self._closed = False
+        self._unmarked = False
         env = self.location.eventsourcing_env()
         if self.location.kind == "sqlite":
             assert self.location.path is not None
-            found = check_sqlite_file(self.location.path, create=create)
-            self.read_only = found.access == SqliteAccess.READ_ONLY
-            env["SQLITE_DBNAME"] = sqlite_uri(self.location.path, found.access)
-            env["CREATE_TABLE"] = "y" if found.access == SqliteAccess.CREATE else "n"
+            found = check_sqlite_file(self.location.path, create=create and not read_only)
+            access = SqliteAccess.READ_ONLY if read_only else found.access
+            self.read_only = access == SqliteAccess.READ_ONLY
+            self._unmarked = not found.marked
+            env["SQLITE_DBNAME"] = sqlite_uri(self.location.path, access)
+            env["CREATE_TABLE"] = "y" if access == SqliteAccess.CREATE else "n"
             if not found.has_snapshots:
                 snapshot_interval = 0
             self.app = self._open(env, snapshot_interval)
@@ -521,8 +550,8 @@ class Ledger:
         try:
             app = _App(env=env)
             mapper = cast(TextMapper, app.mapper)
-            mapper.lookup = self.texts
-            app.state_transcoding.lookup = self.texts
+            mapper.lookup = self.intact_texts
+            app.state_transcoding.lookup = self.intact_texts
             app.state_transcoding.reads = mapper.cached_lookup
             return app
         except ImportError:
@@ -531,6 +560,8 @@ class Ledger:
                 hint="pip install 'forge-ledger[postgres]'",
             ) from None
         except _PersistenceError as e:
+            if is_busy(e):  # creating the tables waited for another writer's lock
+                raise cast(StoreError, store_failure(e)) from None
             raise StoreError(
                 f"cannot open the store {self.location.display}: {_first_line(e)}",
                 hint="check --store / FORGE_LEDGER_STORE and that the database is running",
@@ -577,7 +608,27 @@ class Ledger:
                 hint="reload the session and retry the command",
             ) from None
         except _PersistenceError as e:
+            if is_busy(e):
+                raise self._busy(aggregates) from None
             raise StoreError(f"cannot write to {self.location.display}: {_first_line(e)}") from None
+        if self._unmarked and self.location.path is not None:
+            mark_ledger(self.location.path)  # a ledger made before the marker: its next write
+            self._unmarked = False
+
+    def _busy(self, aggregates: Sequence[Deliberation]) -> StoreUnavailableError:
+        """The write lock stayed with another process past the lock wait: nothing of this
+        save was stored; the session goes on from what was (or, if it was not recorded at
+        all, the command is simply run again)."""
+        recorded = [a.id for a in aggregates if self.app.recorder.select_events(a.id, limit=1)]
+        hint = (
+            f"try again later: forge-ledger resume {str(recorded[0])[:8]}" if recorded
+            else "nothing was recorded; run the command again later"
+        )
+        return StoreUnavailableError(
+            f"{self.location.display} is busy: another process held its write lock for "
+            f"{lock_timeout()} s; nothing of this change was stored",
+            hint=f"{hint} (FORGE_LEDGER_LOCK_TIMEOUT sets the wait)",
+        )
 
     def event_waiter(self) -> EventWaiter | None:
         """On PostgreSQL, a wait that wakes when another process commits events (LISTEN/
@@ -596,9 +647,31 @@ class Ledger:
         except Exception as e:  # AggregateNotFoundError and persistence errors
             if type(e).__name__ == "AggregateNotFoundError":
                 raise SessionNotFoundError(f"no session {sid}") from None
+            damage = self._damage_behind(sid, e, version)
+            if damage is not None:
+                raise damage from None
             raise
         assert isinstance(agg, Deliberation)
         return agg
+
+    def _damage_behind(
+        self, session_id: UUID, failure: Exception | None, version: int | None
+    ) -> SessionDamagedError | None:
+        """What a failed fold of the session met: its first damaged event (see
+        :mod:`.damage`), or None when the failure is not the session's damage."""
+        if isinstance(failure, NewerFormatError):  # not damage: a newer version's row
+            return None
+        stored = self.app.recorder.select_events(session_id, lte=version)
+        found = first_damage(stored, self.app.mapper.transcoder.decode, self.texts)
+        if found is None and isinstance(failure, SessionDamagedError):
+            return failure
+        return found
+
+    def damage(self, session_id: UUID) -> SessionDamagedError | None:
+        """The session's first damaged event, or None if its events read (one pass over its
+        stored rows, as a fold from its first event would make)."""
+        stored = self.app.recorder.select_events(session_id)
+        return first_damage(stored, self.app.mapper.transcoder.decode, self.texts)
 
     def state(
         self,
@@ -613,7 +686,43 @@ class Ledger:
         version = self.position_as_of(
             sid, at_event=at_event, at_iteration=at_iteration, at_time=at_time
         )
+        origin = None if version is None else self.inherited_from(sid, version)
+        if origin is not None:
+            return self._inherited_state(sid, origin, version)
         return self.get(sid, version=version).state
+
+    def _inherited_state(self, sid: UUID, origin: ev.ForkOrigin, position: int | None) -> (
+        SessionState
+    ):
+        """A fork's state at a position before its fork point: its parent's there, named as
+        the fork (the history is shared; the session asked about is the fork)."""
+        try:
+            state = self.state(UUID(origin.parent_id), at_event=position)
+        except SessionNotFoundError:
+            raise SessionNotFoundError(
+                f"event {position} of session {sid} is its parent {origin.parent_id}'s, "
+                f"which {self.location.display} does not hold",
+                hint="read it in the store that holds the parent",
+            ) from None
+        return state.model_copy(update={"id": str(sid), "fork_origin": origin})
+
+    def inherited_from(self, session_id: UUID, position: int) -> ev.ForkOrigin | None:
+        """Where a fork's position ``position`` was recorded: the fork's origin when its
+        parent holds it, None when the session records that position itself.
+
+        A fork's positions continue its parent's (see ``Deliberation.fork``): its first event
+        takes the fork point's position, and the positions before it are its parent's, the
+        same events the fork inherited. Only the first stored event is read (as stored: its
+        texts stay references).
+        """
+        rows = self.app.recorder.select_events(session_id, limit=1)
+        if not rows:
+            raise SessionNotFoundError(f"no session {session_id}")
+        first = rows[0]
+        if position >= int(first.originator_version):
+            return None
+        stored = self.app.mapper.transcoder.decode(unpack(first.state))
+        return ev.ForkOrigin.model_validate(stored["data"]["origin"])
 
     def position_as_of(
         self,
@@ -667,24 +776,24 @@ class Ledger:
         return int(rows[0].originator_version)
 
     def position_of_iteration(self, session_id: UUID, iteration: int) -> int:
-        """The last position of iteration ``iteration``: just before iteration K+1 starts."""
+        """The last position of iteration ``iteration``: just before iteration K+1 starts.
+
+        A fork's first event holds the rounds it inherited, each with the position its
+        ``RoundStarted`` has in the parent, which is the fork's too: an inherited iteration
+        ends where its parent's did.
+        """
         if iteration < 1:
             raise UsageError("iterations are numbered from 1")
         last = 0
         seen = False
         highest = 0
         for e in self.events(session_id):
-            if e.type == "RoundStarted":
-                it = int(e.data["iteration"])
+            for it, at in _iteration_starts(e):
                 highest = max(highest, it)
                 if it > iteration and seen:
-                    return last
+                    return at - 1
                 if it == iteration:
                     seen = True
-            elif e.type == "SessionForked":
-                forked_at = int(e.data["state"].get("iteration", 0))
-                highest = max(highest, forked_at)
-                seen = seen or forked_at >= iteration
             last = e.position
         if not seen:
             raise UsageError(
@@ -710,16 +819,54 @@ class Ledger:
                 break
             last = e.position
         if last == 0:
+            # before a fork was made, its history was its parent's, up to the fork point
+            origin = self.inherited_from(session_id, 1)
+            if origin is not None:
+                parent = self.position_at_time(UUID(origin.parent_id), at)
+                return min(parent, origin.parent_position - 1)
             raise UsageError(f"the session had not started at {at.isoformat()}")
         return last
 
     def events(
         self, session_id: str | UUID, *, after: int = 0, upto: int | None = None
     ) -> Iterator[RecordedEvent]:
-        """Decoded events (upcast to the current schema) in position order."""
+        """Decoded events (upcast to the current schema) in position order.
+
+        Read as a fold reads them: a gap in the positions, an event whose link does not
+        follow the one before, or a row that cannot be decoded raises
+        :class:`SessionDamagedError` at the first damaged position."""
         sid = self.resolve(session_id) if isinstance(session_id, str) else session_id
-        for domain_event in self.app.events.get(sid, gt=after or None, lte=upto):
-            yield _recorded(domain_event)
+        stream = iter(self.app.events.get(sid, gt=after or None, lte=upto))
+        # where the first comes is not checked: a fork's first event is at its fork point
+        expected: int | None = None
+        previous: str | None = None
+        while True:
+            try:
+                recorded = _recorded(next(stream))
+            except StopIteration:
+                return
+            except Exception as e:
+                damage = self._damage_behind(sid, e, upto)
+                if damage is not None:
+                    raise damage from None
+                raise
+            if expected not in (None, recorded.position) or previous not in (
+                None, recorded.prev_hash
+            ):
+                raise self._damage_behind(sid, None, upto) or SessionDamagedError(
+                    sid, recorded.position, "its events do not follow one another"
+                )
+            expected, previous = recorded.position + 1, recorded.hash
+            yield recorded
+
+    def recorded_upto(self, session_id: UUID, position: int) -> tuple[UUID, list[RecordedEvent]]:
+        """The session that recorded ``position`` and its events up to it: ``session_id``'s
+        own, or, for a position a fork inherited, its parent's (or an older ancestor's)."""
+        origin = self.inherited_from(session_id, position)
+        while origin is not None:
+            session_id = UUID(origin.parent_id)
+            origin = self.inherited_from(session_id, position)
+        return session_id, list(self.events(session_id, upto=position))
 
     def prompt(self, session_id: str | UUID, contribution: ContributionState) -> list[ChatMessage]:
         """The exact prompt of a recorded answer, read from the event that recorded it.
@@ -728,7 +875,11 @@ class Ledger:
         :class:`~forge_ledger.domain.state.ContributionState`); this loads the text.
         """
         pos = contribution.position
-        for e in self.events(session_id, after=pos - 1, upto=pos):
+        sid = self.resolve(session_id) if isinstance(session_id, str) else session_id
+        origin = self.inherited_from(sid, pos)
+        if origin is not None:  # an answer a fork inherited: its parent recorded it
+            return self.prompt(UUID(origin.parent_id), contribution)
+        for e in self.events(sid, after=pos - 1, upto=pos):
             payload = e.payload()
             if (
                 isinstance(payload, ev.ContributionRecorded)
@@ -753,6 +904,13 @@ class Ledger:
                 return reopened.texts(addresses)
         recorder = cast(TextsSQLiteRecorder, self.app.recorder)  # or TextsPostgresRecorder
         return recorder.select_texts(addresses)
+
+    def intact_texts(self, addresses: Sequence[str]) -> dict[str, str]:
+        """:meth:`texts`, leaving out a text that does not hash to its address (altered in
+        the store): what sessions are read with, so an altered text fails the read as a
+        missing one does (and the session reads as damaged there) instead of being shown as
+        recorded. ``verify`` reads :meth:`texts` itself, to say which texts were altered."""
+        return {a: t for a, t in self.texts(addresses).items() if text_address(t) == a}
 
     def raw_events(self, session_id: UUID) -> Iterator[tuple[int, str, dict[str, Any] | None, str]]:
         """(position, topic, decoded stored state or None if undecodable, error) as stored.
@@ -835,7 +993,15 @@ class Ledger:
         )
         out = []
         for n in rows:
-            domain_event = self.app.mapper.to_domain_event(n)
+            try:
+                domain_event = self.app.mapper.to_domain_event(n)
+            except Exception as e:  # one unreadable row: name its session and position
+                if store_failure(e) is None and not isinstance(e, ValueError):
+                    raise
+                raise SessionDamagedError(
+                    n.originator_id, int(n.originator_version),
+                    f"it cannot be read ({_first_line(e)})",
+                ) from None
             out.append(_recorded(domain_event, notification_id=int(n.id)))
         return out
 
@@ -857,12 +1023,15 @@ class Ledger:
             start = int(rows[-1].id)
 
     def resolve(self, ref: str | UUID) -> UUID:
-        """A full id or a unique prefix (with or without dashes) → the session's UUID."""
+        """A full id, a unique prefix (with or without dashes), or ``@`` / ``last`` for the
+        newest session and ``@~N`` for the one N before it (as git's ``HEAD~N``)."""
         if isinstance(ref, UUID):
             return ref
         text = ref.strip().lower()
         if not text:
             raise SessionNotFoundError("empty session id", hint="see 'forge-ledger sessions'")
+        if text == "last" or text.startswith("@"):
+            return self._newest(ref, text)
         with contextlib.suppress(ValueError):
             if len(text.replace("-", "")) == 32:
                 full = UUID(text)
@@ -877,29 +1046,95 @@ class Ledger:
             )
         if len(matches) > 1:
             raise SessionNotFoundError(
-                f"{ref!r} matches {len(matches)} sessions",
+                f"{ref!r} matches {len(matches)} sessions: {self._candidates(matches)}",
                 hint="type more characters of the id",
             )
         return matches[0]
 
+    def _newest(self, ref: str, text: str) -> UUID:
+        """``@``, ``last`` and ``@~N``: sessions in the order they were started, newest last."""
+        back = 0
+        if text not in ("@", "last"):
+            digits = text.removeprefix("@~")
+            if not text.startswith("@~") or not digits.isdigit():
+                raise SessionNotFoundError(
+                    f"{ref!r} is not a session reference", hint="use @, @~1, @~2… or an id prefix"
+                )
+            back = int(digits)
+        ids = self.session_ids()
+        if back >= len(ids):
+            raise SessionNotFoundError(
+                f"{ref!r}: the store holds {len(ids)} session(s) in {self.location.display}",
+                hint="see 'forge-ledger sessions'",
+            )
+        return ids[-1 - back]
+
+    def _candidates(self, ids: Sequence[UUID], most: int = 5) -> str:
+        """What an ambiguous prefix could mean, as git lists them: short id and title."""
+        named = []
+        for sid in ids[:most]:
+            try:
+                title = self.state(sid).topic.title
+            except ForgeLedgerError:
+                title = "unreadable"
+            named.append(f"{sid.hex[:8]} ({clip(title, 40)})")
+        more = f" and {len(ids) - most} more" if len(ids) > most else ""
+        return ", ".join(named) + more
+
     def summaries(self) -> list[SessionSummary]:
+        """Every session; a damaged one as of its last intact event, marked ``damaged``."""
         out = []
         for sid in self.session_ids():
-            s = self.get(sid).state
-            out.append(
-                SessionSummary(
-                    id=s.id,
-                    slug=s.slug,
-                    title=s.topic.title,
-                    status=s.status.value,
-                    iteration=s.iteration,
-                    events=s.version,
-                    created=s.created_at,
-                    updated=s.updated_at,
-                    parent_id=s.fork_origin.parent_id if s.fork_origin else None,
-                )
-            )
+            s: SessionState | None
+            try:
+                s, damage = self.get(sid).state, None
+            except SessionDamagedError as e:
+                damage = e
+                s = self.get(sid, version=e.position - 1).state if e.position > 1 else None
+            out.append(_summary(sid, s, damage))
         return out
+
+
+def _iteration_starts(e: RecordedEvent) -> list[tuple[int, int]]:
+    """(iteration, position) of each round ``e`` starts: a ``RoundStarted``'s own, or every
+    round a fork's first event inherited, at the positions their ``RoundStarted`` has.
+
+    A fork recorded before its positions continued its parent's began at position 1, its
+    inherited rounds numbered in the parent's ledger: its first event then ends each
+    iteration it inherited (the nearest state it holds)."""
+    if e.type == "RoundStarted":
+        return [(int(e.data["iteration"]), e.position)]
+    if e.type != "SessionForked":
+        return []
+    state = e.data["state"]
+    if not ev.ForkOrigin.model_validate(e.data["origin"]).continues_at(e.position):
+        return [(i, e.position + 1) for i in range(1, int(state.get("iteration", 0)) + 1)]
+    return [(int(r["iteration"]), int(r["started_position"])) for r in state.get("rounds", [])]
+
+
+def _summary(
+    session_id: UUID, s: SessionState | None, damage: SessionDamagedError | None
+) -> SessionSummary:
+    """A session as ``sessions`` lists it (``s``: its state, None if none can be read)."""
+    marked = None if damage is None else f"at event {damage.position}: {damage.problem}"
+    if s is None:
+        epoch = datetime.fromtimestamp(0, UTC)
+        return SessionSummary(
+            id=str(session_id), slug="", title="", status="damaged", iteration=0, events=0,
+            created=epoch, updated=epoch, damaged=marked,
+        )
+    return SessionSummary(
+        id=s.id,
+        slug=s.slug,
+        title=s.topic.title,
+        status="damaged" if damage is not None else s.status.value,
+        iteration=s.iteration,
+        events=s.version,
+        created=s.created_at,
+        updated=s.updated_at,
+        parent_id=s.fork_origin.parent_id if s.fork_origin else None,
+        damaged=marked,
+    )
 
 
 def _recorded(domain_event: Any, *, notification_id: int | None = None) -> RecordedEvent:
@@ -929,6 +1164,11 @@ def store_failure(e: BaseException) -> StoreError | None:
         )
     if not isinstance(e, _PersistenceError | sqlite3.DatabaseError | zlib.error):
         return None
+    if is_busy(e):
+        return StoreUnavailableError(
+            f"the store is busy: another process held its write lock for {lock_timeout()} s",
+            hint="run the command again later (FORGE_LEDGER_LOCK_TIMEOUT sets the wait)",
+        )
     return StoreError(
         f"the store cannot be read: {_first_line(e)}",
         hint="check it with 'forge-ledger verify'; restore a damaged file from a backup",

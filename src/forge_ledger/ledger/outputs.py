@@ -35,6 +35,7 @@ __all__ = [
     "default_home",
     "set_home_override",
     "store_outputs",
+    "write_output",
 ]
 
 HOME_ENV = "FORGE_LEDGER_HOME"
@@ -108,3 +109,20 @@ def store_outputs(
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
     directory = root / safe
     return StoreOutputs(home=directory, views=directory / _PG_VIEWS)
+
+
+def write_output(target: Path, text: str) -> Path:
+    """Write one output file (export, document, report) the one way: its folder made on
+    demand, the text written beside it and renamed over it, so a reader never sees half a
+    file, and created with the same mode as any file the user makes (the umask applies).
+
+    ``OSError`` is left to the caller, who names the file's role in its message.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, "utf-8")
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target

@@ -18,21 +18,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ..errors import StoreError, StoreMissingError
+from ..errors import ConfigError, StoreError, StoreMissingError
 
 __all__ = [
+    "APPLICATION_ID",
     "DEFAULT_STORE",
     "ENV_VAR",
+    "FORMAT_VERSION",
+    "LOCK_TIMEOUT_ENV",
     "READ_MODEL_SUFFIX",
     "SqliteAccess",
     "SqliteCheck",
     "StoreLocation",
     "check_sqlite_file",
+    "lock_timeout",
+    "mark_ledger",
     "resolve_store",
     "sqlite_uri",
 ]
 
 ENV_VAR = "FORGE_LEDGER_STORE"
+LOCK_TIMEOUT_ENV = "FORGE_LEDGER_LOCK_TIMEOUT"
+DEFAULT_LOCK_TIMEOUT = 30
+"""Seconds a SQLite write waits for another process's write lock before giving up."""
 DEFAULT_STORE = Path(".project-memory") / "forge-ledger.sqlite"
 READ_MODEL_SUFFIX = ".views.sqlite"
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -54,10 +62,12 @@ class StoreLocation:
 
     @property
     def display(self) -> str:
-        """Printable form; never contains the password."""
+        """The one way a store address is shown (messages, titles, the demo's hints): a
+        PostgreSQL password is masked as ``***`` (``postgresql://bob:***@host:5432/db``)."""
         if self.kind == "sqlite":
             return str(self.path)
-        user = f"{self.user}@" if self.user else ""
+        secret = ":***" if self.password else ""
+        user = f"{self.user}{secret}@" if self.user or secret else ""
         schema = f"?schema={self.schema}" if self.schema != "public" else ""
         return f"postgresql://{user}{self.host}:{self.port}/{self.dbname}{schema}"
 
@@ -71,9 +81,9 @@ class StoreLocation:
     def eventsourcing_env(self) -> dict[str, str]:
         if self.kind == "sqlite":
             return {
-                "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+                "PERSISTENCE_MODULE": f"{__package__}.sqlite_writes:Factory",
                 "SQLITE_DBNAME": str(self.path),
-                "SQLITE_LOCK_TIMEOUT": "30",
+                "SQLITE_LOCK_TIMEOUT": str(lock_timeout()),
             }
         return {
             "PERSISTENCE_MODULE": "eventsourcing.postgres",
@@ -87,6 +97,21 @@ class StoreLocation:
             "POSTGRES_POOL_SIZE": "4",
             "POSTGRES_LOCK_TIMEOUT": "10",
         }
+
+
+def lock_timeout() -> int:
+    """How long (whole seconds, at least 1) a write waits for the SQLite file's write lock
+    held by another process: ``FORGE_LEDGER_LOCK_TIMEOUT``, or :data:`DEFAULT_LOCK_TIMEOUT`.
+    Past it the write fails as :class:`~forge_ledger.errors.StoreUnavailableError`."""
+    raw = os.environ.get(LOCK_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_LOCK_TIMEOUT
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(
+            f"{LOCK_TIMEOUT_ENV}={raw!r} is not a whole number of seconds",
+            hint="give 1 or more, e.g. 30",
+        )
+    return int(raw)
 
 
 def resolve_store(value: str | os.PathLike[str] | None = None) -> StoreLocation:
@@ -155,13 +180,27 @@ def sqlite_uri(path: Path, access: str) -> str:
     return uri if os.access(path.parent, os.W_OK) else uri + "&immutable=1"
 
 
+APPLICATION_ID = 0x464C_4447
+"""The ledger's marker: SQLite's application id (``PRAGMA application_id``, the header's bytes
+68-71, which ``file(1)`` reads), "FLDG". Written when a ledger is created; a ledger made
+before the marker existed gains it on its next write."""
+FORMAT_VERSION = 1
+"""The ledger's format version, beside the marker (``PRAGMA user_version``)."""
+LEDGER_TABLES = frozenset({"stored_events", "stored_snapshots", "forge_texts", "forge_text_quotes"})
+"""Every table a SQLite ledger has ever held: a file without the marker is a ledger only if it
+holds no other (and its events are ours)."""
+_TOPIC_PREFIX = "forge_ledger:"
+
+
 @dataclass(frozen=True)
 class SqliteCheck:
-    """What :func:`check_sqlite_file` found: how to open the file, and whether it has the
-    snapshots table (a store made without snapshots is read without them, not altered)."""
+    """What :func:`check_sqlite_file` found: how to open the file, whether it has the
+    snapshots table (a store made without snapshots is read without them, not altered), and
+    whether it carries the ledger's marker yet (``marked``; else its next write adds it)."""
 
     access: str
     has_snapshots: bool = True
+    marked: bool = True
 
 
 def check_sqlite_file(path: Path, *, create: bool) -> SqliteCheck:
@@ -196,13 +235,14 @@ def check_sqlite_file(path: Path, *, create: bool) -> SqliteCheck:
         _write_ahead_logged(path)
         return SqliteCheck(SqliteAccess.CREATE)
     _check_header(path, size)
-    snapshots = "stored_snapshots" in _check_tables(path, create=create)
+    names, marked = _check_tables(path, create=create)
+    snapshots = "stored_snapshots" in names
     if writable:
         access = SqliteAccess.CREATE if create else SqliteAccess.READ_WRITE
-        return SqliteCheck(access, has_snapshots=snapshots or create)
+        return SqliteCheck(access, has_snapshots=snapshots or create, marked=marked)
     if create:
         raise _read_only(path)
-    return SqliteCheck(SqliteAccess.READ_ONLY, has_snapshots=snapshots)
+    return SqliteCheck(SqliteAccess.READ_ONLY, has_snapshots=snapshots, marked=marked)
 
 
 _WAL_RETRIES = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.0, 1.0)
@@ -223,14 +263,30 @@ def _write_ahead_logged(path: Path) -> None:
     """
     for delay in (*_WAL_RETRIES, None):
         try:
-            with contextlib.closing(sqlite3.connect(path, timeout=5)) as con:
+            with contextlib.closing(sqlite3.connect(path, timeout=lock_timeout())) as con:
                 if str(con.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
                     con.execute("PRAGMA journal_mode=WAL")
+                _mark(con)
             return
         except sqlite3.OperationalError as e:
             if delay is None or "locked" not in str(e):
                 raise
             time.sleep(delay)
+
+
+def _mark(con: sqlite3.Connection) -> None:
+    """Write the ledger's marker and format version (:data:`APPLICATION_ID`) unless the file
+    carries them; both live in the header, so this is one small write."""
+    if con.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+        con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        con.execute(f"PRAGMA user_version = {FORMAT_VERSION}")
+        con.commit()
+
+
+def mark_ledger(path: Path) -> None:
+    """Give a ledger made before the marker existed its marker (on its first write since)."""
+    with contextlib.closing(sqlite3.connect(path, timeout=lock_timeout())) as con:
+        _mark(con)
 
 
 def _read_only(path: Path) -> StoreError:
@@ -280,23 +336,78 @@ def _damaged(path: Path, why: str) -> StoreError:
     )
 
 
-def _check_tables(path: Path, *, create: bool) -> set[str]:
+def _check_tables(path: Path, *, create: bool) -> tuple[set[str], bool]:
+    """The file's tables, and whether it carries the marker; anything but a ledger (or, for
+    ``create``, an empty SQLite database) is refused. Read-only: the file is left as it is."""
     try:
-        con = sqlite3.connect(sqlite_uri(path, SqliteAccess.READ_ONLY), uri=True)
+        con = sqlite3.connect(_inspection_uri(path), uri=True)
         try:
-            names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            names = {
+                str(r[0]) for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            } - _SQLITE_INTERNAL
+            app_id, version = (
+                int(con.execute(f"PRAGMA {p}").fetchone()[0])
+                for p in ("application_id", "user_version")
+            )
+            marked = app_id == APPLICATION_ID
+            if not marked and names:
+                _recognise(path, con, names, app_id)
         finally:
             con.close()
     except sqlite3.DatabaseError as e:
         raise StoreError(f"{path} cannot be read as SQLite: {e}") from None
-    if names and "stored_events" not in names:
+    if marked and version > FORMAT_VERSION:
         raise StoreError(
-            f"{path} is a SQLite file but not a forge-ledger store",
-            hint="pass --store with the path of a ledger file",
+            f"{path} is a ledger of format {version}; this forge-ledger reads format "
+            f"{FORMAT_VERSION} and older",
+            hint="upgrade forge-ledger to open it",
         )
     if not names and not create:
         raise StoreError(
             f"{path} is an empty SQLite database, not a forge-ledger store",
             hint="pass --store with the path of a ledger file",
         )
-    return names
+    return names, marked
+
+
+def _inspection_uri(path: Path) -> str:
+    """How the file is opened to see what it is, creating nothing beside it.
+
+    A read-only connection to a WAL-mode file makes its ``-wal`` and ``-shm`` files when they
+    are not there, and cannot remove them: looking at another program's database would leave
+    them behind. With no ``-wal`` file, no connection is writing it (a WAL writer has one
+    while it is open), so it is read as ``immutable``, which makes nothing."""
+    uri = sqlite_uri(path, SqliteAccess.READ_ONLY)
+    with path.open("rb") as fh:
+        wal_mode = fh.read(20)[18:20] == b"\x02\x02"
+    if wal_mode and not path.with_name(path.name + "-wal").exists() and "immutable" not in uri:
+        return path.resolve().as_uri() + "?mode=ro&immutable=1"
+    return uri
+
+
+_SQLITE_INTERNAL = frozenset({"sqlite_sequence", "sqlite_stat1", "sqlite_stat4"})
+_EVENT_COLUMNS = ["originator_id", "originator_version", "topic", "state"]
+
+
+def _recognise(path: Path, con: sqlite3.Connection, names: set[str], app_id: int) -> None:
+    """A file without the marker is a ledger made before it if its tables are a ledger's
+    only and its first and last events are forge-ledger's (two rows read, however large the
+    file); anything else, another eventsourcing application's store included, is refused."""
+    columns = [str(r[1]) for r in con.execute("PRAGMA table_info(stored_events)")]
+    ours = app_id == 0 and names <= LEDGER_TABLES and columns == _EVENT_COLUMNS
+    if ours:
+        try:
+            ends = con.execute(
+                "SELECT topic FROM (SELECT topic FROM stored_events ORDER BY rowid LIMIT 1) "
+                "UNION ALL SELECT topic FROM "
+                "(SELECT topic FROM stored_events ORDER BY rowid DESC LIMIT 1)"
+            ).fetchall()
+        except sqlite3.DatabaseError:  # a table without rowid: not the ledger's
+            ends = [("",)]
+        ours = all(isinstance(t, str) and t.startswith(_TOPIC_PREFIX) for (t,) in ends)
+    if not ours:
+        raise StoreError(
+            f"{path} is a SQLite file but not a forge-ledger store (no ledger marker, and "
+            "its tables or events are another program's); it was left untouched",
+            hint="pass --store with the path of a ledger file",
+        )

@@ -27,11 +27,7 @@ from typing import Any, cast
 from uuid import UUID
 
 from eventsourcing.persistence import Mapper, StoredEvent
-from eventsourcing.sqlite import (
-    SQLiteAggregateRecorder,
-    SQLiteApplicationRecorder,
-    SQLiteTransaction,
-)
+from eventsourcing.sqlite import SQLiteAggregateRecorder, SQLiteApplicationRecorder
 from eventsourcing.utils import get_topic
 from pydantic import BaseModel, ValidationError
 
@@ -40,6 +36,7 @@ from ..domain.values import Critique
 from ..errors import StoreError
 from .compression import StateCompressor, TopLevelTranscoder, pack_text, unpack, unpack_text
 from .quotes import QuotedAnswers, pack_with, unpack_with
+from .sqlite_writes import ImmediateTransaction
 
 __all__ = [
     "OBJECT_TEXTS",
@@ -55,8 +52,10 @@ __all__ = [
     "externalise",
     "learned_in",
     "object_text",
+    "quote_lists",
     "quoting_body",
     "refer_to_texts",
+    "referenced",
     "resolve",
     "text_address",
     "text_reference",
@@ -212,6 +211,11 @@ def _object_of(text: str, address: str) -> dict[str, Any]:
             hint="restore the store from a backup",
         )
     return cast(dict[str, Any], value)
+
+
+def referenced(data: Any) -> list[str]:
+    """The addresses of the texts a stored payload refers to (in order, repeats kept)."""
+    return _addresses(data, [])
 
 
 def resolve(data: Any, lookup: Lookup, *, check: bool = False) -> Any:
@@ -371,22 +375,9 @@ class TextMapper(Mapper[Any]):
         )
 
     def _dictionaries(self, data: dict[str, Any], texts: dict[str, str]) -> dict[str, list[str]]:
-        """For each long text of the event but its own answer (a prompt, the reasoning or
-        critique parsed from an answer), the recent answers it quotes; those are added to
-        ``texts`` so they are certainly stored with it. A text that is itself a recent answer
-        (a parsed critique may be its answer's very text) is stored on its own: packed, it
-        would make every text packed against it a chain of reads."""
         response = data.get("response")
         answer = response.get("content") if isinstance(response, dict) else None
-        out: dict[str, list[str]] = {}
-        for address, text in list(texts.items()):
-            if text == answer or self.quotes.holds(address):
-                continue
-            quoted = [(a, t) for a, t in self.quotes.quoted_in(text) if a != address]
-            if quoted:
-                out[address] = [a for a, _ in quoted]
-                texts.update(quoted)
-        return out
+        return quote_lists(self.quotes, answer, texts)
 
     def _remember_answer(self, data: dict[str, Any]) -> None:
         response = data.get("response")
@@ -469,6 +460,25 @@ class TextMapper(Mapper[Any]):
         return found
 
 
+def quote_lists(
+    quotes: QuotedAnswers, answer: Any, texts: dict[str, str]
+) -> dict[str, list[str]]:
+    """For each long text of an event but its own ``answer`` (a prompt, the reasoning or
+    critique parsed from an answer), the recent answers it quotes; those are added to
+    ``texts`` so they are certainly stored with it. A text that is itself a recent answer
+    (a parsed critique may be its answer's very text) is stored on its own: packed, it
+    would make every text packed against it a chain of reads."""
+    out: dict[str, list[str]] = {}
+    for address, text in list(texts.items()):
+        if text == answer or quotes.holds(address):
+            continue
+        quoted = [(a, t) for a, t in quotes.quoted_in(text) if a != address]
+        if quoted:
+            out[address] = [a for a, _ in quoted]
+            texts.update(quoted)
+    return out
+
+
 def texts_of(stored_events: Iterable[StoredEvent]) -> list[tuple[str, str]]:
     rows: dict[str, str] = {}
     for s in stored_events:
@@ -514,7 +524,8 @@ class _WritesTexts(KnowsStore, SQLiteAggregateRecorder):
         pool = self.datastore.pool
         conn = pool.get_connection(is_writer=True)
         try:
-            with SQLiteTransaction(conn, commit=True) as c, c:
+            # The write lock first: the save reads which texts are stored before it writes.
+            with ImmediateTransaction(conn, commit=True) as c, c:
                 ids: Sequence[int] | None = self._insert_events(c, stored_events, **kwargs)
                 return ids
         finally:

@@ -27,7 +27,9 @@ from typing import Any, cast
 from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
+from pydantic import ValidationError
 
+from ..domain import events as ev
 from ..domain.hashing import GENESIS, chain_hash, seal_hmac
 from ..domain.json_fields import JsonFields
 from ..errors import StoreError
@@ -96,8 +98,9 @@ def verify_session(
 def _verify_chain(ledger: Ledger, session_id: UUID, key: bytes | None) -> ChainReport:
     report = ChainReport(session_id=str(session_id))
     prev = GENESIS
-    expected = 1
+    expected = 0
     for position, topic, state, error in ledger.raw_events(session_id):
+        expected = expected or _first_position(position, topic, state)
         if position != expected:
             return report.fail(
                 expected,
@@ -118,6 +121,21 @@ def _verify_chain(ledger: Ledger, session_id: UUID, key: bytes | None) -> ChainR
         return report.fail(1, "the session has no events")
     report.head_hash = prev
     return report
+
+
+def _first_position(position: int, topic: str, state: dict[str, Any] | None) -> int:
+    """Where a session's chain begins: at 1, or for a fork at its fork point, whose position
+    its first event takes (a fork's positions continue its parent's; see
+    ``Deliberation.fork``). A fork recorded before that began at 1, and still verifies."""
+    if topic != f"{_PREFIX}SessionForked" or state is None:
+        return 1
+    data = state.get("data")
+    raw = data.get("origin") if isinstance(data, dict) else None
+    try:
+        origin = ev.ForkOrigin.model_validate(raw)
+    except ValidationError:  # a damaged first event: its chain is checked from 1
+        return 1
+    return position if origin.continues_at(position) else 1
 
 
 def _checked_event(

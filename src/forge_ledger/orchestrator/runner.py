@@ -20,6 +20,7 @@ Determinism rules this module keeps (so ``replay`` can re-run it against recorde
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +32,7 @@ from .. import engine
 from ..clock import Clock, IdSource, SystemClock, UuidIds
 from ..domain import events as ev
 from ..domain.aggregate import Deliberation
-from ..domain.state import RoundState, SessionState
+from ..domain.state import ContributionState, RoundState, SessionState
 from ..domain.values import (
     ChatMessage,
     ConvergenceVote,
@@ -43,6 +44,7 @@ from ..domain.values import (
     RoundKind,
     SessionConfig,
     SessionStatus,
+    StopReason,
     TokenCount,
     Topic,
 )
@@ -286,6 +288,7 @@ class Orchestrator:
         limiter = asyncio.Semaphore(state.config.max_concurrency)
         deadline = self._wall.now() + wall_left
         outcomes: dict[str, _Outcome] = {}
+        turns: list[tuple[_Turn, _Plan, tuple[ChatMessage, ...]]] = []
         for name in rnd.expected:
             plan = _Plan.of(rnd, name, schema, state)
             if plan.done:
@@ -301,12 +304,17 @@ class Orchestrator:
                 outcomes[name] = self._budget_refusal(state, rnd, name, plan, need, reserved)
                 continue
             reserved += need
-            tasks[name] = asyncio.create_task(
-                self._participant(
-                    _Turn(rnd, participant, max_tokens, schema, limiter, deadline, state.config),
-                    plan,
-                    messages,
-                )
+            turn = _Turn(rnd, participant, max_tokens, schema, limiter, deadline, state.config)
+            turns.append((turn, plan, messages))
+        spare = state.config.max_cost_usd - state.cost_usd - reserved
+        for turn, plan, messages in turns:
+            allowed, worst = engine.continuation_allowance(
+                rnd.kind, messages, turn.max_tokens, self.provider.price(turn.participant), spare
+            )
+            spare -= worst
+            turn = dataclasses.replace(turn, continuations=allowed)
+            tasks[turn.participant.name] = asyncio.create_task(
+                self._participant(turn, plan, messages)
             )
         try:
             for name in rnd.expected:
@@ -360,10 +368,9 @@ class Orchestrator:
     async def _participant(
         self, turn: _Turn, plan: _Plan, messages: tuple[ChatMessage, ...]
     ) -> _Outcome:
-        rnd, schema = turn.rnd, turn.schema
         out = _Outcome(participant=turn.participant.name)
         attempt = plan.next_attempt
-        answer_text = plan.answer_text
+        answer_text, stop = plan.answer_text, plan.stop
         if answer_text is None:
             response, attempt = await self._call_with_retries(
                 turn, messages, attempt, out, purpose="answer"
@@ -372,15 +379,61 @@ class Orchestrator:
                 out.abstained = True
                 return out
             out.answered = True
-            answer_text = response.content
-        if schema is None:
-            return out
-        parsed = engine.parse_output(rnd.kind, answer_text)
+            answer_text, stop = response.content, response.stop_reason
+        answer_text, stop, attempt = await self._continue(
+            turn, messages, _Cut(answer_text, stop, plan.continuations), attempt, out
+        )
+        if turn.schema is not None:
+            await self._parse(turn, plan, messages, _Cut(answer_text, stop, 0), attempt, out)
+        return out
+
+    async def _continue(
+        self,
+        turn: _Turn,
+        messages: tuple[ChatMessage, ...],
+        cut: _Cut,
+        attempt: int,
+        out: _Outcome,
+    ) -> tuple[str, StopReason, int]:
+        """Ask for the rest of an answer cut off at its token limit, while the engine says
+        so and the round's budget allows (``turn.continuations``); each call is recorded."""
+        text, stop, done = cut.text, cut.stop, cut.done
+        made = 0
+        while made < turn.continuations and engine.needs_continuation(turn.rnd.kind, stop, done):
+            response, attempt = await self._call_with_retries(
+                turn,
+                engine.continuation_messages(messages, text),
+                attempt,
+                out,
+                purpose="continuation",
+            )
+            if response is None:
+                break  # the failure is recorded; the answer stays cut off, and says so
+            text, stop = text + response.content, response.stop_reason
+            done, made = done + 1, made + 1
+        return text, stop, attempt
+
+    async def _parse(
+        self,
+        turn: _Turn,
+        plan: _Plan,
+        messages: tuple[ChatMessage, ...],
+        answer: _Cut,
+        attempt: int,
+        out: _Outcome,
+    ) -> None:
+        """Read the structured output of an answer, with one repair call if it cannot be
+        read; an answer still unreadable is an abstention (saying so if it was cut off)."""
+        rnd, schema = turn.rnd, turn.schema
+        assert schema is not None
+        parsed = engine.parse_output(rnd.kind, answer.text)
         if parsed.value is None and plan.repair_text is not None:
             parsed = engine.parse_output(rnd.kind, plan.repair_text)
         elif parsed.value is None:
             original_error = parsed.error or "unparseable"
-            repair = engine.repair_messages(messages, answer_text, original_error, rnd.kind)
+            if answer.stop is StopReason.MAX_TOKENS:
+                original_error = engine.cut_off_reason(original_error, turn.max_tokens)
+            repair = engine.repair_messages(messages, answer.text, original_error, rnd.kind)
             response, attempt = await self._call_with_retries(
                 turn, repair, attempt, out, purpose="repair"
             )
@@ -391,12 +444,13 @@ class Orchestrator:
                         value=None,
                         error=f"{original_error}; after repair: {parsed.error or 'unparseable'}",
                     )
+            elif answer.stop is StopReason.MAX_TOKENS:
+                parsed = engine.ParsedOutput(value=None, error=original_error)
         if parsed.value is not None:
             out.actions.append(_Parsed(parsed.value))
         else:
             out.actions.append(_ParseFailed(schema.__name__, parsed.error or ""))
             out.abstained = True
-        return out
 
     async def _call_with_retries(
         self,
@@ -415,6 +469,7 @@ class Orchestrator:
                 participant=participant,
                 messages=messages,
                 max_tokens=turn.max_tokens,
+                output_ceiling=engine.output_ceiling(turn.max_tokens),
                 temperature=participant.temperature,
                 response_format=turn.schema,
                 timeout_secs=self._wall.call_timeout(
@@ -624,10 +679,12 @@ class Orchestrator:
         round open, so ``resume`` retries only the missing participants. Never an abort: the
         work paid for so far stays resumable."""
         fault = _fault_of(agg.state, rnd, missing)
+        others = fault.others_without_answer
+        several = f"no answer from {others}" if others else ""
         reason = (
-            f"provider fault in round {fault.round} ({fault.kind.value}): {fault.participant} "
-            f"({fault.model}) failed {fault.attempts} attempt(s): {fault.error_type}: "
-            f"{fault.message}"
+            f"provider fault in round {fault.round} ({fault.kind.value}): {several}"
+            f"{fault.participant} ({fault.model}) failed {fault.attempts} attempt(s): "
+            f"{fault.error_type}: {fault.message}"
         )
         agg.pause(reason=reason, fault=fault, at=self.clock.now())
         self.ledger.save(agg)
@@ -703,6 +760,17 @@ class _Turn:
     limiter: asyncio.Semaphore
     deadline: float
     config: SessionConfig
+    continuations: int = 0
+    """Continuation calls the round's budget leaves this turn (engine.continuation_allowance)."""
+
+
+@dataclass(frozen=True)
+class _Cut:
+    """An answer so far: its text, how its last call stopped, and how often it was continued."""
+
+    text: str
+    stop: StopReason
+    done: int
 
 
 @dataclass(frozen=True)
@@ -714,6 +782,10 @@ class _Plan:
     answer_text: str | None
     repair_text: str | None
     calls_needed: int
+    stop: StopReason = StopReason.END_TURN
+    """How the latest call of the answer so far stopped (cut off: it may be continued)."""
+    continuations: int = 0
+    """Continuation calls the answer so far has had."""
 
     @classmethod
     def of(
@@ -725,35 +797,58 @@ class _Plan:
         next_attempt = max(attempts, default=0) + 1
         answer = next((c for c in contributions if c.purpose == "answer"), None)
         repair = next((c for c in contributions if c.purpose == "repair"), None)
-        # A participant that gave up before the session resumed (from a fault pause) gets a
-        # fresh set of attempts: only giving up since then counts.
-        recent = [f for f in failures if f.position > state.resumed_position]
-        gave_up = (
-            bool(recent)
-            and not recent[-1].will_retry
-            and (answer is None or (repair is None and recent[-1].attempt > answer.attempt))
+        continued = [c for c in contributions if c.purpose == "continuation"]
+        so_far = continued[-1] if continued else answer
+        gave_up = _gave_up(state, failures, so_far, repair)
+        pending = (
+            so_far is not None
+            and not gave_up
+            and repair is None
+            and engine.needs_continuation(rnd.kind, so_far.response.stop_reason, len(continued))
         )
-        if answer is not None:
-            c = rnd.contribution_of(name)
-            parsed = c is not None and (
-                c.critique is not None
-                or c.opinion is not None
-                or c.vote is not None
-                or c.parse_error is not None
-            )
-            if schema is None or parsed:
-                return cls(True, next_attempt, state.answer(answer), None, 0)
+        if so_far is not None and (_parsed(rnd, name) or (schema is None and not pending)):
+            return cls(True, next_attempt, state.answer(so_far), None, 0)
         if gave_up or name in rnd.abstained or name in rnd.replaced:
             return cls(True, next_attempt, None, None, 0)
-        if answer is None:
-            return cls(False, next_attempt, None, None, 2 if schema is not None else 1)
+        if so_far is None:
+            return cls(False, next_attempt, None, None, engine.reserved_calls(rnd.kind))
         return cls(
             False,
             next_attempt,
-            state.answer(answer),
+            state.answer(so_far),
             state.answer(repair) if repair else None,
-            0 if repair else 1,
+            int(pending) + (0 if repair or schema is None else 1),
+            stop=so_far.response.stop_reason,
+            continuations=len(continued),
         )
+
+
+def _gave_up(
+    state: SessionState,
+    failures: list[Any],
+    so_far: ContributionState | None,
+    repair: ContributionState | None,
+) -> bool:
+    """Whether the participant's last call failed for good after its answer so far. One that
+    gave up before the session resumed (from a fault pause) gets a fresh set of attempts:
+    only giving up since then counts."""
+    recent = [f for f in failures if f.position > state.resumed_position]
+    return (
+        bool(recent)
+        and not recent[-1].will_retry
+        and (so_far is None or (repair is None and recent[-1].attempt > so_far.attempt))
+    )
+
+
+def _parsed(rnd: RoundState, name: str) -> bool:
+    """Whether the participant's answer in ``rnd`` was read (or found unreadable) already."""
+    c = rnd.contribution_of(name)
+    return c is not None and (
+        c.critique is not None
+        or c.opinion is not None
+        or c.vote is not None
+        or c.parse_error is not None
+    )
 
 
 def _fault_of(state: SessionState, rnd: RoundState, missing: tuple[str, ...]) -> ev.PauseFault:

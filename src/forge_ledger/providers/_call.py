@@ -35,6 +35,10 @@ class ProviderCall:
     """The round this call belongs to (0 outside a session): replay's lookup key."""
     attempt: int = 1
     """The attempt number within the round for this participant: replay's lookup key."""
+    output_ceiling: int | None = None
+    """Output tokens after which the stream is ended and the answer marked cut off at its
+    limit (``max_tokens`` plus a small margin, chosen by the engine); None: no ceiling. A
+    provider that ignores ``max_tokens`` cannot then stream without bound."""
 
 
 @runtime_checkable

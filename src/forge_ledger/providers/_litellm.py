@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import urlparse
 
-from ..domain.values import ModelResponse, Participant, Price, TokenCount
+from ..domain.values import ModelResponse, Participant, Price, StopReason, TokenCount
 from ._call import ProviderCall, stop_reason_for
 from ._errors import ErrorType, ProviderCallError
 from ._pricing import cost_of, price_from_table_entry, resolve_price
@@ -184,7 +184,9 @@ class LiteLLMProvider:
     ) -> ModelResponse:
         litellm = _import_litellm()
         kwargs = self._request(call)
-        got = _Received(model=call.participant.model, started=time.monotonic())
+        got = _Received(
+            model=call.participant.model, started=time.monotonic(), ceiling=call.output_ceiling
+        )
         stream: Any = None
         try:
             async with asyncio.timeout(call.timeout_secs):
@@ -196,7 +198,11 @@ class LiteLLMProvider:
                     kwargs.pop("response_format")  # the prompt already asks for JSON
                     stream = await litellm.acompletion(**kwargs)
                 async for chunk in stream:
-                    got.take(chunk, on_delta)
+                    if not got.take(chunk, on_delta):
+                        break
+                    _forget_delivered(stream)
+                    if got.content_chunks % _LET_FINALIZERS_RUN == 0:
+                        await asyncio.sleep(0)
         except _CallbackFailed as e:
             await _close(stream)
             raise e.original from None
@@ -220,6 +226,9 @@ class LiteLLMProvider:
             raise classify_exception(
                 e, call, partial_text=got.text, duration_ms=got.elapsed_ms()
             ) from None
+        if got.over_ceiling:
+            await _close(stream)
+            return _cut_at_ceiling(got, call, self.price(call.participant))
         return _judge(got, stream, call, self.price(call.participant),
                       mocked="mock_response" in kwargs)
 
@@ -408,25 +417,66 @@ def classify_exception(
     )
 
 
+_KEEP_DELIVERED = 2
+"""Chunks litellm's stream wrapper may keep: its repetition check compares the last two."""
+
+_LET_FINALIZERS_RUN = 32
+"""Content chunks between two yields to the event loop. litellm takes each chunk with a new
+``async for`` over the OpenAI SDK's stream, whose ``__aiter__`` is an async generator left
+suspended after one item (holding that chunk); asyncio closes each in a task of its own, and
+those tasks only run when this loop yields. Streamed from a nearby server the socket always
+has data, so without a yield they pile up: a few kilobytes per chunk, a gigabyte for an
+answer of 2 MB sent a word at a time."""
+
+
+def _forget_delivered(stream: Any) -> None:
+    """Drop what litellm's stream wrapper keeps of the chunks it has delivered to us.
+
+    The wrapper keeps every chunk object (a few kilobytes each, to rebuild the response at
+    the end) and the text so far as one string it extends by copying at every chunk: an
+    answer streamed a word at a time then costs about a gigabyte per 2 MB and copying time
+    that grows with its length. This provider keeps the text itself (:class:`_Received`),
+    and reads usage only from chunks that come after the content, so the wrapper needs
+    only its last chunks. Attributes it does not have are left alone."""
+    if getattr(stream, "received_finish_reason", None) is not None:
+        return  # the end: the wrapper now builds the usage from what it kept
+    chunks = getattr(stream, "chunks", None)
+    if isinstance(chunks, list) and len(chunks) > 8 * _KEEP_DELIVERED:
+        chunks[:] = [
+            c for c in chunks[:-_KEEP_DELIVERED] if getattr(c, "usage", None) is not None
+        ] + chunks[-_KEEP_DELIVERED:]
+    if isinstance(getattr(stream, "response_uptil_now", None), str):
+        stream.response_uptil_now = ""
+
+
 @dataclass
 class _Received:
-    """What one streamed call has delivered so far."""
+    """What one streamed call has delivered so far.
+
+    The text accumulates as UTF-8 bytes in one growing buffer: one small object per chunk
+    (a list of strings) would cost several times the answer's size in memory."""
 
     model: Any
     started: float
-    parts: list[str] = field(default_factory=list)
+    ceiling: int | None = None
+    """Content chunks accepted before the stream is ended (each carries at least one token,
+    so counting chunks never overstates the tokens received)."""
+    buffer: bytearray = field(default_factory=bytearray)
+    content_chunks: int = 0
+    over_ceiling: bool = False
     last_usage: Any = None
     seen_finish: str | None = None
     first_at: float | None = None
 
     @property
     def text(self) -> str:
-        return "".join(self.parts)
+        return self.buffer.decode("utf-8")
 
     def elapsed_ms(self) -> int:
         return max(0, int((time.monotonic() - self.started) * 1000))
 
-    def take(self, chunk: Any, on_delta: Callable[[str], None] | None) -> None:
+    def take(self, chunk: Any, on_delta: Callable[[str], None] | None) -> bool:
+        """Take one chunk; False when it would pass the ceiling (it is then not taken)."""
         self.model = getattr(chunk, "model", None) or self.model
         usage = getattr(chunk, "usage", None)
         if usage is not None:
@@ -438,14 +488,52 @@ class _Received:
             text = getattr(delta, "content", None) if delta is not None else None
             if not text:
                 continue
+            if self.ceiling is not None and self.content_chunks >= self.ceiling:
+                self.over_ceiling = True
+                return False
             if self.first_at is None:
                 self.first_at = time.monotonic()
-            self.parts.append(text)
+            self.buffer += text.encode("utf-8")
+            self.content_chunks += 1
             if on_delta is not None:
                 try:
                     on_delta(text)
                 except Exception as cb_err:
                     raise _CallbackFailed(cb_err) from cb_err
+        return True
+
+
+def _prompt_tokens(call: ProviderCall) -> int:
+    """litellm's count of the prompt's tokens (0 when it cannot tell)."""
+    try:
+        return int(
+            _import_litellm().token_counter(
+                model=call.participant.model,
+                messages=[{"role": m.role, "content": m.content} for m in call.messages],
+            )
+        )
+    except Exception:
+        return 0
+
+
+def _cut_at_ceiling(got: _Received, call: ProviderCall, price: Price | None) -> ModelResponse:
+    """The answer of a stream ended because it passed its output ceiling: the text up to it,
+    marked cut off at its token limit. The provider sent no usage (the stream was ended
+    before it), so the tokens are counted here: the chunks received and the prompt as
+    litellm counts it."""
+    tokens = TokenCount(input=_prompt_tokens(call), output=got.content_chunks)
+    return ModelResponse(
+        content=got.text,
+        model=str(got.model),
+        tokens=tokens,
+        cost_usd=cost_of(price, tokens),
+        price=price,
+        duration_ms=got.elapsed_ms(),
+        ttft_ms=None if got.first_at is None else max(0, int((got.first_at - got.started) * 1000)),
+        stop_reason=StopReason.MAX_TOKENS,
+        finish_reason="length",
+        usage_reported=False,
+    )
 
 
 _NO_FINISH = "stream ended before a finish_reason was received"
@@ -514,8 +602,13 @@ def _judge(
     if raw_finish is None and (reported or mocked):
         raw_finish = got.seen_finish
         reported = reported or got.last_usage is not None
-    if not got.text or raw_finish is None:
+    if not got.buffer or raw_finish is None:
         raise _cut_short(got, call, price, tokens if reported else None, raw_finish)
+    if not reported and tokens.output < got.content_chunks:
+        tokens = TokenCount(input=tokens.input, output=got.content_chunks)
+    stop = stop_reason_for(raw_finish)
+    if call.output_ceiling is not None and tokens.output > call.output_ceiling:
+        stop = StopReason.MAX_TOKENS  # the provider let it run past the limit asked for
     return ModelResponse(
         content=got.text,
         model=str(got.model),
@@ -524,7 +617,7 @@ def _judge(
         price=price,
         duration_ms=got.elapsed_ms(),
         ttft_ms=None if got.first_at is None else max(0, int((got.first_at - got.started) * 1000)),
-        stop_reason=stop_reason_for(raw_finish),
+        stop_reason=stop,
         finish_reason=raw_finish,
         usage_reported=reported,
     )

@@ -244,7 +244,8 @@ def _usage(m: ReportModel, colors: dict[str, str]) -> Chart:
             for part, n in (("input", u.input_tokens), ("output", u.output_tokens))
         ]
         kinds = [k for k in ROUND_KINDS.domain if any(u.kind.value == k for u in rounds)]
-        costs = [{"round": u.round, "cost": u.cost_usd, "kind": ROUND_KINDS.label_of(u.kind.value),
+        costs = [{"round": u.round, "cost": u.priced_cost_usd,
+                  "kind": ROUND_KINDS.label_of(u.kind.value),
                   "cue": ROUND_KINDS.cue_of(u.kind.value)} for u in rounds]
         width = span(len(rounds), 26, 200, _WIDTH - 120)
         rx = alt.X("round:O", title="round", axis=alt.Axis(labelAngle=0, labelOverlap=True))
@@ -267,7 +268,7 @@ def _usage(m: ReportModel, colors: dict[str, str]) -> Chart:
         cost = alt.layer(*layers).properties(width=width, height=140, title="cost per round")
         by_p = m.audit.usage_by_participant
         names = [u.participant for u in by_p]
-        per_p = [{"participant": u.participant, "cost": u.cost_usd,
+        per_p = [{"participant": u.participant, "cost": u.priced_cost_usd,
                   "tokens": u.input_tokens + u.output_tokens} for u in by_p]
         py = alt.Y("participant:N", sort=names, title=None)
         pcolor = alt.Color("participant:N", legend=None, scale=alt.Scale(
@@ -284,18 +285,19 @@ def _usage(m: ReportModel, colors: dict[str, str]) -> Chart:
     return chart(
         "usage",
         "Cost and tokens per round and per participant",
-        "Input and output tokens and cost in USD of every model call, failed calls included, "
+        "Input and output tokens and cost in USD of every model call, failed calls included "
+        "(calls at no known price are drawn at $0 and listed as unpriced), "
         "per round (each bar lettered by its round's kind) and per participant.",
         have=sum(u.calls for u in rounds), need=1, noun="model call", draw=draw,
         headers=("Round or participant", "Kind / model", "Calls", "Failed", "Input tokens",
                  "Output tokens", "Cost (USD)"),
         rows=tuple(
             (f"round {u.round} (it {u.iteration})", u.kind.value, str(u.calls),
-             str(u.failed_calls), str(u.input_tokens), str(u.output_tokens), f"{u.cost_usd:.4f}")
+             str(u.failed_calls), str(u.input_tokens), str(u.output_tokens), u.cost_text)
             for u in rounds
         ) + tuple(
             (u.participant, u.model, str(u.calls), str(u.failed_calls), str(u.input_tokens),
-             str(u.output_tokens), f"{u.cost_usd:.4f}")
+             str(u.output_tokens), u.cost_text)
             for u in m.audit.usage_by_participant
         ),
     )

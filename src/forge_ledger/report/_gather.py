@@ -15,6 +15,7 @@ from uuid import UUID
 
 from ..audit import audit_report
 from ..domain import SessionState
+from ..errors import SessionDamagedError
 from ..ledger import Ledger, verify_session
 from ..projections.document import fold_lineage
 from ._model import DissentSides, Integrity, ParticipantInfo, ReportModel
@@ -33,16 +34,24 @@ def gather(
     """The report's content for a session, now or as of the end of iteration ``at_iteration``.
 
     The chain and seal are checked over the whole stored session (with ``key``, the seal's
-    HMAC too); the rest is as of the chosen position.
+    HMAC too); the rest is as of the chosen position. A damaged session (its events cannot
+    be read past a position) is shown as of its last intact event, its damage in the page's
+    integrity check: the report is what is left to read of it.
     """
     sid = ledger.resolve(session_id) if isinstance(session_id, str) else session_id
-    state = ledger.state(sid, at_iteration=at_iteration)
-    audit = audit_report(list(ledger.events(sid, upto=state.version)))
+    try:
+        state = ledger.state(sid, at_iteration=at_iteration)
+    except SessionDamagedError as e:
+        if at_iteration is not None or e.position <= 1:
+            raise
+        state = ledger.state(sid, at_event=e.position - 1)
+    _, events = ledger.recorded_upto(sid, state.version)  # a fork's past is its parent's
+    audit = audit_report(events)
     lineage = fold_lineage(state)
     return ReportModel(
-        session_id=audit.session_id,
+        session_id=str(sid),
         slug=state.slug,
-        title=audit.title,
+        title=state.topic.title,
         description=state.topic.description,
         status=audit.status,
         status_reason=audit.status_reason,
@@ -53,6 +62,7 @@ def gather(
         iterations=audit.iterations,
         rounds=len(state.rounds),
         cost_usd=audit.total.cost_usd,
+        cost_text=audit.total.cost_text,
         input_tokens=audit.total.input_tokens,
         output_tokens=audit.total.output_tokens,
         position=audit.events,

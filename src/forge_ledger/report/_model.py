@@ -25,7 +25,7 @@ __all__ = ["DissentSides", "Integrity", "ParticipantInfo", "ReportModel"]
 
 
 class _View(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class ParticipantInfo(_View):
@@ -69,7 +69,9 @@ class ReportModel(_View):
     participants: tuple[ParticipantInfo, ...]
     iterations: int
     rounds: int
-    cost_usd: float
+    cost_usd: float | None
+    """None when some call had no known price (see ``cost_text``)."""
+    cost_text: str
     input_tokens: int
     output_tokens: int
     position: int

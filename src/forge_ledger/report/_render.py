@@ -23,10 +23,6 @@ from ._palettes import participant_colors
 __all__ = ["render_html"]
 
 
-def _usd(value: float) -> str:
-    return f"${value:.4f}"
-
-
 def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value is not None else "—"
 
@@ -45,7 +41,6 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["usd"] = _usd
     env.filters["when"] = _when
     env.filters["source"] = _source
     return env

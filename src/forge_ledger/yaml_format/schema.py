@@ -66,7 +66,7 @@ Timestamp = Annotated[str, BeforeValidator(_timestamp)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class TechniqueEntry(_Model):

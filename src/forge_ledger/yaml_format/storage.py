@@ -8,7 +8,6 @@ they finished more than ``days`` ago.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -22,8 +21,7 @@ from ..bounded_yaml import load_yaml, read_yaml_file
 from ..domain.json_fields import JsonFields
 from ..errors import InputLimitError, UsageError
 from ..ledger import Ledger
-from ..ledger.outputs import store_outputs
-from .export import export_events
+from ..ledger.outputs import store_outputs, write_output
 from .schema import SLUG_RE
 
 __all__ = [
@@ -90,17 +88,15 @@ def write_export(
     """Export a session to ``path`` (or its file in ``directory``, by default the store's
     exports directory: ``ledger.outputs.store_outputs``); atomic replace."""
     sid = ledger.resolve(session_id) if isinstance(session_id, str) else session_id
+    from .export import export_events  # the export format, for an export only (not a spec)
+
     events = list(ledger.events(sid))
     text = export_events(events)
     if path is None:
         doc = yaml.safe_load(text)
         target_dir = directory if directory is not None else store_outputs(ledger.location).exports
         path = export_path(target_dir, doc["session"]["slug"], doc["session"]["id"], str(sid))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, "utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_output(path, text)
 
 
 def autosave(ledger: Ledger, session_id: str | UUID, *, directory: Path | None = None) -> Path:
