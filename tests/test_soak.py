@@ -1,9 +1,9 @@
 """kill -9 soak: a real ``forge-ledger run`` killed at 25 random instants, resumed each time.
 
-The soak itself lives in ``bench/soak.py`` (``--kills 100`` gives the README's figures); this
-test runs it with 25 kills and checks every property it reports, and runs the script's
-``--quick`` mode end to end as CI does. The instants come from a seed printed with every
-failure: ``FORGE_LEDGER_SOAK_SEED=<seed> pytest tests/test_soak.py`` (or
+The soak itself lives in ``bench/soak.py`` (``--kills 100`` gives the figures in
+docs/benchmarks.md); this test runs it with 25 kills and checks every property it reports,
+and runs the script's ``--quick`` mode end to end as CI does. The instants come from a seed
+printed with every failure: ``FORGE_LEDGER_SOAK_SEED=<seed> pytest tests/test_soak.py`` (or
 ``python bench/soak.py --kills 25 --seed <seed>``) aims at the same instants again.
 """
 

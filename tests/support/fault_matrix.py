@@ -19,8 +19,8 @@ The fault hits that participant in the first round of the cell's kind:
   model is swapped — ``resume -m ada=…``, a ``ParticipantUpdated`` event) and resumes.
 
 Either way the session then converges as an unfaulted one does, and ``replay`` is identical.
-Run this module (``cd tests && python -m support.fault_matrix``) to print the README's table from a
-fresh run of every cell.
+Run this module (``cd tests && python -m support.fault_matrix``) to print the table in
+docs/guides/real-models.md from a fresh run of every cell.
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ class CellResult:
 
     @property
     def path(self) -> str:
-        """The cell's way through, as the README's table shows it."""
+        """The cell's way through, as the documentation's table shows it."""
         if self.fallback:
             retried = "retried, " if len(self.failures_before_pause) > 1 else ""
             return f"{retried}fallback"

@@ -184,7 +184,7 @@ def _after_command(*_: object, **__: object) -> None:
 
 def all_commands() -> list[click.Command]:
     """Every command, each module imported (for what needs them all: the option names of an
-    error, the README's reference)."""
+    error, the documentation's reference)."""
     with click.Context(cli) as ctx:
         found = [cli.get_command(ctx, name) for name in cli.list_commands(ctx)]
     return [c for c in found if c is not None]
