@@ -326,3 +326,26 @@ def _sessions_in(views: Path) -> int:
             return int(db.execute("SELECT count(*) FROM sessions").fetchone()[0])
     except sqlite3.OperationalError:  # not created yet
         return 0
+
+
+@pytest.mark.parametrize("start", ["empty file", "empty database"])
+def test_follow_waits_through_a_store_that_is_being_created(tmp_path: Path, start: str) -> None:
+    """A store being created is a 0-byte file, then an SQLite database without tables: a
+    follower started then waits as for a missing store."""
+    store = tmp_path / "forge-ledger.sqlite"
+    store.touch()
+    if start == "empty database":
+        sqlite3.connect(store).execute("PRAGMA journal_mode=WAL").close()
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "forge_ledger", "projections", "update", "--follow",
+         "--interval", "0.1", "--store", str(store)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert follower.stderr is not None
+        first = follower.stderr.readline()
+        assert first == f"waiting for a ledger at {store} (Ctrl-C stops)\n", first
+        assert follower.poll() is None
+    finally:
+        follower.send_signal(signal.SIGINT)
+        follower.communicate(timeout=60)

@@ -226,7 +226,7 @@ def check_sqlite_file(path: Path, *, create: bool) -> SqliteCheck:
     writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
     if size == 0:
         if not create:
-            raise StoreError(
+            raise StoreMissingError(  # no ledger yet: a store being created starts so
                 f"{path} is empty (0 bytes), not a forge-ledger store",
                 hint="pass --store with the path of a ledger file",
             )
@@ -363,7 +363,7 @@ def _check_tables(path: Path, *, create: bool) -> tuple[set[str], bool]:
             hint="upgrade forge-ledger to open it",
         )
     if not names and not create:
-        raise StoreError(
+        raise StoreMissingError(  # no ledger yet: a store being created passes through this
             f"{path} is an empty SQLite database, not a forge-ledger store",
             hint="pass --store with the path of a ledger file",
         )
