@@ -17,10 +17,9 @@ from uuid import UUID
 from ..domain.aggregate import Deliberation
 from ..domain.state import SessionState
 from ..domain.values import Participant, Price, RoundKind
-from .anonymity import labels_before
 from .budget import reserved_calls, worst_case_cost
 from .prompts import build_messages
-from .steps import StartRound, next_step
+from .steps import StartRound, begin_round, next_step
 
 __all__ = ["FirstCall", "first_call"]
 
@@ -53,19 +52,7 @@ def first_call(
     step = next_step(agg.state, elapsed_secs=0.0)
     if not isinstance(step, StartRound) or not step.participants:
         return None
-    labels = labels_before(agg.state, step.kind)
-    if labels is not None:
-        agg.assign_review_labels(labels, at=_EPOCH)
-    agg.start_round(
-        kind=step.kind,
-        iteration=step.iteration,
-        participants=step.participants,
-        targets=dict(step.targets),
-        depth=step.depth,
-        focus=step.focus,
-        technique=step.technique,
-        at=_EPOCH,
-    )
+    begin_round(agg, step, _EPOCH)
     rnd = agg.state.open_round
     assert rnd is not None
     name = rnd.expected[0]

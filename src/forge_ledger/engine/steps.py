@@ -23,13 +23,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
 
 from ..domain.state import RoundState, SessionState
 from ..domain.values import ParticipantRole, RoundKind, SessionStatus
 from ..errors import InvariantViolation
+from .anonymity import labels_before
 from .convergence import convergence
 from .votes import counted_votes
+
+if TYPE_CHECKING:
+    from ..domain.aggregate import Deliberation
 
 __all__ = [
     "ROUNDS_PER_LATER_ITERATION",
@@ -38,6 +43,7 @@ __all__ = [
     "Finish",
     "StartRound",
     "Step",
+    "begin_round",
     "critique_targets",
     "drafters",
     "next_step",
@@ -98,6 +104,24 @@ Step = StartRound | Finish | AskHuman | BudgetStop
 
 
 # --------------------------------------------------------------------------- roles
+
+
+def begin_round(agg: Deliberation, step: StartRound, at: datetime) -> int:
+    """Start the round ``step`` asks for, as every caller must: its review labels first (when
+    the round's kind anonymises), then the round itself. Returns the round's number."""
+    labels = labels_before(agg.state, step.kind)
+    if labels is not None:
+        agg.assign_review_labels(labels, at=at)
+    return agg.start_round(
+        kind=step.kind,
+        iteration=step.iteration,
+        participants=step.participants,
+        targets=dict(step.targets),
+        depth=step.depth,
+        focus=step.focus,
+        technique=step.technique,
+        at=at,
+    )
 
 
 def drafters(state: SessionState) -> tuple[str, ...]:

@@ -48,6 +48,7 @@ from ..domain.values import (
     TokenCount,
     Topic,
 )
+from ..engine.steps import begin_round
 from ..errors import InvariantViolation
 from ..providers import Provider, ProviderCall, ProviderCallError, retry_delay
 from . import live
@@ -213,19 +214,7 @@ class Orchestrator:
 
     def _take_step(self, agg: Deliberation, step: engine.Step) -> None:
         if isinstance(step, engine.StartRound):
-            labels = engine.labels_before(agg.state, step.kind)
-            if labels is not None:
-                agg.assign_review_labels(labels, at=self.clock.now())
-            number = agg.start_round(
-                kind=step.kind,
-                iteration=step.iteration,
-                participants=step.participants,
-                targets=dict(step.targets),
-                depth=step.depth,
-                focus=step.focus,
-                technique=step.technique,
-                at=self.clock.now(),
-            )
+            number = begin_round(agg, step, self.clock.now())
             self.ledger.save(agg)
             self._publish(
                 live.RoundStartedLive(

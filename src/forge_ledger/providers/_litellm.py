@@ -522,6 +522,12 @@ def _cut_at_ceiling(got: _Received, call: ProviderCall, price: Price | None) -> 
     before it), so the tokens are counted here: the chunks received and the prompt as
     litellm counts it."""
     tokens = TokenCount(input=_prompt_tokens(call), output=got.content_chunks)
+    return _answer(got, price, tokens, StopReason.MAX_TOKENS, "length", reported=False)
+
+
+def _answer(got: _Received, price: Price | None, tokens: TokenCount, stop: StopReason,
+            finish: str, *, reported: bool) -> ModelResponse:
+    """The response a stream's received text makes, with how it stopped and what it cost."""
     return ModelResponse(
         content=got.text,
         model=str(got.model),
@@ -530,9 +536,9 @@ def _cut_at_ceiling(got: _Received, call: ProviderCall, price: Price | None) -> 
         price=price,
         duration_ms=got.elapsed_ms(),
         ttft_ms=None if got.first_at is None else max(0, int((got.first_at - got.started) * 1000)),
-        stop_reason=StopReason.MAX_TOKENS,
-        finish_reason="length",
-        usage_reported=False,
+        stop_reason=stop,
+        finish_reason=finish,
+        usage_reported=reported,
     )
 
 
@@ -609,15 +615,4 @@ def _judge(
     stop = stop_reason_for(raw_finish)
     if call.output_ceiling is not None and tokens.output > call.output_ceiling:
         stop = StopReason.MAX_TOKENS  # the provider let it run past the limit asked for
-    return ModelResponse(
-        content=got.text,
-        model=str(got.model),
-        tokens=tokens,
-        cost_usd=cost_of(price, tokens),
-        price=price,
-        duration_ms=got.elapsed_ms(),
-        ttft_ms=None if got.first_at is None else max(0, int((got.first_at - got.started) * 1000)),
-        stop_reason=stop,
-        finish_reason=raw_finish,
-        usage_reported=reported,
-    )
+    return _answer(got, price, tokens, stop, raw_finish, reported=reported)
