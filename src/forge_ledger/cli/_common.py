@@ -267,11 +267,18 @@ def emit_json(doc: Any) -> None:
 
 
 def parse_iso(value: str, option: str) -> Any:
+    """An ISO 8601 time from the command line; one without a zone is read as local time, as a
+    person typing it means it, and the command says so on stderr."""
     from datetime import datetime
 
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise UsageError(
             f"{option} {value!r} is not an ISO 8601 time", hint="e.g. 2026-01-09T10:30:00Z"
         ) from None
+    if when.tzinfo is None:
+        when = when.astimezone()
+        err_console.print(f"{option} {printable(value)} read as local time, "
+                          f"{when.isoformat()}", markup=False)
+    return when

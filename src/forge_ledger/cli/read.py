@@ -27,6 +27,7 @@ from rich.text import Text
 
 from ..domain import events as ev
 from ..domain.state import ContributionState, DivergenceState, RoundState, SessionState
+from ..domain.values import SessionStatus
 from ..errors import ChainBrokenError, UsageError
 from ..ledger import ChainReport, Ledger, RecordedEvent, SessionSummary
 from ..ledger import verify_session as _verify_session
@@ -246,20 +247,45 @@ def _resolve_types(types: Sequence[str]) -> set[str]:
 # --------------------------------------------------------------------------- sessions
 
 
+_STATUSES = (*(s.value for s in SessionStatus), "damaged")
+
+
+def _chosen(rows: list[SessionSummary], status: tuple[str, ...], since: Any, search: str | None,
+            limit: int | None) -> list[SessionSummary]:
+    """The sessions the filters keep, still oldest first; ``limit`` keeps the newest N."""
+    words = (search or "").lower()
+    kept = [s for s in rows
+            if (not status or s.status in status)
+            and (since is None or s.updated >= since)
+            and (words in s.title.lower() or words in s.slug)]
+    return kept[-limit:] if limit else kept
+
+
 @cli.command()
+@click.option("--status", "status", multiple=True, type=click.Choice(_STATUSES),
+              help="Only sessions with this status (repeat for several).")
+@click.option("--since", default=None, metavar="ISO",
+              help="Only sessions updated at or after this time (no zone: local time).")
+@click.option("--search", default=None, metavar="TEXT",
+              help="Only sessions whose title or slug contains TEXT (any case).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Only the N most recently started of those.")
 @store_option
 @json_option
-def sessions(store: str | None, as_json: bool) -> None:
+def sessions(status: tuple[str, ...], since: str | None, search: str | None, limit: int | None,
+             store: str | None, as_json: bool) -> None:
     """List the sessions in the store (newest last)."""
+    after = parse_iso(since, "--since") if since is not None else None
     with open_ledger(store, create=False) as ledger:
-        rows = _summaries(ledger)
+        rows = _chosen(_summaries(ledger), status, after, search, limit)
         location = printable(ledger.location.display)
     if as_json:
         emit_json([session_summary_json(s) for s in rows])
         _end_if_damaged(rows)
         return
     if not rows:
-        err_console.print(f"no sessions in {location}", markup=False)
+        which = " match those filters" if status or since or search else ""
+        err_console.print(f"no sessions{which} in {location}", markup=False)
         return
     forks = any(s.parent_id for s in rows)
     table = Table(title=f"Sessions in {location}", title_justify="left")
