@@ -232,6 +232,8 @@ def test_canned_queries_return_the_right_rows(tmp_path: Path) -> None:
     assert len(rows) == len(wanted) + len(votes)
     assert [r["detail"] for r in rows if r["what"] == "vote"] == [
         e.data["vote"]["stance"] for e in votes]
+    by_prefix = con.execute(queries["session_timeline"], {"session_id": str(CACHE_SID)[:8]})
+    assert [tuple(r) for r in by_prefix.fetchall()] == [tuple(r) for r in rows]
     con.close()
     ledger.close()
 
