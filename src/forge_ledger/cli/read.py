@@ -345,6 +345,12 @@ def show(
     The present view comes from the read model when 'projections update' has brought it up
     to date with the store (the same output, without folding the session's events); --json
     and the --at-* options read the ledger.
+
+    EMS is the document's maturity, 0-100: a weighted mean of the critics' latest scores
+    (clarity, 25%), the share of their suggestions a later round could answer (coverage,
+    25%), the latest convergence score (consensus, 30%) and the share of divergences closed,
+    an addressed one counting half (resolution, 20%). An axis under 50 suggests a technique
+    for the next refinement.
     """
     points = {"--at-event": at_event, "--at-iteration": at_iteration, "--at-time": at_time}
     as_of = next((option for option, value in points.items() if value is not None), None)
@@ -376,7 +382,8 @@ def _print_session(view: SessionView, *, as_of: str | None) -> None:
     add_row(header, "Phase", f"{view.phase}, iteration {view.iteration}")
     add_row(header, "As of", f"event {view.version} ({_when(view.updated_at)})"
                    + (f", selected by {as_of}" if as_of else ""))
-    add_row(header, "EMS", f"{view.ems}/100")
+    add_row(header, "EMS", f"{view.ems}/100 (maturity: critique scores, suggestions answered, "
+            "consensus, dissent closed; see show --help)")
     add_row(header,
         "Usage",
         f"{view.tokens_in} in / {view.tokens_out} out tokens, "
