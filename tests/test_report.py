@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-from forge_ledger.audit import InfluenceEdge, audit_report
+from forge_ledger.audit import InfluenceEdge, audit_report, render_markdown
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.engine import cost_text, known_cost
 from forge_ledger.ledger import Ledger
@@ -546,6 +546,10 @@ def test_the_dissent_table_names_holder_addresser_and_ending(
     assert rows[early.id][2] == "bob (disagree)"
     assert rows[early.id][4] == "—"
     assert rows[early.id][5].startswith("resolved by alice, round 3, event ")
+    markdown = render_markdown(m.audit)  # the audit's own table says the same, in one rule
+    for d in (late, early):
+        line = next(x for x in markdown.splitlines() if x.startswith(f"| {d.id} |"))
+        assert [c.strip() for c in line.strip("|").split(" | ")] == rows[d.id]
 
     audited_rows = _dissent_rows(dict(re.findall(
         r'<section id="(\w+)".*?>(.*?)</section>', page, re.S))["dissent"])

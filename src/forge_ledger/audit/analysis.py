@@ -19,7 +19,7 @@ from typing import Any
 
 from ..domain.recorded import EventLike
 from ..domain.state import SessionState
-from ..domain.values import DivergenceStatus, RoundKind
+from ..domain.values import DivergenceStatus, RoundKind, Stance
 from ..engine.conformity import Influence, StanceChange
 from ..engine.prompts import text_under_vote
 from ..projections import TrailRound, apply_event, consensus_trail, dissent_log
@@ -163,6 +163,7 @@ def _dissent(state: SessionState) -> list[DissentRecord]:
                 closed_position=d.closed_position, closed_by=d.closed_by,
                 rounds_open=d.rounds_open,
                 history=d.lifecycle,
+                held_by=tuple((p, Stance(s)) for p, s, _ in d.positions if Stance(s).disagrees),
             )
         )
     return out

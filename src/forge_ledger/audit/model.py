@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from ..domain.events import ForkOrigin
 from ..domain.state import CallFailure, DivergenceChange
-from ..domain.values import RoundKind, Stance
+from ..domain.values import DivergenceStatus, RoundKind, Stance
 from ..engine.budget import cost_text, known_cost
 
 __all__ = [
@@ -156,6 +156,32 @@ class DissentRecord(_Model):
     rounds_open: int
     history: tuple[DivergenceChange, ...]
     """The divergence's lifecycle steps, as the session state records them."""
+    held_by: tuple[tuple[str, Stance], ...] = ()
+    """Who holds the dissent: the positions whose stance disagrees (the engine's dissenters);
+    the others in ``who`` hold the other side."""
+
+    def addressed_by(self) -> str:
+        """Who answered it and where, or a dash."""
+        return "; ".join(
+            f"{h.by or 'the engine'}, round {h.round}, event {h.position}"
+            for h in self.history if h.status is DivergenceStatus.ADDRESSED) or "—"
+
+    def ended(self) -> str:
+        """How it ended: its closing step (who, when, why), or that it is still open."""
+        closing = [h for h in self.history if DivergenceStatus(h.status).closed]
+        if not closing:
+            return "still open" + (" (addressed)" if self.status == "addressed" else "")
+        h = closing[-1]
+        by = f" by {h.by}" if h.by else ""
+        note = f": {h.note}" if h.note else ""
+        return f"{h.status.value}{by}, round {h.round}, event {h.position}{note}"
+
+    def holders(self) -> str:
+        """``held_by`` as a reader reads it (before there were stances: ``who``)."""
+        if not self.held_by:
+            return ", ".join(self.who)
+        return ", ".join(f"{who} ({stance.value.replace('_', ' ')})"
+                         for who, stance in self.held_by)
 
 
 class HumanIntervention(_Model):

@@ -191,10 +191,9 @@ def _self_preference(r: AuditReport) -> list[str]:
 def _dissent(r: AuditReport) -> list[str]:
     return _table_section(
         "Dissent",
-        ("Id", "Topic", "Who", "Strongest", "Opened", "Status", "Closed at"),
-        [(d.id, d.topic, ", ".join(d.who), d.strongest.value,
-          f"round {d.opened_round}, event {d.opened_position}", d.status,
-          f"event {d.closed_position}" if d.closed_position is not None else "—")
+        ("Id", "Topic", "Held by", "Opened", "Addressed by", "Ended"),
+        [(d.id, d.topic, d.holders(), f"round {d.opened_round}, event {d.opened_position}",
+          d.addressed_by(), d.ended())
          for d in r.dissent],
         empty="No dissent was recorded.",
     )

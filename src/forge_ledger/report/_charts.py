@@ -28,7 +28,7 @@ from ._palettes import (
     participant_colors,
 )
 
-__all__ = ["agree_share", "charts", "closed_round", "dissent_ended"]
+__all__ = ["agree_share", "charts", "closed_round"]
 
 _WIDTH = 640
 _LABEL_CHARS = 48
@@ -54,17 +54,6 @@ def closed_round(d: DissentRecord) -> int | None:
         return None
     closing = [h.round for h in d.history if DivergenceStatus(h.status).closed]
     return closing[-1] if closing else None
-
-
-def dissent_ended(d: DissentRecord) -> str:
-    """How a divergence ended: its closing step (who, when, why), or that it is still open."""
-    closing = [h for h in d.history if DivergenceStatus(h.status).closed]
-    if not closing:
-        return "still open" + (" (addressed)" if d.status == "addressed" else "")
-    h = closing[-1]
-    by = f" by {h.by}" if h.by else ""
-    note = f": {h.note}" if h.note else ""
-    return f"{h.status.value}{by}, round {h.round}, event {h.position}{note}"
 
 
 def charts(m: ReportModel) -> list[Chart]:
@@ -183,7 +172,6 @@ def _stances(m: ReportModel) -> Chart:
 
 def _dissent(m: ReportModel) -> Chart:
     last = max(m.rounds, 2)
-    sides = {s.id: s for s in m.dissent_sides}
 
     def draw() -> alt.TopLevelMixin:
         spans, marks = [], []
@@ -221,14 +209,8 @@ def _dissent(m: ReportModel) -> Chart:
         have=len(m.audit.dissent), need=1, noun="dissent", draw=draw,
         headers=("Dissent", "Topic", "Held by", "Opened", "Addressed by", "Ended"),
         rows=tuple(
-            (d.id, d.topic,
-             ", ".join(f"{who} ({stance.value.replace('_', ' ')})"
-                       for who, stance in sides[d.id].holders)
-             if d.id in sides else ", ".join(d.who),
-             f"round {d.opened_round}, event {d.opened_position}",
-             "; ".join(f"{h.by or 'the engine'}, round {h.round}, event {h.position}"
-                       for h in d.history if h.status is DivergenceStatus.ADDRESSED) or "—",
-             dissent_ended(d))
+            (d.id, d.topic, d.holders(), f"round {d.opened_round}, event {d.opened_position}",
+             d.addressed_by(), d.ended())
             for d in m.audit.dissent
         ),
     )

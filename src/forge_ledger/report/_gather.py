@@ -14,11 +14,10 @@ from datetime import datetime
 from uuid import UUID
 
 from ..audit import audit_report
-from ..domain import SessionState
 from ..errors import SessionDamagedError
 from ..ledger import Ledger, verify_session
 from ..projections.document import fold_lineage
-from ._model import DissentSides, Integrity, ParticipantInfo, ReportModel
+from ._model import Integrity, ParticipantInfo, ReportModel
 
 __all__ = ["gather"]
 
@@ -72,17 +71,6 @@ def gather(
         integrity=_integrity(ledger, sid, key, checked_at),
         audit=audit,
         document=lineage if lineage.source is not None else None,
-        dissent_sides=_sides(state),
-    )
-
-
-def _sides(state: SessionState) -> tuple[DissentSides, ...]:
-    return tuple(
-        DissentSides(
-            id=d.id,
-            holders=tuple((p.participant, p.stance) for p in d.positions if p.stance.disagrees),
-        )
-        for d in state.divergences
     )
 
 

@@ -18,10 +18,9 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 from ..audit.model import AuditReport
-from ..domain.values import Stance
 from ..projections.document import DocumentLineage
 
-__all__ = ["DissentSides", "Integrity", "ParticipantInfo", "ReportModel"]
+__all__ = ["Integrity", "ParticipantInfo", "ReportModel"]
 
 
 class _View(BaseModel):
@@ -32,14 +31,6 @@ class ParticipantInfo(_View):
     name: str
     model: str
     role: str
-
-
-class DissentSides(_View):
-    """Who holds a divergence, as its positions were recorded: a position whose stance
-    disagrees holds it (the engine's dissenters); the others hold the other side."""
-
-    id: str
-    holders: tuple[tuple[str, Stance], ...]
 
 
 class Integrity(_View):
@@ -85,5 +76,4 @@ class ReportModel(_View):
     """The audit as of ``position`` (``forge-ledger audit --json``, field for field)."""
     document: DocumentLineage | None = None
     """The document and its lineage as of ``position``; None before any text was recorded."""
-    dissent_sides: tuple[DissentSides, ...] = ()
     """Each divergence of ``audit.dissent`` and who holds it."""
