@@ -49,6 +49,22 @@ def test_run_with_models_and_api_base_prints_one_summary(
     assert {r.model for r in fake_openai.requests} == {"ana", "ben"}
 
 
+def test_a_panel_of_one_runs_with_a_warning(
+    fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake_openai.set_script({"ana": voice("ana")})
+    code, out, err = run_cli(
+        capsys, "run", "Alone", "-m", "openai/ana", "--api-base", fake_openai.url,
+        "--store", str(tmp_path / "one.sqlite"), "--json",
+    )
+    assert code == 0, err
+    assert one_json(out)["status"] in ("converged", "complete")
+    warning = [line for line in err.splitlines() if line.startswith("warning: ")]
+    assert warning == ["warning: one participant (ana) cannot deliberate: nobody critiques its "
+                       "draft or votes against it, so the session converges on its own text; "
+                       "add another with -m"]
+
+
 def state_id(ledger: Ledger, doc: dict[str, Any]) -> Any:
     return ledger.resolve(doc["session_id"])
 

@@ -38,6 +38,7 @@ __all__ = [
     "bad_api_base",
     "check_participants",
     "check_session",
+    "panel_warnings",
     "parse_price",
 ]
 
@@ -182,6 +183,19 @@ def check_session(
             f"{len(participants)}"
         )
     return problems
+
+
+def panel_warnings(participants: Sequence[Participant]) -> list[str]:
+    """What a session with these participants can run but not deliberate about (pure): a
+    panel of one has nobody to critique its draft or vote against it, so it converges on its
+    own text."""
+    if len(participants) == 1:
+        return [
+            f"one participant ({participants[0].name}) cannot deliberate: nobody critiques "
+            "its draft or votes against it, so the session converges on its own text; add "
+            "another with -m"
+        ]
+    return []
 
 
 def check_participants(

@@ -398,7 +398,7 @@ def run(
 
     Keys, URLs, prices and settings are checked before anything is recorded.
     """
-    from ..preflight import check_participants
+    from ..preflight import check_participants, panel_warnings
 
     participants = _participants(models, participants_file, api_base, prices)
     anonymize = anonymize or (
@@ -417,6 +417,8 @@ def run(
         allow_unpriced=allow_unpriced,
         topic=topic_value,
     )
+    for warning in panel_warnings(participants):
+        err_console.print(f"warning: {printable(warning)}", markup=False)
     ledger = open_ledger(store, create=True)
     try:
         existing = _in_progress_with_slug(ledger, topic_value.slug)
