@@ -155,6 +155,8 @@ def test_unreachable_provider_is_one_clear_line(
         "Nobody home",
         "-m",
         "openai/x",
+        "-m",
+        "openai/y",
         "--api-base",
         "http://127.0.0.1:9/v1",
         "--store",
