@@ -301,3 +301,48 @@ def test_postgres_deleted_row(pg_url: str) -> None:
         report = verify_session(ledger, agg.id)
         assert (report.ok, report.position) == (False, 5)
         assert "event 5 is missing" in report.problem
+
+
+# --------------------------------------------------------------------------- forks
+
+
+def _forked(ledger: Ledger, agg: Deliberation) -> tuple[uuid.UUID, int]:
+    """A fork of ``agg`` after its first iteration: (fork id, fork point)."""
+    from forge_ledger.clock import FixedStepClock, SequentialIds
+    from forge_ledger.lineage import fork
+
+    fid = fork(ledger, agg.id, clock=FixedStepClock(), ids=SequentialIds("f"), at_iteration=1)
+    origin = ledger.state(fid).fork_origin
+    assert origin is not None
+    return fid, origin.parent_position
+
+
+def test_a_fork_verifies_through_its_parent_up_to_the_fork_point(
+    sqlite_ledger: tuple[Ledger, Deliberation, sqlite3.Connection],
+) -> None:
+    """A fork reads every position before its fork point in its parent, so an edit there
+    breaks the fork's chain too; an edit after the fork point breaks only the parent's."""
+    ledger, agg, con = sqlite_ledger
+    fid, k = _forked(ledger, agg)
+    assert verify_session(ledger, fid).ok
+    where, args = _where(agg, 2)
+    con.execute(
+        "UPDATE stored_events SET state = CAST(json_set(CAST(unpack(state) AS TEXT), "
+        f"'$.timestamp', '2001-01-01T00:00:00+00:00') AS BLOB) WHERE {where}", args,
+    )
+    report = verify_session(ledger, fid)
+    assert (report.ok, report.position) == (False, k)
+    assert f"the parent {str(agg.id)[:8]} fails at position 2 before the fork point" in (
+        report.problem
+    )
+
+
+def test_a_fork_without_its_parent_does_not_verify(
+    sqlite_ledger: tuple[Ledger, Deliberation, sqlite3.Connection],
+) -> None:
+    ledger, agg, con = sqlite_ledger
+    fid, k = _forked(ledger, agg)
+    con.execute("DELETE FROM stored_events WHERE originator_id = ?", (agg.id.hex,))
+    report = verify_session(ledger, fid)
+    assert (report.ok, report.position) == (False, k)
+    assert f"parent {str(agg.id)[:8]} is not in this store" in report.problem

@@ -47,8 +47,17 @@ class ChainReport(JsonFields):
     """What checking one session's hash chain found (``details`` stays out of the JSON)."""
 
     json_keys = (
-        "session_id", "ok", "events", "position", "problem", "head_hash", "sealed", "seal_ok",
-        "hmac_ok", "snapshots", "bad_snapshots",
+        "session_id",
+        "ok",
+        "events",
+        "position",
+        "problem",
+        "head_hash",
+        "sealed",
+        "seal_ok",
+        "hmac_ok",
+        "snapshots",
+        "bad_snapshots",
     )
     json_names = MappingProxyType({"position": "first_bad_position"})
 
@@ -95,12 +104,28 @@ def verify_session(
     return report
 
 
-def _verify_chain(ledger: Ledger, session_id: UUID, key: bytes | None) -> ChainReport:
+def _verify_chain(
+    ledger: Ledger,
+    session_id: UUID,
+    key: bytes | None,
+    *,
+    upto: int | None = None,
+    below: frozenset[UUID] = frozenset(),
+) -> ChainReport:
+    """The chain checked event by event (up to position ``upto``, for a fork's parent). A
+    fork's chain begins in its parent: ``below`` holds the forks already being checked, so a
+    damaged store whose forks name each other as parents fails instead of looping."""
     report = ChainReport(session_id=str(session_id))
     prev = GENESIS
     expected = 0
     for position, topic, state, error in ledger.raw_events(session_id):
-        expected = expected or _first_position(position, topic, state)
+        if upto is not None and position > upto:
+            break
+        if not expected:
+            expected = _first_position(position, topic, state)
+            problem = _parent_problem(ledger, session_id, position, state, expected, below)
+            if problem is not None:
+                return report.fail(position, problem)
         if position != expected:
             return report.fail(
                 expected,
@@ -136,6 +161,43 @@ def _first_position(position: int, topic: str, state: dict[str, Any] | None) -> 
     except ValidationError:  # a damaged first event: its chain is checked from 1
         return 1
     return position if origin.continues_at(position) else 1
+
+
+def _parent_problem(
+    ledger: Ledger,
+    session_id: UUID,
+    position: int,
+    state: dict[str, Any] | None,
+    first: int,
+    below: frozenset[UUID],
+) -> str | None:
+    """What is wrong with the history a fork inherits, or None. A fork numbered on from its
+    parent (its first event at the fork point) reads every earlier position in the parent, so
+    the parent's chain up to the fork point is part of the fork's: it must be in the store,
+    verify, and end in the hash the fork recorded."""
+    if first == 1 or state is None:
+        return None
+    origin = ev.ForkOrigin.model_validate(state["data"]["origin"])
+    try:
+        parent_id = UUID(origin.parent_id)
+    except ValueError:
+        return f"the fork names a parent that is not a session id ({origin.parent_id!r})"
+    if parent_id == session_id or parent_id in below:
+        return "the fork names itself among its parents (the store is damaged)"
+    parent = _verify_chain(ledger, parent_id, None, upto=position, below=below | {session_id})
+    if parent.events == 0 and not parent.ok:
+        return (
+            f"the fork's parent {str(parent_id)[:8]} is not in this store "
+            "(copy the fork with its parent: forge-ledger copy)"
+        )
+    if not parent.ok:
+        return (
+            f"the parent {str(parent_id)[:8]} fails at position {parent.position} "
+            f"before the fork point: {parent.problem}"
+        )
+    if parent.events != position or parent.head_hash != origin.parent_hash:
+        return "the fork's record of its parent does not match the parent's chain at the fork point"
+    return None
 
 
 def _checked_event(
@@ -297,7 +359,8 @@ def _spread_damage(texts: dict[str, str], checked: dict[str, bool]) -> None:
     bad = {a for a, ok in checked.items() if not ok}
     while bad:
         spread = {
-            a for a, text in texts.items()
+            a
+            for a, text in texts.items()
             if checked.get(a) is not False and not bad.isdisjoint(_ADDRESS.findall(text))
         }
         for address in spread:
