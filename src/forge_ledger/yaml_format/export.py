@@ -25,19 +25,11 @@ from ..domain import events as ev
 from ..domain.recorded import EventLike
 from ..domain.state import ContributionState, RoundState, SessionState, fold
 from ..domain.text import text_key
-from ..domain.values import Mode, RoundKind, SessionStatus
+from ..domain.values import Mode, RoundKind, file_status
 from ..engine.ems import ems_score
-from .schema import FORMAT_VERSION, iso
+from .schema import EXTENSION_KEY, FORMAT_VERSION, iso
 
 __all__ = ["EventLike", "dump_document", "export_events", "session_document"]
-
-
-_STATUS = {
-    SessionStatus.CONVERGED: "completed",
-    SessionStatus.COMPLETE: "completed",
-    SessionStatus.ABORTED: "abandoned",
-    SessionStatus.TIMED_OUT: "abandoned",
-}
 
 
 @dataclass
@@ -261,7 +253,10 @@ _PANEL_PHASE = {
     RoundKind.CRITIQUE: "debate",
     RoundKind.RESPONSE: "debate",
     RoundKind.REFINEMENT: "socratic",
+    RoundKind.CONVERGENCE: "debate",
 }
+"""The panel phase of each round the panel history lists: the vote is the last debate. The
+synthesis rounds are not listed: their text is the document (extension block)."""
 
 
 def _topic_of(state: SessionState, r: RoundState) -> str:
@@ -269,8 +264,13 @@ def _topic_of(state: SessionState, r: RoundState) -> str:
 
 
 def _deliberative_rounds(state: SessionState) -> Iterator[RoundState]:
-    """The rounds party and panel histories list: deliberative ones that got an answer."""
+    """The rounds the party history lists: deliberative ones that got an answer."""
     return (r for r in state.active_rounds if r.kind in _DELIBERATIVE and r.contributions)
+
+
+def _panel_rounds(state: SessionState) -> Iterator[RoundState]:
+    """The rounds the panel history lists: deliberative ones and votes that got an answer."""
+    return (r for r in state.active_rounds if r.kind in _PANEL_PHASE and r.contributions)
 
 
 def _answers(r: RoundState) -> Iterator[tuple[str, ContributionState]]:
@@ -308,31 +308,80 @@ def _party(state: SessionState) -> list[dict[str, Any]]:
     return out
 
 
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _position(state: SessionState, c: ContributionState) -> str:
+    """An expert's position: its vote (stance, score, first line of its reason), its critique
+    (score, first weakness or suggestion), its opinion's reasoning, or its answer's first
+    line."""
+    if c.vote is not None:
+        v = c.vote
+        reason = _first_line(v.reasoning) or (v.concerns[0] if v.concerns else "")
+        head = f"{v.effective_stance.value} ({v.score})"
+        return f"{head}: {reason}" if reason else head
+    if c.critique is not None:
+        k = c.critique
+        point = next(iter((*k.weaknesses, *(x.text for x in k.suggestions))), "")
+        return f"score {k.score}/100: {point}" if point else f"score {k.score}/100"
+    if c.opinion is not None and c.opinion.reasoning:
+        return c.opinion.reasoning
+    return _first_line(state.answer(c))
+
+
+def _panel_references(
+    state: SessionState, c: ContributionState, me: str, names: list[str]
+) -> list[str]:
+    """The experts an answer names, with the one a critique reviews first."""
+    named = _references(state.answer(c), me, names)
+    target = c.critique.target if c.critique is not None else None
+    if target is None or target == me or target not in names:
+        return named
+    return [target, *(n for n in named if n != target)]
+
+
+def _convergent(r: RoundState) -> list[str]:
+    """Points of agreement: the strengths critics name; in a vote, the reasons of those who
+    agree."""
+    out: list[str] = []
+    for _, c in _answers(r):
+        if c.critique is not None:
+            points = list(c.critique.strengths)
+        elif c.vote is not None and c.vote.effective_stance.agrees:
+            points = [_first_line(c.vote.reasoning)]
+        else:
+            points = []
+        out.extend(p for p in points if p and p not in out)
+    return out
+
+
+def _tensions(state: SessionState, r: RoundState) -> list[str]:
+    """Productive tensions: the dissent opened in the round and still open; in a vote, also the
+    issues its evaluation left."""
+    out = [d.topic for d in state.open_divergences if d.opened_round == r.number]
+    result = state.evaluation(r.number)
+    if result is not None:
+        out.extend(i for i in (*result.blocking, *result.remaining_issues) if i not in out)
+    return out
+
+
 def _panel(state: SessionState) -> list[dict[str, Any]]:
     names = state.participant_names
     out: list[dict[str, Any]] = []
-    for r in _deliberative_rounds(state):
+    for r in _panel_rounds(state):
         contributions = []
-        convergent: list[str] = []
         for name, c in _answers(r):
             p = state.participant(name)
-            framework = (p.framework or p.expertise or p.role.value) if p else ""
-            if c.opinion is not None and c.opinion.reasoning:
-                position = c.opinion.reasoning
-            else:
-                lines = state.answer(c).strip().splitlines()
-                position = lines[0] if lines else ""
-            if c.critique is not None:
-                convergent.extend(s for s in c.critique.strengths if s not in convergent)
             contributions.append(
                 {
                     "expert": name,
-                    "framework": framework,
-                    "position": position,
-                    "references": _references(state.answer(c), name, names),
+                    "framework": (p.framework or p.expertise or p.role.value) if p else "",
+                    "position": _position(state, c),
+                    "references": _panel_references(state, c, name, names),
                 }
             )
-        tensions = [d.topic for d in state.divergences if d.opened_round == r.number]
         out.append(
             {
                 "round": r.number,
@@ -340,7 +389,10 @@ def _panel(state: SessionState) -> list[dict[str, Any]]:
                 "phase": _PANEL_PHASE[r.kind],
                 "experts_selected": list(r.expected),
                 "contributions": contributions,
-                "synthesis": {"convergent": convergent, "tensions": tensions},
+                "synthesis": {
+                    "convergent": _convergent(r),
+                    "tensions": _tensions(state, r),
+                },
             }
         )
     return out
@@ -442,7 +494,30 @@ def _ledger_block(s: SessionState) -> dict[str, Any] | None:
         # on the same day (same YAML ``session.id``) never overwrite each other's file. An
         # imported, unsealed session exports exactly what was imported (round trip).
         return {"session_id": s.id, **titled}
-    return titled or None
+    carried = (s.imported or {}).get("ledger")
+    return dict(carried) if carried else (titled or None)
+
+
+_VOTE_FIELDS = (
+    "round", "iteration", "score", "threshold", "converged", "majority_agrees",
+    "agree", "disagree", "partial", "abstain", "blocking", "remaining_issues",
+)
+
+
+def _extension(s: SessionState) -> dict[str, Any] | None:
+    """The extension block (``forge_ledger:``): the participants, the document and the last
+    vote, which the seed format has no field for; ``None`` when the session has none of them."""
+    vote = s.latest_convergence
+    block: dict[str, Any] = {
+        "participants": [
+            p.model_dump(mode="json", exclude={"api_base"}, exclude_none=True)
+            for p in s.participants
+        ],
+        "document": s.latest_text,
+        "vote": vote.model_dump(mode="json", include=set(_VOTE_FIELDS)) if vote else None,
+    }
+    kept = {k: v for k, v in block.items() if v}
+    return kept or None
 
 
 def session_document(events: Iterable[EventLike]) -> dict[str, Any]:
@@ -457,12 +532,12 @@ def session_document(events: Iterable[EventLike]) -> dict[str, Any]:
     frame = _imported_frame(fold, s, imp) if imp is not None else _run_frame(fold, s)
     if s.config.mode is Mode.PARTY:
         frame.party += _party(s)
-    if s.config.mode is Mode.PANEL:
+    if s.config.mode is not Mode.PARTY:  # a party session tells its rounds in party terms
         frame.panel += _panel(s)
     session: dict[str, Any] = {
         "id": frame.session_id,
         "slug": s.slug,
-        "status": _STATUS.get(s.status, "in_progress"),
+        "status": file_status(s.status),
         "phase": phase,
         "mode": s.config.mode.value,
         "ems": ems,
@@ -486,13 +561,31 @@ def session_document(events: Iterable[EventLike]) -> dict[str, Any]:
     ledger = _ledger_block(s)
     if ledger is not None:
         doc["ledger"] = ledger
+    extension = _extension(s)
+    if extension is not None:
+        doc[EXTENSION_KEY] = extension
     return doc
 
 
+class _Dumper(yaml.SafeDumper):
+    """The safe dumper, writing multi-line text as literal blocks (``|``) so a document reads
+    as written; text a literal block cannot hold falls back to a quoted scalar."""
+
+
+def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _text)
+
+
 def dump_document(doc: dict[str, Any]) -> str:
-    """YAML text of a document: block style, insertion key order, UTF-8 kept, no wrapping."""
-    return yaml.safe_dump(
+    """YAML text of a document: block style, insertion key order, UTF-8 kept, no wrapping,
+    multi-line text as literal blocks."""
+    return yaml.dump(
         doc,
+        Dumper=_Dumper,
         sort_keys=False,
         allow_unicode=True,
         default_flow_style=False,
