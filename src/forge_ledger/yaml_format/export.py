@@ -23,9 +23,9 @@ import yaml
 
 from ..domain import events as ev
 from ..domain.recorded import EventLike
-from ..domain.state import ContributionState, RoundState, SessionState, fold
+from ..domain.state import ContributionState, DivergenceState, RoundState, SessionState, fold
 from ..domain.text import text_key
-from ..domain.values import Mode, RoundKind, file_status
+from ..domain.values import DivergenceStatus, Mode, RoundKind, file_status
 from ..engine.ems import ems_score
 from .schema import EXTENSION_KEY, FORMAT_VERSION, iso
 
@@ -357,13 +357,22 @@ def _convergent(r: RoundState) -> list[str]:
     return out
 
 
+def _open_at(d: DivergenceState, position: int) -> bool:
+    """Whether dissent ``d`` was open when the event at ``position`` was recorded."""
+    changes = [c.status for c in d.history if c.position <= position]
+    return bool(changes) and changes[-1] is DivergenceStatus.OPEN
+
+
 def _tensions(state: SessionState, r: RoundState) -> list[str]:
-    """Productive tensions: the dissent opened in the round and still open; in a vote, also the
-    issues its evaluation left."""
-    out = [d.topic for d in state.open_divergences if d.opened_round == r.number]
+    """Productive tensions: the dissent the round opened; in a vote, also the issues its
+    evaluation named and the dissent still open when it was counted."""
+    out = [d.topic for d in state.divergences if d.opened_round == r.number]
     result = state.evaluation(r.number)
     if result is not None:
-        out.extend(i for i in (*result.blocking, *result.remaining_issues) if i not in out)
+        still_open = (d.topic for d in state.divergences if _open_at(d, result.position))
+        for issue in (*result.blocking, *result.remaining_issues, *still_open):
+            if issue not in out:
+                out.append(issue)
     return out
 
 
