@@ -37,8 +37,12 @@ def _export(ledger: Ledger, sid: str) -> str:
 
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "forge_ledger", *args], cwd=cwd, capture_output=True, text=True,
-        timeout=120, check=False,
+        [sys.executable, "-m", "forge_ledger", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -88,9 +92,14 @@ def test_import_restores_the_deliberation_and_export_is_a_fixed_point(store_url:
     assert state.participants == agg.state.participants
     assert state.latest_text == agg.state.latest_text
     conv, source = state.latest_convergence, agg.state.latest_convergence
-    assert conv is not None and source is not None
+    assert conv is not None
+    assert source is not None
     assert (conv.round, conv.score, conv.agree, conv.majority_agrees) == (
-        source.round, source.score, source.agree, source.majority_agrees)
+        source.round,
+        source.score,
+        source.agree,
+        source.majority_agrees,
+    )
     assert state.status is SessionStatus.IN_PROGRESS  # the run never finished
 
 
@@ -103,14 +112,21 @@ def _sessions(draw: st.DrawFn) -> dict[str, Any]:
         "vote_agree": draw(votes),
         "critique_scores": draw(st.tuples(st.integers(0, 100), st.integers(0, 100))),
         "questions": draw(st.booleans()),
-        "title": draw(st.text(st.characters(codec="utf-8", categories=("L", "N", "P", "Zs")),
-                              min_size=1, max_size=40).filter(lambda t: any(c.isalnum()
-                                                                            for c in t))),
+        "title": draw(
+            st.text(
+                st.characters(codec="utf-8", categories=("L", "N", "P", "Zs")),
+                min_size=1,
+                max_size=40,
+            ).filter(lambda t: any(c.isalnum() for c in t))
+        ),
     }
 
 
-@settings(max_examples=15, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(spec=_sessions(), finish=st.sampled_from([None, *SessionStatus]))
 def test_export_import_export_is_a_fixed_point(
     spec: dict[str, Any], finish: SessionStatus | None, tmp_path: Path
@@ -142,10 +158,11 @@ def _with_extension(extension: dict[str, Any]) -> str:
 @pytest.mark.parametrize(
     ("extension", "problem"),
     [
-        ({"participants": [{"name": "a", "model": "openai/x", "api_base": "http://evil"}]},
-         "api_base"),
-        ({"participants": [{"name": "a", "model": "m"}, {"name": "a", "model": "n"}]},
-         "same name"),
+        (
+            {"participants": [{"name": "a", "model": "openai/x", "api_base": "http://evil"}]},
+            "api_base",
+        ),
+        ({"participants": [{"name": "a", "model": "m"}, {"name": "a", "model": "n"}]}, "same name"),
         ({"document": "text", "script": "rm -rf /"}, "forge_ledger.script"),
         ({"vote": {"round": 1}}, "forge_ledger.vote.iteration"),
     ],
@@ -162,10 +179,12 @@ def test_a_bad_extension_block_is_refused_and_writes_nothing(
 
 def test_imported_text_is_escaped_when_shown(tmp_path: Path) -> None:
     hostile = "openai/\x1b[2J[bold red]boom[/]"
-    text = _with_extension({
-        "participants": [{"name": "alice", "model": hostile}],
-        "document": "# Plan\n\x1b[31mred[/] text\n",
-    })
+    text = _with_extension(
+        {
+            "participants": [{"name": "alice", "model": hostile}],
+            "document": "# Plan\n\x1b[31mred[/] text\n",
+        }
+    )
     (tmp_path / "in.yaml").write_text(text, "utf-8")
     store = str(tmp_path / "s.sqlite")
     imported = _cli(tmp_path, "import", "in.yaml", "--store", store, "--json")
@@ -191,15 +210,16 @@ def test_demo_survives_export_import_export(tmp_path: Path) -> None:
     assert result["has_document"] is True
     assert "not replayable" in result["lacks"]
     copy = result["session_id"]
-    specs = [_cli(tmp_path, "spec", s, "--store", store)
-             for s, store in ((sid, "run.sqlite"), (copy, "fresh.sqlite"))]
+    specs = [
+        _cli(tmp_path, "spec", s, "--store", store)
+        for s, store in ((sid, "run.sqlite"), (copy, "fresh.sqlite"))
+    ]
     assert all(p.returncode == 0 for p in specs), [p.stderr for p in specs]
     bodies = [split_spec(p.stdout)[1] for p in specs]
     assert bodies[0] == bodies[1]
     assert "## Retention" in bodies[0]
     assert specs[1].stdout.count("**Agreed.**") == 1
-    assert _cli(tmp_path, "export", copy, "--store", "fresh.sqlite", "-o", "b.yaml"
-                ).returncode == 0
+    assert _cli(tmp_path, "export", copy, "--store", "fresh.sqlite", "-o", "b.yaml").returncode == 0
     assert (tmp_path / "b.yaml").read_bytes() == (tmp_path / "a.yaml").read_bytes()
     shown = json.loads(_cli(tmp_path, "show", copy, "--store", "fresh.sqlite", "--json").stdout)
     assert [p["name"] for p in shown["participants"]] == ["alice", "bob", "carol", "dave"]

@@ -73,14 +73,18 @@ class _Fold:
     def apply(self, event: EventLike) -> None:
         payload = ev.payload_class(event.type).model_validate(event.data)
         at = event.timestamp
-        self.state = fold(
-            self.state,
-            payload,
-            session_id=event.session_id,
-            position=event.position,
-            at=at,
-            hash_=event.hash,
-        ) if self.state is None else self._fold_next(event, payload)
+        self.state = (
+            fold(
+                self.state,
+                payload,
+                session_id=event.session_id,
+                position=event.position,
+                at=at,
+                hash_=event.hash,
+            )
+            if self.state is None
+            else self._fold_next(event, payload)
+        )
         self.last_at = at
 
     def _fold_next(self, event: EventLike, payload: ev.Payload) -> SessionState:
@@ -156,8 +160,10 @@ def _history(entries: dict[int, _Entry]) -> list[dict[str, Any]]:
     previous: int | None = None
     for k in sorted(entries):
         e = entries[k]
-        delta = e.ems_delta if e.ems_delta is not None else (
-            0 if previous is None else e.ems - previous
+        delta = (
+            e.ems_delta
+            if e.ems_delta is not None
+            else (0 if previous is None else e.ems - previous)
         )
         previous = e.ems
         out.append(
@@ -436,9 +442,7 @@ def _folded(events: Iterable[EventLike]) -> _Fold:
     return fold
 
 
-def _techniques_used(
-    imp: ev.SessionImported | None, techniques: list[dict[str, Any]]
-) -> list[str]:
+def _techniques_used(imp: ev.SessionImported | None, techniques: list[dict[str, Any]]) -> list[str]:
     """The imported list, then each applied technique not yet named, in order."""
     used = list(imp.techniques_used) if imp is not None else []
     for t in techniques:
@@ -508,8 +512,18 @@ def _ledger_block(s: SessionState) -> dict[str, Any] | None:
 
 
 _VOTE_FIELDS = (
-    "round", "iteration", "score", "threshold", "converged", "majority_agrees",
-    "agree", "disagree", "partial", "abstain", "blocking", "remaining_issues",
+    "round",
+    "iteration",
+    "score",
+    "threshold",
+    "converged",
+    "majority_agrees",
+    "agree",
+    "disagree",
+    "partial",
+    "abstain",
+    "blocking",
+    "remaining_issues",
 )
 
 

@@ -101,9 +101,7 @@ def _title(model: SessionFile) -> str:
     return model.session.slug
 
 
-def build_import(
-    model: SessionFile, version: str, *, clock: Clock, ids: IdSource
-) -> Deliberation:
+def build_import(model: SessionFile, version: str, *, clock: Clock, ids: IdSource) -> Deliberation:
     """The aggregate (pending events, nothing saved) that reproduces the file."""
     s = model.session
     topic = Topic(title=_title(model))

@@ -27,8 +27,8 @@ from ..domain.values import MAX_PARTICIPANTS, FileStatus, Mode, Participant, Per
 __all__ = [
     "EXTENSION_KEY",
     "FORMAT_VERSION",
-    "Extension",
     "SLUG_RE",
+    "Extension",
     "HistoryEntry",
     "Idea",
     "SessionBody",
