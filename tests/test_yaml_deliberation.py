@@ -226,3 +226,28 @@ def test_demo_survives_export_import_export(tmp_path: Path) -> None:
     plain = _cli(tmp_path, "import", "a.yaml", "--store", "other.sqlite").stdout.splitlines()
     assert plain[-1].startswith("not replayable:")
     assert "4 participant(s), the document" in plain[0]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "path"),
+    [
+        ('phase: "discussion"', 'phase: "keynote"', "session.panel_history[0].phase"),
+        (
+            'framework: "SOLID"',
+            'framework: "SOLID"\n          run: "rm -rf /"',
+            "session.panel_history[0].contributions[0].run",
+        ),
+    ],
+)
+def test_panel_history_is_validated_like_every_field(
+    old: str, new: str, path: str, sqlite_url: str
+) -> None:
+    good = (FIXTURES / "seed_panel.yaml").read_text("utf-8")
+    bad = good.replace(old, new, 1)
+    assert bad != good
+    with Ledger(sqlite_url) as ledger:
+        with pytest.raises(ImportValidationError) as err:
+            _import(ledger, bad)
+        assert ledger.session_ids() == []
+    assert path in err.value.one_line()
+    assert "(line " in err.value.one_line()

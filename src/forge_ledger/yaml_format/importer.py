@@ -133,6 +133,8 @@ def build_import(model: SessionFile, version: str, *, clock: Clock, ids: IdSourc
         s,
         format_version=version,
         yaml_id=s.id,
+        party_history=[r.model_dump() for r in s.party_history],
+        panel_history=[r.model_dump() for r in s.panel_history],
         document=extension.document,
         vote=extension.vote,
         ledger=model.ledger,

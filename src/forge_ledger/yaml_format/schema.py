@@ -31,6 +31,8 @@ __all__ = [
     "Extension",
     "HistoryEntry",
     "Idea",
+    "PanelRound",
+    "PartyRound",
     "SessionBody",
     "SessionFile",
     "TechniqueEntry",
@@ -101,6 +103,46 @@ class HistoryEntry(_Model):
     duration: int | None = Field(ge=0, default=None)
 
 
+class PartyContribution(_Model):
+    persona: str
+    key_points: list[str] = Field(default_factory=list)
+    references: list[str] = Field(default_factory=list)
+
+
+class PartyRound(_Model):
+    """One ``party_history`` entry, in the seed's key order."""
+
+    round: int = Field(ge=0)
+    topic: str = ""
+    personas_selected: list[str] = Field(default_factory=list)
+    contributions: list[PartyContribution] = Field(default_factory=list)
+    synthesis: str = ""
+    user_question: str = ""
+
+
+class PanelContribution(_Model):
+    expert: str
+    framework: str = ""
+    position: str = ""
+    references: list[str] = Field(default_factory=list)
+
+
+class PanelSynthesis(_Model):
+    convergent: list[str] = Field(default_factory=list)
+    tensions: list[str] = Field(default_factory=list)
+
+
+class PanelRound(_Model):
+    """One ``panel_history`` entry, in the seed's key order."""
+
+    round: int = Field(ge=0)
+    topic: str = ""
+    phase: Literal["discussion", "debate", "socratic"]
+    experts_selected: list[str] = Field(default_factory=list)
+    contributions: list[PanelContribution] = Field(default_factory=list)
+    synthesis: PanelSynthesis = Field(default_factory=PanelSynthesis)
+
+
 _KEYS = {
     "history": ("iteration", "history has two entries for the same iteration"),
     "ideas": ("id", "two ideas have the same id"),
@@ -122,9 +164,9 @@ class SessionBody(_Model):
     duration_minutes: int | None = Field(ge=0, default=None)
     techniques_history: list[TechniqueEntry] = Field(default_factory=list)
     party_active: bool = False
-    party_history: list[dict[str, Any]] = Field(default_factory=list)
+    party_history: list[PartyRound] = Field(default_factory=list)
     panel_active: bool = False
-    panel_history: list[dict[str, Any]] = Field(default_factory=list)
+    panel_history: list[PanelRound] = Field(default_factory=list)
     ideas: list[Idea] = Field(default_factory=list)
     history: list[HistoryEntry] = Field(default_factory=list)
     last_question: str | None = None
