@@ -1,15 +1,18 @@
 """Export: the YAML v1.2 document of a session, as a pure fold of its events.
 
 Same events → same bytes: the fold reads only event payloads and their recorded timestamps,
-the key order is the seed's, and the YAML is written by ``yaml.safe_dump`` with explicit
+the key order is the seed's, and the YAML is written by the safe dumper with explicit
 options. Imported sessions reproduce their file: the fields no other event carries come from
-``SessionImported``, iterations from ``IterationRecorded``; anything that happens after the
-import (a rewind, new rounds) takes over from there.
+``SessionImported``, iterations from ``IterationRecorded``, participants from their
+``ParticipantJoined``; anything that happens after the import (a rewind, new rounds) takes
+over from there.
 
 Run sessions derive the YAML-only fields: ``history`` has one entry per iteration (EMS and
 phase at the iteration's end, questions asked and answers given in it, start time and
 duration in minutes); ``ideas`` are the distinct critique suggestions scored 0-10 from their
-priority; party/panel history come from the rounds' contributions.
+priority; the rounds are told in party terms in party mode and in panel terms otherwise. What
+the format has no field for (participants, document, last vote) goes in the extension block
+beside ``ledger:`` (``docs/reference/yaml-format.md``).
 """
 
 from __future__ import annotations
