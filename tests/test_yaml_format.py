@@ -184,7 +184,10 @@ def test_party_and_panel_history_from_rounds(mode: Mode, sqlite_url: str) -> Non
     assert s[other] == []
     assert s[key.replace("history", "active")] is True
     rounds = s[key]
-    assert [r["round"] for r in rounds] == [1, 2]  # draft and critique
+    if mode is Mode.PARTY:
+        assert [r["round"] for r in rounds] == [1, 2]  # draft and critique
+    else:
+        assert [r["round"] for r in rounds] == [1, 2, 4]  # draft, critique and the vote
     critique = rounds[1]["contributions"]
     who = "persona" if mode is Mode.PARTY else "expert"
     assert [c[who] for c in critique] == ["Alice", "Bob", "Carol"]
@@ -197,6 +200,13 @@ def test_party_and_panel_history_from_rounds(mode: Mode, sqlite_url: str) -> Non
         assert rounds[1]["phase"] == "debate"
         assert rounds[0]["phase"] == "discussion"
         assert rounds[1]["synthesis"]["tensions"] == ["token storage"]
+        assert critique[0]["position"] == "score 60/100: weak point 1"
+        vote = rounds[2]
+        assert vote["phase"] == "debate"
+        assert [c["position"] for c in vote["contributions"]] == [
+            "agree (80)", "agree (80)", "disagree (30)"]
+        # the vote was counted while the token-storage dissent was still open
+        assert vote["synthesis"] == {"convergent": [], "tensions": ["token storage"]}
 
 
 def test_ledger_block_names_run_sessions_and_carries_the_seal(sqlite_url: str) -> None:

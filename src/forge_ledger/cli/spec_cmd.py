@@ -120,7 +120,7 @@ def spec_cmd(
         raise UsageError("--diff cannot be combined with -o or --provenance")
     with open_ledger(store, create=False) as ledger:
         state = ledger.state(session, at_event=at_event, at_iteration=at_iteration)
-        if state.document_source is None:
+        if state.latest_text is None:
             raise UsageError(f"session {state.id} has no document yet",
                              hint="a document exists once a draft has been recorded")
         if diff is not None:

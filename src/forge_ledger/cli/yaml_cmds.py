@@ -82,12 +82,16 @@ def import_cmd(file: Path, store: str | None, as_json: bool) -> None:
         result = import_session(ledger, text, clock=SystemClock(), ids=UuidIds(), source=str(file))
     if as_json:
         emit_json({k: v for k, v in result.as_json().items()
-                   if k in ("session_id", "status", "iterations")})
+                   if k in ("session_id", "status", "iterations", "participants",
+                            "has_document", "lacks")})
     else:
+        document = ", the document" if result.has_document else ", no document"
         out_console.print(printable(
             f"Imported {result.slug} (format {result.format_version}) as session "
-            f"{result.session_id}: {result.status}, {result.iterations} iteration(s)"
+            f"{result.session_id}: {result.status}, {result.iterations} iteration(s), "
+            f"{result.participants} participant(s){document}"
         ))
+        out_console.print(printable(result.lacks))
 
 
 @cli.command("cleanup")

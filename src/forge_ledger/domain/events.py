@@ -29,6 +29,7 @@ from .values import (
     ConvergenceVote,
     Critique,
     DivergentPosition,
+    FileStatus,
     ModelResponse,
     Opinion,
     Participant,
@@ -497,14 +498,18 @@ class SessionImported(Payload):
 
     Recorded after the iterations, questions, answers, techniques and ideas it came with, so
     an export of the session reproduces the file. ``status`` (YAML vocabulary) sets the
-    session status directly: completed → complete, abandoned → aborted.
+    session status directly (``values.status_from_file``).
+
+    ``document``, ``vote`` and ``ledger`` come from the file's extension and ``ledger:`` blocks
+    (absent from files written elsewhere): the forged text, the last convergence vote and the
+    origin of the file, so ``spec`` and ``show`` read an imported session as its export said.
     """
 
     TYPE: ClassVar[str] = "SessionImported"
     format_version: str
     """The version of the file as read (``1.0`` files are migrated on import)."""
     yaml_id: str
-    status: Literal["in_progress", "completed", "abandoned"]
+    status: FileStatus
     phase: Literal["divergent", "transition", "convergent"]
     ems: int = Field(ge=0, le=100)
     iteration: int = Field(ge=0)
@@ -518,6 +523,9 @@ class SessionImported(Payload):
     last_question: str | None = None
     created: str | None = None
     updated: str | None = None
+    document: str | None = None
+    vote: ConvergenceEvaluated | None = None
+    ledger: dict[str, Any] | None = None
 
 
 class ReviewLabelsAssigned(Payload):

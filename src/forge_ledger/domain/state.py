@@ -34,6 +34,7 @@ from .values import (
     TokenCount,
     Topic,
     construct_valid,
+    status_from_file,
 )
 
 __all__ = [
@@ -534,8 +535,12 @@ class SessionState(_State):
 
     @property
     def latest_text(self) -> str | None:
-        """The forged document's text as of this state (see :attr:`document_source`)."""
+        """The forged document's text as of this state (see :attr:`document_source`); an
+        imported session with no round of its own yet has the text its file carried."""
         source = self.document_source
+        if source is None and self.imported is not None:
+            text = self.imported.get("document")
+            return text if isinstance(text, str) else None
         return self.answer(source[1]) if source is not None else None
 
     @property
@@ -914,18 +919,13 @@ def _iteration_recorded(s: SessionState, p: ev.IterationRecorded, _pos: int, _at
         s.status = SessionStatus.IN_PROGRESS
 
 
-_IMPORTED_STATUS = {
-    "in_progress": SessionStatus.IN_PROGRESS,
-    "completed": SessionStatus.COMPLETE,
-    "abandoned": SessionStatus.ABORTED,
-}
-
-
-def _imported(s: SessionState, p: ev.SessionImported, _pos: int, _at: datetime) -> None:
+def _imported(s: SessionState, p: ev.SessionImported, pos: int, at: datetime) -> None:
     s.imported = p.model_dump(mode="json")
     s.iteration = p.iteration
-    s.status = _IMPORTED_STATUS[p.status]
+    s.status = status_from_file(p.status, agreed=p.vote is not None and p.vote.converged)
     s.status_reason = "imported"
+    if p.vote is not None:
+        _convergence(s, p.vote, pos, at)
 
 
 def _labels(s: SessionState, p: ev.ReviewLabelsAssigned, _pos: int, _at: datetime) -> None:

@@ -38,6 +38,7 @@ __all__ = [
     "Critique",
     "DivergenceStatus",
     "DivergentPosition",
+    "FileStatus",
     "Mode",
     "ModelProvider",
     "ModelResponse",
@@ -62,6 +63,8 @@ __all__ = [
     "Topic",
     "Value",
     "construct_valid",
+    "file_status",
+    "status_from_file",
 ]
 
 
@@ -155,6 +158,32 @@ _TERMINAL = frozenset(
         SessionStatus.TIMED_OUT,
     }
 )
+
+FileStatus = Literal["in_progress", "completed", "abandoned"]
+"""A session's status in the YAML session file's vocabulary (the seed's three words)."""
+
+_FILE_STATUS: dict[SessionStatus, FileStatus] = {
+    SessionStatus.COMPLETE: "completed",
+    SessionStatus.CONVERGED: "completed",
+    SessionStatus.ABORTED: "abandoned",
+    SessionStatus.TIMED_OUT: "abandoned",
+}
+"""The one table between the two vocabularies: every other status is ``in_progress``. Read
+backwards, a file's word becomes the first status that writes it (an agreed vote makes a
+completed session converged)."""
+
+
+def file_status(status: SessionStatus) -> FileStatus:
+    """How the YAML session file names ``status``."""
+    return _FILE_STATUS.get(status, "in_progress")
+
+
+def status_from_file(name: FileStatus, *, agreed: bool = False) -> SessionStatus:
+    """The session status a YAML file's ``status`` stands for; ``agreed`` (its vote converged)
+    tells a converged session from one merely completed."""
+    if agreed and name == "completed":
+        return SessionStatus.CONVERGED
+    return next((k for k, v in _FILE_STATUS.items() if v == name), SessionStatus.IN_PROGRESS)
 
 
 class OutputType(StrEnum):

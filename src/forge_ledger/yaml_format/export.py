@@ -1,15 +1,18 @@
 """Export: the YAML v1.2 document of a session, as a pure fold of its events.
 
 Same events → same bytes: the fold reads only event payloads and their recorded timestamps,
-the key order is the seed's, and the YAML is written by ``yaml.safe_dump`` with explicit
+the key order is the seed's, and the YAML is written by the safe dumper with explicit
 options. Imported sessions reproduce their file: the fields no other event carries come from
-``SessionImported``, iterations from ``IterationRecorded``; anything that happens after the
-import (a rewind, new rounds) takes over from there.
+``SessionImported``, iterations from ``IterationRecorded``, participants from their
+``ParticipantJoined``; anything that happens after the import (a rewind, new rounds) takes
+over from there.
 
 Run sessions derive the YAML-only fields: ``history`` has one entry per iteration (EMS and
 phase at the iteration's end, questions asked and answers given in it, start time and
 duration in minutes); ``ideas`` are the distinct critique suggestions scored 0-10 from their
-priority; party/panel history come from the rounds' contributions.
+priority; the rounds are told in party terms in party mode and in panel terms otherwise. What
+the format has no field for (participants, document, last vote) goes in the extension block
+beside ``ledger:`` (``docs/reference/yaml-format.md``).
 """
 
 from __future__ import annotations
@@ -23,21 +26,13 @@ import yaml
 
 from ..domain import events as ev
 from ..domain.recorded import EventLike
-from ..domain.state import ContributionState, RoundState, SessionState, fold
+from ..domain.state import ContributionState, DivergenceState, RoundState, SessionState, fold
 from ..domain.text import text_key
-from ..domain.values import Mode, RoundKind, SessionStatus
+from ..domain.values import DivergenceStatus, Mode, RoundKind, file_status
 from ..engine.ems import ems_score
-from .schema import FORMAT_VERSION, iso
+from .schema import EXTENSION_KEY, FORMAT_VERSION, iso
 
 __all__ = ["EventLike", "dump_document", "export_events", "session_document"]
-
-
-_STATUS = {
-    SessionStatus.CONVERGED: "completed",
-    SessionStatus.COMPLETE: "completed",
-    SessionStatus.ABORTED: "abandoned",
-    SessionStatus.TIMED_OUT: "abandoned",
-}
 
 
 @dataclass
@@ -81,14 +76,18 @@ class _Fold:
     def apply(self, event: EventLike) -> None:
         payload = ev.payload_class(event.type).model_validate(event.data)
         at = event.timestamp
-        self.state = fold(
-            self.state,
-            payload,
-            session_id=event.session_id,
-            position=event.position,
-            at=at,
-            hash_=event.hash,
-        ) if self.state is None else self._fold_next(event, payload)
+        self.state = (
+            fold(
+                self.state,
+                payload,
+                session_id=event.session_id,
+                position=event.position,
+                at=at,
+                hash_=event.hash,
+            )
+            if self.state is None
+            else self._fold_next(event, payload)
+        )
         self.last_at = at
 
     def _fold_next(self, event: EventLike, payload: ev.Payload) -> SessionState:
@@ -164,8 +163,10 @@ def _history(entries: dict[int, _Entry]) -> list[dict[str, Any]]:
     previous: int | None = None
     for k in sorted(entries):
         e = entries[k]
-        delta = e.ems_delta if e.ems_delta is not None else (
-            0 if previous is None else e.ems - previous
+        delta = (
+            e.ems_delta
+            if e.ems_delta is not None
+            else (0 if previous is None else e.ems - previous)
         )
         previous = e.ems
         out.append(
@@ -261,7 +262,10 @@ _PANEL_PHASE = {
     RoundKind.CRITIQUE: "debate",
     RoundKind.RESPONSE: "debate",
     RoundKind.REFINEMENT: "socratic",
+    RoundKind.CONVERGENCE: "debate",
 }
+"""The panel phase of each round the panel history lists: the vote is the last debate. The
+synthesis rounds are not listed: their text is the document (extension block)."""
 
 
 def _topic_of(state: SessionState, r: RoundState) -> str:
@@ -269,8 +273,13 @@ def _topic_of(state: SessionState, r: RoundState) -> str:
 
 
 def _deliberative_rounds(state: SessionState) -> Iterator[RoundState]:
-    """The rounds party and panel histories list: deliberative ones that got an answer."""
+    """The rounds the party history lists: deliberative ones that got an answer."""
     return (r for r in state.active_rounds if r.kind in _DELIBERATIVE and r.contributions)
+
+
+def _panel_rounds(state: SessionState) -> Iterator[RoundState]:
+    """The rounds the panel history lists: deliberative ones and votes that got an answer."""
+    return (r for r in state.active_rounds if r.kind in _PANEL_PHASE and r.contributions)
 
 
 def _answers(r: RoundState) -> Iterator[tuple[str, ContributionState]]:
@@ -308,31 +317,89 @@ def _party(state: SessionState) -> list[dict[str, Any]]:
     return out
 
 
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _position(state: SessionState, c: ContributionState) -> str:
+    """An expert's position: its vote (stance, score, first line of its reason), its critique
+    (score, first weakness or suggestion), its opinion's reasoning, or its answer's first
+    line."""
+    if c.vote is not None:
+        v = c.vote
+        reason = _first_line(v.reasoning) or (v.concerns[0] if v.concerns else "")
+        head = f"{v.effective_stance.value} ({v.score})"
+        return f"{head}: {reason}" if reason else head
+    if c.critique is not None:
+        k = c.critique
+        point = next(iter((*k.weaknesses, *(x.text for x in k.suggestions))), "")
+        return f"score {k.score}/100: {point}" if point else f"score {k.score}/100"
+    if c.opinion is not None and c.opinion.reasoning:
+        return c.opinion.reasoning
+    return _first_line(state.answer(c))
+
+
+def _panel_references(
+    state: SessionState, c: ContributionState, me: str, names: list[str]
+) -> list[str]:
+    """The experts an answer names, with the one a critique reviews first."""
+    named = _references(state.answer(c), me, names)
+    target = c.critique.target if c.critique is not None else None
+    if target is None or target == me or target not in names:
+        return named
+    return [target, *(n for n in named if n != target)]
+
+
+def _convergent(r: RoundState) -> list[str]:
+    """Points of agreement: the strengths critics name; in a vote, the reasons of those who
+    agree."""
+    out: list[str] = []
+    for _, c in _answers(r):
+        if c.critique is not None:
+            points = list(c.critique.strengths)
+        elif c.vote is not None and c.vote.effective_stance.agrees:
+            points = [_first_line(c.vote.reasoning)]
+        else:
+            points = []
+        out.extend(p for p in points if p and p not in out)
+    return out
+
+
+def _open_at(d: DivergenceState, position: int) -> bool:
+    """Whether dissent ``d`` was open when the event at ``position`` was recorded."""
+    changes = [c.status for c in d.history if c.position <= position]
+    return bool(changes) and changes[-1] is DivergenceStatus.OPEN
+
+
+def _tensions(state: SessionState, r: RoundState) -> list[str]:
+    """Productive tensions: the dissent the round opened; in a vote, also the issues its
+    evaluation named and the dissent still open when it was counted."""
+    out = [d.topic for d in state.divergences if d.opened_round == r.number]
+    result = state.evaluation(r.number)
+    if result is not None:
+        still_open = (d.topic for d in state.divergences if _open_at(d, result.position))
+        for issue in (*result.blocking, *result.remaining_issues, *still_open):
+            if issue not in out:
+                out.append(issue)
+    return out
+
+
 def _panel(state: SessionState) -> list[dict[str, Any]]:
     names = state.participant_names
     out: list[dict[str, Any]] = []
-    for r in _deliberative_rounds(state):
+    for r in _panel_rounds(state):
         contributions = []
-        convergent: list[str] = []
         for name, c in _answers(r):
             p = state.participant(name)
-            framework = (p.framework or p.expertise or p.role.value) if p else ""
-            if c.opinion is not None and c.opinion.reasoning:
-                position = c.opinion.reasoning
-            else:
-                lines = state.answer(c).strip().splitlines()
-                position = lines[0] if lines else ""
-            if c.critique is not None:
-                convergent.extend(s for s in c.critique.strengths if s not in convergent)
             contributions.append(
                 {
                     "expert": name,
-                    "framework": framework,
-                    "position": position,
-                    "references": _references(state.answer(c), name, names),
+                    "framework": (p.framework or p.expertise or p.role.value) if p else "",
+                    "position": _position(state, c),
+                    "references": _panel_references(state, c, name, names),
                 }
             )
-        tensions = [d.topic for d in state.divergences if d.opened_round == r.number]
         out.append(
             {
                 "round": r.number,
@@ -340,7 +407,10 @@ def _panel(state: SessionState) -> list[dict[str, Any]]:
                 "phase": _PANEL_PHASE[r.kind],
                 "experts_selected": list(r.expected),
                 "contributions": contributions,
-                "synthesis": {"convergent": convergent, "tensions": tensions},
+                "synthesis": {
+                    "convergent": _convergent(r),
+                    "tensions": _tensions(state, r),
+                },
             }
         )
     return out
@@ -375,9 +445,7 @@ def _folded(events: Iterable[EventLike]) -> _Fold:
     return fold
 
 
-def _techniques_used(
-    imp: ev.SessionImported | None, techniques: list[dict[str, Any]]
-) -> list[str]:
+def _techniques_used(imp: ev.SessionImported | None, techniques: list[dict[str, Any]]) -> list[str]:
     """The imported list, then each applied technique not yet named, in order."""
     used = list(imp.techniques_used) if imp is not None else []
     for t in techniques:
@@ -442,7 +510,40 @@ def _ledger_block(s: SessionState) -> dict[str, Any] | None:
         # on the same day (same YAML ``session.id``) never overwrite each other's file. An
         # imported, unsealed session exports exactly what was imported (round trip).
         return {"session_id": s.id, **titled}
-    return titled or None
+    carried = (s.imported or {}).get("ledger")
+    return dict(carried) if carried else (titled or None)
+
+
+_VOTE_FIELDS = (
+    "round",
+    "iteration",
+    "score",
+    "threshold",
+    "converged",
+    "majority_agrees",
+    "agree",
+    "disagree",
+    "partial",
+    "abstain",
+    "blocking",
+    "remaining_issues",
+)
+
+
+def _extension(s: SessionState) -> dict[str, Any] | None:
+    """The extension block (``forge_ledger:``): the participants, the document and the last
+    vote, which the seed format has no field for; ``None`` when the session has none of them."""
+    vote = s.latest_convergence
+    block: dict[str, Any] = {
+        "participants": [
+            p.model_dump(mode="json", exclude={"api_base"}, exclude_none=True)
+            for p in s.participants
+        ],
+        "document": s.latest_text,
+        "vote": vote.model_dump(mode="json", include=set(_VOTE_FIELDS)) if vote else None,
+    }
+    kept = {k: v for k, v in block.items() if v}
+    return kept or None
 
 
 def session_document(events: Iterable[EventLike]) -> dict[str, Any]:
@@ -457,12 +558,12 @@ def session_document(events: Iterable[EventLike]) -> dict[str, Any]:
     frame = _imported_frame(fold, s, imp) if imp is not None else _run_frame(fold, s)
     if s.config.mode is Mode.PARTY:
         frame.party += _party(s)
-    if s.config.mode is Mode.PANEL:
+    if s.config.mode is not Mode.PARTY:  # a party session tells its rounds in party terms
         frame.panel += _panel(s)
     session: dict[str, Any] = {
         "id": frame.session_id,
         "slug": s.slug,
-        "status": _STATUS.get(s.status, "in_progress"),
+        "status": file_status(s.status),
         "phase": phase,
         "mode": s.config.mode.value,
         "ems": ems,
@@ -486,13 +587,31 @@ def session_document(events: Iterable[EventLike]) -> dict[str, Any]:
     ledger = _ledger_block(s)
     if ledger is not None:
         doc["ledger"] = ledger
+    extension = _extension(s)
+    if extension is not None:
+        doc[EXTENSION_KEY] = extension
     return doc
 
 
+class _Dumper(yaml.SafeDumper):
+    """The safe dumper, writing multi-line text as literal blocks (``|``) so a document reads
+    as written; text a literal block cannot hold falls back to a quoted scalar."""
+
+
+def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _text)
+
+
 def dump_document(doc: dict[str, Any]) -> str:
-    """YAML text of a document: block style, insertion key order, UTF-8 kept, no wrapping."""
-    return yaml.safe_dump(
+    """YAML text of a document: block style, insertion key order, UTF-8 kept, no wrapping,
+    multi-line text as literal blocks."""
+    return yaml.dump(
         doc,
+        Dumper=_Dumper,
         sort_keys=False,
         allow_unicode=True,
         default_flow_style=False,

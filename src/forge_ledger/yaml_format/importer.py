@@ -4,10 +4,14 @@ The file is read with the bounded safe loader (:mod:`forge_ledger.bounded_yaml`)
 migrated, then validated; any error names the field's path and line and nothing is
 written. The session is then built through the ``Deliberation`` aggregate (so its
 invariants hold) and saved in one transaction:
-``SessionStarted`` (source ``import``), per history entry an ``IterationRecorded`` with the
-questions asked and the answers given, the techniques, the ideas, and a closing
-``SessionImported`` with the fields no other event carries. Exporting it again reproduces the
-file in the exporter's normal form.
+``SessionStarted`` (source ``import``), the participants of the extension block, per history
+entry an ``IterationRecorded`` with the questions asked and the answers given, the
+techniques, the ideas, and a closing ``SessionImported`` with the fields no other event
+carries (the panel history, the document, the last vote, the ``ledger:`` block). Exporting it
+again reproduces the file in the exporter's normal form.
+
+A file holds what was said, not how: no prompts, no call records, no model answers beyond the
+document. :data:`REPLAY_GAP` says so in one line wherever an import is reported.
 """
 
 from __future__ import annotations
@@ -27,9 +31,14 @@ from ..errors import ImportValidationError, Loc, validation_summary
 from ..ledger import Ledger
 from .lines import format_path, line_of, path_lines
 from .migrate import migrate
-from .schema import SessionFile
+from .schema import Extension, SessionFile
 
-__all__ = ["ImportResult", "build_import", "import_session", "parse_session_file"]
+__all__ = ["REPLAY_GAP", "ImportResult", "build_import", "import_session", "parse_session_file"]
+
+REPLAY_GAP = (
+    "not replayable: a YAML file holds no prompts, model answers or call records; "
+    "replay and verify need the original ledger (export --format ledger)"
+)
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,9 @@ class ImportResult(JsonFields):
     status: str
     iterations: int
     format_version: str
+    participants: int
+    has_document: bool
+    lacks: str = REPLAY_GAP
 
 
 def parse_session_file(text: str, *, source: str = "session file") -> tuple[SessionFile, str]:
@@ -89,9 +101,7 @@ def _title(model: SessionFile) -> str:
     return model.session.slug
 
 
-def build_import(
-    model: SessionFile, version: str, *, clock: Clock, ids: IdSource
-) -> Deliberation:
+def build_import(model: SessionFile, version: str, *, clock: Clock, ids: IdSource) -> Deliberation:
     """The aggregate (pending events, nothing saved) that reproduces the file."""
     s = model.session
     topic = Topic(title=_title(model))
@@ -103,6 +113,9 @@ def build_import(
         at=clock.now(),
         source="import",
     )
+    extension = model.forge_ledger or Extension()
+    for p in extension.participants:
+        agg.join(p, at=clock.now())
     for h in s.history:
         agg.record_import(ev.IterationRecorded.carrying(h), at=clock.now())
         if h.questions:
@@ -116,9 +129,17 @@ def build_import(
             ev.IdeaRecorded(idea_id=idea.id, content=idea.content, score=idea.score),
             at=clock.now(),
         )
-    agg.record_import(
-        ev.SessionImported.carrying(s, format_version=version, yaml_id=s.id), at=clock.now()
+    imported = ev.SessionImported.carrying(
+        s,
+        format_version=version,
+        yaml_id=s.id,
+        party_history=[r.model_dump() for r in s.party_history],
+        panel_history=[r.model_dump() for r in s.panel_history],
+        document=extension.document,
+        vote=extension.vote,
+        ledger=model.ledger,
     )
+    agg.record_import(imported, at=clock.now())
     return agg
 
 
@@ -135,4 +156,6 @@ def import_session(
         status=model.session.status,
         iterations=len(model.session.history),
         format_version=version,
+        participants=len(agg.state.participants),
+        has_document=agg.state.latest_text is not None,
     )

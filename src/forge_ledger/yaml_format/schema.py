@@ -21,13 +21,18 @@ from pydantic import (
     field_validator,
 )
 
-from ..domain.values import Mode, Persona
+from ..domain.events import ConvergenceEvaluated
+from ..domain.values import MAX_PARTICIPANTS, FileStatus, Mode, Participant, Persona
 
 __all__ = [
+    "EXTENSION_KEY",
     "FORMAT_VERSION",
     "SLUG_RE",
+    "Extension",
     "HistoryEntry",
     "Idea",
+    "PanelRound",
+    "PartyRound",
     "SessionBody",
     "SessionFile",
     "TechniqueEntry",
@@ -35,6 +40,8 @@ __all__ = [
 ]
 
 FORMAT_VERSION = "1.2"
+EXTENSION_KEY = "forge_ledger"
+"""The top-level key of the extension block, beside ``ledger:``."""
 SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 """kebab-case: what ``Topic.slug`` produces, so a slug survives import and export unchanged."""
 
@@ -96,6 +103,46 @@ class HistoryEntry(_Model):
     duration: int | None = Field(ge=0, default=None)
 
 
+class PartyContribution(_Model):
+    persona: str
+    key_points: list[str] = Field(default_factory=list)
+    references: list[str] = Field(default_factory=list)
+
+
+class PartyRound(_Model):
+    """One ``party_history`` entry, in the seed's key order."""
+
+    round: int = Field(ge=0)
+    topic: str = ""
+    personas_selected: list[str] = Field(default_factory=list)
+    contributions: list[PartyContribution] = Field(default_factory=list)
+    synthesis: str = ""
+    user_question: str = ""
+
+
+class PanelContribution(_Model):
+    expert: str
+    framework: str = ""
+    position: str = ""
+    references: list[str] = Field(default_factory=list)
+
+
+class PanelSynthesis(_Model):
+    convergent: list[str] = Field(default_factory=list)
+    tensions: list[str] = Field(default_factory=list)
+
+
+class PanelRound(_Model):
+    """One ``panel_history`` entry, in the seed's key order."""
+
+    round: int = Field(ge=0)
+    topic: str = ""
+    phase: Literal["discussion", "debate", "socratic"]
+    experts_selected: list[str] = Field(default_factory=list)
+    contributions: list[PanelContribution] = Field(default_factory=list)
+    synthesis: PanelSynthesis = Field(default_factory=PanelSynthesis)
+
+
 _KEYS = {
     "history": ("iteration", "history has two entries for the same iteration"),
     "ideas": ("id", "two ideas have the same id"),
@@ -106,7 +153,7 @@ _KEYS = {
 class SessionBody(_Model):
     id: Annotated[str, Field(min_length=1, max_length=200)]
     slug: str
-    status: Literal["in_progress", "completed", "abandoned"]
+    status: FileStatus
     phase: PhaseName
     mode: Mode = Mode.STANDARD
     ems: int = Field(ge=0, le=100)
@@ -117,9 +164,9 @@ class SessionBody(_Model):
     duration_minutes: int | None = Field(ge=0, default=None)
     techniques_history: list[TechniqueEntry] = Field(default_factory=list)
     party_active: bool = False
-    party_history: list[dict[str, Any]] = Field(default_factory=list)
+    party_history: list[PartyRound] = Field(default_factory=list)
     panel_active: bool = False
-    panel_history: list[dict[str, Any]] = Field(default_factory=list)
+    panel_history: list[PanelRound] = Field(default_factory=list)
     ideas: list[Idea] = Field(default_factory=list)
     history: list[HistoryEntry] = Field(default_factory=list)
     last_question: str | None = None
@@ -149,8 +196,31 @@ class SessionBody(_Model):
         return v
 
 
+class Extension(_Model):
+    """What a deliberation holds that the seed format has no field for: the participants as
+    configured (never an ``api_base``: a file must not point a resumed session's calls at a
+    server of its choosing), the forged document verbatim and the last convergence vote."""
+
+    participants: list[Participant] = Field(default_factory=list, max_length=MAX_PARTICIPANTS)
+    document: str | None = None
+    vote: ConvergenceEvaluated | None = None
+
+    @field_validator("participants")
+    @classmethod
+    def _participants(cls, v: list[Participant]) -> list[Participant]:
+        names = [p.name for p in v]
+        if len(set(names)) != len(names):
+            raise ValueError("two participants have the same name")
+        if any(p.api_base is not None for p in v):
+            raise ValueError("api_base is not read from a file; configure it where you run")
+        return v
+
+
 class SessionFile(_Model):
     format_version: Literal["1.2"]
     session: SessionBody
     ledger: dict[str, Any] | None = None
-    """Written by the exporter for sealed sessions; informational on import."""
+    """Where the file came from (the ledger session, its seal): informational, carried on by
+    an import so exporting the imported session gives the same file."""
+    forge_ledger: Extension | None = None
+    """The extension block (:data:`EXTENSION_KEY`)."""
