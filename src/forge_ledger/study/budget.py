@@ -1,10 +1,14 @@
-"""The study budget's rule: may another cell start, and with what share of what is left.
+"""The study budget's rule: may another cell start now, and with how much of the budget.
 
 Every process that folds the same study events agrees on the answer (it depends on the
-recorded state, the time given and the number of cells running at once), and the share a
-cell gets is recorded in its ``CellAssigned``. USD are never exceeded: a cell's session may
-spend at most its share (its own ``max_cost_usd``, which the orchestrator enforces with
-reservations), and a share comes out of what neither spent nor promised to a running cell.
+recorded state and the time given), and what a cell may spend is recorded in its
+``CellAssigned``. USD are never exceeded: a cell's session may spend at most its hold (its
+``max_cost_usd``, which the orchestrator enforces with reservations), and a cell starts only
+when its whole hold is free: neither spent nor held by a running or paused cell. So no session
+is cut short by the study's budget; a cell that must wait for money waits for a running cell
+to end (and gives back what it did not spend), and when no cell is running that could give
+any back, the study stops starting cells. A cell's hold is the plan's ``max_cost_usd`` when
+it sets one, else an even share of the budget (``usd`` / cells), so every cell can run.
 Calls are checked before a cell starts. Wall time counts from the study's planning.
 """
 
@@ -13,11 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..domain.values import Participant, SessionConfig, Topic
-from ..preflight import PreflightError, check_participants
+from .plan import CellSpec
 from .state import StudyState
 
-__all__ = ["Allowance", "allowance"]
+__all__ = ["WAIT", "Allowance", "allowance"]
+
+
+WAIT = "wait"
+"""What :func:`allowance` answers when the cell may start once a running cell gives back money."""
 
 
 @dataclass(frozen=True)
@@ -30,19 +37,18 @@ class Allowance:
 
 def allowance(
     state: StudyState,
-    session: tuple[Topic, SessionConfig, list[Participant]],
+    cell: CellSpec,
     *,
     now: datetime,
-    slots: int,
+    may_wait: bool,
 ) -> Allowance | str:
-    """The allowance of the next cell, or why no cell may start (one line).
+    """The allowance of ``cell``, :data:`WAIT`, or why no cell may start (one line).
 
-    ``slots`` is how many cells run at once: a share is what is left divided among them
-    (at most the session's own ``max_cost_usd``), so cells started together split it.
+    ``may_wait``: another cell is running, so money held now may come back.
     """
     budget = state.plan.budget
-    topic, config, people = session
-    cost, secs = config.max_cost_usd, config.max_time_secs
+    topic, config, people = state.plan.session_of(cell)
+    secs = config.max_time_secs
     if budget.calls is not None and state.calls >= budget.calls:
         return f"the study's budget of {budget.calls} calls is spent ({state.calls} made)"
     if budget.wall_secs is not None:
@@ -50,27 +56,15 @@ def allowance(
         if left_secs < 1:
             return f"the study's wall time of {budget.wall_secs} s is over"
         secs = min(secs, int(left_secs))
-    if budget.usd is not None:
-        left = budget.usd - state.committed_usd
-        cost = min(cost, left / max(1, min(slots, state.count("pending"))))
-        problem = _first_call_problem(topic, config, people, cost)
-        if cost <= 0 or problem is not None:
-            return (
-                f"the study's budget of ${budget.usd:g} is spent or promised to running cells "
-                f"(${state.committed_usd:.4f}); " + (problem or "nothing is left")
-            )
-    return Allowance(max_cost_usd=cost, max_time_secs=secs)
-
-
-def _first_call_problem(
-    topic: Topic, config: SessionConfig, people: list[Participant], cost: float
-) -> str | None:
-    """``run``'s rule: a share below the worst case of the session's first call lets it make
-    no call at all."""
-    if cost <= 0:
-        return None
-    try:
-        check_participants(people, config.model_copy(update={"max_cost_usd": cost}), topic=topic)
-    except PreflightError as e:
-        return f"a cell's share (${cost:.4f}) cannot pay its first call: {e.problems[0]}"
-    return None
+    if budget.usd is None:
+        return Allowance(max_cost_usd=config.max_cost_usd, max_time_secs=secs)
+    hold = state.plan.hold_usd(cell)
+    left = budget.usd - state.committed_usd
+    if left + 1e-12 >= hold:
+        return Allowance(max_cost_usd=hold, max_time_secs=secs)
+    if may_wait:
+        return WAIT
+    return (
+        f"the study's budget of ${budget.usd:g} is spent: ${max(left, 0):.4f} left, a cell "
+        f"may spend up to ${hold:.4f} (session max_cost_usd)"
+    )

@@ -30,7 +30,7 @@ from ..errors import (
 )
 from . import events as sev
 from ._sessions import SESSIONS, SessionFunctions, SessionHooks
-from .budget import Allowance, allowance
+from .budget import WAIT, Allowance, allowance
 from .state import CellState, StudyState
 from .stream import StudyStream
 
@@ -85,20 +85,24 @@ class StudyRun:
             hint="run the command again",
         )
 
-    def claim(self, cell_id: str, *, slots: int) -> str | None:
+    def claim(self, cell_id: str, *, may_wait: bool = False) -> str | None:
         """Assign the pending cell ``cell_id`` to a new session; None when it is assigned
-        (by this call or another process), else why the study stops starting cells."""
-        stop: list[str] = []
+        (by this call or another process), :data:`~.budget.WAIT` when it must wait for
+        money a running cell holds, else why the study stops starting cells."""
+        refused: list[str] = []
 
         def make(state: StudyState) -> sev.StudyPayload | None:
+            refused.clear()
             if state.cells[cell_id].status != "pending" or state.stopped:
                 return None
             given = allowance(
-                state, state.plan.session_of(state.cells[cell_id].spec),
-                now=self.clock.now(), slots=slots,
+                state, state.cells[cell_id].spec, now=self.clock.now(), may_wait=may_wait
             )
+            if given == WAIT:
+                refused.append(WAIT)
+                return None
             if isinstance(given, str):
-                stop.append(given)
+                refused.append(given)
                 return sev.StudyStopped(reason=given)
             return sev.CellAssigned(
                 cell=cell_id, session_id=str(self.new_id()),
@@ -106,7 +110,7 @@ class StudyRun:
             )
 
         self.record(make)
-        return stop[0] if stop else (self.state.stopped or None)
+        return refused[0] if refused else (self.state.stopped or None)
 
 
 def session_calls(state: SessionState) -> int:
@@ -132,15 +136,20 @@ async def run_cell(
     provider: Provider,
     sessions: SessionFunctions = SESSIONS,
     hooks: SessionHooks | None = None,
-    slots: int = 1,
-) -> CellState:
+    may_wait: bool = False,
+) -> CellState | None:
     """Run or resume cell ``cell_id`` of the study (see the module docstring); returns the
-    cell as the study records it afterwards (still pending when the budget stopped it)."""
+    cell as the study records it afterwards (still pending when the budget stopped it), or
+    None when, with ``may_wait``, it must wait for money a running cell holds."""
     cell = run.state.cells[cell_id]
     if cell.status in ("done", "failed"):
         return cell
-    if cell.status == "pending" and run.claim(cell_id, slots=slots) is not None:
-        return run.state.cells[cell_id]
+    if cell.status == "pending":
+        refused = run.claim(cell_id, may_wait=may_wait)
+        if refused == WAIT:
+            return None
+        if refused is not None:
+            return run.state.cells[cell_id]
     cell = run.state.cells[cell_id]
     if cell.status not in ("running", "paused") or cell.session_id is None:
         return cell  # claimed and finished by another process meanwhile

@@ -86,6 +86,14 @@ class StudyPlan(_Plain):
             for variant in self.variants
         ]
 
+    def hold_usd(self, cell: CellSpec) -> float:
+        """The most the cell's session may spend of the study's USD budget: the plan's
+        ``max_cost_usd`` for it when set, else an even share of the budget."""
+        settings = {**self.session, **self.variants[cell.variant]}
+        if "max_cost_usd" in settings or self.budget.usd is None:
+            return _config(self.session, self.variants[cell.variant]).max_cost_usd
+        return self.budget.usd / len(self.cells())
+
     def session_of(self, cell: CellSpec) -> tuple[Topic, SessionConfig, list[Participant]]:
         """What the cell's session starts with: its topic, the plan's settings under its
         variant's, and its panel with the variant's model swaps."""
@@ -145,8 +153,8 @@ def plan_from_document(doc: Any, *, base: Path, name: str = "plan") -> StudyPlan
     panels = {key: _panel(key, file, base, problems) for key, file in written.panels.items()}
     variants = {key: dict(v or {}) for key, v in written.variants.items()}
     problems += _settings_problems(written.session, variants)
-    if not problems:
-        problems += _panel_problems(written, panels, variants)
+    problems += _budget_problems(written, variants)
+    problems += _panel_problems(written, panels, variants)
     if problems:
         raise PreflightError(list(dict.fromkeys(f"{name}: {p}" for p in problems)))
     return StudyPlan(
@@ -216,17 +224,13 @@ def _panel(key: str, file: str, base: Path, problems: list[str]) -> list[Partici
 
 
 def _settings_problems(session: Mapping[str, Any], variants: Mapping[str, Any]) -> list[str]:
-    """Unknown setting names, then settings the session would refuse, one line each."""
+    """Unknown setting names, then settings a session would refuse, one line each."""
     known = set(SessionConfig.model_fields)
-    problems = [
-        f"session.{k}: unknown setting; known: {', '.join(sorted(known))}"
-        for k in session
-        if k not in known
-    ]
+    names = f"known: {', '.join(sorted(known))}"
+    problems = [f"session.{k}: unknown setting; {names}" for k in session if k not in known]
     for name, variant in variants.items():
         problems += [
-            f"variants.{name}.{k}: unknown setting; known: {', '.join(sorted(known))}, "
-            f"{MODEL_SWAPS}"
+            f"variants.{name}.{k}: unknown setting; {names}, {MODEL_SWAPS}"
             for k in variant
             if k not in known and k != MODEL_SWAPS
         ]
@@ -240,24 +244,47 @@ def _settings_problems(session: Mapping[str, Any], variants: Mapping[str, Any]) 
     return problems
 
 
+def _budget_problems(written: _PlanFile, variants: Mapping[str, Any]) -> list[str]:
+    """A session allowed more than the whole study budget: no cell could ever start."""
+    usd = written.budget.usd
+    problems = []
+    for name, variant in _valid_variants(written.session, variants).items():
+        cap = {**written.session, **variant}.get("max_cost_usd")
+        if usd is not None and cap is not None and float(cap) > usd:
+            problems.append(
+                f"variants.{name}: max_cost_usd {cap:g} is more than the study's budget.usd "
+                f"{usd:g}, so no cell could start; give each session at most the budget"
+            )
+    return problems
+
+
+def _valid_variants(session: Mapping[str, Any], variants: Mapping[str, Any]) -> dict[str, Any]:
+    """The variants whose settings a session takes (the others are reported already)."""
+    return {
+        name: variant for name, variant in variants.items()
+        if not _settings_problems(session, {name: variant})
+    }
+
+
 def _panel_problems(
     written: _PlanFile, panels: Mapping[str, list[Participant]], variants: Mapping[str, Any]
 ) -> list[str]:
-    """``run``'s checks on every panel as each variant makes it."""
+    """``run``'s checks on every panel that could be read, as each valid variant makes it."""
     problems: list[str] = []
+    usable = _valid_variants(written.session, variants)
     for key, panel in panels.items():
-        for name, variant in variants.items():
+        for name, variant in usable.items() if panel else ():
+            where = f"panels.{key}" + (f" in variant {name}" if variant.get(MODEL_SWAPS) else "")
             given = frozenset({*written.session, *variant}) - {MODEL_SWAPS}
             if written.budget.usd is not None:
                 given |= {"max_cost_usd"}
             try:
-                people = _participants(panel, variant)
                 check_participants(
-                    people, _config(written.session, variant), given=given,
-                    allow_unpriced=written.allow_unpriced,
+                    _participants(panel, variant), _config(written.session, variant),
+                    given=given, allow_unpriced=written.allow_unpriced,
                 )
             except PreflightError as e:
-                problems += [f"panels.{key} in variant {name}: {p}" for p in e.problems]
+                problems += [f"{where}: {p}" for p in e.problems]
             except ForgeLedgerError as e:
-                problems.append(f"panels.{key} in variant {name}: {e.one_line()}")
+                problems.append(f"{where}: {e.one_line()}")
     return problems

@@ -101,12 +101,42 @@ class _Live:
         self.run = run
         self.on_progress = on_progress
         self.progress = Progress(run.state)
+        self.ended = 0
+        self.cell_ended = asyncio.Condition()
 
     def changed(self) -> None:
         self.progress.state = self.run.state
         self.progress.now = self.run.clock.now() if self.on_progress else None
         if self.on_progress is not None:
             self.on_progress(self.progress)
+
+    async def run_one(
+        self, cell_id: str, *, provider: Provider, sessions: SessionFunctions,
+        hooks: SessionHooks,
+    ) -> None:
+        """Run the cell; while it must wait for money a running cell holds, wait for a cell
+        to end and ask again."""
+        active = self.progress.active
+        while not (self.run.state.cells[cell_id].status == "pending" and self.run.state.stopped):
+            ended = self.ended
+            may_wait = bool(active)
+            active[cell_id] = self.run.state.cells[cell_id].cost_usd
+            self.changed()
+            try:
+                cell = await run_cell(
+                    self.run, cell_id, provider=provider, sessions=sessions, hooks=hooks,
+                    may_wait=may_wait,
+                )
+            finally:
+                active.pop(cell_id, None)
+                self.changed()
+            if cell is not None:
+                async with self.cell_ended:
+                    self.ended += 1
+                    self.cell_ended.notify_all()
+                return
+            async with self.cell_ended:
+                await self.cell_ended.wait_for(lambda: self.ended != ended)
 
     def hooks(self, cell_id: str, base: SessionHooks) -> SessionHooks:
         def checkpoint(state: SessionState) -> None:
@@ -147,18 +177,9 @@ async def run_study(
 
     async def worker() -> None:
         for cell_id in todo:  # one shared iterator: each cell is taken by one task
-            if run.state.cells[cell_id].status == "pending" and run.state.stopped:
-                continue
-            live.progress.active[cell_id] = run.state.cells[cell_id].cost_usd
-            live.changed()
-            try:
-                await run_cell(
-                    run, cell_id, provider=provider, sessions=sessions,
-                    hooks=live.hooks(cell_id, base), slots=concurrency,
-                )
-            finally:
-                live.progress.active.pop(cell_id, None)
-                live.changed()
+            await live.run_one(
+                cell_id, provider=provider, sessions=sessions, hooks=live.hooks(cell_id, base)
+            )
 
     async with asyncio.TaskGroup() as group:
         for _ in range(concurrency):
