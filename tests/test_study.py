@@ -37,8 +37,9 @@ PRICE = {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}
 LOOPBACK = "http://127.0.0.1:9/v1"
 
 
-def _panel(path: Path, url: str, *, priced: bool = True, names: tuple[str, ...] = ("ana", "ben",
-           "cleo")) -> Path:
+def _panel(
+    path: Path, url: str, *, priced: bool = True, names: tuple[str, ...] = ("ana", "ben", "cleo")
+) -> Path:
     people = [
         {"name": n, "model": f"openai/{n}", "api_base": url, **({"price": PRICE} if priced else {})}
         for n in names
@@ -89,7 +90,8 @@ def test_a_bad_plan_says_every_problem_on_its_own_line(tmp_path: Path) -> None:
         load_plan(plan)
     problems = caught.value.problems
     assert len(problems) == 4, problems
-    assert "panels.gone" in problems[0] and "missing.yaml" in problems[0]
+    assert "panels.gone" in problems[0]
+    assert "missing.yaml" in problems[0]
     assert "variants.typo.anonymise: unknown setting" in problems[1]
     assert all("panels.cheap" in p and "no known price" in p for p in problems[2:])
     assert {p.split(": ", 2)[2].split(" ")[0] for p in problems[2:]} == {"ana", "ben"}
@@ -100,7 +102,9 @@ def test_the_command_refuses_a_bad_plan_before_recording_anything(tmp_path: Path
     store = tmp_path / "s.sqlite"
     done = subprocess.run(
         [sys.executable, "-m", "forge_ledger", "study", "run", str(plan), "--store", str(store)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
@@ -141,7 +145,8 @@ def test_the_study_time_travels_by_its_events(tmp_path: Path) -> None:
         stream = StudyStream(ledger)
         assert stream.state(study_id, at_event=1).count("pending") == 2
         after_first = stream.state(study_id, at_event=3)
-        assert after_first.count("done") == 1 and after_first.count("pending") == 1
+        assert after_first.count("done") == 1
+        assert after_first.count("pending") == 1
 
 
 def test_running_a_finished_or_claimed_cell_again_changes_nothing(tmp_path: Path) -> None:
@@ -156,7 +161,8 @@ def test_running_a_finished_or_claimed_cell_again_changes_nothing(tmp_path: Path
         assert done.status == "done"
         again = asyncio.run(run_cell(first, cell, provider=_provider()))
         first.reload()
-        assert again.status == "done" and first.state.cells[cell].status == "done"
+        assert again.status == "done"
+        assert first.state.cells[cell].status == "done"
         counts = _types(ledger, study_id)
         assert counts[("CellAssigned", cell)] == 1
         assert counts[("CellFinished", cell)] == 1
@@ -186,15 +192,20 @@ def test_a_spent_budget_stops_new_cells_and_is_never_exceeded(tmp_path: Path) ->
 def test_a_provider_outage_pauses_cells_and_the_next_run_resumes_them(tmp_path: Path) -> None:
     from forge_ledger.providers import ProviderCallError
 
-    plan = load_plan(_plan(tmp_path, repeats=1, topics=[{"title": "One"}],
-                           session={"max_attempts": 1}))
+    plan = load_plan(
+        _plan(tmp_path, repeats=1, topics=[{"title": "One"}], session={"max_attempts": 1})
+    )
     with Ledger(str(tmp_path / "s.sqlite")) as ledger:
         study_id = plan_study(ledger, plan)
-        outage = _provider().enqueue([ProviderCallError("server_error", "down", retryable=True)] * 6)
+        outage = _provider().enqueue(
+            [ProviderCallError("server_error", "down", retryable=True)] * 6
+        )
         state = asyncio.run(run_study(ledger, study_id, provider=outage, concurrency=2))
-        assert state.count("paused") == 2 and state.status == "in_progress"
+        assert state.count("paused") == 2
+        assert state.status == "in_progress"
         state = asyncio.run(run_study(ledger, study_id, provider=_provider(), concurrency=2))
-        assert state.count("done") == 2 and state.status == "finished"
+        assert state.count("done") == 2
+        assert state.status == "finished"
         assert len(ledger.session_ids()) == 2
 
 
@@ -228,8 +239,11 @@ def test_kill_9_mid_study_then_run_again_finishes_every_cell_once(tmp_path: Path
     with FakeOpenAIServer(bundled_script("demo"), latency=0.05) as server:
         plan = _plan(tmp_path, server.url)
         runner = subprocess.Popen(
-            _cli("study", "run", str(plan), "-j", "3"), env=_env(store), cwd=tmp_path,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            _cli("study", "run", str(plan), "-j", "3"),
+            env=_env(store),
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
         try:
             deadline = time.monotonic() + 120
@@ -244,10 +258,14 @@ def test_kill_9_mid_study_then_run_again_finishes_every_cell_once(tmp_path: Path
             runner.communicate(timeout=30)
         assert runner.returncode == -9
         cut = _progress(store)
-        assert cut is not None and cut["CellFinished"] < 12
+        assert cut is not None
+        assert cut["CellFinished"] < 12
         again = subprocess.run(
-            _cli("study", "run", str(plan), "-j", "3", "--json"), env=_env(store),
-            cwd=tmp_path, capture_output=True, timeout=300,
+            _cli("study", "run", str(plan), "-j", "3", "--json"),
+            env=_env(store),
+            cwd=tmp_path,
+            capture_output=True,
+            timeout=300,
         )
         assert again.returncode == 0, again.stderr.decode()[-1500:]
         assert json.loads(again.stdout)["done"] == 12
@@ -262,7 +280,9 @@ def test_kill_9_mid_study_then_run_again_finishes_every_cell_once(tmp_path: Path
         assert all(verify_session(ledger, sid).ok for sid in ledger.session_ids())
         assert stream.verify(study_id) == []
     listed = subprocess.run(
-        _cli("sessions", "--study", "anonymity", "--json"), env=_env(store), capture_output=True,
+        _cli("sessions", "--study", "anonymity", "--json"),
+        env=_env(store),
+        capture_output=True,
         timeout=60,
     )
     rows = json.loads(listed.stdout)
@@ -270,7 +290,9 @@ def test_kill_9_mid_study_then_run_again_finishes_every_cell_once(tmp_path: Path
     assert {r["cell"] for r in rows} == set(cells)
     assert {r["variant"] for r in rows} == {"named", "anonymous"}
     status = subprocess.run(
-        _cli("study", "status", "anonymity", "--json"), env=_env(store), capture_output=True,
+        _cli("study", "status", "anonymity", "--json"),
+        env=_env(store),
+        capture_output=True,
         timeout=60,
     )
     assert json.loads(status.stdout)["status"] == "finished"

@@ -55,8 +55,13 @@ def study() -> None:
 
 def _concurrency(f: Any) -> Any:
     return click.option(
-        "--concurrency", "-j", type=click.IntRange(1, 256), default=4, show_default=True,
-        metavar="N", help="Cells run at once (asyncio tasks sharing one provider and store).",
+        "--concurrency",
+        "-j",
+        type=click.IntRange(1, 256),
+        default=4,
+        show_default=True,
+        metavar="N",
+        help="Cells run at once (asyncio tasks sharing one provider and store).",
     )(f)
 
 
@@ -113,7 +118,11 @@ def _run(ledger: Ledger, ref: str, *, concurrency: int, quiet: bool, as_json: bo
         provider = get_provider()
         try:
             return await run_study(
-                ledger, study_id, provider=provider, concurrency=concurrency, hooks=hooks,
+                ledger,
+                study_id,
+                provider=provider,
+                concurrency=concurrency,
+                hooks=hooks,
                 on_progress=display.update,
             )
         finally:
@@ -210,8 +219,13 @@ def _render(progress: Progress) -> Group:
 
 @study.command("status")
 @click.argument("study_ref", metavar="STUDY")
-@click.option("--at-event", type=click.IntRange(min=1), default=None, metavar="N",
-              help="The study as of its event N (time travel).")
+@click.option(
+    "--at-event",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="The study as of its event N (time travel).",
+)
 @store_option
 @json_option
 def status_cmd(study_ref: str, at_event: int | None, store: str | None, as_json: bool) -> None:
@@ -231,8 +245,13 @@ def status_cmd(study_ref: str, at_event: int | None, store: str | None, as_json:
         table.add_column(col, justify="right" if col in ("cost", "calls") else "left")
     for c in state.cells.values():
         add_row(
-            table, c.spec.id, c.status, (c.session_id or "")[:8], c.outcome or c.reason,
-            money(c.cost_usd), str(c.calls),
+            table,
+            c.spec.id,
+            c.status,
+            (c.session_id or "")[:8],
+            c.outcome or c.reason,
+            money(c.cost_usd),
+            str(c.calls),
         )
     print_table(table)
 
@@ -255,8 +274,14 @@ def list_cmd(store: str | None, as_json: bool) -> None:
         table.add_column(col)
     for r in rows:
         add_row(
-            table, r["study_id"][:8], r["name"], r["status"], str(r["cells"]), str(r["done"]),
-            str(r["failed"]), money(r["spent_usd"]),
+            table,
+            r["study_id"][:8],
+            r["name"],
+            r["status"],
+            str(r["cells"]),
+            str(r["done"]),
+            str(r["failed"]),
+            money(r["spent_usd"]),
         )
     print_table(table)
 

@@ -37,8 +37,15 @@ class SessionFunctions(Protocol):
     ends or pauses."""
 
     async def start(
-        self, ledger: Ledger, session_id: UUID, topic: Topic, config: SessionConfig,
-        participants: Sequence[Participant], *, provider: Provider, hooks: SessionHooks,
+        self,
+        ledger: Ledger,
+        session_id: UUID,
+        topic: Topic,
+        config: SessionConfig,
+        participants: Sequence[Participant],
+        *,
+        provider: Provider,
+        hooks: SessionHooks,
     ) -> SessionState: ...
 
     async def resume(
@@ -63,18 +70,31 @@ class _Sessions:
         from ..sessions import Runtime
 
         return Runtime(
-            clock=hooks.clock, ids=_AssignedId(session_id) if session_id else None,
-            on_checkpoint=hooks.on_checkpoint, hmac_key=hooks.hmac_key,
+            clock=hooks.clock,
+            ids=_AssignedId(session_id) if session_id else None,
+            on_checkpoint=hooks.on_checkpoint,
+            hmac_key=hooks.hmac_key,
         )
 
     async def start(
-        self, ledger: Ledger, session_id: UUID, topic: Topic, config: SessionConfig,
-        participants: Sequence[Participant], *, provider: Provider, hooks: SessionHooks,
+        self,
+        ledger: Ledger,
+        session_id: UUID,
+        topic: Topic,
+        config: SessionConfig,
+        participants: Sequence[Participant],
+        *,
+        provider: Provider,
+        hooks: SessionHooks,
     ) -> SessionState:
         from ..sessions import start
 
         return await start(
-            ledger, provider, topic, config, participants,
+            ledger,
+            provider,
+            topic,
+            config,
+            participants,
             runtime=self._runtime(hooks, session_id),
         )
 

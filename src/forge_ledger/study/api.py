@@ -25,9 +25,9 @@ if TYPE_CHECKING:
 __all__ = ["as_plan", "run_plan", "study"]
 
 
-def as_plan(plan: StudyPlan | Path | str | Mapping[str, Any], *, base: Path | None = None) -> (
-    StudyPlan
-):
+def as_plan(
+    plan: StudyPlan | Path | str | Mapping[str, Any], *, base: Path | None = None
+) -> StudyPlan:
     """A checked plan from a plan, a plan file's path, or a plan as a dict (its files
     relative to ``base``, the current folder by default)."""
     if isinstance(plan, StudyPlan):
@@ -57,8 +57,13 @@ async def run_plan(
         provider = get_provider()
     try:
         return await run_study(
-            ledger, study_id, provider=provider, concurrency=concurrency, clock=clock,
-            hooks=SessionHooks(clock=clock, hmac_key=hmac_key), on_progress=on_progress,
+            ledger,
+            study_id,
+            provider=provider,
+            concurrency=concurrency,
+            clock=clock,
+            hooks=SessionHooks(clock=clock, hmac_key=hmac_key),
+            on_progress=on_progress,
         )
     finally:
         if own:

@@ -47,7 +47,7 @@ def allowance(
     ``may_wait``: another cell is running, so money held now may come back.
     """
     budget = state.plan.budget
-    topic, config, people = state.plan.session_of(cell)
+    _topic, config, _people = state.plan.session_of(cell)
     secs = config.max_time_secs
     if budget.calls is not None and state.calls >= budget.calls:
         return f"the study's budget of {budget.calls} calls is spent ({state.calls} made)"

@@ -21,7 +21,6 @@ from uuid import UUID, uuid4
 
 from ..clock import Clock, SystemClock
 from ..domain.state import SessionState
-from ..domain.values import SessionStatus
 from ..errors import (
     ConcurrencyConflictError,
     ForgeLedgerError,
@@ -74,9 +73,7 @@ class StudyRun:
             if payload is None:
                 return None
             try:
-                self.stream.append(
-                    self.state, payload, study_id=self.study_id, at=self.clock.now()
-                )
+                self.stream.append(self.state, payload, study_id=self.study_id, at=self.clock.now())
                 return payload
             except ConcurrencyConflictError:
                 self.reload()
@@ -105,8 +102,10 @@ class StudyRun:
                 refused.append(given)
                 return sev.StudyStopped(reason=given)
             return sev.CellAssigned(
-                cell=cell_id, session_id=str(self.new_id()),
-                max_cost_usd=given.max_cost_usd, max_time_secs=given.max_time_secs,
+                cell=cell_id,
+                session_id=str(self.new_id()),
+                max_cost_usd=given.max_cost_usd,
+                max_time_secs=given.max_time_secs,
             )
 
         self.record(make)
@@ -124,7 +123,10 @@ def _outcome(cell_id: str, state: SessionState) -> sev.StudyPayload:
         reason = state.status_reason or "the session stopped before it ended"
         return sev.CellPaused(cell=cell_id, reason=reason, cost_usd=cost, calls=calls)
     return sev.CellFinished(
-        cell=cell_id, outcome=state.status.value, reason=state.status_reason, cost_usd=cost,
+        cell=cell_id,
+        outcome=state.status.value,
+        reason=state.status_reason,
+        cost_usd=cost,
         calls=calls,
     )
 
@@ -169,7 +171,10 @@ async def run_cell(
 
 
 async def _play(
-    run: StudyRun, cell: CellState, provider: Provider, sessions: SessionFunctions,
+    run: StudyRun,
+    cell: CellState,
+    provider: Provider,
+    sessions: SessionFunctions,
     hooks: SessionHooks,
 ) -> SessionState:
     """Resume the cell's session, or start it under its assigned id if it was never

@@ -77,7 +77,10 @@ class StudyPlan(_Plain):
         about equally often."""
         return [
             CellSpec(
-                id=f"t{t + 1}/{panel}/{variant}/{r}", topic=t, panel=panel, variant=variant,
+                id=f"t{t + 1}/{panel}/{variant}/{r}",
+                topic=t,
+                panel=panel,
+                variant=variant,
                 repeat=r,
             )
             for r in range(1, self.repeats + 1)
@@ -119,6 +122,11 @@ def _participants(panel: Sequence[Participant], variant: Mapping[str, Any]) -> l
 # --------------------------------------------------------------------------- reading
 
 
+def _one_plain_variant() -> dict[str, dict[str, Any] | None]:
+    """A plan without variants runs the plan's settings as they are."""
+    return {"default": {}}
+
+
 class _PlanFile(_Plain):
     """The plan as written (before its files are read)."""
 
@@ -126,7 +134,7 @@ class _PlanFile(_Plain):
     topics: Annotated[list[dict[str, Any]], Field(min_length=1)]
     panels: Annotated[dict[Annotated[str, Field(pattern=_NAME)], str], Field(min_length=1)]
     variants: dict[Annotated[str, Field(pattern=_NAME)], dict[str, Any] | None] = Field(
-        default_factory=lambda: {"default": {}}
+        default_factory=_one_plain_variant
     )
     repeats: Annotated[int, Field(ge=1, le=10_000)] = 1
     session: dict[str, Any] = Field(default_factory=dict)
@@ -158,9 +166,13 @@ def plan_from_document(doc: Any, *, base: Path, name: str = "plan") -> StudyPlan
     if problems:
         raise PreflightError(list(dict.fromkeys(f"{name}: {p}" for p in problems)))
     return StudyPlan(
-        name=written.name, topics=tuple(topics),
-        panels={k: tuple(v) for k, v in panels.items()}, variants=variants,
-        repeats=written.repeats, session=written.session, budget=written.budget,
+        name=written.name,
+        topics=tuple(topics),
+        panels={k: tuple(v) for k, v in panels.items()},
+        variants=variants,
+        repeats=written.repeats,
+        session=written.session,
+        budget=written.budget,
         allow_unpriced=written.allow_unpriced,
     )
 
@@ -261,7 +273,8 @@ def _budget_problems(written: _PlanFile, variants: Mapping[str, Any]) -> list[st
 def _valid_variants(session: Mapping[str, Any], variants: Mapping[str, Any]) -> dict[str, Any]:
     """The variants whose settings a session takes (the others are reported already)."""
     return {
-        name: variant for name, variant in variants.items()
+        name: variant
+        for name, variant in variants.items()
         if not _settings_problems(session, {name: variant})
     }
 
@@ -280,8 +293,10 @@ def _panel_problems(
                 given |= {"max_cost_usd"}
             try:
                 check_participants(
-                    _participants(panel, variant), _config(written.session, variant),
-                    given=given, allow_unpriced=written.allow_unpriced,
+                    _participants(panel, variant),
+                    _config(written.session, variant),
+                    given=given,
+                    allow_unpriced=written.allow_unpriced,
                 )
             except PreflightError as e:
                 problems += [f"{where}: {p}" for p in e.problems]

@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
@@ -74,7 +75,9 @@ class Progress:
     def counts(self) -> dict[str, int]:
         s = self.state
         return {
-            "done": s.count("done"), "running": len(self.active), "paused": s.count("paused"),
+            "done": s.count("done"),
+            "running": len(self.active),
+            "paused": s.count("paused"),
             "failed": s.count("failed"),
             "waiting": s.count("pending") + s.count("running") - len(self.active),
         }
@@ -111,7 +114,11 @@ class _Live:
             self.on_progress(self.progress)
 
     async def run_one(
-        self, cell_id: str, *, provider: Provider, sessions: SessionFunctions,
+        self,
+        cell_id: str,
+        *,
+        provider: Provider,
+        sessions: SessionFunctions,
         hooks: SessionHooks,
     ) -> None:
         """Run the cell; while it must wait for money a running cell holds, wait for a cell
@@ -124,7 +131,11 @@ class _Live:
             self.changed()
             try:
                 cell = await run_cell(
-                    self.run, cell_id, provider=provider, sessions=sessions, hooks=hooks,
+                    self.run,
+                    cell_id,
+                    provider=provider,
+                    sessions=sessions,
+                    hooks=hooks,
                     may_wait=may_wait,
                 )
             finally:
@@ -136,7 +147,11 @@ class _Live:
                     self.cell_ended.notify_all()
                 return
             async with self.cell_ended:
-                await self.cell_ended.wait_for(lambda: self.ended != ended)
+                await self.cell_ended.wait_for(partial(self.moved_on, ended))
+
+    def moved_on(self, seen: int) -> bool:
+        """Whether a cell ended since the count was ``seen``."""
+        return self.ended != seen
 
     def hooks(self, cell_id: str, base: SessionHooks) -> SessionHooks:
         def checkpoint(state: SessionState) -> None:

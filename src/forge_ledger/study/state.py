@@ -43,9 +43,12 @@ class StudyRecord:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "position": self.position, "type": self.type,
-            "timestamp": self.timestamp.isoformat(), "hash": self.hash,
-            "prev_hash": self.prev_hash, "data": self.data,
+            "position": self.position,
+            "type": self.type,
+            "timestamp": self.timestamp.isoformat(),
+            "hash": self.hash,
+            "prev_hash": self.prev_hash,
+            "data": self.data,
         }
 
 
@@ -55,7 +58,11 @@ def record_hash(
     """The chain hash of a study event: the sessions' rule, the study's id in the session's
     place."""
     return chain_hash(
-        session_id=study_id, position=position, type_name=type_name, timestamp=at, data=data,
+        session_id=study_id,
+        position=position,
+        type_name=type_name,
+        timestamp=at,
+        data=data,
         prev_hash=prev,
     )
 
@@ -74,10 +81,16 @@ class CellState:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "cell": self.spec.id, "topic": self.spec.topic + 1, "panel": self.spec.panel,
-            "variant": self.spec.variant, "repeat": self.spec.repeat, "status": self.status,
-            "session_id": self.session_id, "outcome": self.outcome or None,
-            "reason": self.reason or None, "cost_usd": round(self.cost_usd, 6),
+            "cell": self.spec.id,
+            "topic": self.spec.topic + 1,
+            "panel": self.spec.panel,
+            "variant": self.spec.variant,
+            "repeat": self.spec.repeat,
+            "status": self.status,
+            "session_id": self.session_id,
+            "outcome": self.outcome or None,
+            "reason": self.reason or None,
+            "cost_usd": round(self.cost_usd, 6),
             "calls": self.calls,
         }
 
@@ -130,10 +143,16 @@ class StudyState:
     def summary(self) -> dict[str, Any]:
         counts = {s: self.count(s) for s in ("pending", "running", "paused", "done", "failed")}
         return {
-            "study_id": self.id, "name": self.name, "status": self.status,
-            "stopped": self.stopped or None, "cells": len(self.cells), **counts,
-            "spent_usd": round(self.spent_usd, 6), "calls": self.calls,
-            "budget": self.plan.budget.model_dump(), "events": self.version,
+            "study_id": self.id,
+            "name": self.name,
+            "status": self.status,
+            "stopped": self.stopped or None,
+            "cells": len(self.cells),
+            **counts,
+            "spent_usd": round(self.spent_usd, 6),
+            "calls": self.calls,
+            "budget": self.plan.budget.model_dump(),
+            "events": self.version,
             "planned_at": self.planned_at.isoformat(),
         }
 
@@ -152,7 +171,11 @@ class StudyState:
             self.stopped = payload.reason
         elif isinstance(payload, sev.StudyFinished):
             self.finished = True
-        self.version, self.head_hash, self.updated_at = record.position, record.hash, record.timestamp
+        self.version, self.head_hash, self.updated_at = (
+            record.position,
+            record.hash,
+            record.timestamp,
+        )
 
     def _apply_cell(self, p: sev.CellAssigned | sev.CellPaused | sev.CellFinished) -> None:
         cell = self.cells[p.cell]
@@ -180,10 +203,13 @@ def fold(records: Iterable[StudyRecord]) -> StudyState:
         raise SessionDamagedError(first.study_id, 1, "its first event links to another")
     planned = sev.StudyPlanned.model_validate(first.data)
     state = StudyState(
-        id=first.study_id, name=planned.name,
-        plan=StudyPlan.model_validate(planned.plan), planned_at=first.timestamp,
+        id=first.study_id,
+        name=planned.name,
+        plan=StudyPlan.model_validate(planned.plan),
+        planned_at=first.timestamp,
         cells={c.id: CellState(spec=c) for c in planned.cells},
-        head_hash=first.hash, updated_at=first.timestamp,
+        head_hash=first.hash,
+        updated_at=first.timestamp,
     )
     for record in it:
         state.apply(record)

@@ -73,18 +73,29 @@ class StudyStream:
         raises :class:`ConcurrencyConflictError`."""
         from eventsourcing.persistence import StoredEvent
 
-        self.ledger._require_writable()
+        if self.ledger.read_only:
+            raise StoreError(
+                f"{self.ledger.location.display} is read-only; nothing was written",
+                hint="make the file and its folder writable, or work on a writable copy",
+            )
         position = 1 if state is None else state.version + 1
         prev = GENESIS if state is None else state.head_hash
         data = payload.model_dump(mode="json")
         digest = record_hash(str(study_id), position, payload.TYPE, at, data, prev)
         record = StudyRecord(
-            study_id=str(study_id), position=position, type=payload.TYPE, timestamp=at,
-            data=data, prev_hash=prev, hash=digest,
+            study_id=str(study_id),
+            position=position,
+            type=payload.TYPE,
+            timestamp=at,
+            data=data,
+            prev_hash=prev,
+            hash=digest,
         )
         body = {"timestamp": at.isoformat(), "data": data, "prev_hash": prev, "hash": digest}
         stored = StoredEvent(
-            originator_id=study_id, originator_version=position, topic=_TOPIC + payload.TYPE,
+            originator_id=study_id,
+            originator_version=position,
+            topic=_TOPIC + payload.TYPE,
             state=json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(),
         )
         self._call(self.recorder.insert_events, [stored])
@@ -99,10 +110,13 @@ class StudyStream:
         for row in rows:
             body = json.loads(row.state)
             yield StudyRecord(
-                study_id=str(study_id), position=int(row.originator_version),
+                study_id=str(study_id),
+                position=int(row.originator_version),
                 type=row.topic.removeprefix(_TOPIC),
-                timestamp=datetime.fromisoformat(body["timestamp"]), data=body["data"],
-                prev_hash=body["prev_hash"], hash=body["hash"],
+                timestamp=datetime.fromisoformat(body["timestamp"]),
+                data=body["data"],
+                prev_hash=body["prev_hash"],
+                hash=body["hash"],
             )
 
     def state(self, study: str | UUID, *, at_event: int | None = None) -> StudyState:
@@ -116,8 +130,11 @@ class StudyStream:
         start = 0
         while True:
             rows = self._call(
-                self.recorder.select_notifications, start, 500,
-                topics=[_TOPIC + sev.StudyPlanned.TYPE], inclusive_of_start=False,
+                self.recorder.select_notifications,
+                start,
+                500,
+                topics=[_TOPIC + sev.StudyPlanned.TYPE],
+                inclusive_of_start=False,
             )
             if not rows:
                 return ids
@@ -155,8 +172,12 @@ class StudyStream:
         state = self.state(study)
         return {
             c.session_id: {
-                "study_id": state.id, "study": state.name, "cell": c.spec.id,
-                "topic": c.spec.topic + 1, "panel": c.spec.panel, "variant": c.spec.variant,
+                "study_id": state.id,
+                "study": state.name,
+                "cell": c.spec.id,
+                "topic": c.spec.topic + 1,
+                "panel": c.spec.panel,
+                "variant": c.spec.variant,
                 "repeat": c.spec.repeat,
             }
             for c in state.cells.values()
