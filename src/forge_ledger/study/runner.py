@@ -196,9 +196,12 @@ async def run_study(
                 cell_id, provider=provider, sessions=sessions, hooks=live.hooks(cell_id, base)
             )
 
-    async with asyncio.TaskGroup() as group:
-        for _ in range(concurrency):
-            group.create_task(worker())
+    try:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(concurrency):
+                group.create_task(worker())
+    except BaseExceptionGroup as failed:  # the first cell's failure is the study's (one line)
+        raise failed.exceptions[0] from None
     run.record(_finished)
     live.changed()
     return run.state
