@@ -296,3 +296,18 @@ def test_kill_9_mid_study_then_run_again_finishes_every_cell_once(tmp_path: Path
         timeout=60,
     )
     assert json.loads(status.stdout)["status"] == "finished"
+
+
+def test_the_library_runs_a_plan_given_as_a_dict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from forge_ledger.study import study
+
+    plan = yaml.safe_load(_plan(tmp_path).read_text(encoding="utf-8"))
+    plan.update(repeats=1, topics=[{"title": "One"}], variants={"strict": {"min_consensus": 3}})
+    monkeypatch.chdir(tmp_path)  # the panel's file is relative to the current folder
+    with Ledger(str(tmp_path / "s.sqlite")) as ledger:
+        state = study(ledger, plan, provider=_provider(), concurrency=2)
+        assert state.status == "finished"
+        (sid,) = ledger.session_ids()
+        assert ledger.state(sid).config.min_consensus == 3
