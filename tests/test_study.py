@@ -311,3 +311,13 @@ def test_the_library_runs_a_plan_given_as_a_dict(
         assert state.status == "finished"
         (sid,) = ledger.session_ids()
         assert ledger.state(sid).config.min_consensus == 3
+
+
+def test_reading_studies_creates_nothing(tmp_path: Path) -> None:
+    import sqlite3
+
+    store = tmp_path / "s.sqlite"
+    with Ledger(str(store)) as ledger:
+        assert StudyStream(ledger).study_ids() == []
+    tables = {t for (t,) in sqlite3.connect(store).execute("SELECT name FROM sqlite_master")}
+    assert "study_events" not in tables

@@ -35,18 +35,29 @@ class StudyStream:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
         self._recorder: Any = None
+        self._created = False
 
     @property
     def recorder(self) -> Any:
+        """The study table's recorder; reading creates nothing (a store no study was ever
+        recorded in has no such table, and reads as holding no study)."""
         if self._recorder is None:
             factory: Any = self.ledger.app.factory
-            recorder = factory.application_recorder_class(
+            self._recorder = factory.application_recorder_class(
                 datastore=factory.datastore, events_table_name=TABLE
             )
-            if not self.ledger.read_only:
-                self._call(recorder.create_table)
-            self._recorder = recorder
         return self._recorder
+
+    def _writable_table(self) -> None:
+        """Refuse a read-only store; create the study table on the first append."""
+        if self.ledger.read_only:
+            raise StoreError(
+                f"{self.ledger.location.display} is read-only; nothing was written",
+                hint="make the file and its folder writable, or work on a writable copy",
+            )
+        if not self._created:
+            self._call(self.recorder.create_table)
+            self._created = True
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         from eventsourcing.persistence import IntegrityError, PersistenceError
@@ -73,11 +84,7 @@ class StudyStream:
         raises :class:`ConcurrencyConflictError`."""
         from eventsourcing.persistence import StoredEvent
 
-        if self.ledger.read_only:
-            raise StoreError(
-                f"{self.ledger.location.display} is read-only; nothing was written",
-                hint="make the file and its folder writable, or work on a writable copy",
-            )
+        self._writable_table()
         position = 1 if state is None else state.version + 1
         prev = GENESIS if state is None else state.head_hash
         data = payload.model_dump(mode="json")
