@@ -321,3 +321,16 @@ def test_reading_studies_creates_nothing(tmp_path: Path) -> None:
         assert StudyStream(ledger).study_ids() == []
     tables = {t for (t,) in sqlite3.connect(store).execute("SELECT name FROM sqlite_master")}
     assert "study_events" not in tables
+
+
+def test_a_study_is_recorded_and_run_on_either_store(tmp_path: Path, store_url: str) -> None:
+    plan = load_plan(_plan(tmp_path, repeats=1, topics=[{"title": "One"}]))
+    with Ledger(store_url) as ledger:
+        study_id = plan_study(ledger, plan)
+        state = asyncio.run(run_study(ledger, study_id, provider=_provider(), concurrency=2))
+        assert state.status == "finished"
+    with Ledger(store_url, create=False) as reader:
+        stream = StudyStream(reader)
+        assert stream.study_ids() == [study_id]
+        assert stream.verify(study_id) == []
+        assert set(stream.sessions_of("anonymity")) == {str(s) for s in reader.session_ids()}
