@@ -334,3 +334,13 @@ def test_a_study_is_recorded_and_run_on_either_store(tmp_path: Path, store_url: 
         assert stream.study_ids() == [study_id]
         assert stream.verify(study_id) == []
         assert set(stream.sessions_of("anonymity")) == {str(s) for s in reader.session_ids()}
+
+
+def test_a_budget_too_small_for_one_call_per_cell_is_refused_before_running(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(PreflightError) as caught:
+        load_plan(_plan(tmp_path, budget={"usd": 0.01}))
+    (problem,) = caught.value.problems
+    assert "each cell's share of budget.usd is $0.0008333" in problem
+    assert "below the worst case of the first call" in problem

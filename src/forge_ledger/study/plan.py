@@ -92,10 +92,8 @@ class StudyPlan(_Plain):
     def hold_usd(self, cell: CellSpec) -> float:
         """The most the cell's session may spend of the study's USD budget: the plan's
         ``max_cost_usd`` for it when set, else an even share of the budget."""
-        settings = {**self.session, **self.variants[cell.variant]}
-        if "max_cost_usd" in settings or self.budget.usd is None:
-            return _config(self.session, self.variants[cell.variant]).max_cost_usd
-        return self.budget.usd / len(self.cells())
+        variant = self.variants[cell.variant]
+        return _hold(self.session, variant, self.budget, len(self.cells()))
 
     def session_of(self, cell: CellSpec) -> tuple[Topic, SessionConfig, list[Participant]]:
         """What the cell's session starts with: its topic, the plan's settings under its
@@ -110,6 +108,15 @@ class StudyPlan(_Plain):
 def _config(session: Mapping[str, Any], variant: Mapping[str, Any]) -> SessionConfig:
     settings = {k: v for k, v in {**session, **variant}.items() if k != MODEL_SWAPS}
     return SessionConfig.model_validate(settings)
+
+
+def _hold(
+    session: Mapping[str, Any], variant: Mapping[str, Any], budget: Budget, cells: int
+) -> float:
+    """The one rule of a cell's hold (see :meth:`StudyPlan.hold_usd`)."""
+    if "max_cost_usd" in {**session, **variant} or budget.usd is None:
+        return _config(session, variant).max_cost_usd
+    return budget.usd / max(cells, 1)
 
 
 def _participants(panel: Sequence[Participant], variant: Mapping[str, Any]) -> list[Participant]:
@@ -162,7 +169,7 @@ def plan_from_document(doc: Any, *, base: Path, name: str = "plan") -> StudyPlan
     variants = {key: dict(v or {}) for key, v in written.variants.items()}
     problems += _settings_problems(written.session, variants)
     problems += _budget_problems(written, variants)
-    problems += _panel_problems(written, panels, variants)
+    problems += _panel_problems(written, topics, panels, variants)
     if problems:
         raise PreflightError(list(dict.fromkeys(f"{name}: {p}" for p in problems)))
     return StudyPlan(
@@ -280,23 +287,36 @@ def _valid_variants(session: Mapping[str, Any], variants: Mapping[str, Any]) -> 
 
 
 def _panel_problems(
-    written: _PlanFile, panels: Mapping[str, list[Participant]], variants: Mapping[str, Any]
+    written: _PlanFile,
+    topics: Sequence[Topic],
+    panels: Mapping[str, list[Participant]],
+    variants: Mapping[str, Any],
 ) -> list[str]:
-    """``run``'s checks on every panel that could be read, as each valid variant makes it."""
+    """``run``'s checks on every panel that could be read, as each valid variant makes it;
+    under a USD budget, with the cell's hold as its ``max_cost_usd`` and the longest topic
+    (the costliest first call)."""
     problems: list[str] = []
     usable = _valid_variants(written.session, variants)
+    cells = len(topics) * len(panels) * len(variants) * written.repeats
+    longest = max(topics, key=lambda t: len(t.model_dump_json()), default=None)
     for key, panel in panels.items():
         for name, variant in usable.items() if panel else ():
             where = f"panels.{key}" + (f" in variant {name}" if variant.get(MODEL_SWAPS) else "")
             given = frozenset({*written.session, *variant}) - {MODEL_SWAPS}
+            config = _config(written.session, variant)
             if written.budget.usd is not None:
                 given |= {"max_cost_usd"}
+                hold = _hold(written.session, variant, written.budget, cells)
+                config = config.model_copy(update={"max_cost_usd": hold})
+                if "max_cost_usd" not in {**written.session, **variant}:
+                    where += f" (each cell's share of budget.usd is ${hold:.4g})"
             try:
                 check_participants(
                     _participants(panel, variant),
-                    _config(written.session, variant),
+                    config,
                     given=given,
                     allow_unpriced=written.allow_unpriced,
+                    topic=longest if written.budget.usd is not None else None,
                 )
             except PreflightError as e:
                 problems += [f"{where}: {p}" for p in e.problems]
