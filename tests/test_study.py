@@ -344,3 +344,23 @@ def test_a_budget_too_small_for_one_call_per_cell_is_refused_before_running(
     (problem,) = caught.value.problems
     assert "each cell's share of budget.usd is $0.0008333" in problem
     assert "below the worst case of the first call" in problem
+
+
+def test_the_progress_display_escapes_what_the_plan_and_models_wrote(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from forge_ledger.cli.study_cmd import _render
+    from forge_ledger.study import Progress
+
+    hostile = "Title\x1b]8;;http://x\x07link\x1b[2J"
+    plan = load_plan(_plan(tmp_path, repeats=1, topics=[{"title": hostile}]))
+    with Ledger(str(tmp_path / "s.sqlite")) as ledger:
+        run = StudyRun(ledger, plan_study(ledger, plan))
+        assert run.claim("t1/trio/named/1") is None
+        progress = Progress(run.state, active={"t1/trio/named/1": 0.0})
+        console = Console(record=True, width=200, force_terminal=True)
+        console.print(_render(progress))
+    shown = console.export_text()
+    assert "\x1b" not in shown
+    assert "\x07" not in shown
+    assert "Title" in shown
