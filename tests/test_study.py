@@ -157,8 +157,11 @@ def test_running_a_finished_or_claimed_cell_again_changes_nothing(tmp_path: Path
         cell = "t1/trio/named/1"
         assert first.claim(cell) is None
         assert second.claim(cell) is None  # re-reads the study: the cell is taken
-        done = asyncio.run(run_cell(second, cell, provider=_provider()))
+        assigned = second.state.cells[cell].session_id
+        done = asyncio.run(run_cell(second, cell, provider=_provider()))  # a claim never run
+        assert done is not None
         assert done.status == "done"
+        assert [str(s) for s in ledger.session_ids()] == [assigned]
         again = asyncio.run(run_cell(first, cell, provider=_provider()))
         first.reload()
         assert again.status == "done"
