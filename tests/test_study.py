@@ -367,3 +367,30 @@ def test_the_progress_display_escapes_what_the_plan_and_models_wrote(tmp_path: P
     assert "\x1b" not in shown
     assert "\x07" not in shown
     assert "Title" in shown
+
+
+def test_the_calls_and_wall_time_budgets_stop_new_cells(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from forge_ledger.clock import FixedStepClock
+
+    plan = load_plan(_plan(tmp_path, budget={"calls": 20, "wall_secs": 3600}))
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    with Ledger(str(tmp_path / "s.sqlite")) as ledger:
+        study_id = plan_study(ledger, plan, clock=FixedStepClock(start))
+        state = asyncio.run(
+            run_study(
+                ledger, study_id, provider=_provider(), concurrency=1, clock=FixedStepClock(start)
+            )
+        )
+        assert state.stopped == "the study's budget of 20 calls is spent (26 made)"
+        assert state.count("done") == 2
+    plan = load_plan(_plan(tmp_path, name="late", budget={"wall_secs": 3600}))
+    with Ledger(str(tmp_path / "t.sqlite")) as ledger:
+        study_id = plan_study(ledger, plan, clock=FixedStepClock(start))
+        late = FixedStepClock(start + timedelta(hours=2))
+        state = asyncio.run(
+            run_study(ledger, study_id, provider=_provider(), concurrency=2, clock=late)
+        )
+        assert state.stopped == "the study's wall time of 3600 s is over"
+        assert state.count("pending") == 12
