@@ -394,3 +394,23 @@ def test_the_calls_and_wall_time_budgets_stop_new_cells(tmp_path: Path) -> None:
         )
         assert state.stopped == "the study's wall time of 3600 s is over"
         assert state.count("pending") == 12
+
+
+def test_two_runners_on_one_study_share_its_cells_each_run_once(tmp_path: Path) -> None:
+    plan = load_plan(_plan(tmp_path))
+    store = str(tmp_path / "s.sqlite")
+    with Ledger(store) as one, Ledger(store) as two:
+        study_id = plan_study(one, plan)
+
+        async def both() -> None:
+            await asyncio.gather(
+                run_study(one, study_id, provider=_provider(), concurrency=3),
+                run_study(two, study_id, provider=_provider(), concurrency=3),
+            )
+
+        asyncio.run(both())
+        counts = _types(one, study_id)
+        cells = StudyStream(one).state(study_id).cells
+        assert all(counts[("CellAssigned", c)] == 1 for c in cells)
+        assert all(counts[("CellFinished", c)] == 1 for c in cells)
+        assert len(one.session_ids()) == 12
