@@ -17,7 +17,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from . import sessions
+    from . import sessions, study
     from .audit import audit_report
     from .clock import Clock, FixedStepClock, IdSource, SequentialIds, SystemClock, UuidIds
     from .domain import (
@@ -78,9 +78,10 @@ _LAZY = {
 script imports it before it can catch a Ctrl-C, and every name loads on first use."""
 
 
-_LAZY_MODULES = frozenset({"sessions"})
+_LAZY_MODULES = frozenset({"sessions", "study"})
 """Submodules offered as attributes: ``forge_ledger.sessions`` holds the session operations
-(start, run or resume, answer, overrule, participants, fork, back, abort) the CLI itself uses."""
+(start, run or resume, answer, overrule, participants, fork, back, abort) the CLI itself uses;
+``forge_ledger.study`` runs many sessions from one plan (``study.study(ledger, plan)``)."""
 
 
 def __getattr__(name: str) -> Any:
@@ -140,6 +141,7 @@ __all__ = [
     "replay_session",
     "seal_session",
     "sessions",
+    "study",
     "verify_session",
     "verify_store",
 ]

@@ -74,6 +74,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "spec": ("spec_cmd", "spec_cmd", "Print SESSION's document: the latest synthesis (before any, "
              "the latest draft or response) exactly as written, under a header saying whether "
              "it was agreed."),
+    "study": ("study_cmd", "study", "Run many sessions from one plan (topics x panels x "
+              "variants x repeats) under one budget."),
     "trail": ("views", "trail", "The consensus trail of SESSION: each vote, stance changes, who "
               "moved whom, conformity."),
     "verify": ("read", "verify", "Recompute the hash chain of SESSION, of every session in the "

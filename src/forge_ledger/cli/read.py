@@ -270,17 +270,26 @@ def _chosen(rows: list[SessionSummary], status: tuple[str, ...], since: Any, sea
               help="Only sessions whose title or slug contains TEXT (any case).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N",
               help="Only the N most recently started of those.")
+@click.option("--study", default=None, metavar="STUDY",
+              help="Only the sessions of this study (id, prefix or name), with their cells.")
 @store_option
 @json_option
 def sessions(status: tuple[str, ...], since: str | None, search: str | None, limit: int | None,
-             store: str | None, as_json: bool) -> None:
+             study: str | None, store: str | None, as_json: bool) -> None:
     """List the sessions in the store (newest last)."""
     after = parse_iso(since, "--since") if since is not None else None
+    of_study: dict[str, dict[str, Any]] = {}
     with open_ledger(store, create=False) as ledger:
-        rows = _chosen(_summaries(ledger), status, after, search, limit)
+        rows = _summaries(ledger)
+        if study is not None:
+            from ..study import StudyStream
+
+            of_study = StudyStream(ledger).sessions_of(study)
+            rows = [s for s in rows if s.id in of_study]
+        rows = _chosen(rows, status, after, search, limit)
         location = printable(ledger.location.display)
     if as_json:
-        emit_json([session_summary_json(s) for s in rows])
+        emit_json([{**session_summary_json(s), **of_study.get(s.id, {})} for s in rows])
         _end_if_damaged(rows)
         return
     if not rows:
@@ -289,7 +298,8 @@ def sessions(status: tuple[str, ...], since: str | None, search: str | None, lim
         return
     forks = any(s.parent_id for s in rows)
     table = Table(title=f"Sessions in {location}", title_justify="left")
-    columns = ["id", "status", "iter", "events", "updated", *(["parent"] if forks else []), "title"]
+    columns = ["id", "status", "iter", "events", "updated", *(["parent"] if forks else []),
+               *(["cell"] if of_study else []), "title"]
     for col in columns:
         table.add_column(
             col,
@@ -300,6 +310,8 @@ def sessions(status: tuple[str, ...], since: str | None, search: str | None, lim
         cells = [s.id[:8], s.status, str(s.iteration), str(s.events), _when(s.updated)[:16]]
         if forks:
             cells.append((s.parent_id or "")[:8])
+        if of_study:
+            cells.append(of_study[s.id]["cell"])
         add_row(table, *cells, s.title)
     print_table(table)
     _end_if_damaged(rows)
