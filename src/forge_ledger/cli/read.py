@@ -525,7 +525,7 @@ def verify(
             raise UsageError("give either SESSION or --export FILE, not both")
         if drop_bad_snapshots:
             raise UsageError("--drop-bad-snapshots checks sessions, not an export: drop --export")
-        from .promises import verify_export_cmd
+        from .record_cmds import verify_export_cmd
 
         ctx.invoke(verify_export_cmd, file=export_file, store=store, as_json=as_json)
         return
