@@ -119,19 +119,28 @@ def check_start(
     *,
     given: frozenset[str] = frozenset(),
     allow_unpriced: bool = False,
+    provider_given: bool = False,
 ) -> list[str]:
     """The pre-flight of a new session: raise :class:`~forge_ledger.preflight.PreflightError`
-    listing every problem (keys, URLs, prices, settings, a budget below the first call);
-    return the warnings about the panel that do not stop it (a panel of one).
+    listing every problem; return the warnings about the panel that do not stop it (a panel
+    of one).
 
-    :func:`start_session` runs it; a caller that must know before it creates anything (the
-    CLI, before it creates a store) runs it first.
+    The settings are always checked against the participants. Keys, URLs, prices and the
+    budget of the first call are what the real provider needs; a ``provider_given`` (a
+    scripted one, a replay) answers without them, so they are not asked for. :func:`start_session`
+    runs this; a caller that must know before it creates anything (the CLI, before it creates a
+    store) runs it first.
     """
-    from ..preflight import check_participants, panel_warnings
+    from ..preflight import PreflightError, check_participants, check_session, panel_warnings
 
-    check_participants(
-        participants, config, given=given, allow_unpriced=allow_unpriced, topic=topic
-    )
+    if provider_given:
+        problems = check_session(config, participants, given)
+        if problems:
+            raise PreflightError(problems)
+    else:
+        check_participants(
+            participants, config, given=given, allow_unpriced=allow_unpriced, topic=topic
+        )
     return panel_warnings(participants)
 
 
@@ -151,12 +160,19 @@ async def start_session(
 ) -> SessionState:
     """Check, record and run a new session until it converges, ends or pauses.
 
-    Keys, URLs, prices and settings are checked before anything is recorded
-    (:func:`~forge_ledger.preflight.check_participants`; ``given`` names the config fields a
-    person set, ``allow_unpriced`` lets a budget run with models of unknown price).
+    Settings (and, for the real provider, keys, URLs and prices) are checked before anything
+    is recorded (:func:`check_start`; ``given`` names the config fields a person set,
+    ``allow_unpriced`` lets a budget run with models of unknown price).
     ``on_start`` learns the new session's id as soon as it is recorded.
     """
-    check_start(topic, config, participants, given=given, allow_unpriced=allow_unpriced)
+    check_start(
+        topic,
+        config,
+        participants,
+        given=given,
+        allow_unpriced=allow_unpriced,
+        provider_given=provider is not None,
+    )
     rt = runtime or Runtime()
     with opened(ledger, create=True) as led:
         async with _provided(provider) as prov:
@@ -194,7 +210,17 @@ async def resume_session(
         lease = led.lease(sid) if claim else contextlib.nullcontext()
         with lease, contextlib.ExitStack() as stack:
             if not led.state(sid).status.terminal:
-                _prepare(led, sid, stack, rt, swaps=swaps, add=add, api_base=api_base)
+                # the keys and URLs of added participants are the real provider's concern
+                _prepare(
+                    led,
+                    sid,
+                    stack,
+                    rt,
+                    swaps=swaps,
+                    add=add,
+                    api_base=api_base,
+                    check_added=provider is None,
+                )
             async with _provided(provider) as prov:
                 orch = rt.orchestrator(led, prov)
                 with _held(running, prov):
@@ -210,8 +236,10 @@ def _prepare(
     swaps: Sequence[str],
     add: Sequence[Participant],
     api_base: str | None,
+    check_added: bool,
 ) -> None:
-    """The participant changes a resume makes before the session goes on."""
+    """The participant changes a resume makes before the session goes on; with
+    ``check_added`` the added participants' keys and URLs are checked before they join."""
     from ..preflight import check_participants
     from .demo import restarted_demo_server
 
@@ -224,7 +252,7 @@ def _prepare(
                 p.model_copy(update={"api_base": api_base}) if p.api_base is None else p
                 for p in add
             ]
-    if add:
+    if add and check_added:
         check_participants(add)
     clock = runtime.clock
     update_participants(
