@@ -84,10 +84,13 @@ def seal(
         return seal_session(ledger, session, clock=clock or SystemClock(), key=key)
 
 
-def verify(store: Store, session: str | UUID, *, key: bytes | None = None) -> ChainReport:
-    """The session's hash chain recomputed (and its seal's HMAC checked with ``key``)."""
+def verify(
+    store: Store, session: str | UUID, *, key: bytes | None = None, snapshots: bool = False
+) -> ChainReport:
+    """The session's hash chain recomputed (and its seal's HMAC checked with ``key``; its
+    snapshots checked against the events with ``snapshots``)."""
     with opened(store) as ledger:
-        return verify_session(ledger, ledger.resolve(session), key=key)
+        return verify_session(ledger, ledger.resolve(session), key=key, snapshots=snapshots)
 
 
 def audit(store: Store, session: str | UUID) -> AuditReport:

@@ -30,7 +30,6 @@ from ..domain.state import ContributionState, DivergenceState, RoundState, Sessi
 from ..domain.values import SessionStatus
 from ..errors import ChainBrokenError, UsageError
 from ..ledger import ChainReport, Ledger, RecordedEvent, SessionSummary
-from ..ledger import verify_session as _verify_session
 from ..ledger import verify_store as _verify_store
 from ..projections import (
     SessionView,
@@ -592,7 +591,9 @@ def _raise_broken(broken: list[ChainReport]) -> None:
 
 def _run_verify(ledger: Ledger, session: str | None, key: bytes | None) -> list[ChainReport]:
     if session is not None:
-        return [_verify_session(ledger, ledger.resolve(session), key=key, snapshots=True)]
+        from ..app.records import verify as verify_one
+
+        return [verify_one(ledger, session, key=key, snapshots=True)]
     return _verify_store(ledger, key=key, snapshots=True)
 
 
