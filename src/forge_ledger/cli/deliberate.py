@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from ..domain.state import SessionState
     from ..ledger import Ledger, SessionSummary
 
-__all__ = ["exit_for_outcome", "run_session"]
+__all__ = ["exit_for_outcome", "resume_instead", "run_session"]
 
 # --------------------------------------------------------------------------- participants
 
@@ -398,7 +398,7 @@ def run(
     with open_ledger(store, create=True) as ledger:
         existing = in_progress_session(ledger, topic_value.slug)
         if existing is not None and resume_choice is None:
-            resume_choice = _resume_instead(existing, topic_value.slug, as_json)
+            resume_choice = resume_instead(existing, topic_value.slug, as_json)
         if existing is not None and resume_choice:
             state = run_session(ledger, session_id=UUID(existing.id), quiet=as_json)
         else:
@@ -409,7 +409,7 @@ def run(
     exit_for_outcome(state)
 
 
-def _resume_instead(existing: SessionSummary, slug: str, as_json: bool) -> bool:
+def resume_instead(existing: SessionSummary, slug: str, as_json: bool) -> bool:
     """Asked at a terminal: resume the session in progress on the same topic? Elsewhere the
     choice must be given (--resume or --new)."""
     if sys.stdin.isatty() and not as_json:
