@@ -10,7 +10,7 @@ from uuid import UUID
 from ..domain.state import SessionState
 from ..ledger import Ledger
 
-__all__ = ["Warn", "autosaver", "log_warning"]
+__all__ = ["Warn", "autosaver", "log_notice", "log_warning"]
 
 Warn = Callable[[str], None]
 """Where a problem that must not stop a session is told (the CLI prints it on stderr)."""
@@ -19,6 +19,11 @@ Warn = Callable[[str], None]
 def log_warning(message: str) -> None:
     """The default :data:`Warn`: the ``forge_ledger`` logger."""
     logging.getLogger("forge_ledger").warning("%s", message)
+
+
+def log_notice(message: str) -> None:
+    """Where a notice goes by default: the ``forge_ledger`` logger, at info level."""
+    logging.getLogger("forge_ledger").info("%s", message)
 
 
 def autosaver(ledger: Ledger, warn: Warn = log_warning) -> Callable[[SessionState], None]:

@@ -25,7 +25,7 @@ from ..domain.state import SessionState
 from ..domain.values import Participant, SessionConfig, SessionStatus, Topic
 from ..errors import UsageError
 from ..ledger import Ledger, SessionSummary
-from .autosave import Warn, autosaver, log_warning
+from .autosave import Warn, autosaver, log_notice, log_warning
 from .participants import add_participants, update_participants
 from .stores import Store, opened
 
@@ -66,7 +66,7 @@ class Runtime:
     hmac_key: bytes | None = None
     autosave: bool = True
     warn: Warn = log_warning
-    inform: Warn = log_warning
+    inform: Warn = log_notice
 
     def orchestrator(self, ledger: Ledger, provider: Provider) -> Orchestrator:
         """The orchestrator for one run."""
