@@ -80,3 +80,20 @@ def test_start_checks_the_settings_before_anything_is_recorded(tmp_path: Path) -
         with pytest.raises(PreflightError, match="--max-cost 0 allows no model call"):
             forge.start(demo_topic(), demo_participants(""), SessionConfig(max_cost_usd=0))
         assert forge.sessions() == []
+
+
+def test_a_fork_resumes_with_a_model_swapped_and_an_abort_is_sealed(tmp_path: Path) -> None:
+    provider = ScriptedProvider.from_script(bundled_script(DEMO_SCRIPT))
+    with open(
+        tmp_path / "s.sqlite", clock=FixedStepClock(), ids=SequentialIds(), provider=provider
+    ) as forge:
+        parent = forge.start(demo_topic(), demo_participants(""), SessionConfig(max_rounds=12))
+        fork = forge.fork(parent.id, at_iteration=1)
+        state = forge.resume(fork, swaps=["dave=openai/carol"])
+        assert [p.model for p in state.participants if p.name == "dave"] == ["openai/carol"]
+        updates = [e for e in forge.ledger.events(fork) if e.type == "ParticipantUpdated"]
+        assert [e.data["reason"] for e in updates] == ["-m dave=openai/carol"]
+        other = forge.fork(parent.id, at_iteration=1)
+        ended = forge.abort(other, reason="enough", author="ada")
+        assert ended.status.value == "aborted"
+        assert forge.verify(other).sealed
