@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from forge_ledger.app.studies import SESSIONS
 from forge_ledger.ledger import Ledger
 from forge_ledger.study import load_plan, plan_study, run_study
 
@@ -98,7 +99,9 @@ def _measure(server: _Server, store: Path, plan: Path, concurrency: int) -> dict
         try:
             with Ledger(str(store)) as ledger:
                 sid = plan_study(ledger, load_plan(plan))
-                state = await run_study(ledger, sid, provider=provider, concurrency=concurrency)
+                state = await run_study(
+                    ledger, sid, sessions=SESSIONS, provider=provider, concurrency=concurrency
+                )
                 return state.count("done")
         finally:
             await provider.aclose()

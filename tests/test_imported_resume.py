@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from forge_ledger import sessions
+from forge_ledger import app
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer, ScriptedProvider, bundled_script
@@ -83,8 +83,8 @@ def test_the_first_draft_after_import_sees_the_files_questions_answers_and_ideas
     provider = ScriptedProvider.from_script(bundled_script("demo"))
     with Ledger(sqlite_url) as ledger:
         uid = ledger.resolve(sid)
-        sessions.add_participants(ledger, uid, participants(None, ("ana", "ben")))
-        state = asyncio.run(sessions.run(ledger, provider, uid, resume=True))
+        app.add_participants(ledger, uid, participants(None, ("ana", "ben")))
+        state = asyncio.run(app.resume_session(ledger, uid, provider=provider))
     assert min(r.iteration for r in state.rounds) == 4
     draft_prompt = next(
         text for text in (c.messages[-1].content for c in provider.calls) if "· draft ·" in text

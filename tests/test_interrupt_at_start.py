@@ -89,6 +89,6 @@ def test_submodules_are_attributes_of_the_package() -> None:
     printed = _python(
         "import forge_ledger as f; "
         "print(f.ledger.Ledger.__name__, f.domain.canonical_json.__name__, "
-        "{'Ledger', 'ledger', 'sessions'} <= set(dir(f)))"
+        "{'Ledger', 'ledger', 'app', 'open'} <= set(dir(f)))"
     )
     assert printed.split() == ["Ledger", "canonical_json", "True"]

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
+from forge_ledger.app.demo import demo_participants, demo_topic
 from forge_ledger.cli.deliberate import run_session
-from forge_ledger.cli.demo import demo_participants, demo_topic
 from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.values import SessionConfig
 from forge_ledger.errors import RunInterrupted

@@ -27,8 +27,8 @@ from uuid import UUID
 import pytest
 from click.testing import CliRunner, Result
 
+from forge_ledger.app.demo import demo_topic
 from forge_ledger.cli import cli
-from forge_ledger.cli.demo import demo_topic
 from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.values import SessionConfig
 from forge_ledger.ledger import Ledger

@@ -21,7 +21,7 @@ from uuid import UUID
 
 import pytest
 
-from forge_ledger.cli.demo import DEMO_SCRIPT, demo_topic
+from forge_ledger.app.demo import DEMO_SCRIPT, demo_topic
 from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.values import ParticipantRole, Persona, SessionConfig
 from forge_ledger.engine import prompts, steps

@@ -26,6 +26,7 @@ from uuid import UUID
 
 import pytest
 
+from forge_ledger.app import answer as record_answer
 from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.state import SessionState
 from forge_ledger.domain.values import (
@@ -44,7 +45,6 @@ from forge_ledger.ledger import Ledger, RecordedEvent
 from forge_ledger.orchestrator import KeyedSeal, NoSeal, Orchestrator
 from forge_ledger.providers import LiteLLMProvider
 from forge_ledger.replay import replay_session
-from forge_ledger.sessions import answer as record_answer
 from forge_ledger.testing import ScriptedProvider
 from support.replay import assert_identical, recorded_calls
 

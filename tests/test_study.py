@@ -21,6 +21,7 @@ from uuid import UUID
 import pytest
 import yaml
 
+from forge_ledger.app.studies import SESSIONS
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.preflight import PreflightError
 from forge_ledger.study import (
@@ -122,7 +123,9 @@ def test_a_study_of_3_topics_2_variants_2_repeats_runs_to_the_end(tmp_path: Path
     with Ledger(str(tmp_path / "s.sqlite")) as ledger:
         study_id = plan_study(ledger, plan)
         assert plan_study(ledger, plan) == study_id  # the same plan continues its study
-        state = asyncio.run(run_study(ledger, study_id, provider=_provider(), concurrency=4))
+        state = asyncio.run(
+            run_study(ledger, study_id, sessions=SESSIONS, provider=_provider(), concurrency=4)
+        )
         assert state.status == "finished"
         assert state.count("done") == 12
         of_study = StudyStream(ledger).sessions_of(study_id)
@@ -141,7 +144,9 @@ def test_the_study_time_travels_by_its_events(tmp_path: Path) -> None:
     plan = load_plan(_plan(tmp_path, repeats=1, topics=[{"title": "One"}]))
     with Ledger(str(tmp_path / "s.sqlite")) as ledger:
         study_id = plan_study(ledger, plan)
-        asyncio.run(run_study(ledger, study_id, provider=_provider(), concurrency=1))
+        asyncio.run(
+            run_study(ledger, study_id, sessions=SESSIONS, provider=_provider(), concurrency=1)
+        )
         stream = StudyStream(ledger)
         assert stream.state(study_id, at_event=1).count("pending") == 2
         after_first = stream.state(study_id, at_event=3)
@@ -158,11 +163,13 @@ def test_running_a_finished_or_claimed_cell_again_changes_nothing(tmp_path: Path
         assert first.claim(cell) is None
         assert second.claim(cell) is None  # re-reads the study: the cell is taken
         assigned = second.state.cells[cell].session_id
-        done = asyncio.run(run_cell(second, cell, provider=_provider()))  # a claim never run
+        done = asyncio.run(
+            run_cell(second, cell, sessions=SESSIONS, provider=_provider())
+        )  # a claim never run
         assert done is not None
         assert done.status == "done"
         assert [str(s) for s in ledger.session_ids()] == [assigned]
-        again = asyncio.run(run_cell(first, cell, provider=_provider()))
+        again = asyncio.run(run_cell(first, cell, sessions=SESSIONS, provider=_provider()))
         first.reload()
         assert again.status == "done"
         assert first.state.cells[cell].status == "done"
@@ -176,7 +183,9 @@ def test_a_spent_budget_stops_new_cells_and_is_never_exceeded(tmp_path: Path) ->
     plan = load_plan(_plan(tmp_path, budget={"usd": 0.07}, session={"max_cost_usd": 0.05}))
     with Ledger(str(tmp_path / "s.sqlite")) as ledger:
         study_id = plan_study(ledger, plan)
-        state = asyncio.run(run_study(ledger, study_id, provider=_provider(), concurrency=2))
+        state = asyncio.run(
+            run_study(ledger, study_id, sessions=SESSIONS, provider=_provider(), concurrency=2)
+        )
         assert state.stopped.startswith("the study's budget of $0.07 is spent")
         assert state.count("pending") > 0
         assert 0 < state.count("done") < 12
@@ -188,7 +197,9 @@ def test_a_spent_budget_stops_new_cells_and_is_never_exceeded(tmp_path: Path) ->
         types = [r.type for r in StudyStream(ledger).records(study_id)]
         stop = types.index("StudyStopped")
         assert "CellAssigned" not in types[stop:]
-        again = asyncio.run(run_study(ledger, study_id, provider=_provider(), concurrency=2))
+        again = asyncio.run(
+            run_study(ledger, study_id, sessions=SESSIONS, provider=_provider(), concurrency=2)
+        )
         assert again.count("pending") == state.count("pending")
 
 
@@ -203,10 +214,14 @@ def test_a_provider_outage_pauses_cells_and_the_next_run_resumes_them(tmp_path: 
         outage = _provider().enqueue(
             [ProviderCallError("server_error", "down", retryable=True)] * 6
         )
-        state = asyncio.run(run_study(ledger, study_id, provider=outage, concurrency=2))
+        state = asyncio.run(
+            run_study(ledger, study_id, sessions=SESSIONS, provider=outage, concurrency=2)
+        )
         assert state.count("paused") == 2
         assert state.status == "in_progress"
-        state = asyncio.run(run_study(ledger, study_id, provider=_provider(), concurrency=2))
+        state = asyncio.run(
+            run_study(ledger, study_id, sessions=SESSIONS, provider=_provider(), concurrency=2)
+        )
         assert state.count("done") == 2
         assert state.status == "finished"
         assert len(ledger.session_ids()) == 2
@@ -304,7 +319,7 @@ def test_kill_9_mid_study_then_run_again_finishes_every_cell_once(tmp_path: Path
 def test_the_library_runs_a_plan_given_as_a_dict(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from forge_ledger.study import study
+    from forge_ledger.app.studies import study
 
     plan = yaml.safe_load(_plan(tmp_path).read_text(encoding="utf-8"))
     plan.update(repeats=1, topics=[{"title": "One"}], variants={"strict": {"min_consensus": 3}})
@@ -330,7 +345,9 @@ def test_a_study_is_recorded_and_run_on_either_store(tmp_path: Path, store_url: 
     plan = load_plan(_plan(tmp_path, repeats=1, topics=[{"title": "One"}]))
     with Ledger(store_url) as ledger:
         study_id = plan_study(ledger, plan)
-        state = asyncio.run(run_study(ledger, study_id, provider=_provider(), concurrency=2))
+        state = asyncio.run(
+            run_study(ledger, study_id, sessions=SESSIONS, provider=_provider(), concurrency=2)
+        )
         assert state.status == "finished"
     with Ledger(store_url, create=False) as reader:
         stream = StudyStream(reader)
@@ -380,7 +397,12 @@ def test_the_calls_and_wall_time_budgets_stop_new_cells(tmp_path: Path) -> None:
         study_id = plan_study(ledger, plan, clock=FixedStepClock(start))
         state = asyncio.run(
             run_study(
-                ledger, study_id, provider=_provider(), concurrency=1, clock=FixedStepClock(start)
+                ledger,
+                study_id,
+                sessions=SESSIONS,
+                provider=_provider(),
+                concurrency=1,
+                clock=FixedStepClock(start),
             )
         )
         assert state.stopped == "the study's budget of 20 calls is spent (26 made)"
@@ -390,7 +412,9 @@ def test_the_calls_and_wall_time_budgets_stop_new_cells(tmp_path: Path) -> None:
         study_id = plan_study(ledger, plan, clock=FixedStepClock(start))
         late = FixedStepClock(start + timedelta(hours=2))
         state = asyncio.run(
-            run_study(ledger, study_id, provider=_provider(), concurrency=2, clock=late)
+            run_study(
+                ledger, study_id, sessions=SESSIONS, provider=_provider(), concurrency=2, clock=late
+            )
         )
         assert state.stopped == "the study's wall time of 3600 s is over"
         assert state.count("pending") == 12
@@ -404,8 +428,8 @@ def test_two_runners_on_one_study_share_its_cells_each_run_once(tmp_path: Path) 
 
         async def both() -> None:
             await asyncio.gather(
-                run_study(one, study_id, provider=_provider(), concurrency=3),
-                run_study(two, study_id, provider=_provider(), concurrency=3),
+                run_study(one, study_id, sessions=SESSIONS, provider=_provider(), concurrency=3),
+                run_study(two, study_id, sessions=SESSIONS, provider=_provider(), concurrency=3),
             )
 
         asyncio.run(both())

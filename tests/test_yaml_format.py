@@ -16,12 +16,12 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from forge_ledger.app import back as go_back
 from forge_ledger.cli import cli
 from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.values import Mode, SessionStatus
 from forge_ledger.errors import ImportValidationError, InvariantViolation
 from forge_ledger.ledger import Ledger
-from forge_ledger.sessions import back as go_back
 from forge_ledger.yaml_format import (
     autosave,
     cleanup,

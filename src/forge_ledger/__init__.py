@@ -17,7 +17,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from . import sessions, study
+    from . import app, study
+    from .app import Forge, open, resume_session, start_session
     from .audit import audit_report
     from .clock import Clock, FixedStepClock, IdSource, SequentialIds, SystemClock, UuidIds
     from .domain import (
@@ -50,6 +51,7 @@ _LAZY = {
     "ConcurrencyConflictError": "errors",
     "Deliberation": "domain",
     "FixedStepClock": "clock",
+    "Forge": "app",
     "ForgeLedgerError": "errors",
     "IdSource": "clock",
     "InvariantViolation": "errors",
@@ -69,8 +71,11 @@ _LAZY = {
     "audit_report": "audit",
     "fork": "lineage",
     "get_provider": "providers",
+    "open": "app",
     "replay_session": "replay",
+    "resume_session": "app",
     "seal_session": "sealing",
+    "start_session": "app",
     "verify_session": "ledger",
     "verify_store": "ledger",
 }
@@ -78,10 +83,10 @@ _LAZY = {
 script imports it before it can catch a Ctrl-C, and every name loads on first use."""
 
 
-_LAZY_MODULES = frozenset({"sessions", "study"})
-"""Submodules offered as attributes: ``forge_ledger.sessions`` holds the session operations
-(start, run or resume, answer, overrule, participants, fork, back, abort) the CLI itself uses;
-``forge_ledger.study`` runs many sessions from one plan (``study.study(ledger, plan)``)."""
+_LAZY_MODULES = frozenset({"app", "study"})
+"""Submodules offered as attributes: ``forge_ledger.app`` holds every operation on a session
+(start, resume, answer, abort, back, fork, seal, verify, audit, replay, export, spec, report,
+copy, study) that the CLI itself calls; ``forge_ledger.study`` the plans and cells of a study."""
 
 
 def __getattr__(name: str) -> Any:
@@ -118,6 +123,7 @@ __all__ = [
     "ConcurrencyConflictError",
     "Deliberation",
     "FixedStepClock",
+    "Forge",
     "ForgeLedgerError",
     "IdSource",
     "InvariantViolation",
@@ -135,12 +141,15 @@ __all__ = [
     "Topic",
     "UuidIds",
     "__version__",
+    "app",
     "audit_report",
     "fork",
     "get_provider",
+    "open",
     "replay_session",
+    "resume_session",
     "seal_session",
-    "sessions",
+    "start_session",
     "study",
     "verify_session",
     "verify_store",

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from forge_ledger.cli.demo import demo_participants, demo_topic
+from forge_ledger.app.demo import demo_participants, demo_topic
 from forge_ledger.clock import Clock, FixedStepClock, SequentialIds
 from forge_ledger.domain.state import SessionState
 from forge_ledger.domain.values import Participant, Price, SessionConfig, Topic

@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
               "End a session for good, with your reason (recorded, then sealed)."),
     "answer": ("deliberate", "answer",
                "Record your answer to a paused session's questions (then run 'resume')."),
-    "audit": ("promises", "audit", "How consensus formed in SESSION: scores beside majorities, "
+    "audit": ("record_cmds", "audit", "How consensus formed in SESSION: scores beside majorities, "
               "who moved whom, conformity."),
     "back": ("yaml_cmds", "back_cmd", "Go back STEPS iterations (1-5, default 1) in a session "
              "still in progress or paused; history is kept and the questions of the target "
@@ -44,7 +44,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
              "Copy SESSIONs (a fork with its ancestors) to another store, event for event."),
     "demo": ("demo", "demo",
              "Run an offline four-participant deliberation (no API key, no network)."),
-    "diff": ("promises", "diff",
+    "diff": ("record_cmds", "diff",
              "Compare the consensus paths of sessions A and B, iteration by iteration."),
     "dissent": ("views", "dissent",
                 "The dissent log of SESSION: divergences still open, with their lifecycle."),
@@ -52,7 +52,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                "Write SESSION as a YAML v1.2 session file, or SESSIONs as a one-file ledger."),
     "fake-server": ("fake_server", "fake_server",
                     "Serve scripted chat completions on HOST:PORT until interrupted (Ctrl-C)."),
-    "fork": ("promises", "fork_cmd", "Start a new session from SESSION as of a past point; "
+    "fork": ("record_cmds", "fork_cmd", "Start a new session from SESSION as of a past point; "
              "prints the new session's id."),
     "import": ("yaml_cmds", "import_cmd", "Import a YAML session file (v1.0 or v1.2) as a new "
                "session; a bad file writes nothing."),
@@ -66,7 +66,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "resume": ("deliberate", "resume",
                "Continue a paused or interrupted session (calls only what is missing)."),
     "run": ("deliberate", "run", "Run a deliberation on TOPIC with the given participants."),
-    "seal": ("promises", "seal",
+    "seal": ("record_cmds", "seal",
              "Verify the chain of a finished SESSION and close it with a seal."),
     "sessions": ("read", "sessions", "List the sessions in the store (newest last)."),
     "show": ("read", "show",
@@ -80,7 +80,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
               "moved whom, conformity."),
     "verify": ("read", "verify", "Recompute the hash chain of SESSION, of every session in the "
                "store, or check an export."),
-    "verify-export": ("promises", "verify_export_cmd", "Check a sealed session's YAML export, "
+    "verify-export": ("record_cmds", "verify_export_cmd", "Check a sealed session's YAML export, "
                       "or a document file, against the chain in the store."),
 }
 """Every command, by name: where it lives and what ``--help`` says of it. A new command goes

@@ -83,13 +83,11 @@ def copy_cmd(sessions: tuple[str, ...], to: str, store: str | None, as_json: boo
 
     Example: forge-ledger copy @ --to postgresql://127.0.0.1/team
     """
-    from ..ledger.copying import copy_sessions
+    from ..app.records import copy
 
-    with open_source(store) as source:
-        ids = _resolved(source, sessions)
-        with Ledger(to, create=True) as target:
-            copied = copy_sessions(source, target, ids, progress=_progress)
-            doc = _summary(copied, source.location.display, target.location.display)
+    with open_source(store) as source, Ledger(to, create=True) as target:
+        copied = copy(source, sessions, target, progress=_progress)
+        doc = _summary(copied, source.location.display, target.location.display)
     _report(doc, as_json=as_json)
 
 

@@ -1,25 +1,29 @@
-"""Commands that run deliberations: ``run``, ``resume``, ``answer`` and the offline ``demo``.
+"""Commands that run deliberations: ``run``, ``resume``, ``answer`` and ``abort``.
 
-These are the only commands that may call models. What they do to a session they do through
-:mod:`forge_ledger.sessions` (which loads the orchestrator and, through the provider, litellm
-only when a session runs); this module parses options, shows the live view, prints outcomes
-and chooses exit codes.
+These are the only commands (with ``demo``) that may call models. What they do to a session
+they do through :mod:`forge_ledger.app` (which loads the orchestrator and, through the
+provider, litellm only when a session runs); this module parses options, shows the live view,
+prints outcomes and chooses exit codes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 import click
 from click.core import ParameterSource
 from rich.text import Text
 
+from ..app.interventions import abort as abort_session
+from ..app.interventions import answer as record_answer
+from ..app.participants import load_participants, participants_from_models
+from ..app.running import Runtime, check_start, in_progress_session
 from ..domain.values import (
     Mode,
     Participant,
@@ -36,15 +40,6 @@ from ..errors import (
     UsageError,
     validation_summary,
 )
-from ..sessions import (
-    Runtime,
-    add_participants,
-    load_participants,
-    participants_from_models,
-    update_participants,
-)
-from ..sessions import abort as abort_session
-from ..sessions import answer as record_answer
 from . import cli
 from ._common import (
     emit_json,
@@ -66,9 +61,9 @@ from ._interrupt import (
 
 if TYPE_CHECKING:
     from ..domain.state import SessionState
-    from ..ledger import Ledger
+    from ..ledger import Ledger, SessionSummary
 
-__all__ = ["exit_for_outcome", "run_session"]
+__all__ = ["exit_for_outcome", "resume_instead", "run_session"]
 
 # --------------------------------------------------------------------------- participants
 
@@ -89,33 +84,30 @@ def run_session(
     *,
     session_id: Any = None,
     start: tuple[Topic, SessionConfig, list[Participant]] | None = None,
-    resume: bool = False,
     provider: Any = None,
     clock: Any = None,
     ids: Any = None,
     quiet: bool = False,
     autosave: bool = True,
-    claim: bool = True,
     source: str = "run",
+    given: frozenset[str] = frozenset(),
+    allow_unpriced: bool = False,
+    changes: dict[str, Any] | None = None,
 ) -> SessionState:
-    """Start or continue a session with the live terminal view; returns the final state.
+    """Start or resume a session with the live terminal view; returns the final state.
 
-    The session is claimed (its lease) before any model call unless the caller already holds
-    the claim (``claim=False``). Ctrl-C becomes :class:`RunInterrupted`, naming the session to
-    resume; a second Ctrl-C exits at once.
+    Starting runs :func:`~forge_ledger.app.start_session`, resuming
+    :func:`~forge_ledger.app.resume_session` (with the participant ``changes`` it takes).
+    Ctrl-C becomes :class:`RunInterrupted`, naming the session to resume; a second Ctrl-C
+    exits at once.
     """
-    from .. import sessions
-    from ..providers import get_provider
+    from ..app.running import resume_session, start_session
     from ._live_view import LiveView
 
-    prov = provider or get_provider()
-    checkpoint = _autosaver(ledger) if autosave else None
-    people = start[2] if start is not None else ledger.state(session_id).participants
-    unpriced = frozenset(p.name for p in people if prov.price(p) is None)
-    view = LiveView(err_console, enabled=not quiet, unpriced=unpriced)
+    view = LiveView(err_console, enabled=not quiet)
     runtime = Runtime(
-        clock=clock, ids=ids, subscribers=[view.handle], on_checkpoint=checkpoint,
-        hmac_key=hmac_key(),
+        clock=clock, ids=ids, subscribers=[view.handle], hmac_key=hmac_key(),
+        autosave=autosave, warn=_warn, inform=_inform,
     )
     current: list[Any] = [session_id]
 
@@ -124,20 +116,22 @@ def run_session(
         assert start is not None
         view.started(str(sid), start[0].title, start[2])
 
+    def watching(prov: Any) -> LiveView:
+        people = start[2] if start is not None else ledger.state(current[0]).participants
+        view.unpriced = frozenset(p.name for p in people if prov.price(p) is None)
+        return view
+
     async def go() -> SessionState:
         interrupt_reported_once(asyncio.get_running_loop())
-        try:
-            if start is not None:
-                topic, config, participants = start
-                return await sessions.start(
-                    ledger, prov, topic, config, participants, source=source,
-                    runtime=runtime, on_start=started, running=view,
-                )
-            return await sessions.run(ledger, prov, session_id, resume=resume, claim=claim,
-                                      runtime=runtime, running=view)
-        finally:
-            if provider is None:
-                await prov.aclose()
+        if start is not None:
+            topic, config, participants = start
+            return await start_session(
+                ledger, topic, config, participants, provider=provider, runtime=runtime,
+                source=source, given=given, allow_unpriced=allow_unpriced, on_start=started,
+                running=watching,
+            )
+        return await resume_session(ledger, session_id, provider=provider, runtime=runtime,
+                                    running=watching, **(changes or {}))
 
     try:
         with second_interrupt_exits():
@@ -145,6 +139,14 @@ def run_session(
     except KeyboardInterrupt:
         abandoned_calls_are_quiet()
         raise _interrupted(current[0]) from None
+
+
+def _warn(message: str) -> None:
+    err_console.print(Text("warning: ", style="yellow") + shown(message))
+
+
+def _inform(message: str) -> None:
+    err_console.print(printable(message))
 
 
 def _interrupted(session_id: Any) -> RunInterrupted:
@@ -155,26 +157,6 @@ def _interrupted(session_id: Any) -> RunInterrupted:
         f"interrupted; session {short} keeps everything recorded so far",
         hint=f"continue with: forge-ledger resume {short}",
     )
-
-
-def _autosaver(ledger: Ledger) -> Any:
-    """The YAML export and the document file, beside the store, on every phase change and at
-    the end of a session."""
-    from uuid import UUID
-
-    from ..spec import write_spec
-    from ..yaml_format import autosave
-
-    def save(state: SessionState) -> None:
-        try:
-            autosave(ledger, UUID(state.id))
-            if state.document_source is not None:
-                write_spec(ledger, state)
-        except Exception as e:  # an export problem must never stop a deliberation
-            warning = Text("warning: ", style="yellow")
-            err_console.print(warning + shown(f"autosave failed: {e}"))
-
-    return save
 
 
 def summary(state: SessionState) -> dict[str, Any]:
@@ -398,8 +380,6 @@ def run(
 
     Keys, URLs, prices and settings are checked before anything is recorded.
     """
-    from ..preflight import check_participants, panel_warnings
-
     participants = _participants(models, participants_file, api_base, prices)
     anonymize = anonymize or (
         participants_file is not None and file_anonymize(participants_file)
@@ -408,44 +388,40 @@ def run(
         settings, attended=attended, anonymize=anonymize, fallback=fallback
     )
     topic_value = _topic(topic, description, constraints, output_type)
-    check_participants(
-        participants,
-        config,
-        given=frozenset(
-            f for f in settings if ctx.get_parameter_source(f) is not ParameterSource.DEFAULT
-        ),
-        allow_unpriced=allow_unpriced,
-        topic=topic_value,
+    given = frozenset(
+        f for f in settings if ctx.get_parameter_source(f) is not ParameterSource.DEFAULT
     )
-    for warning in panel_warnings(participants):
+    for warning in check_start(
+        topic_value, config, participants, given=given, allow_unpriced=allow_unpriced
+    ):
         err_console.print(f"warning: {printable(warning)}", markup=False)
-    ledger = open_ledger(store, create=True)
-    try:
-        existing = _in_progress_with_slug(ledger, topic_value.slug)
+    with open_ledger(store, create=True) as ledger:
+        existing = in_progress_session(ledger, topic_value.slug)
         if existing is not None and resume_choice is None:
-            if sys.stdin.isatty() and not as_json:
-                err_console.print(
-                    f"A session on '{printable(topic_value.slug)}' is in progress: "
-                    f"{existing.id[:8]} (iteration {existing.iteration}, "
-                    f"{existing.status.value})."
-                )
-                resume_choice = click.confirm(
-                    "Resume it instead of starting a new one?", default=True, err=True
-                )
-            else:
-                raise UsageError(
-                    f"session {existing.id[:8]} on '{topic_value.slug}' is in progress",
-                    hint="pass --resume to continue it or --new to start another",
-                )
+            resume_choice = resume_instead(existing, topic_value.slug, as_json)
         if existing is not None and resume_choice:
-            state = run_session(ledger, session_id=_uuid(existing.id), resume=True, quiet=as_json)
+            state = run_session(ledger, session_id=UUID(existing.id), quiet=as_json)
         else:
-            state = run_session(ledger, start=(topic_value, config, participants), quiet=as_json)
+            state = run_session(ledger, start=(topic_value, config, participants),
+                                quiet=as_json, given=given, allow_unpriced=allow_unpriced)
         state = _attend(ledger, state, as_json)
         print_outcome(state, as_json=as_json)
-    finally:
-        ledger.close()
     exit_for_outcome(state)
+
+
+def resume_instead(existing: SessionSummary, slug: str, as_json: bool) -> bool:
+    """Asked at a terminal: resume the session in progress on the same topic? Elsewhere the
+    choice must be given (--resume or --new)."""
+    if sys.stdin.isatty() and not as_json:
+        err_console.print(
+            f"A session on '{printable(slug)}' is in progress: "
+            f"{existing.id[:8]} (iteration {existing.iteration}, {existing.status})."
+        )
+        return click.confirm("Resume it instead of starting a new one?", default=True, err=True)
+    raise UsageError(
+        f"session {existing.id[:8]} on '{slug}' is in progress",
+        hint="pass --resume to continue it or --new to start another",
+    )
 
 
 def exit_for_outcome(state: SessionState) -> None:
@@ -495,22 +471,7 @@ def _fix_hint(short: str, fault: Any) -> str:
     return f"continue with: {resume}"
 
 
-def _uuid(text: str) -> Any:
-    from uuid import UUID
-
-    return UUID(text)
-
-
-def _in_progress_with_slug(ledger: Ledger, slug: str) -> Any:
-    for s in ledger.summaries():
-        if s.slug == slug and s.status in ("in_progress", "paused", "initialized"):
-            return s
-    return None
-
-
-def _attend(
-    ledger: Ledger, state: SessionState, as_json: bool, *, claim: bool = True
-) -> SessionState:
+def _attend(ledger: Ledger, state: SessionState, as_json: bool) -> SessionState:
     """Interactive attended mode: answer the pending questions at the prompt, then go on."""
     while (
         state.status is SessionStatus.PAUSED
@@ -527,7 +488,7 @@ def _attend(
         if not text.strip():
             break
         record_answer(ledger, state.id, text, author=_author())
-        state = run_session(ledger, session_id=_uuid(state.id), resume=True, claim=claim)
+        state = run_session(ledger, session_id=UUID(state.id))
     return state
 
 
@@ -562,98 +523,30 @@ def resume(
     A session imported from a YAML file has no participants yet: add them with -m or
     --participants (they join the session as events, then it resumes).
     """
-    ledger = open_ledger(store)
-    try:
+    swaps = tuple(m for m in models if "=" in m)
+    added_models = tuple(m for m in models if "=" not in m)
+    added = (
+        load_participants(participants_file, api_base)
+        if participants_file is not None
+        else participants_from_models(added_models, api_base)
+        if added_models
+        else []
+    )
+    with open_ledger(store) as ledger:
         sid = ledger.resolve(session)
-        with ledger.lease(sid), contextlib.ExitStack() as stack:
-            before = ledger.state(sid)
-            if before.status.terminal:
-                state = run_session(ledger, session_id=sid, resume=True, quiet=True, claim=False)
-                print_outcome(state, as_json=as_json)
-                err_console.print(
-                    f"session {state.id[:8]} had already ended ({state.status.value}); "
-                    "its seal and exports are complete"
-                )
-            else:
-                swaps = tuple(m for m in models if "=" in m)
-                added_models = tuple(m for m in models if "=" not in m)
-                if api_base is None and before.source == "demo":
-                    api_base = _demo_server(stack, before)
-                added = (
-                    load_participants(participants_file, api_base)
-                    if participants_file is not None
-                    else participants_from_models(added_models, api_base)
-                    if added_models
-                    else []
-                )
-                if added:
-                    from ..preflight import check_participants
-
-                    check_participants(added)
-                update_participants(
-                    ledger, sid, swaps=swaps, api_base=api_base,
-                    reason=_update_reason(swaps, api_base),
-                )
-                if added:
-                    add_participants(ledger, sid, added)
-                if not ledger.state(sid).participants:
-                    raise UsageError(
-                        f"session {str(sid)[:8]} has no participants",
-                        hint="add them: forge-ledger resume SESSION -m MODEL… or "
-                        "--participants FILE",
-                    )
-                state = run_session(ledger, session_id=sid, resume=True, quiet=as_json,
-                                    claim=False)
-                state = _attend(ledger, state, as_json, claim=False)
-                print_outcome(state, as_json=as_json)
-    finally:
-        ledger.close()
+        if ledger.state(sid).status.terminal:
+            state = run_session(ledger, session_id=sid, quiet=True)
+            print_outcome(state, as_json=as_json)
+            err_console.print(
+                f"session {state.id[:8]} had already ended ({state.status.value}); "
+                "its seal and exports are complete"
+            )
+        else:
+            changes = {"swaps": swaps, "add": added, "api_base": api_base}
+            state = run_session(ledger, session_id=sid, quiet=as_json, changes=changes)
+            state = _attend(ledger, state, as_json)
+            print_outcome(state, as_json=as_json)
     exit_for_outcome(state)
-
-
-def _update_reason(swaps: tuple[str, ...], api_base: str | None) -> str:
-    """The recorded reason of ``resume``'s participant changes: the options that made them."""
-    return " ".join(
-        [*(f"-m {s}" for s in swaps), *([f"--api-base {api_base}"] if api_base else [])]
-    )
-
-
-def _answers(url: str) -> bool:
-    """Whether something accepts connections at ``url``'s host and port (a quick probe)."""
-    import socket
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    if not parts.hostname:
-        return False
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        with socket.create_connection((parts.hostname, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
-
-
-def _demo_server(stack: contextlib.ExitStack, state: SessionState) -> str | None:
-    """A session made by ``demo`` (or forked from one) talks to the demo's scripted server,
-    which ended with the demo: start it again, as the demo does, and return its address.
-    Participants pointed elsewhere (``fork --api-base``, a server that still answers) keep
-    their endpoint."""
-    from ..testing import FakeOpenAIServer, bundled_script
-    from .demo import DEMO_LATENCY, DEMO_SCRIPT
-
-    if not state.participants or not all(
-        p.model.startswith("openai/") and p.api_base and not _answers(p.api_base)
-        for p in state.participants
-    ):
-        return None
-    server = stack.enter_context(
-        FakeOpenAIServer(bundled_script(DEMO_SCRIPT), latency=DEMO_LATENCY)
-    )
-    err_console.print(
-        f"a demo session: its scripted server runs again at {printable(server.url)}"
-    )
-    return server.url
 
 
 @cli.command()
@@ -716,11 +609,9 @@ def abort(
     ledger = open_ledger(store)
     try:
         state = abort_session(
-            ledger, session, reason=reason, author=author or _author(), hmac_key=hmac_key()
+            ledger, session, reason=reason, author=author or _author(), hmac_key=hmac_key(),
+            warn=_warn,
         )
-        save = _autosaver(ledger)
-        if save is not None:
-            save(state)
         if as_json:
             emit_json(summary(state))
         else:

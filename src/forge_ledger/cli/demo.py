@@ -14,56 +14,15 @@ import shlex
 import click
 from click.core import ParameterSource
 
-from ..domain.values import (
-    Participant,
-    ParticipantRole,
-    Price,
-    SessionConfig,
-    Topic,
-)
+from ..app.demo import DEMO_LATENCY, DEMO_SCRIPT, demo_participants, demo_topic
+from ..domain.values import SessionConfig
 from ..ledger import ENV_VAR, resolve_store
 from . import cli
 from ._common import open_ledger, printable, remember_json, store_option
 from ._interrupt import survives_closed_output
+from .deliberate import exit_for_outcome, print_outcome, run_session
 
-__all__ = ["DEMO_LATENCY", "DEMO_SCRIPT", "demo_participants", "demo_topic"]
-
-DEMO_SCRIPT = "four-voices"
-DEMO_LATENCY = 0.15
-"""Seconds each scripted model waits before answering (the demo's and its resumes')."""
-_PRICE = Price(input_cost_per_token=3e-6, output_cost_per_token=15e-6, source="user")
-"""Illustrative prices (USD per token) so the demo shows real cost accounting."""
-
-
-def demo_topic() -> Topic:
-    return Topic(
-        title="Event log for multi-model deliberations",
-        description=(
-            "Design the storage of a tool where several language models draft, critique and "
-            "vote on a document: what is recorded, how it is verified, how it is replayed."
-        ),
-        constraints=("Events are immutable", "Replays never call a model"),
-    )
-
-
-def demo_participants(api_base: str) -> list[Participant]:
-    roles = {
-        "alice": ParticipantRole.DRAFTER,
-        "bob": ParticipantRole.CRITIC,
-        "carol": ParticipantRole.SYNTHESIZER,
-        "dave": ParticipantRole.DEVILS_ADVOCATE,
-    }
-    return [
-        Participant(
-            name=name,
-            model=f"openai/{name}",
-            role=role,
-            api_base=api_base,
-            price=_PRICE,
-            temperature=0.2,
-        )
-        for name, role in roles.items()
-    ]
+__all__ = ["demo"]
 
 
 @cli.command()
@@ -86,7 +45,6 @@ def demo_participants(api_base: str) -> list[Participant]:
 def demo(latency: float, store: str | None, as_json: bool) -> None:
     """Run an offline four-participant deliberation (no API key, no network)."""
     from ..testing import FakeOpenAIServer, bundled_script
-    from .deliberate import exit_for_outcome, print_outcome, run_session
 
     ledger = open_ledger(store, create=True)
     try:

@@ -30,7 +30,6 @@ from ..domain.state import ContributionState, DivergenceState, RoundState, Sessi
 from ..domain.values import SessionStatus
 from ..errors import ChainBrokenError, UsageError
 from ..ledger import ChainReport, Ledger, RecordedEvent, SessionSummary
-from ..ledger import verify_session as _verify_session
 from ..ledger import verify_store as _verify_store
 from ..projections import (
     SessionView,
@@ -537,7 +536,7 @@ def verify(
             raise UsageError("give either SESSION or --export FILE, not both")
         if drop_bad_snapshots:
             raise UsageError("--drop-bad-snapshots checks sessions, not an export: drop --export")
-        from .promises import verify_export_cmd
+        from .record_cmds import verify_export_cmd
 
         ctx.invoke(verify_export_cmd, file=export_file, store=store, as_json=as_json)
         return
@@ -604,7 +603,9 @@ def _raise_broken(broken: list[ChainReport]) -> None:
 
 def _run_verify(ledger: Ledger, session: str | None, key: bytes | None) -> list[ChainReport]:
     if session is not None:
-        return [_verify_session(ledger, ledger.resolve(session), key=key, snapshots=True)]
+        from ..app.records import verify as verify_one
+
+        return [verify_one(ledger, session, key=key, snapshots=True)]
     return _verify_store(ledger, key=key, snapshots=True)
 
 

@@ -32,8 +32,9 @@ from ._common import (
 @json_option
 def replay(session: str | None, all_sessions: bool, store: str | None, as_json: bool) -> None:
     """Replay SESSION (or --all) deterministically; report the first difference."""
+    from ..app.records import replay as replay_session
     from ..errors import UsageError
-    from ..replay import ReplayResult, replay_session
+    from ..replay import ReplayResult
 
     if bool(session) == all_sessions:
         raise UsageError("give either a SESSION or --all")

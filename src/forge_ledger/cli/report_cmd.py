@@ -7,16 +7,12 @@ template libraries are imported only here, when the command runs.
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
 import click
 
-from ..clock import SystemClock
-from ..errors import ChainBrokenError, ConfigError, UsageError
-from ..ledger import Ledger
-from ..ledger.outputs import store_outputs, write_output
+from ..errors import ChainBrokenError, UsageError
 from . import cli
 from ._common import (
     document_output,
@@ -55,24 +51,17 @@ def report(
     """
     if as_json and output == "-":
         raise UsageError("--json and '-o -' both write to stdout", hint="give a file with -o")
-    try:
-        from ..report import gather, render_html
-    except ModuleNotFoundError as e:
-        raise ConfigError(
-            f"the report needs the 'report' extra ({e.name} is not installed)",
-            hint="pip install 'forge-ledger[report]'",
-        ) from None
+    from ..app.records import report as report_page
+
     with open_ledger(store, create=False) as ledger, err_console.status("rendering the report…"):
-        model = gather(ledger, session, at_iteration, key=hmac_key(),
-                       checked_at=SystemClock().now())
-        html = render_html(model)
-        target = None if output == "-" else _target(ledger, output, model.slug,
-                                                    model.session_id, at_iteration)
+        page = report_page(
+            ledger, session, at_iteration=at_iteration, key=hmac_key(), write=output != "-",
+            path=None if output in (None, "-") else Path(output),
+        )
+    model, html, target = page.model, page.html, page.path
     if target is None:
         with document_output():
             sys.stdout.write(html)
-    else:
-        _write(target, html)
     size = len(html.encode("utf-8"))
     if as_json:
         emit_json({
@@ -90,22 +79,3 @@ def report(
             f"{model.integrity.first_bad_position}: {model.integrity.problem}",
             hint="the report says so; restore the store from a backup",
         )
-
-
-def _target(
-    ledger: Ledger, output: str | None, slug: str, session_id: str, at_iteration: int | None
-) -> Path:
-    if output is not None:
-        return Path(output)
-    safe = re.sub(r"[^a-z0-9-]+", "-", slug.lower()).strip("-")[:60] or "session"
-    suffix = f"-it{at_iteration}" if at_iteration is not None else ""
-    return store_outputs(ledger.location).reports / f"{safe}-{session_id[:8]}{suffix}.html"
-
-
-def _write(target: Path, html: str) -> None:
-    """Write atomically: a reader never sees half a page."""
-    try:
-        write_output(target, html)
-    except OSError as e:
-        raise UsageError(f"cannot write {target}: {e.strerror or e}",
-                         hint="choose another file with -o") from None

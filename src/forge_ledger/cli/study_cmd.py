@@ -102,31 +102,22 @@ def resume_cmd(
 
 
 def _run(ledger: Ledger, ref: str, *, concurrency: int, quiet: bool, as_json: bool) -> None:
-    from ..providers import get_provider
-    from ..study import StudyStream, run_study
-    from ..study._sessions import SessionHooks
-    from .deliberate import _autosaver
+    from ..app.studies import continue_study
+    from ..study import StudyStream
 
-    stream = StudyStream(ledger)
-    study_id = stream.resolve(ref)
+    study_id = StudyStream(ledger).resolve(ref)
     short = str(study_id)[:8]
     display = _Display(enabled=not quiet and err_console.is_terminal)
-    hooks = SessionHooks(on_checkpoint=_autosaver(ledger), hmac_key=hmac_key())
 
     async def go() -> StudyState:
         interrupt_reported_once(asyncio.get_running_loop())
-        provider = get_provider()
-        try:
-            return await run_study(
-                ledger,
-                study_id,
-                provider=provider,
-                concurrency=concurrency,
-                hooks=hooks,
-                on_progress=display.update,
-            )
-        finally:
-            await provider.aclose()
+        return await continue_study(
+            ledger,
+            study_id,
+            concurrency=concurrency,
+            hmac_key=hmac_key(),
+            on_progress=display.update,
+        )
 
     try:
         with second_interrupt_exits(), display:

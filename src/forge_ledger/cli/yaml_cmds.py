@@ -9,12 +9,13 @@ from pathlib import Path
 
 import click
 
+from ..app.interventions import back
+from ..app.records import export
 from ..bounded_yaml import read_yaml_file
 from ..clock import SystemClock, UuidIds
 from ..errors import UsageError
-from ..sessions import back
 from ..yaml_format import cleanup as cleanup_exports
-from ..yaml_format import import_session, write_export
+from ..yaml_format import import_session
 from . import cli
 from ._common import emit_json, json_option, open_ledger, out_console, printable, store_option
 from ._integrity import check_chain
@@ -56,7 +57,7 @@ def export_cmd(
         )
     with open_ledger(store) as ledger:
         sid = check_chain(ledger, sessions[0])
-        path = write_export(ledger, sid, path=output)
+        path = export(ledger, sid, path=output)
     if as_json:
         emit_json({"session_id": str(sid), "path": str(path)})
     else:

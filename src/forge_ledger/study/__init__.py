@@ -2,12 +2,11 @@
 
 A plan (:mod:`.plan`) is checked in one pass before anything runs; the study is recorded as
 its own hash-chained stream of events in the ledger's store (:mod:`.stream`, folded by
-:mod:`.state`); its cells run through the session functions ``run`` and ``resume`` use
+:mod:`.state`); its cells run through the session functions the application layer gives it
 (:mod:`.cells`, one cell at a time, idempotently; :mod:`.runner`, many at once in one
-process).
+process). ``forge_ledger.app.studies`` runs a study from a plan, for the CLI and for Python.
 """
 
-from .api import as_plan, run_plan, study
 from .cells import StudyRun, run_cell
 from .plan import Budget, CellSpec, StudyPlan, load_plan, plan_from_document
 from .runner import Progress, plan_study, run_study
@@ -24,12 +23,9 @@ __all__ = [
     "StudyRun",
     "StudyState",
     "StudyStream",
-    "as_plan",
     "load_plan",
     "plan_from_document",
     "plan_study",
     "run_cell",
-    "run_plan",
     "run_study",
-    "study",
 ]

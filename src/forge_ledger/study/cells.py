@@ -28,7 +28,7 @@ from ..errors import (
     StoreError,
 )
 from . import events as sev
-from ._sessions import SESSIONS, SessionFunctions, SessionHooks
+from ._sessions import SessionFunctions, SessionHooks
 from .budget import WAIT, Allowance, allowance
 from .state import CellState, StudyState
 from .stream import StudyStream
@@ -136,7 +136,7 @@ async def run_cell(
     cell_id: str,
     *,
     provider: Provider,
-    sessions: SessionFunctions = SESSIONS,
+    sessions: SessionFunctions,
     hooks: SessionHooks | None = None,
     may_wait: bool = False,
 ) -> CellState | None:

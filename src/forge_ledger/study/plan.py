@@ -233,7 +233,7 @@ def _topic(where: str, item: Any, problems: list[str]) -> Iterator[Topic]:
 
 
 def _panel(key: str, file: str, base: Path, problems: list[str]) -> list[Participant]:
-    from ..sessions import load_participants
+    from ..participants_file import load_participants
 
     try:
         return load_participants(base / file)

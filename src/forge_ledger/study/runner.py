@@ -21,7 +21,7 @@ from uuid import UUID, uuid4
 from ..clock import Clock, SystemClock
 from ..errors import ConfigError
 from . import events as sev
-from ._sessions import SESSIONS, SessionFunctions, SessionHooks
+from ._sessions import SessionFunctions, SessionHooks
 from .cells import StudyRun, run_cell
 from .plan import StudyPlan
 from .state import StudyState
@@ -176,7 +176,7 @@ async def run_study(
     *,
     provider: Provider,
     concurrency: int = 4,
-    sessions: SessionFunctions = SESSIONS,
+    sessions: SessionFunctions,
     hooks: SessionHooks | None = None,
     clock: Clock | None = None,
     on_progress: Callable[[Progress], Any] | None = None,

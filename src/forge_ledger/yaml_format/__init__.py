@@ -1,6 +1,6 @@
 """The YAML session format v1.2: export (a projection), import (with v1.0 migration and
 validation), storage rules (one file per session, cleanup). Going back in a session (``back``) is a
-session operation: :func:`forge_ledger.sessions.back`."""
+session operation: :func:`forge_ledger.app.back`."""
 
 from typing import TYPE_CHECKING
 

@@ -1,4 +1,4 @@
-"""The promises of the ledger: ``fork``, ``diff``, ``audit``, ``seal`` and ``verify-export``.
+"""Commands on a session's record: ``fork``, ``diff``, ``audit``, ``seal`` and ``verify-export``.
 
 ``diff``, ``audit`` and ``verify-export`` only read the store; ``fork`` and ``seal`` append
 events (a new session, a seal) and never call a model. None of them imports litellm.
@@ -39,8 +39,8 @@ from ._integrity import check_chain
 if TYPE_CHECKING:
     from ..lineage import IterationPoint, SessionDiff
 
-# Each command imports what it alone uses (the audit, the lineage, sealing, the session
-# operations) when it runs: an audit does not load what a fork needs, nor the reverse.
+# Each command imports what it alone uses (the audit, the lineage, sealing) when it runs: an
+# audit does not load what a fork needs, nor the reverse.
 
 __all__ = ["HMAC_KEY_ENV", "audit", "diff", "fork_cmd", "seal", "verify_export_cmd"]
 
@@ -94,7 +94,7 @@ def fork_cmd(
         }.items()
         if v is not None
     }
-    from ..sessions import fork
+    from ..app.records import fork
 
     with open_ledger(store, create=False) as ledger:
         new_id = fork(
@@ -193,13 +193,13 @@ def audit(session: str, as_markdown: bool, store: str | None, as_json: bool) -> 
     Also whether deliberation helped, self-preference and anonymized-review labels; ends with
     a minority report of the dissent still unresolved.
     """
-    from ..audit import audit_report, render_markdown
+    from ..app.records import audit as audit_session
+    from ..audit import render_markdown
 
     if as_json and as_markdown:
         raise UsageError("give at most one of --json and --markdown")
     with open_ledger(store, create=False) as ledger:
-        sid = check_chain(ledger, session)
-        report = audit_report(list(ledger.events(sid)))
+        report = audit_session(ledger, check_chain(ledger, session))
     if as_json:
         emit_json(report.model_dump(mode="json"))
     elif as_markdown:
@@ -222,12 +222,11 @@ def seal(session: str, store: str | None, as_json: bool) -> None:
     With FORGE_LEDGER_HMAC_KEY set, the seal carries an HMAC of the chain's root hash, so
     nobody without the key can rewrite the history and seal it again.
     """
-    from ..clock import SystemClock
-    from ..sealing import seal_session
+    from ..app.records import seal as seal_session
 
     key = hmac_key()
     with open_ledger(store, create=False) as ledger:
-        report = seal_session(ledger, session, clock=SystemClock(), key=key)
+        report = seal_session(ledger, session, key=key)
     if as_json:
         emit_json({**report.as_json(), "keyed": key is not None})
         return

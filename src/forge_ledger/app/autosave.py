@@ -1,0 +1,43 @@
+"""The files a running session keeps beside its store: the YAML export and the document file,
+rewritten on every phase change and at the end of a session."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from uuid import UUID
+
+from ..domain.state import SessionState
+from ..ledger import Ledger
+
+__all__ = ["Warn", "autosaver", "log_notice", "log_warning"]
+
+Warn = Callable[[str], None]
+"""Where a problem that must not stop a session is told (the CLI prints it on stderr)."""
+
+
+def log_warning(message: str) -> None:
+    """The default :data:`Warn`: the ``forge_ledger`` logger."""
+    logging.getLogger("forge_ledger").warning("%s", message)
+
+
+def log_notice(message: str) -> None:
+    """Where a notice goes by default: the ``forge_ledger`` logger, at info level."""
+    logging.getLogger("forge_ledger").info("%s", message)
+
+
+def autosaver(ledger: Ledger, warn: Warn = log_warning) -> Callable[[SessionState], None]:
+    """A checkpoint hook writing the YAML export and the document file of a session; a failed
+    write is told through ``warn`` and never stops the deliberation."""
+    from ..spec import write_spec
+    from ..yaml_format import autosave
+
+    def save(state: SessionState) -> None:
+        try:
+            autosave(ledger, UUID(state.id))
+            if state.document_source is not None:
+                write_spec(ledger, state)
+        except Exception as e:  # an export problem must never stop a deliberation
+            warn(f"autosave failed: {e}")
+
+    return save
