@@ -36,7 +36,15 @@ if TYPE_CHECKING:
         SessionNotFoundError,
         StoreError,
     )
-    from .ledger import ChainReport, Ledger, RecordedEvent, verify_session, verify_store
+    from .ledger import (
+        ChainReport,
+        FoundStore,
+        Ledger,
+        RecordedEvent,
+        find_store,
+        verify_session,
+        verify_store,
+    )
     from .lineage import fork
     from .orchestrator import Orchestrator
     from .providers import get_provider
@@ -51,6 +59,7 @@ _LAZY = {
     "Deliberation": "domain",
     "FixedStepClock": "clock",
     "ForgeLedgerError": "errors",
+    "FoundStore": "ledger",
     "IdSource": "clock",
     "InvariantViolation": "errors",
     "Ledger": "ledger",
@@ -67,6 +76,7 @@ _LAZY = {
     "Topic": "domain",
     "UuidIds": "clock",
     "audit_report": "audit",
+    "find_store": "ledger",
     "fork": "lineage",
     "get_provider": "providers",
     "replay_session": "replay",
@@ -118,6 +128,7 @@ __all__ = [
     "Deliberation",
     "FixedStepClock",
     "ForgeLedgerError",
+    "FoundStore",
     "IdSource",
     "InvariantViolation",
     "Ledger",
@@ -135,6 +146,7 @@ __all__ = [
     "UuidIds",
     "__version__",
     "audit_report",
+    "find_store",
     "fork",
     "get_provider",
     "replay_session",

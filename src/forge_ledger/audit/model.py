@@ -74,6 +74,8 @@ class StancePoint(_Model):
     score: int
     reasoning: str = ""
     concerns: tuple[str, ...] = ()
+    contradiction: str | None = None
+    """Why the score contradicts the stance (``engine.votes.score_contradiction``), if it does."""
 
 
 class Trajectory(_Model):

@@ -21,6 +21,7 @@ import click
 from .. import __version__
 from ..errors import ArgumentError, ForgeLedgerError, RunInterrupted, exit_interrupted
 from ..terminal_text import printable
+from ._examples import epilog
 
 __all__ = ["COMMANDS", "cli", "main"]
 
@@ -74,6 +75,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "spec": ("spec_cmd", "spec_cmd", "Print SESSION's document: the latest synthesis (before any, "
              "the latest draft or response) exactly as written, under a header saying whether "
              "it was agreed."),
+    "store": ("store_cmd", "store_cmd", "Say which store the commands use here and why "
+              "(--store, FORGE_LEDGER_STORE, the nearest .project-memory/, or the user-level "
+              "store)."),
     "trail": ("views", "trail", "The consensus trail of SESSION: each vote, stance changes, who "
               "moved whom, conformity."),
     "verify": ("read", "verify", "Recompute the hash chain of SESSION, of every session in the "
@@ -101,7 +105,8 @@ class _Group(click.Group):
         return sorted({*COMMANDS, *super().list_commands(ctx)})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        """The command, its module imported the first time (it registers itself on ``cli``).
+        """The command, its module imported the first time (it registers itself on ``cli``),
+        with its examples (``_examples.EXAMPLES``) as its help's epilog.
 
         A Ctrl-C while the module loads is one at start-up, before anything ran: it ends as
         one in ``_entry`` does, not as click's abort of a running command."""
@@ -111,7 +116,10 @@ class _Group(click.Group):
                 loaded = importlib.import_module(f"{__name__}.{module}")
             except KeyboardInterrupt:
                 exit_interrupted()
-            self.commands.setdefault(cmd_name, getattr(loaded, attribute))
+            command = getattr(loaded, attribute)
+            if command.epilog is None:
+                command.epilog = epilog(cmd_name)  # the examples, kept in one map
+            self.commands.setdefault(cmd_name, command)
         return super().get_command(ctx, cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
