@@ -124,7 +124,8 @@ def _trajectories(
                     iteration=t.iteration, round=t.round,
                     position=positions.get((t.round, v.participant), v.position),
                     stance=v.stance, agrees=v.agrees, score=v.score, reasoning=v.reasoning,
-                    concerns=v.concerns, contradiction=score_contradiction(v.stance, v.score),
+                    concerns=v.concerns,
+                    contradiction=score_contradiction(Stance(v.stance), v.score),
                 )
             )
     out = []

@@ -10,8 +10,9 @@ directory a command happened to be run from:
 - **PostgreSQL store**: under one home, ``--home DIR`` (a global option) or the
   ``FORGE_LEDGER_HOME`` environment variable, by default the user data folder
   (``~/.local/share/forge-ledger`` on Linux, as platformdirs says). Each store gets its own
-  directory there, named after its server, database and schema (``postgres-HOST-PORT-DB-SCHEMA``), holding
-  ``forge-ledger.views.sqlite``, ``brainstorm-sessions/``, ``specs/`` and ``reports/``.
+  directory there, named after its server, database and schema
+  (``postgres-HOST-PORT-DB-SCHEMA``), holding ``forge-ledger.views.sqlite``,
+  ``brainstorm-sessions/``, ``specs/`` and ``reports/``.
   Two schemas never share a read model (its tracking position belongs to one store).
 
 Nothing here creates a directory: writers create what they write, on demand.
