@@ -206,8 +206,10 @@ def find_project(start: Path) -> Path | None:
         if _is_folder(candidate):
             return Path(PROJECT_DIR) if here == _cwd() else candidate
         parent = here.parent
-        if parent == here or _device(parent) not in (device, None):
+        above = _device(parent)
+        if parent == here or None not in (device, above) and above != device:
             return None
+        device = above if device is None else device
         here = parent
 
 
