@@ -132,14 +132,15 @@ def test_a_read_with_nothing_found_names_the_store_and_how_it_is_found(tmp_path:
     proc = _cli("sessions", cwd=tmp_path)
     assert proc.returncode != 0
     assert proc.stderr.count("\n") == 1, proc.stderr
-    assert "no ledger at" in proc.stderr and "forge-ledger store" in proc.stderr
+    assert "no ledger at" in proc.stderr
+    assert "forge-ledger store" in proc.stderr
 
 
 def test_the_walk_stops_at_a_mount_boundary(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A folder on another filesystem than the start ends the walk, as git's does."""
     deep = project / "src" / "deep"
     assert find_project(deep) == project / ".project-memory"
-    real = store_module._device
+    real = store_module._device  # noqa: SLF001 (the walk's one view of devices)
     monkeypatch.setattr(store_module, "_device", lambda p: -1 if p == project else real(p))
     assert find_project(deep) is None
 

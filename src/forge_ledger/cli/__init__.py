@@ -21,7 +21,6 @@ import click
 from .. import __version__
 from ..errors import ArgumentError, ForgeLedgerError, RunInterrupted, exit_interrupted
 from ..terminal_text import printable
-from ._examples import epilog
 
 __all__ = ["COMMANDS", "cli", "main"]
 
@@ -116,11 +115,13 @@ class _Group(click.Group):
                 loaded = importlib.import_module(f"{__name__}.{module}")
             except KeyboardInterrupt:
                 exit_interrupted()
-            command = getattr(loaded, attribute)
-            if command.epilog is None:
-                command.epilog = epilog(cmd_name)  # the examples, kept in one map
-            self.commands.setdefault(cmd_name, command)
-        return super().get_command(ctx, cmd_name)
+            self.commands.setdefault(cmd_name, getattr(loaded, attribute))
+        command = super().get_command(ctx, cmd_name)
+        if command is not None and command.epilog is None:
+            from ._examples import epilog  # the examples, kept in one map
+
+            command.epilog = epilog(cmd_name)
+        return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """click's command list, with a command not loaded yet standing in by its summary
