@@ -207,7 +207,7 @@ def find_project(start: Path) -> Path | None:
             return Path(PROJECT_DIR) if here == _cwd() else candidate
         parent = here.parent
         above = _device(parent)
-        if parent == here or None not in (device, above) and above != device:
+        if parent == here or (None not in (device, above) and above != device):
             return None
         device = above if device is None else device
         here = parent
