@@ -166,7 +166,8 @@ def _discard_stdout() -> None:
     default=None,
     metavar="DIR",
     help="Where a PostgreSQL store's exports, documents and read model go "
-    "[env FORGE_LEDGER_HOME; default ~/.local/share/forge-ledger]. "
+    "[env FORGE_LEDGER_HOME, the folder of the user-level store too; default the user data "
+    "folder, ~/.local/share/forge-ledger on Linux]. "
     "A SQLite store's outputs always sit beside its file.",
 )
 @click.pass_context
