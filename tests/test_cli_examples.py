@@ -56,14 +56,18 @@ def test_every_command_has_one_to_three_examples_that_parse(name: str) -> None:
 def test_help_ends_with_the_examples(name: str) -> None:
     result = CliRunner().invoke(cli, [name, "--help"], terminal_width=200)
     assert result.exit_code == 0, result.output
-    tail = result.output.rstrip().splitlines()[-len(EXAMPLES[name]):]
+    tail = result.output.rstrip().splitlines()[-len(EXAMPLES[name]) :]
     assert [line.strip() for line in tail] == list(EXAMPLES[name])
 
 
 @pytest.mark.parametrize(
     "example",
-    ["forge-ledger show 3f2a --no-such-option", "forge-ledger abort 3f2a --reason",
-     "forge-ledger seal 3f2a 9c41", "forge-ledger projections nothing"],
+    [
+        "forge-ledger show 3f2a --no-such-option",
+        "forge-ledger abort 3f2a --reason",
+        "forge-ledger seal 3f2a 9c41",
+        "forge-ledger projections nothing",
+    ],
 )
 def test_an_example_that_does_not_parse_is_caught(example: str) -> None:
     with pytest.raises((click.UsageError, AssertionError)):

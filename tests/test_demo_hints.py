@@ -52,7 +52,12 @@ def test_the_demo_started_by_its_venv_path_hints_that_path(tmp_path: Path) -> No
     env = {**os.environ, "PATH": "/usr/bin:/bin"}
     proc = subprocess.run(
         [str(exe), "demo", "--latency", "0", "--store", str(tmp_path / "s.sqlite")],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False, env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        check=False,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr
     hints = [h for h in proc.stdout.split("next, try:\n", 1)[1].splitlines() if "  # " in h]
