@@ -63,3 +63,14 @@ def test_the_demo_started_by_its_venv_path_hints_that_path(tmp_path: Path) -> No
     hints = [h for h in proc.stdout.split("next, try:\n", 1)[1].splitlines() if "  # " in h]
     assert len(hints) == 10
     assert all(h.startswith(f"  {exe} ") for h in hints), hints
+
+
+def test_started_as_a_module_the_console_script_beside_the_interpreter_stands_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    script = Path(sys.executable).parent / "forge-ledger"
+    assert script.is_file()
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert invoked_as("/somewhere/forge_ledger/__main__.py") == str(script)
+    monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}/usr/bin:/bin")
+    assert invoked_as("/somewhere/forge_ledger/__main__.py") == "forge-ledger"

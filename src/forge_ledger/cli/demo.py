@@ -139,13 +139,15 @@ def demo(latency: float, store: str | None, as_json: bool) -> None:
 def invoked_as(argv0: str | None = None) -> str:
     """How to type this program again, for hints a user copies: ``forge-ledger`` when the
     running executable is the one the shell finds on PATH under that name, else the path it
-    was started by (``.venv/bin/forge-ledger`` from a venv not activated), or
-    ``PYTHON -m forge_ledger`` when started as a module."""
+    was started by (``.venv/bin/forge-ledger`` from a venv not activated). Started as a module
+    (``python -m forge_ledger``), the console script beside the interpreter stands for it, or
+    failing that the module itself."""
     argv0 = sys.argv[0] if argv0 is None else argv0
     if Path(argv0).name == "__main__.py":
-        python = Path(sys.executable).name
-        typed = python if _on_path(python, sys.executable) else sys.executable
-        return f"{shlex.quote(typed)} -m forge_ledger"
+        script = Path(sys.executable).parent / "forge-ledger"
+        if not script.is_file():
+            return f"{shlex.quote(sys.executable)} -m forge_ledger"
+        argv0 = str(script)
     name = Path(argv0).name
     return name if _on_path(name, argv0) else shlex.quote(argv0)
 
