@@ -121,6 +121,8 @@ class _Group(click.Group):
             from ._examples import epilog  # the examples, kept in one map
 
             command.epilog = epilog(cmd_name)
+            for name, sub in getattr(command, "commands", {}).items():  # a group's commands
+                sub.epilog = sub.epilog or epilog(f"{cmd_name} {name}")
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

@@ -52,6 +52,18 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "forge-ledger projections update --follow",
         "forge-ledger projections rebuild",
     ),
+    "projections rebuild": (
+        "forge-ledger projections rebuild",
+        "forge-ledger projections rebuild read_model --batch-size 500",
+    ),
+    "projections status": (
+        "forge-ledger projections status",
+        "forge-ledger projections status --json",
+    ),
+    "projections update": (
+        "forge-ledger projections update",
+        "forge-ledger projections update --follow --interval 0.5",
+    ),
     "replay": ("forge-ledger replay 3f2a", "forge-ledger replay --all --json"),
     "report": (
         "forge-ledger report 3f2a",
@@ -94,7 +106,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "verify-export": ("forge-ledger verify-export rate-limiting.yaml",),
 }
 """Each command's examples, as typed in a shell (SESSION written as a prefix such as ``3f2a``,
-or ``@``, the latest session)."""
+or ``@``, the latest session); a group's subcommand by its full name (``projections update``)."""
 
 
 def epilog(name: str) -> str | None:
