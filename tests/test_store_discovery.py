@@ -68,7 +68,9 @@ def test_a_run_in_a_subfolder_uses_the_projects_store(project: Path) -> None:
 def test_in_the_project_folder_itself_the_store_is_named_as_git_names_dot_git(
     project: Path,
 ) -> None:
-    assert _store_json(project)["store"] == ".project-memory/forge-ledger.sqlite"
+    doc = _store_json(project)
+    assert doc["store"] == ".project-memory/forge-ledger.sqlite"
+    assert doc["path"] == str(project / ".project-memory" / "forge-ledger.sqlite")
 
 
 def test_the_environment_beats_discovery_and_store_beats_the_environment(

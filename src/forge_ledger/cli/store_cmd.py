@@ -36,6 +36,7 @@ def store_cmd(store: str | None, as_json: bool) -> None:
             {
                 "store": location.display,
                 "kind": location.kind,
+                "path": str(location.path.absolute()) if location.path is not None else None,
                 "rule": found.rule,
                 "reason": found.reason,
                 "exists": exists,
