@@ -237,6 +237,9 @@ def test_a_vote_whose_score_contradicts_its_stance_is_flagged(sqlite_url: str) -
         carol: [None],
     }
     assert recorded == [12, 95, 80]
+    in_json = {t["participant"]: t["votes"][0] for t in r.model_dump(mode="json")["trajectories"]}
+    assert in_json[alice]["contradiction"] == flagged[alice][0]
+    assert "contradiction" not in in_json[carol]
     md = render_markdown(r)
     assert "agree ⚠" in md
     assert f"- ⚠ {alice}, round 2: agree with score 12: the score says it does not agree" in md
