@@ -54,5 +54,18 @@ def _drop_unnamed_arguments(app: Any, ctx: Any, lines: list[str]) -> None:
     lines[:] = kept
 
 
+def _examples_as_code(app: Any, ctx: Any, lines: list[str]) -> None:
+    """A command's examples (its help's epilog, ``cli/_examples.py``) as a literal block, so a
+    reader copies them as typed (no line block, no typographic quotes or dashes)."""
+    plain = [line[2:] if line.startswith("| ") else line for line in lines]
+    if "Examples:" not in (line.strip() for line in plain):
+        return
+    start = [line.strip() for line in plain].index("Examples:")
+    examples = [line.strip() for line in plain[start + 1:] if line.strip()]
+    lines[:] = [*lines[:start], ".. rubric:: Examples", "", ".. code-block:: text", "",
+                *(f"    {e}" for e in examples), ""]
+
+
 def setup(app: Any) -> None:
     app.connect("sphinx-click-process-arguments", _drop_unnamed_arguments)
+    app.connect("sphinx-click-process-epilog", _examples_as_code)

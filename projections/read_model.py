@@ -113,10 +113,11 @@ class ReadModelProjection(Projection):
     one line per contribution) and writes a fork's inherited rounds, so ``show`` can read a
     session from here when the read model is current. Version 3: a vote's line gives its
     stance and reason. Version 4: the line of an answer cut off at its token limit says so.
+    Version 5: a vote whose score contradicts its stance says so on its line.
     """
 
     name = "read_model"
-    version = 4
+    version = 5
     tables = (
         "sessions", "participants", "rounds", "contributions", "critiques", "suggestions",
         "votes", "costs", "round_lines",

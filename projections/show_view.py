@@ -20,6 +20,7 @@ from forge_ledger.domain.state import ContributionState, ConvergenceResult
 from forge_ledger.domain.text import clip
 from forge_ledger.domain.values import ConvergenceVote
 from forge_ledger.engine.ems import ems_score
+from forge_ledger.engine.votes import score_contradiction
 
 __all__ = [
     "ContributionLine",
@@ -170,7 +171,9 @@ def _vote_line(vote: ConvergenceVote, text: str) -> str:
     (else of its first concern, else of the answer), never the JSON it was parsed from."""
     why = next((t for t in (vote.reasoning, *vote.concerns) if t.strip()), text)
     first = why.strip().splitlines()[0] if why.strip() else ""
-    return f"vote: {vote.effective_stance.value} ({vote.score}) — {preview(first, 48)}"
+    line = f"vote: {vote.effective_stance.value} ({vote.score}) — {preview(first, 48)}"
+    contradiction = score_contradiction(vote.effective_stance, vote.score)
+    return f"{line} ⚠ {contradiction}" if contradiction else line
 
 
 def contribution_line(state: SessionState, c: ContributionState) -> ContributionLine:

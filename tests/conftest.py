@@ -30,6 +30,14 @@ settings.load_profile("forge-ledger")
 
 pytest_plugins = ["forge_ledger.testing.pytest_plugin"]
 
+@pytest.fixture(autouse=True)
+def _own_user_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own user-level folder: a command run where no store is given or found
+    uses the user-level store, which two tests must never share."""
+    monkeypatch.setenv("FORGE_LEDGER_HOME", str(tmp_path / "user-home"))
+    monkeypatch.delenv("FORGE_LEDGER_STORE", raising=False)
+
+
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return str(tmp_path / "ledger.sqlite")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from forge_ledger import engine
 from forge_ledger.audit import AuditReport, audit_report, render_markdown
 from forge_ledger.cli import main
-from forge_ledger.domain.values import DivergenceStatus, SessionStatus, Stance
+from forge_ledger.domain.values import DivergenceStatus, RoundKind, SessionStatus, Stance
 from forge_ledger.ledger import Ledger, RecordedEvent
 from support.stories import THREE_ITERATIONS, Iteration, build, play, story
 
@@ -214,3 +214,32 @@ def _main_then_exit(argv: list[str]) -> None:
     """Run the CLI in-process; a command that returns is exit code 0, as the console script's."""
     main(argv)
     raise SystemExit(0)
+
+
+def test_a_vote_whose_score_contradicts_its_stance_is_flagged(sqlite_url: str) -> None:
+    """The audit names each vote whose score says the opposite of its stance, and the events
+    stay as they were recorded."""
+    b = story(SID)
+    b.round(RoundKind.DRAFT, iteration=1, answers={b.names[0]: "Draft"}, close=True)
+    b.round(RoundKind.CONVERGENCE, iteration=1, participants=b.names)
+    for name, (agrees, score) in zip(b.names, [(True, 12), (False, 95), (True, 80)], strict=True):
+        b.answer(name, "my vote").vote(name, agrees=agrees, score=score)
+    b.close_round()
+    with Ledger(sqlite_url) as led:
+        led.save(b.aggregate)
+        r = _report(led)
+        recorded = [e.data["vote"]["score"] for e in led.events(SID) if e.type == "VoteRecorded"]
+    flagged = {t.participant: [v.contradiction for v in t.votes] for t in r.trajectories}
+    alice, bob, carol = b.names
+    assert flagged == {
+        alice: ["agree with score 12: the score says it does not agree"],
+        bob: ["disagree with score 95: the score says it agrees"],
+        carol: [None],
+    }
+    assert recorded == [12, 95, 80]
+    in_json = {t["participant"]: t["votes"][0] for t in r.model_dump(mode="json")["trajectories"]}
+    assert in_json[alice]["contradiction"] == flagged[alice][0]
+    assert "contradiction" not in in_json[carol]
+    md = render_markdown(r)
+    assert "agree ⚠" in md
+    assert f"- ⚠ {alice}, round 2: agree with score 12: the score says it does not agree" in md

@@ -7,6 +7,7 @@ built, so a command, option or help string can never be documented differently f
 
 from __future__ import annotations
 
+import html
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import click
 
 from forge_ledger.cli import cli
+from forge_ledger.cli._examples import EXAMPLES
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -44,5 +46,10 @@ def test_the_site_builds_without_warnings_and_documents_every_command(tmp_path: 
     assert len(commands) > 20
     missing = [c for c in commands if f'<section id="{c.replace(" ", "-")}">' not in page]
     assert missing == []
+    unshown = [
+        e for examples in EXAMPLES.values() for e in examples
+        if html.escape(e, quote=False) not in page
+    ]
+    assert unshown == [], "the reference shows each command's examples, as --help does"
     for page_name in ("index", "tutorial", "guides/real-models", "reference/api", "changelog"):
         assert (out / f"{page_name}.html").is_file(), page_name

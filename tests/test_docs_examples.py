@@ -67,6 +67,7 @@ def _pattern(line: str) -> re.Pattern[str]:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     where = tmp_path_factory.mktemp("tutorial")
+    (where / ".project-memory").mkdir()  # a project folder, as the tutorial's reader works in
     proc = subprocess.run(
         [sys.executable, "-m", "forge_ledger", "demo", "--latency", "0", "--json"],
         capture_output=True, text=True, timeout=300, cwd=where, check=False,

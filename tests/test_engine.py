@@ -22,6 +22,7 @@ from forge_ledger.domain.values import (
     Stance,
 )
 from forge_ledger.engine.techniques import all_techniques
+from forge_ledger.engine.votes import CONTRADICTION_MARGIN, score_contradiction
 from forge_ledger.errors import InvariantViolation
 from support.engine_sim import draft_text, drive, play_round, prompt_of, scripted, start
 
@@ -474,3 +475,20 @@ def test_budget_allows() -> None:
     play_round(agg, step, scripted(), clock)  # two calls at $0.001
     assert engine.budget_allows(agg.state, 0.0005)
     assert not engine.budget_allows(agg.state, 0.0006)
+
+
+@pytest.mark.parametrize(
+    ("stance", "score", "contradicts"),
+    [
+        (Stance.AGREE, 12, True), (Stance.STRONGLY_AGREE, 29, True), (Stance.AGREE, 30, False),
+        (Stance.AGREE, 95, False), (Stance.DISAGREE, 95, True),
+        (Stance.STRONGLY_DISAGREE, 71, True), (Stance.DISAGREE, 70, False),
+        (Stance.DISAGREE, 5, False), (Stance.PARTIAL, 0, False), (Stance.PARTIAL, 100, False),
+    ],
+)
+def test_a_score_contradicts_a_stance_past_the_margin_on_the_other_side(
+    stance: Stance, score: int, contradicts: bool
+) -> None:
+    """One rule: an agreeing stance under 50 - margin, a disagreeing one over 50 + margin."""
+    assert CONTRADICTION_MARGIN == 20
+    assert (score_contradiction(stance, score) is not None) is contradicts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,12 +11,16 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rich.console import Console
 from sqlite_utils import Database
 
+from forge_ledger.cli._live_view import LiveView
 from forge_ledger.domain import SessionState, canonical_json
 from forge_ledger.domain.events import Payload
 from forge_ledger.domain.values import Participant, RoundKind, Stance
+from forge_ledger.engine.votes import contradicting_votes
 from forge_ledger.ledger import Ledger
+from forge_ledger.orchestrator.live import RoundComplete
 from forge_ledger.projections import (
     DEFAULT_PROJECTIONS,
     EventLike,
@@ -356,3 +361,36 @@ def test_a_vote_line_reads_as_stance_score_and_the_first_line_of_its_reason() ->
         "vote: disagree (20) — no retention policy",
         "vote: disagree (35) — I cannot agree yet.",
     ]
+
+
+def test_a_vote_whose_score_contradicts_its_stance_says_so_on_its_line() -> None:
+    b = SessionBuilder().start("Votes", participants=[
+        Participant(name=n, model=f"openai/{n}") for n in ("A", "B", "C")])
+    b.round(RoundKind.CONVERGENCE, iteration=1, participants="ABC")
+    for name in "ABC":
+        b.answer(name, "My vote.")
+    b.vote("A", agrees=True, score=12, reasoning="Fine.")
+    b.vote("B", agrees=False, score=95, reasoning="No.")
+    b.vote("C", agrees=True, stance=Stance.PARTIAL, score=5, reasoning="Half.")
+    state = b.aggregate.state
+    got = [contribution_line(state, c).preview for c in state.rounds[-1].contributions]
+    assert got == [
+        "vote: agree (12) — Fine. ⚠ agree with score 12: the score says it does not agree",
+        "vote: disagree (95) — No. ⚠ disagree with score 95: the score says it agrees",
+        "vote: partial (5) — Half.",
+    ]
+    assert contradicting_votes(state.rounds[-1]) == (
+        "A: agree with score 12: the score says it does not agree",
+        "B: disagree with score 95: the score says it agrees",
+    )
+
+
+def test_the_live_view_warns_of_a_vote_whose_score_contradicts_its_stance() -> None:
+    out = io.StringIO()
+    view = LiveView(Console(file=out, width=200, force_terminal=False))
+    view.handle(RoundComplete(round=3, kind=RoundKind.CONVERGENCE, session_cost_usd=0.0,
+                              score=0.5, majority_agrees=True,
+                              contradictions=("A: agree with score 12: the score says it "
+                                              "does not agree",)))
+    assert out.getvalue().splitlines()[-1] == (
+        "  warning: vote of A: agree with score 12: the score says it does not agree")

@@ -37,7 +37,15 @@ if TYPE_CHECKING:
         SessionNotFoundError,
         StoreError,
     )
-    from .ledger import ChainReport, Ledger, RecordedEvent, verify_session, verify_store
+    from .ledger import (
+        ChainReport,
+        FoundStore,
+        Ledger,
+        RecordedEvent,
+        find_store,
+        verify_session,
+        verify_store,
+    )
     from .lineage import fork
     from .orchestrator import Orchestrator
     from .providers import get_provider
@@ -53,6 +61,7 @@ _LAZY = {
     "FixedStepClock": "clock",
     "Forge": "app",
     "ForgeLedgerError": "errors",
+    "FoundStore": "ledger",
     "IdSource": "clock",
     "InvariantViolation": "errors",
     "Ledger": "ledger",
@@ -69,6 +78,7 @@ _LAZY = {
     "Topic": "domain",
     "UuidIds": "clock",
     "audit_report": "audit",
+    "find_store": "ledger",
     "fork": "lineage",
     "get_provider": "providers",
     "open": "app",
@@ -125,6 +135,7 @@ __all__ = [
     "FixedStepClock",
     "Forge",
     "ForgeLedgerError",
+    "FoundStore",
     "IdSource",
     "InvariantViolation",
     "Ledger",
@@ -143,6 +154,7 @@ __all__ = [
     "__version__",
     "app",
     "audit_report",
+    "find_store",
     "fork",
     "get_provider",
     "open",

@@ -22,6 +22,7 @@ from ..domain.state import SessionState
 from ..domain.values import DivergenceStatus, RoundKind, Stance
 from ..engine.conformity import Influence, StanceChange
 from ..engine.prompts import text_under_vote
+from ..engine.votes import score_contradiction
 from ..projections import TrailRound, apply_event, consensus_trail, dissent_log
 from ..projections.consensus import change_json, influence_json
 from .model import (
@@ -124,6 +125,7 @@ def _trajectories(
                     position=positions.get((t.round, v.participant), v.position),
                     stance=v.stance, agrees=v.agrees, score=v.score, reasoning=v.reasoning,
                     concerns=v.concerns,
+                    contradiction=score_contradiction(Stance(v.stance), v.score),
                 )
             )
     out = []

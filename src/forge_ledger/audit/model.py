@@ -9,7 +9,16 @@ its parent's: its inherited rounds keep the positions they have in the parent).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    computed_field,
+    model_serializer,
+)
 
 from ..domain.events import ForkOrigin
 from ..domain.state import CallFailure, DivergenceChange
@@ -74,6 +83,16 @@ class StancePoint(_Model):
     score: int
     reasoning: str = ""
     concerns: tuple[str, ...] = ()
+    contradiction: str | None = None
+    """Why the score contradicts the stance (``engine.votes.score_contradiction``); left out
+    of the JSON when it does not, so a vote reads as before unless there is something to say."""
+
+    @model_serializer(mode="wrap")
+    def _without_empty_contradiction(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("contradiction", "") is None:
+            del data["contradiction"]
+        return data
 
 
 class Trajectory(_Model):

@@ -100,9 +100,18 @@ def _trajectories(r: AuditReport) -> list[str]:
         return [*out, "No votes were recorded.", ""]
     rows = []
     for t in r.trajectories:
-        by_round = {v.round: v.stance.value for v in t.votes}
+        by_round = {v.round: v.stance.value + (" ⚠" if v.contradiction else "") for v in t.votes}
         rows.append((f"{t.participant} ({t.model})", *(by_round.get(n, "—") for n in vote_rounds)))
-    return out + _table(("Participant", *(f"round {n}" for n in vote_rounds)), rows)
+    out += _table(("Participant", *(f"round {n}" for n in vote_rounds)), rows)
+    contradictions = [
+        f"- ⚠ {t.participant}, round {v.round}: {v.contradiction}"
+        for t in r.trajectories for v in t.votes if v.contradiction
+    ]
+    if contradictions:
+        out += ["Votes whose score contradicts their stance (the score counts in the weighted "
+                "outcome, the stance in the majority and the dissent log):", "",
+                *contradictions, ""]
+    return out
 
 
 def _changes(r: AuditReport) -> list[str]:

@@ -74,6 +74,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "spec": ("spec_cmd", "spec_cmd", "Print SESSION's document: the latest synthesis (before any, "
              "the latest draft or response) exactly as written, under a header saying whether "
              "it was agreed."),
+    "store": ("store_cmd", "store_cmd", "Say which store the commands use here and why "
+              "(--store, FORGE_LEDGER_STORE, the nearest .project-memory/, or the user-level "
+              "store)."),
     "study": ("study_cmd", "study", "Run many sessions from one plan (topics x panels x "
               "variants x repeats) under one budget."),
     "trail": ("views", "trail", "The consensus trail of SESSION: each vote, stance changes, who "
@@ -103,7 +106,8 @@ class _Group(click.Group):
         return sorted({*COMMANDS, *super().list_commands(ctx)})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        """The command, its module imported the first time (it registers itself on ``cli``).
+        """The command, its module imported the first time (it registers itself on ``cli``),
+        with its examples (``_examples.EXAMPLES``) as its help's epilog.
 
         A Ctrl-C while the module loads is one at start-up, before anything ran: it ends as
         one in ``_entry`` does, not as click's abort of a running command."""
@@ -114,7 +118,14 @@ class _Group(click.Group):
             except KeyboardInterrupt:
                 exit_interrupted()
             self.commands.setdefault(cmd_name, getattr(loaded, attribute))
-        return super().get_command(ctx, cmd_name)
+        command = super().get_command(ctx, cmd_name)
+        if command is not None and command.epilog is None:
+            from ._examples import epilog  # the examples, kept in one map
+
+            command.epilog = epilog(cmd_name)
+            for name, sub in getattr(command, "commands", {}).items():  # a group's commands
+                sub.epilog = sub.epilog or epilog(f"{cmd_name} {name}")
+        return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """click's command list, with a command not loaded yet standing in by its summary
@@ -159,7 +170,8 @@ def _discard_stdout() -> None:
     default=None,
     metavar="DIR",
     help="Where a PostgreSQL store's exports, documents and read model go "
-    "[env FORGE_LEDGER_HOME; default ~/.local/share/forge-ledger]. "
+    "[env FORGE_LEDGER_HOME, the folder of the user-level store too; default the user data "
+    "folder, ~/.local/share/forge-ledger on Linux]. "
     "A SQLite store's outputs always sit beside its file.",
 )
 @click.pass_context

@@ -218,15 +218,17 @@ def hmac_key(env_name: str = HMAC_KEY_ENV) -> bytes | None:
 
 
 def store_option(f: F) -> F:
-    """``--store PATH|URL`` (env ``FORGE_LEDGER_STORE``; default .project-memory/…sqlite)."""
+    """``--store PATH|URL``; without it the store is found by
+    :func:`~forge_ledger.ledger.store.find_store` (``FORGE_LEDGER_STORE``, the nearest
+    ``.project-memory/``, the user-level store), the one rule, which says which rule chose."""
     return click.option(
         "--store",
         "store",
-        envvar="FORGE_LEDGER_STORE",
         default=None,
         metavar="PATH|URL",
-        help="Event store: a SQLite file path or a postgresql:// URL "
-        "[env FORGE_LEDGER_STORE; default .project-memory/forge-ledger.sqlite].",
+        help="Event store: a SQLite file path or a postgresql:// URL [else FORGE_LEDGER_STORE, "
+        "else the nearest .project-memory/ here or above, else the user-level store: "
+        "'forge-ledger store' says which].",
     )(f)
 
 

@@ -128,10 +128,10 @@ class LiveView:
             extra = f" · weighted score {event.score:.2f} · majority agrees: {majority}"
         cost = money(event.session_cost_usd, unpriced=bool(self.unpriced))
         line = f"{self._round} done · session cost {cost}{extra}"
-        if self._live is not None:
-            self._live.console.print(line)
-        else:
-            self.console.print(line)
+        console = self._live.console if self._live is not None else self.console
+        console.print(line)
+        for why in event.contradictions:
+            console.print(printable(f"  warning: vote of {why}"), markup=False)
 
     def _render(self) -> Group:
         table = Table(box=None, show_header=True, header_style="bold", expand=True)

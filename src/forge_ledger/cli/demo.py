@@ -9,10 +9,13 @@ the session shows a divergence, a refinement and convergence in iteration 2.
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
+import sys
+from pathlib import Path
 
 import click
-from click.core import ParameterSource
 
 from ..app.demo import DEMO_LATENCY, DEMO_SCRIPT, demo_participants, demo_topic
 from ..domain.values import SessionConfig
@@ -68,6 +71,7 @@ def demo(latency: float, store: str | None, as_json: bool) -> None:
         short = state.id[:8]
         click.echo("\nnext, try:")
         store_arg = _store_arg(store)
+        program = invoked_as()
         for cmd, what in (
             (f"spec {short} --provenance", "the document they agreed on, sentence by sentence"),
             (f"report {short}", "the audit as one HTML page"),
@@ -80,19 +84,45 @@ def demo(latency: float, store: str | None, as_json: bool) -> None:
             (f"fork {short} --at-iteration 1", "a new session from iteration 1, then resume it"),
             (f"verify {short}", "check the hash chain and the seal"),
         ):
-            click.echo(f"  forge-ledger {cmd}{store_arg}  # {what}")
+            click.echo(f"  {program} {cmd}{store_arg}  # {what}")
         if "***" in store_arg:
-            click.echo("  (the password is masked: type yours in its place, or set "
-                       f"{ENV_VAR} and leave --store out)")
+            click.echo(
+                "  (the password is masked: type yours in its place, or set "
+                f"{ENV_VAR} and leave --store out)"
+            )
     finally:
         ledger.close()
 
 
+def invoked_as(argv0: str | None = None) -> str:
+    """How to type this program again, for hints a user copies: ``forge-ledger`` when the
+    running executable is the one the shell finds on PATH under that name, else the path it
+    was started by (``.venv/bin/forge-ledger`` from a venv not activated). Started as a module
+    (``python -m forge_ledger``), the console script beside the interpreter stands for it, or
+    failing that the module itself."""
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    if Path(argv0).name == "__main__.py":
+        script = Path(sys.executable).parent / "forge-ledger"
+        if not script.is_file():
+            return f"{shlex.quote(sys.executable)} -m forge_ledger"
+        argv0 = str(script)
+    name = Path(argv0).name
+    return name if _on_path(name, argv0) else shlex.quote(argv0)
+
+
+def _on_path(name: str, running: str) -> bool:
+    """Whether typing ``name`` in a shell runs the file ``running``."""
+    found = shutil.which(name)
+    try:
+        return found is not None and os.path.samefile(found, running)
+    except OSError:
+        return False
+
+
 def _store_arg(store: str | None) -> str:
-    """``--store`` for the hints: none when the store is the default or comes from
-    ``FORGE_LEDGER_STORE`` (it applies to the next commands too), else the store as shown
-    everywhere (``StoreLocation.display``: a password masked), quoted for a shell."""
-    ctx = click.get_current_context()
-    if store is None or ctx.get_parameter_source("store") is ParameterSource.ENVIRONMENT:
+    """``--store`` for the hints: none when the store was found without it (the next commands
+    find it the same way), else the store as shown everywhere (``StoreLocation.display``: a
+    password masked), quoted for a shell."""
+    if not store:
         return ""
     return f" --store {shlex.quote(printable(resolve_store(store).display))}"

@@ -6,12 +6,21 @@ from .. import _lazy
 
 if TYPE_CHECKING:
     from .application import Ledger, RecordedEvent, SessionSummary, store_failure
-    from .store import DEFAULT_STORE, ENV_VAR, StoreLocation, resolve_store
+    from .store import (
+        DEFAULT_STORE,
+        ENV_VAR,
+        FoundStore,
+        StoreLocation,
+        find_store,
+        resolve_store,
+    )
     from .verify import ChainReport, verify_session, verify_store
 
 __getattr__, __dir__ = _lazy.exports(__name__, {
     "application": ("Ledger", "RecordedEvent", "SessionSummary", "store_failure"),
-    "store": ("DEFAULT_STORE", "ENV_VAR", "StoreLocation", "resolve_store"),
+    "store": (
+        "DEFAULT_STORE", "ENV_VAR", "FoundStore", "StoreLocation", "find_store", "resolve_store"
+    ),
     "verify": ("ChainReport", "verify_session", "verify_store"),
 })
 
@@ -19,10 +28,12 @@ __all__ = [
     "DEFAULT_STORE",
     "ENV_VAR",
     "ChainReport",
+    "FoundStore",
     "Ledger",
     "RecordedEvent",
     "SessionSummary",
     "StoreLocation",
+    "find_store",
     "resolve_store",
     "store_failure",
     "verify_session",

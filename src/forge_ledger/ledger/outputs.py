@@ -8,10 +8,11 @@ directory a command happened to be run from:
   ``DIR/NAME.views.sqlite``, its YAML exports in ``DIR/brainstorm-sessions/``, its
   documents in ``DIR/specs/`` and its HTML reports in ``DIR/reports/``.
 - **PostgreSQL store**: under one home, ``--home DIR`` (a global option) or the
-  ``FORGE_LEDGER_HOME`` environment variable, by default ``$XDG_DATA_HOME/forge-ledger``
-  (``~/.local/share/forge-ledger``). Each store gets its own directory there, named after
-  its server, database and schema (``postgres-HOST-PORT-DB-SCHEMA``), holding
-  ``forge-ledger.views.sqlite``, ``brainstorm-sessions/``, ``specs/`` and ``reports/``.
+  ``FORGE_LEDGER_HOME`` environment variable, by default the user data folder
+  (``~/.local/share/forge-ledger`` on Linux, as platformdirs says). Each store gets its own
+  directory there, named after its server, database and schema
+  (``postgres-HOST-PORT-DB-SCHEMA``), holding ``forge-ledger.views.sqlite``,
+  ``brainstorm-sessions/``, ``specs/`` and ``reports/``.
   Two schemas never share a read model (its tracking position belongs to one store).
 
 Nothing here creates a directory: writers create what they write, on demand.
@@ -24,7 +25,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .store import READ_MODEL_SUFFIX, StoreLocation
+from .store import HOME_ENV, READ_MODEL_SUFFIX, StoreLocation, user_home
 
 __all__ = [
     "EXPORTS_DIR",
@@ -38,8 +39,6 @@ __all__ = [
     "write_output",
 ]
 
-HOME_ENV = "FORGE_LEDGER_HOME"
-"""Environment variable naming the home of a PostgreSQL store's outputs."""
 EXPORTS_DIR = "brainstorm-sessions"
 SPECS_DIR = "specs"
 REPORTS_DIR = "reports"
@@ -83,14 +82,9 @@ def set_home_override(home: str | os.PathLike[str] | None) -> None:
 
 
 def default_home() -> Path:
-    """``$FORGE_LEDGER_HOME``, else ``$XDG_DATA_HOME/forge-ledger``, else
-    ``~/.local/share/forge-ledger``."""
-    env = os.environ.get(HOME_ENV, "").strip()
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME", "").strip()
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
-    return base / "forge-ledger"
+    """The user-level folder (:func:`~forge_ledger.ledger.store.user_home`), where a PostgreSQL
+    store's outputs go unless ``--home`` says otherwise."""
+    return user_home()
 
 
 def store_outputs(

@@ -1,7 +1,10 @@
 """Where the ledger lives: a SQLite file (default) or a PostgreSQL URL.
 
-``--store`` and ``FORGE_LEDGER_STORE`` accept either a filesystem path or a
-``postgresql://user:pass@host:port/dbname?schema=name`` URL. This module turns that into the
+The store is found the way git finds a repository (:func:`find_store`, the one rule): ``--store``,
+else ``FORGE_LEDGER_STORE``, else ``forge-ledger.sqlite`` in the nearest ``.project-memory/``
+folder of the current directory or one above it, else the user-level store
+(:func:`user_home`). ``--store`` and ``FORGE_LEDGER_STORE`` accept either a filesystem path or
+a ``postgresql://user:pass@host:port/dbname?schema=name`` URL. This module turns that into the
 environment the ``eventsourcing`` persistence modules read, and checks the obvious mistakes
 (a directory, a file that is not SQLite, a SQLite file that belongs to another program) before
 anything is created, so a typo never leaves a stray database behind.
@@ -13,6 +16,7 @@ import contextlib
 import os
 import re
 import sqlite3
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,23 +29,37 @@ __all__ = [
     "DEFAULT_STORE",
     "ENV_VAR",
     "FORMAT_VERSION",
+    "HOME_ENV",
     "LOCK_TIMEOUT_ENV",
+    "PROJECT_DIR",
     "READ_MODEL_SUFFIX",
+    "STORE_NAME",
+    "FoundStore",
     "SqliteAccess",
     "SqliteCheck",
     "StoreLocation",
     "check_sqlite_file",
+    "find_project",
+    "find_store",
     "lock_timeout",
     "mark_ledger",
     "resolve_store",
     "sqlite_uri",
+    "user_home",
 ]
 
 ENV_VAR = "FORGE_LEDGER_STORE"
 LOCK_TIMEOUT_ENV = "FORGE_LEDGER_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 30
 """Seconds a SQLite write waits for another process's write lock before giving up."""
-DEFAULT_STORE = Path(".project-memory") / "forge-ledger.sqlite"
+HOME_ENV = "FORGE_LEDGER_HOME"
+"""Environment variable naming the user-level folder: the user-level store and a PostgreSQL
+store's outputs."""
+PROJECT_DIR = ".project-memory"
+"""The folder that makes a directory (and those below it) a project with its own store."""
+STORE_NAME = "forge-ledger.sqlite"
+DEFAULT_STORE = Path(PROJECT_DIR) / STORE_NAME
+"""A project's store, relative to the folder holding its ``.project-memory/``."""
 READ_MODEL_SUFFIX = ".views.sqlite"
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -114,12 +132,124 @@ def lock_timeout() -> int:
     return int(raw)
 
 
+class StoreRule:
+    """Which rule of :func:`find_store` chose the store."""
+
+    OPTION = "option"  # --store (or a path given to the library)
+    ENVIRONMENT = "environment"  # FORGE_LEDGER_STORE
+    PROJECT = "project"  # the nearest .project-memory/ at or above the current directory
+    USER = "user"  # nothing of the above: the user-level store
+
+
+@dataclass(frozen=True)
+class FoundStore:
+    """The store :func:`find_store` chose, the rule that chose it and why, in words."""
+
+    location: StoreLocation
+    rule: str
+    reason: str
+
+
+def find_store(
+    value: str | os.PathLike[str] | None = None, *, cwd: str | os.PathLike[str] | None = None
+) -> FoundStore:
+    """The one rule for which store a command (or ``Ledger()``) uses, as git finds a repository.
+
+    ``value`` (``--store``), else ``FORGE_LEDGER_STORE``, else ``forge-ledger.sqlite`` in the
+    nearest ``.project-memory/`` of ``cwd`` (the current directory) or a folder above it
+    (:func:`find_project`), else the user-level store (:func:`user_home`). A command that
+    creates a store creates it where this rule points: from a project's subfolder, the
+    project's store; from a folder of no project, the user-level one, never a new
+    ``.project-memory/`` wherever the command happened to run (making a folder a project is
+    ``mkdir .project-memory``, as ``git init`` is explicit).
+    """
+    raw = os.fspath(value).strip() if value is not None else ""
+    if raw:
+        return FoundStore(_parse_store(raw), StoreRule.OPTION, "given with --store")
+    env = os.environ.get(ENV_VAR, "").strip()
+    if env:
+        return FoundStore(_parse_store(env), StoreRule.ENVIRONMENT, f"{ENV_VAR} is set")
+    start = Path(cwd) if cwd is not None else _cwd()
+    project = find_project(start) if start is not None else None
+    if project is not None:
+        return FoundStore(
+            StoreLocation(kind="sqlite", path=project / STORE_NAME),
+            StoreRule.PROJECT,
+            f"the nearest {PROJECT_DIR}/ at or above {start}",
+        )
+    return FoundStore(
+        StoreLocation(kind="sqlite", path=user_home() / STORE_NAME),
+        StoreRule.USER,
+        f"no --store, no {ENV_VAR}, no {PROJECT_DIR}/ at or above "
+        f"{start or 'the current directory'}: the user-level store",
+    )
+
+
 def resolve_store(value: str | os.PathLike[str] | None = None) -> StoreLocation:
-    """Parse ``--store`` (or ``FORGE_LEDGER_STORE``, or the default path)."""
-    raw = os.fspath(value) if value is not None else os.environ.get(ENV_VAR) or ""
-    raw = raw.strip()
-    if not raw:
-        return StoreLocation(kind="sqlite", path=DEFAULT_STORE)
+    """The store ``value`` names, or the one :func:`find_store` finds without it."""
+    return find_store(value).location
+
+
+def find_project(start: Path) -> Path | None:
+    """The nearest ``.project-memory/`` folder in ``start`` or a folder above it, or None.
+
+    The walk stops at the filesystem's root and, as git's does by default, where a mount
+    boundary is crossed (a project never spans two filesystems; an NFS home is not searched
+    from a local disk). A folder that cannot be searched (no permission) holds no project for
+    us and is passed over, never an error. Found in ``start`` itself, the path is relative
+    (``.project-memory``), as git names ``.git``; found above, it is absolute.
+    """
+    here = start.absolute()
+    device = _device(here)
+    while True:
+        candidate = here / PROJECT_DIR
+        if _is_folder(candidate):
+            return Path(PROJECT_DIR) if here == _cwd() else candidate
+        parent = here.parent
+        above = _device(parent)
+        if parent == here or (None not in (device, above) and above != device):
+            return None
+        device = above if device is None else device
+        here = parent
+
+
+def _cwd() -> Path | None:
+    """The current directory, or None when it was removed under us (nothing to search)."""
+    try:
+        return Path.cwd()
+    except OSError:
+        return None
+
+
+def _device(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_dev
+    except OSError:
+        return None
+
+
+def _is_folder(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError:  # missing, or a folder we may not search: no project here
+        return False
+
+
+def user_home() -> Path:
+    """The user-level folder: ``$FORGE_LEDGER_HOME``, else the platform's user data folder
+    for forge-ledger (platformdirs: ``$XDG_DATA_HOME/forge-ledger``, by default
+    ``~/.local/share/forge-ledger`` on Linux; ``~/Library/Application Support/forge-ledger``
+    on macOS). It holds the user-level store and PostgreSQL stores' outputs."""
+    env = os.environ.get(HOME_ENV, "").strip()
+    if env:
+        return Path(env).expanduser()
+    import platformdirs  # only when no store was given or found
+
+    return platformdirs.user_data_path("forge-ledger", appauthor=False)
+
+
+def _parse_store(raw: str) -> StoreLocation:
+    """A ``--store`` / ``FORGE_LEDGER_STORE`` value: a SQLite path or a PostgreSQL URL."""
     if raw.startswith(("postgresql://", "postgres://")):
         return _parse_postgres(raw)
     if "://" in raw:
@@ -216,7 +346,8 @@ def check_sqlite_file(path: Path, *, create: bool) -> SqliteCheck:
         if not create:
             raise StoreMissingError(
                 f"no ledger at {path}",
-                hint="run 'forge-ledger demo' or 'forge-ledger run' first, or pass --store",
+                hint="run 'forge-ledger demo' or 'forge-ledger run' first, or pass --store "
+                "('forge-ledger store' says how the store is found)",
             )
         _check_writable_folder(path.parent)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -65,6 +65,8 @@ class RoundComplete:
     session_cost_usd: float
     score: float | None = None
     majority_agrees: bool | None = None
+    contradictions: tuple[str, ...] = ()
+    """Votes whose score contradicts their stance (``engine.votes.contradicting_votes``)."""
 
 
 @dataclass(frozen=True)

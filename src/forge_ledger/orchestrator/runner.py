@@ -49,6 +49,7 @@ from ..domain.values import (
     Topic,
 )
 from ..engine.steps import begin_round
+from ..engine.votes import contradicting_votes
 from ..errors import InvariantViolation
 from ..providers import Provider, ProviderCall, ProviderCallError, retry_delay
 from . import live
@@ -639,6 +640,7 @@ class Orchestrator:
                 session_cost_usd=agg.state.cost_usd,
                 score=result.score if result else None,
                 majority_agrees=result.majority_agrees if result else None,
+                contradictions=contradicting_votes(rnd),
             )
         )
         self._checkpoint(agg.state)
