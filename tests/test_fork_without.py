@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 
 from forge_ledger.audit import audit_report
+from forge_ledger.audit.aggregates import counterfactual_influence
 from forge_ledger.audit.counterfactual import compare_fork
+from forge_ledger.audit.metrics import session_row
 from forge_ledger.cli import main
 from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.values import ParticipantRole, SessionConfig, SessionStatus
@@ -29,7 +31,7 @@ from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.replay import replay_session
 from forge_ledger.sessions import compare_with_parent
 from forge_ledger.testing import ScriptedProvider
-from support.orchestrator import TOPIC, participants, vote_json, voice
+from support.orchestrator import TOPIC, participants, voice, vote_json
 
 NAMES = ("alice", "bob", "carol", "dave")
 CONFIG = SessionConfig(max_rounds=40, max_recursive_depth=2, max_cost_usd=10.0)
@@ -100,7 +102,8 @@ def test_dropping_the_lone_dissenter_flips_the_outcome(ledger: Ledger) -> None:
     assert c is not None
     assert c == compare_with_parent(ledger, fid, parent)  # either order names the same pair
     assert c.without == ("dave",)
-    assert c.outcome_changed and c.converged_changed
+    assert c.outcome_changed
+    assert c.converged_changed
     assert (c.parent.converged, c.fork.converged) == (False, True)
     assert c.fork.rounds_to_converge == c.fork.rounds
     assert c.parent.rounds_to_converge is None
@@ -112,6 +115,15 @@ def test_dropping_the_lone_dissenter_flips_the_outcome(ledger: Ledger) -> None:
     assert c.document_similarity is not None
     assert 0.0 <= c.document_similarity <= 1.0
     assert c.fork_iteration == 1
+
+    row = session_row(audit_report(list(ledger.events(fid))), c, topic="retries", repeat=0)
+    assert (row.parent_id, row.without, row.outcome_changed) == (str(parent), ("dave",), True)
+    assert row.similarity_to_parent == c.document_similarity
+    assert row.converged
+    influence = counterfactual_influence([row])
+    assert [(i.participant, i.outcome_change.value, i.topics) for i in influence] == [
+        ("dave", 1.0, 1)
+    ]
 
 
 def test_a_fork_without_change_reproduces_its_parent(ledger: Ledger) -> None:
@@ -194,15 +206,26 @@ def test_cli_fork_without_and_diff(
     sqlite_url: str, ledger: Ledger, capsys: pytest.CaptureFixture[str]
 ) -> None:
     parent = _run_parent(ledger)
-    code, out, err = _run(["fork", str(parent), "--at-iteration", "1", "--without", "dave",
-                           "--store", sqlite_url, "--json"], capsys)
+    code, out, err = _run(
+        [
+            "fork",
+            str(parent),
+            "--at-iteration",
+            "1",
+            "--without",
+            "dave",
+            "--store",
+            sqlite_url,
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0, err
     doc = json.loads(out)
     assert doc["without"] == ["dave"]
     fid = uuid.UUID(doc["session_id"])
     _resume(ledger, fid)
-    code, out, err = _run(["diff", str(parent), str(fid), "--store", sqlite_url, "--json"],
-                          capsys)
+    code, out, err = _run(["diff", str(parent), str(fid), "--store", sqlite_url, "--json"], capsys)
     assert code == 0, err
     doc = json.loads(out)
     assert doc["fork_comparison"]["outcome_changed"] is True
@@ -217,8 +240,10 @@ def test_cli_refuses_an_unknown_name_in_one_line(
     sqlite_url: str, ledger: Ledger, capsys: pytest.CaptureFixture[str]
 ) -> None:
     parent = _run_parent(ledger)
-    code, out, err = _run(["fork", str(parent), "--at-iteration", "1", "--without", "erin",
-                           "--store", sqlite_url], capsys)
+    code, out, err = _run(
+        ["fork", str(parent), "--at-iteration", "1", "--without", "erin", "--store", sqlite_url],
+        capsys,
+    )
     assert code == 2
     assert out == ""
     assert err.count("\n") == 1

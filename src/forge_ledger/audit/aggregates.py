@@ -4,9 +4,9 @@ counterfactual influence of each participant.
 Every estimate is a mean over rows (a yes/no column counts as 1/0, so the mean of
 ``converged`` is the convergence rate) with a 95 % bootstrap confidence interval from
 ``scipy.stats.bootstrap`` (percentile method, :data:`RESAMPLES` resamples, a seeded generator:
-the same rows, in any order, and seed give the same figures to the byte), and ``n``, the number of values
-behind it, beside it. A row whose value is unknown (None) is left out of that metric's ``n``.
-Fewer than two values give no interval.
+the same rows, in any order, and seed give the same figures to the byte), and ``n``, the
+number of values behind it, beside it. A row whose value is unknown (None) is left out of
+that metric's ``n``. Fewer than two values give no interval.
 
 - :func:`aggregate`: each metric per group (by default the ``variant`` column);
 - :func:`difference`: group A minus group B; **paired** when the rows of both groups pair up
@@ -48,8 +48,16 @@ _DIGITS = 6
 """Figures are rounded so the last bits of floating point never reach the output."""
 
 DEFAULT_METRICS = (
-    "converged", "rounds", "iterations", "cost_usd", "tokens", "first_vote_majority",
-    "final_vote_majority", "conformity_rate", "self_preference", "dissents_open",
+    "converged",
+    "rounds",
+    "iterations",
+    "cost_usd",
+    "tokens",
+    "first_vote_majority",
+    "final_vote_majority",
+    "conformity_rate",
+    "self_preference",
+    "dissents_open",
 )
 
 
@@ -117,8 +125,13 @@ def _interval(
         value = float(statistic(*data, axis=-1))
         return _round(value), _round(value)
     result = stats.bootstrap(
-        data, statistic, n_resamples=RESAMPLES, confidence_level=CONFIDENCE,
-        method="percentile", rng=np.random.default_rng(seed), vectorized=True,
+        data,
+        statistic,
+        n_resamples=RESAMPLES,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+        vectorized=True,
     )
     ci = result.confidence_interval
     return _round(ci.low), _round(ci.high)
@@ -141,8 +154,9 @@ def estimate(metric: str, values: Sequence[float], *, seed: int = 0) -> Estimate
     if not values:
         return Estimate(metric=metric, n=0, value=None, low=None, high=None)
     low, high = _interval((values,), _mean, seed)
-    return Estimate(metric=metric, n=len(values), value=_round(sum(values) / len(values)),
-                    low=low, high=high)
+    return Estimate(
+        metric=metric, n=len(values), value=_round(sum(values) / len(values)), low=low, high=high
+    )
 
 
 def _value(row: SessionMetrics, metric: str) -> float | None:
@@ -172,17 +186,17 @@ def aggregate(
     """Each metric per group of ``rows`` (grouped by the column ``by``), groups in order."""
     return [
         GroupEstimates(
-            group=group, sessions=len(members),
+            group=group,
+            sessions=len(members),
             estimates=tuple(estimate(m, _values(members, m), seed=seed) for m in metrics),
         )
         for group, members in _groups(rows, by).items()
     ]
 
 
-def _pairs(
-    a: list[SessionMetrics], b: list[SessionMetrics], metric: str
-) -> list[float] | None:
+def _pairs(a: list[SessionMetrics], b: list[SessionMetrics], metric: str) -> list[float] | None:
     """a − b per ``(topic, repeat)`` when the rows pair up one to one, else None."""
+
     def keyed(rows: list[SessionMetrics]) -> dict[tuple[str | None, int | None], float] | None:
         out: dict[tuple[str | None, int | None], float] = {}
         for r in rows:
@@ -222,14 +236,20 @@ def difference(
     else:
         low = high = value = None
     return Difference(
-        metric=metric, a=a, b=b, n_a=len(xa), n_b=len(xb), paired=pairs is not None,
-        n_pairs=len(pairs or ()), value=value, low=low, high=high,
+        metric=metric,
+        a=a,
+        b=b,
+        n_a=len(xa),
+        n_b=len(xb),
+        paired=pairs is not None,
+        n_pairs=len(pairs or ()),
+        value=value,
+        low=low,
+        high=high,
     )
 
 
-def counterfactual_influence(
-    rows: Sequence[SessionMetrics], *, seed: int = 0
-) -> list[Influence]:
+def counterfactual_influence(rows: Sequence[SessionMetrics], *, seed: int = 0) -> list[Influence]:
     """Per participant dropped alone from forks, the change its absence makes, by name."""
     by_who: dict[str, dict[str, list[SessionMetrics]]] = {}
     for r in rows:
@@ -247,9 +267,13 @@ def counterfactual_influence(
             sims = [r.similarity_to_parent for r in rs if r.similarity_to_parent is not None]
             if sims:
                 moved.append(1.0 - sum(sims) / len(sims))
-        out.append(Influence(
-            participant=who, topics=len(topics), forks=sum(len(rs) for rs in topics.values()),
-            outcome_change=estimate("outcome_changed", outcome, seed=seed),
-            document_change=estimate("document_change", moved, seed=seed),
-        ))
+        out.append(
+            Influence(
+                participant=who,
+                topics=len(topics),
+                forks=sum(len(rs) for rs in topics.values()),
+                outcome_change=estimate("outcome_changed", outcome, seed=seed),
+                document_change=estimate("document_change", moved, seed=seed),
+            )
+        )
     return out

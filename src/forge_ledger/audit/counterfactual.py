@@ -98,9 +98,7 @@ def _open_at(d: DissentRecord, position: int) -> bool:
     )
 
 
-def _side(
-    audit: AuditReport, state: SessionState, base: SessionState
-) -> SideOutcome:
+def _side(audit: AuditReport, state: SessionState, base: SessionState) -> SideOutcome:
     effect = audit.deliberation_effect
     rounds = len(state.active_rounds)
     after = rounds - len(base.active_rounds)
@@ -139,10 +137,14 @@ def _dissent(
         if not (_open_at(d, position) or open_at_end):
             continue
         other = in_fork.get(d.id)
-        fates.append(DissentFate(
-            id=d.id, topic=d.topic, parent_status=d.status,
-            fork_status=other.status if other is not None else None,
-        ))
+        fates.append(
+            DissentFate(
+                id=d.id,
+                topic=d.topic,
+                parent_status=d.status,
+                fork_status=other.status if other is not None else None,
+            )
+        )
         if open_at_end and other is not None:
             (still if not DivergenceStatus(other.status).closed else closed).append(d.id)
     return tuple(fates), tuple(closed), tuple(still)
@@ -177,9 +179,7 @@ def compare_fork(
         outcome_changed=converged_changed or majority_changed,
         converged_changed=converged_changed,
         majority_changed=majority_changed,
-        document_similarity=(
-            round(document_similarity(*texts), 4) if any(texts) else None
-        ),
+        document_similarity=(round(document_similarity(*texts), 4) if any(texts) else None),
         dissent=fates,
         closed_in_fork=closed,
         still_open=still,

@@ -116,45 +116,46 @@ def session_row(
             "parent_id": audit.fork_origin.parent_id,
             "fork_iteration": audit.fork_origin.parent_iteration,
         }
-    return SessionMetrics.model_validate({
-        **labels,
-        **fork,
-        "session_id": audit.session_id,
-        "title": audit.title,
-        "status": audit.status,
-        "iterations": audit.iterations,
-        "rounds": len(audit.usage_by_round),
-        "cost_usd": audit.total.cost_usd,
-        "input_tokens": audit.total.input_tokens,
-        "output_tokens": audit.total.output_tokens,
-        "tokens": audit.total.input_tokens + audit.total.output_tokens,
-        "converged": audit.status == SessionStatus.CONVERGED.value,
-        "first_vote_majority": effect.first_vote.majority_agrees if effect.first_vote else None,
-        "final_vote_majority": effect.final_vote.majority_agrees if effect.final_vote else None,
-        "first_majority_is_final": effect.first_majority_is_final,
-        "stance_changes": effect.stance_changes,
-        "conformity_flags": effect.conformity_flags,
-        "conformity_rate": effect.conformity_rate,
-        "dissents_opened": len(audit.dissent),
-        "dissents_resolved": tally.resolved,
-        "dissents_overruled": tally.overruled,
-        "dissents_withdrawn": tally.withdrawn,
-        "dissents_open": tally.open,
-        "self_preference": _mean(gaps),
-    })
+    return SessionMetrics.model_validate(
+        {
+            **labels,
+            **fork,
+            "session_id": audit.session_id,
+            "title": audit.title,
+            "status": audit.status,
+            "iterations": audit.iterations,
+            "rounds": len(audit.usage_by_round),
+            "cost_usd": audit.total.cost_usd,
+            "input_tokens": audit.total.input_tokens,
+            "output_tokens": audit.total.output_tokens,
+            "tokens": audit.total.input_tokens + audit.total.output_tokens,
+            "converged": audit.status == SessionStatus.CONVERGED.value,
+            "first_vote_majority": effect.first_vote.majority_agrees if effect.first_vote else None,
+            "final_vote_majority": effect.final_vote.majority_agrees if effect.final_vote else None,
+            "first_majority_is_final": effect.first_majority_is_final,
+            "stance_changes": effect.stance_changes,
+            "conformity_flags": effect.conformity_flags,
+            "conformity_rate": effect.conformity_rate,
+            "dissents_opened": len(audit.dissent),
+            "dissents_resolved": tally.resolved,
+            "dissents_overruled": tally.overruled,
+            "dissents_withdrawn": tally.withdrawn,
+            "dissents_open": tally.open,
+            "self_preference": _mean(gaps),
+        }
+    )
 
 
 def _held(dissent: tuple[DissentRecord, ...], name: str) -> int:
     """Open divergences ``name`` holds (its stance disagrees) when the record ends."""
     return sum(
-        1 for d in dissent
+        1
+        for d in dissent
         if not DivergenceStatus(d.status).closed and any(who == name for who, _ in d.held_by)
     )
 
 
-def participant_rows(
-    audit: AuditReport, **labels: str | int | None
-) -> list[ParticipantMetrics]:
+def participant_rows(audit: AuditReport, **labels: str | int | None) -> list[ParticipantMetrics]:
     """One row per participant the audit knows (who voted, was called or judged), in the
     audit's order; ``labels`` fill the study columns."""
     usage = {u.participant: u for u in audit.usage_by_participant}
@@ -166,23 +167,28 @@ def participant_rows(
         u = usage.get(name)
         t = paths.get(name)
         votes = t.votes if t is not None else ()
-        rows.append(ParticipantMetrics.model_validate({
-            **labels,
-            "session_id": audit.session_id,
-            "participant": name,
-            "model": (u.model if u is not None else "") or (t.model if t is not None else ""),
-            "calls": u.calls if u else 0,
-            "failed_calls": u.failed_calls if u else 0,
-            "cost_usd": u.cost_usd if u else 0.0,
-            "input_tokens": u.input_tokens if u else 0,
-            "output_tokens": u.output_tokens if u else 0,
-            "votes": len(votes),
-            "first_stance": votes[0].stance.value if votes else None,
-            "final_stance": votes[-1].stance.value if votes else None,
-            "final_agrees": votes[-1].agrees if votes else None,
-            "stance_changes": sum(1 for s in audit.stance_shifts if s.participant == name),
-            "conformity_flags": sum(1 for c in audit.conformity if c.participant == name),
-            "dissents_held": _held(audit.dissent, name),
-            "self_preference": prefs.get(name),
-        }))
+        rows.append(
+            ParticipantMetrics.model_validate(
+                {
+                    **labels,
+                    "session_id": audit.session_id,
+                    "participant": name,
+                    "model": (u.model if u is not None else "")
+                    or (t.model if t is not None else ""),
+                    "calls": u.calls if u else 0,
+                    "failed_calls": u.failed_calls if u else 0,
+                    "cost_usd": u.cost_usd if u else 0.0,
+                    "input_tokens": u.input_tokens if u else 0,
+                    "output_tokens": u.output_tokens if u else 0,
+                    "votes": len(votes),
+                    "first_stance": votes[0].stance.value if votes else None,
+                    "final_stance": votes[-1].stance.value if votes else None,
+                    "final_agrees": votes[-1].agrees if votes else None,
+                    "stance_changes": sum(1 for s in audit.stance_shifts if s.participant == name),
+                    "conformity_flags": sum(1 for c in audit.conformity if c.participant == name),
+                    "dissents_held": _held(audit.dissent, name),
+                    "self_preference": prefs.get(name),
+                }
+            )
+        )
     return rows
