@@ -201,11 +201,12 @@ def _print_fork_comparison(c: ForkComparison) -> None:
         + (f"; without {', '.join(c.without)}" if c.without else ""),
         markup=False,
     )
-    for label, ids in (("closed in the fork", c.closed_in_fork), ("still open", c.still_open)):
-        if ids:
-            out_console.print(
-                f"parent's open dissent {label}: {printable(', '.join(ids))}", markup=False
-            )
+    for d in c.dissent:
+        out_console.print(
+            f"dissent {printable(d.id)} ({printable(d.topic)}): parent {d.parent_status}, "
+            f"fork {d.fork_status or '—'}",
+            markup=False,
+        )
 
 
 @cli.command()

@@ -518,8 +518,9 @@ class Deliberation(Aggregate):
         self._require_member(name)
         if len(self.state.participants) - 1 < MIN_DELIBERATING:
             raise InvariantViolation(
-                f"cannot drop {name!r}: a deliberation needs at least {MIN_DELIBERATING} "
-                f"participants and {len(self.state.participants)} take part",
+                f"cannot drop {name!r}: at least {MIN_DELIBERATING} participants must stay "
+                f"and {len(self.state.participants)} are left",
+                hint="drop fewer participants",
             )
         for p in reassigned:
             if p.name == name:
