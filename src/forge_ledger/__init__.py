@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from . import sessions
-    from .audit import audit_report
+    from .audit import audit_report, compare_fork
     from .clock import Clock, FixedStepClock, IdSource, SequentialIds, SystemClock, UuidIds
     from .domain import (
         Deliberation,
@@ -67,6 +67,7 @@ _LAZY = {
     "Topic": "domain",
     "UuidIds": "clock",
     "audit_report": "audit",
+    "compare_fork": "audit",
     "fork": "lineage",
     "get_provider": "providers",
     "replay_session": "replay",
@@ -135,6 +136,7 @@ __all__ = [
     "UuidIds",
     "__version__",
     "audit_report",
+    "compare_fork",
     "fork",
     "get_provider",
     "replay_session",
