@@ -149,6 +149,27 @@ def test_a_fork_of_a_fork_point_only_is_its_parent_at_that_point(ledger: Ledger)
     assert votes["dave"] == 1
 
 
+def test_a_fork_after_the_drafts_critiques_only_those_who_stay(ledger: Ledger) -> None:
+    parent = _run_parent(ledger)
+    drafted = next(
+        e.position
+        for e in ledger.events(parent)
+        if e.type == "RoundCompleted" and e.data["number"] == 1
+    )
+    clock = FixedStepClock(START + timedelta(days=1))
+    fid = fork(
+        ledger, parent, clock=clock, ids=SequentialIds("d"), at_event=drafted, without=["dave"]
+    )
+    provider = _resume(ledger, fid)
+    assert provider.calls_for("dave") == []
+    critique = ledger.state(fid).rounds[1]
+    assert critique.kind.value == "critique"
+    assert critique.expected == ["alice", "bob", "carol"]
+    assert "dave" not in critique.targets.values()
+    assert ledger.state(fid).status is SessionStatus.CONVERGED
+    assert replay_session(ledger, fid).ok
+
+
 def test_refusals(ledger: Ledger) -> None:
     parent = _run_parent(ledger)
     with pytest.raises(ConfigError, match="no participant named 'erin'"):

@@ -298,7 +298,8 @@ def _within_iteration(state: SessionState, last: RoundState) -> Step:
     iteration = last.iteration
     rounds = _iteration_rounds(state, iteration)
     if last.kind is RoundKind.DRAFT:
-        authors = _answered(last)
+        # a draft whose author has left (a fork without it) gets no critique: nobody answers it
+        authors = tuple(a for a in _answered(last) if state.participant(a) is not None)
         if not authors:
             return Finish(SessionStatus.ABORTED, "no participant produced a draft")
         targets = critique_targets(tuple(state.participant_names), authors)
