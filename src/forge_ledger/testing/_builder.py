@@ -31,6 +31,7 @@ from ..domain import Deliberation
 from ..domain import events as ev
 from ..domain.hashing import keyed_digest
 from ..domain.state import SessionState
+from ..engine.steps import roles_after_leaving
 from ..domain.values import (
     ChatMessage,
     ConvergenceVote,
@@ -364,6 +365,13 @@ class SessionBuilder:
 
     def resume(self, *, reason: str = "") -> SessionBuilder:
         self.aggregate.resume(reason=reason, at=self.clock.now())
+        return self
+
+    def leave(self, name: str, *, reason: str = "") -> SessionBuilder:
+        """``ParticipantLeft`` (a fork without ``name``), its role handed over as ``fork
+        --without`` hands it (:func:`~forge_ledger.engine.steps.roles_after_leaving`)."""
+        heirs = roles_after_leaving(self.state.participants, name)
+        self.aggregate.leave(name, reassigned=heirs, reason=reason, at=self.clock.now())
         return self
 
     # ------------------------------------------------------------------ the end
