@@ -31,7 +31,6 @@ from ..domain import Deliberation
 from ..domain import events as ev
 from ..domain.hashing import keyed_digest
 from ..domain.state import SessionState
-from ..engine.steps import roles_after_leaving
 from ..domain.values import (
     ChatMessage,
     ConvergenceVote,
@@ -48,6 +47,7 @@ from ..domain.values import (
     TokenCount,
     Topic,
 )
+from ..engine.steps import roles_after_leaving
 
 __all__ = ["SessionBuilder", "SessionStoreLike"]
 
