@@ -147,6 +147,8 @@ def test_a_fork_of_a_fork_point_only_is_its_parent_at_that_point(ledger: Ledger)
     audit = audit_report(list(ledger.events(fid)))
     votes = {t.participant: len(t.votes) for t in audit.trajectories}
     assert votes["dave"] == 1
+    dave = next(t for t in audit.trajectories if t.participant == "dave")
+    assert dave.model == "openai/dave"  # who left keeps the model it answered with
 
 
 def test_a_fork_after_the_drafts_critiques_only_those_who_stay(ledger: Ledger) -> None:
