@@ -119,6 +119,7 @@ def test_dropping_the_lone_dissenter_flips_the_outcome(ledger: Ledger) -> None:
     row = session_row(audit_report(list(ledger.events(fid))), c, topic="retries", repeat=0)
     assert (row.parent_id, row.without, row.outcome_changed) == (str(parent), ("dave",), True)
     assert row.similarity_to_parent == c.document_similarity
+    assert (row.rounds, row.cost_usd) == (c.fork.rounds, c.fork.cost_usd)
     assert row.converged
     influence = counterfactual_influence([row])
     assert [(i.participant, i.outcome_change.value, i.topics) for i in influence] == [

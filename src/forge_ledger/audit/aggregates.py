@@ -14,7 +14,8 @@ that metric's ``n``. Fewer than two values give no interval.
   independent samples (the difference of the means);
 - :func:`counterfactual_influence`: for each participant, the change its absence makes: over
   the forks that drop only it, ``outcome_changed`` (1/0) and ``1 − similarity_to_parent``,
-  averaged within each topic first, then over topics (``n`` = topics).
+  averaged within each topic first, then over topics (``n`` = topics; a row without a topic
+  stands for its parent's own).
 
 Pure: no clock, no I/O; the randomness is the seeded resampling.
 """

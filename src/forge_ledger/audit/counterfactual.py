@@ -9,8 +9,9 @@ its own:
   vote (``DeliberationEffect.final_vote``); the outcome changed when either differs;
 - **document similarity**: :func:`~.analysis.document_similarity` (the audit's one measure:
   ``difflib`` ratio over the words) of the two final documents (``SessionState.latest_text``);
-- **rounds and cost to converge**: the rounds the session counts (``active_rounds``) and its
-  cost, in all and after the fork point, given only when the session converged;
+- **rounds and cost to converge**: the rounds the session recorded (as the audit counts
+  them, a rewound round included: it was run and paid for) and its cost, in all and after
+  the fork point; the "to converge" figures only when the session converged;
 - **dissent**: each divergence open at the fork point or still open at the parent's end, with
   how it stands at each side's end.
 
@@ -100,8 +101,8 @@ def _open_at(d: DissentRecord, position: int) -> bool:
 
 def _side(audit: AuditReport, state: SessionState, base: SessionState) -> SideOutcome:
     effect = audit.deliberation_effect
-    rounds = len(state.active_rounds)
-    after = rounds - len(base.active_rounds)
+    rounds = len(state.rounds)
+    after = rounds - len(base.rounds)
     cost = audit.total.cost_usd
     cost_after = None if cost is None else round(cost - base.cost_usd, 10)
     converged = state.status is SessionStatus.CONVERGED
