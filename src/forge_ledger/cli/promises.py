@@ -215,7 +215,12 @@ def _print_fork_comparison(c: ForkComparison) -> None:
 @store_option
 @json_option
 def diff(a: str, b: str, store: str | None, as_json: bool) -> None:
-    """Compare the consensus paths of sessions A and B, iteration by iteration."""
+    """Compare the consensus paths of sessions A and B, iteration by iteration.
+
+    When one is a fork of the other, also the fork against its parent: converged or not, the
+    final vote's majority, the final documents' similarity, rounds and cost, and the parent's
+    open dissent on each side.
+    """
     from ..lineage import diff_sessions
     from ..sessions import compare_with_parent
 
