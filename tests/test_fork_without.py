@@ -29,7 +29,6 @@ from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.lineage import fork
 from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.replay import replay_session
-from forge_ledger.sessions import compare_with_parent
 from forge_ledger.testing import ScriptedProvider
 from support.orchestrator import TOPIC, participants, voice, vote_json
 
@@ -98,9 +97,7 @@ def test_dropping_the_lone_dissenter_flips_the_outcome(ledger: Ledger) -> None:
     assert verify_session(ledger, fid).ok
     assert replay_session(ledger, fid).ok
 
-    c = compare_with_parent(ledger, parent, fid)
-    assert c is not None
-    assert c == compare_with_parent(ledger, fid, parent)  # either order names the same pair
+    c = compare_fork(list(ledger.events(parent)), list(ledger.events(fid)))
     assert c.without == ("dave",)
     assert c.outcome_changed
     assert c.converged_changed
@@ -115,6 +112,8 @@ def test_dropping_the_lone_dissenter_flips_the_outcome(ledger: Ledger) -> None:
     assert c.document_similarity is not None
     assert 0.0 <= c.document_similarity <= 1.0
     assert c.fork_iteration == 1
+    with pytest.raises(ValueError, match="not a fork"):
+        compare_fork(list(ledger.events(fid)), list(ledger.events(parent)))
 
     row = session_row(audit_report(list(ledger.events(fid))), c, topic="retries", repeat=0)
     assert (row.parent_id, row.without, row.outcome_changed) == (str(parent), ("dave",), True)
@@ -254,6 +253,9 @@ def test_cli_fork_without_and_diff(
     doc = json.loads(out)
     assert doc["fork_comparison"]["outcome_changed"] is True
     assert doc["fork_comparison"]["without"] == ["dave"]
+    code, out, err = _run(["diff", str(fid), str(parent), "--store", sqlite_url, "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["fork_comparison"] == doc["fork_comparison"]  # either order
     code, text, err = _run(["diff", str(parent), str(fid), "--store", sqlite_url], capsys)
     assert code == 0, err
     assert "outcome changed" in text

@@ -39,7 +39,6 @@ from .lineage import apply_model_swaps, fork
 from .yaml_format.export import session_document
 
 if TYPE_CHECKING:
-    from .audit.counterfactual import ForkComparison
     from .orchestrator import Orchestrator, Subscriber
     from .providers import Provider
 
@@ -50,7 +49,6 @@ __all__ = [
     "add_participants",
     "answer",
     "back",
-    "compare_with_parent",
     "fork",
     "load_participants",
     "overrule",
@@ -354,21 +352,6 @@ def abort(
 
 
 # --------------------------------------------------------------------------- history
-
-
-def compare_with_parent(
-    ledger: Ledger, a: UUID | str, b: UUID | str
-) -> ForkComparison | None:
-    """When one of ``a`` and ``b`` is a fork of the other, the fork against its parent
-    (:func:`forge_ledger.audit.counterfactual.compare_fork`); else None."""
-    from .audit.counterfactual import compare_fork
-
-    ids = (ledger.resolve(a), ledger.resolve(b))
-    origins = [ledger.state(i).fork_origin for i in ids]
-    for parent, child, origin in ((ids[0], ids[1], origins[1]), (ids[1], ids[0], origins[0])):
-        if origin is not None and origin.parent_id == str(parent):
-            return compare_fork(list(ledger.events(parent)), list(ledger.events(child)))
-    return None
 
 
 @dataclass(frozen=True)

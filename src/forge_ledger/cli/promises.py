@@ -37,7 +37,10 @@ from ._common import (
 from ._integrity import check_chain
 
 if TYPE_CHECKING:
+    from uuid import UUID
+
     from ..audit.counterfactual import ForkComparison
+    from ..ledger import Ledger
     from ..lineage import IterationPoint, SessionDiff
 
 # Each command imports what it alone uses (the audit, the lineage, sealing, the session
@@ -170,6 +173,18 @@ def _print_diff(d: SessionDiff) -> None:
         out_console.print(f"shared history up to {d.common_ancestor}")
 
 
+def _compare_with_parent(ledger: Ledger, a: UUID, b: UUID) -> ForkComparison | None:
+    """When one of ``a`` and ``b`` is a fork of the other, the fork against its parent
+    (:func:`forge_ledger.audit.compare_fork`, from each one's own events); else None."""
+    from ..audit import compare_fork
+
+    for parent, child in ((a, b), (b, a)):
+        origin = ledger.state(child).fork_origin
+        if origin is not None and origin.parent_id == str(parent):
+            return compare_fork(list(ledger.events(parent)), list(ledger.events(child)))
+    return None
+
+
 def _print_fork_comparison(c: ForkComparison) -> None:
     """The fork beside its parent: outcome, document, rounds and cost, dissent."""
     table = Table(title="Fork against its parent", title_justify="left")
@@ -222,12 +237,11 @@ def diff(a: str, b: str, store: str | None, as_json: bool) -> None:
     open dissent on each side.
     """
     from ..lineage import diff_sessions
-    from ..sessions import compare_with_parent
 
     with open_ledger(store, create=False) as ledger:
         ia, ib = check_chain(ledger, a), check_chain(ledger, b)
         d = diff_sessions(ledger, ia, ib)
-        against = compare_with_parent(ledger, ia, ib)
+        against = _compare_with_parent(ledger, ia, ib)
     if as_json:
         doc = d.model_dump(mode="json")
         if against is not None:
