@@ -263,6 +263,13 @@ def m005_show(db: Database) -> None:
            indexes=(("session_id", "round", "idx"),))
 
 
+@MIGRATIONS(name="m006_participants_left")
+def m006_participants_left(db: Database) -> None:
+    """The position a participant left a fork at (``fork --without``); NULL while it takes
+    part. ``show`` lists only those who take part."""
+    db["participants"].add_column("left_position", int)  # type: ignore[union-attr]
+
+
 def migrate(db: Database) -> None:
     """Apply every pending migration (idempotent)."""
     MIGRATIONS.apply(db)

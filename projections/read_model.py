@@ -18,6 +18,7 @@ from forge_ledger.domain import RoundState, SessionState, canonical_json
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
 from forge_ledger.domain.state import ContributionState
+from forge_ledger.domain.values import Participant
 
 from .base import EventLike, Op, Patch, Projection, Put, links
 from .show_view import (
@@ -149,13 +150,27 @@ class ReadModelProjection(Projection):
         """A model or endpoint changed on the way: the row shows the participant as it is now
         (each contribution keeps the model it was made with)."""
         assert isinstance(payload, ev.ParticipantUpdated)
-        p = payload.participant
-        return [Patch("participants", f"{event.session_id}:{p.name}", {
+        return [self._as_now(event.session_id, payload.participant)]
+
+    def on_left(self, event: EventLike, payload: Payload, _state: SessionState) -> list[Op]:
+        """Who left keeps its row (its earlier contributions refer to it), marked with the
+        position it left at; a participant that took over its role shows the new role."""
+        assert isinstance(payload, ev.ParticipantLeft)
+        sid = event.session_id
+        return [
+            Patch("participants", f"{sid}:{payload.participant}",
+                  {"left_position": event.position}),
+            *(self._as_now(sid, p) for p in payload.reassigned),
+        ]
+
+    @staticmethod
+    def _as_now(sid: str, p: Participant) -> Patch:
+        return Patch("participants", f"{sid}:{p.name}", {
             "model": p.model,
             "role": p.role.value,
             "provider": p.provider.value,
             "participant_json": canonical_json(p.model_dump(mode="json")),
-        })]
+        })
 
     def on_forked(self, event: EventLike, _payload: Payload, state: SessionState) -> list[Op]:
         """The fork's participants, and the rounds it carries over from its parent."""
@@ -396,6 +411,7 @@ _Handler = Callable[[ReadModelProjection, EventLike, Payload, SessionState], Seq
 _BY_CLASS: tuple[tuple[type[Any], _Handler], ...] = (
     (ev.ParticipantJoined, ReadModelProjection.on_joined),
     (ev.ParticipantUpdated, ReadModelProjection.on_updated),
+    (ev.ParticipantLeft, ReadModelProjection.on_left),
     (ev.SessionForked, ReadModelProjection.on_forked),
     (ev.RoundStarted, ReadModelProjection.on_round),
     (ev.RoundCompleted, ReadModelProjection.on_round),

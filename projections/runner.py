@@ -600,7 +600,8 @@ def _view_rows(conn: sqlite3.Connection, sid: str) -> SessionView:
         )
     )
     people = conn.execute(
-        "SELECT name, model, role FROM participants WHERE session_id = ? ORDER BY rowid", [sid]
+        "SELECT name, model, role FROM participants WHERE session_id = ? "
+        "AND left_position IS NULL ORDER BY rowid", [sid]
     ).fetchall()
     return SessionView(
         id=_text(s["id"]), slug=_text(s["slug"]), title=_text(s["title"]),

@@ -111,7 +111,19 @@ def _build(path: Path | str, seed: int) -> list[str]:
         b = SessionBuilder.of(ledger.get(ids[1]), clock=clock, store=ledger)
         fork = b.fork(at_iteration=1, session_id=uuid.uuid5(uuid.NAMESPACE_URL, ids[1]))
         ids.append(str(fork.id))  # a fork at an iteration's end, as forked
+        ids.append(_fork_without(ledger, clock, ids[2]))
     return ids
+
+
+def _fork_without(ledger: Ledger, clock: FixedStepClock, parent_id: str) -> str:
+    """A fork at iteration 1's end that its first participant leaves (one joins first when
+    only two take part): ``show`` lists those who stay."""
+    b = SessionBuilder.of(ledger.get(parent_id), clock=clock, store=ledger)
+    child = b.fork(at_iteration=1, session_id=uuid.uuid5(uuid.NAMESPACE_URL, f"{parent_id}-w"))
+    if len(child.names) < 3:
+        child.aggregate.join(Participant(name="extra", model="openai/extra"), at=clock.now())
+    child.leave(child.names[0], reason="fork --without").save()
+    return str(child.id)
 
 
 def _update(path: Path | str) -> None:

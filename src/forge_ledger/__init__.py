@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from . import app, study
     from .app import Forge, open, resume_session, start_session
-    from .audit import audit_report
+    from .audit import audit_report, compare_fork
     from .clock import Clock, FixedStepClock, IdSource, SequentialIds, SystemClock, UuidIds
     from .domain import (
         Deliberation,
@@ -78,6 +78,7 @@ _LAZY = {
     "Topic": "domain",
     "UuidIds": "clock",
     "audit_report": "audit",
+    "compare_fork": "audit",
     "find_store": "ledger",
     "fork": "lineage",
     "get_provider": "providers",
@@ -154,6 +155,7 @@ __all__ = [
     "__version__",
     "app",
     "audit_report",
+    "compare_fork",
     "find_store",
     "fork",
     "get_provider",

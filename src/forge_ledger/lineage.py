@@ -39,6 +39,7 @@ from .domain.aggregate import Deliberation
 from .domain.state import SessionState
 from .domain.values import ModelProvider, Participant, RoundKind, SessionConfig, Stance
 from .engine.ems import ems_score
+from .engine.steps import roles_after_leaving
 from .errors import (
     ConfigError,
     InvariantViolation,
@@ -158,6 +159,7 @@ def fork(
     model_swaps: Sequence[str] = (),
     config_overrides: Mapping[str, Any] | None = None,
     api_base: str | None = None,
+    without: Sequence[str] = (),
 ) -> UUID:
     """Start a new session from ``parent_id`` as of a past position; returns the new id. The
     fork is left paused.
@@ -165,7 +167,9 @@ def fork(
     The position is the end of iteration ``at_iteration``, event ``at_event``, or the parent's
     head when neither is given. ``participants`` replaces the participant list (same names,
     any order of models); ``model_swaps`` then swaps models (see :func:`apply_model_swaps`);
-    ``api_base`` then points every participant at that endpoint.
+    ``api_base`` then points every participant at that endpoint. Each name in ``without``
+    then leaves the fork from its first event on (a ``ParticipantLeft`` event, roles handed
+    over by :func:`~forge_ledger.engine.steps.roles_after_leaving`).
     Forking where a round is open is refused (the fork would inherit a half-run round).
     ``clock`` and ``ids`` default to the system's clock and random ids.
     """
@@ -183,15 +187,34 @@ def fork(
     if api_base is not None:
         people = [p.model_copy(update={"api_base": api_base}) for p in people]
     config = override_config(parent.config, config_overrides or {})
+    _check_leaving(people, without)
+    at = (clock or SystemClock()).now()
     agg = Deliberation.fork(
         session_id=(ids or UuidIds()).new_id(),
         parent=parent,
         config=config,
         participants=people if people != parent.participants else (),
-        at=(clock or SystemClock()).now(),
+        at=at,
     )
+    for name in without:
+        heirs = roles_after_leaving(agg.state.participants, name)
+        agg.leave(name, at=at, reassigned=heirs, reason="fork --without")
     ledger.save(agg)
     return UUID(str(agg.id))
+
+
+def _check_leaving(people: Sequence[Participant], without: Sequence[str]) -> None:
+    """Each name that leaves is a participant, named once."""
+    names = [p.name for p in people]
+    for name in without:
+        if name not in names:
+            raise ConfigError(
+                f"--without {name!r}: no participant named {name!r}",
+                hint=f"participants are: {', '.join(names) or 'none'}",
+            )
+    twice = sorted({n for n in without if list(without).count(n) > 1})
+    if twice:
+        raise ConfigError(f"--without {twice[0]!r} is given twice")
 
 
 def _checked_participants(

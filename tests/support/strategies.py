@@ -231,6 +231,9 @@ PAYLOAD_STRATEGIES: dict[type[ev.Payload], st.SearchStrategy[Any]] = {
     ),
     ev.ParticipantJoined: st.builds(ev.ParticipantJoined, participant=participants),
     ev.ParticipantUpdated: st.builds(ev.ParticipantUpdated, participant=participants, reason=text),
+    ev.ParticipantLeft: st.builds(
+        ev.ParticipantLeft, participant=names, reassigned=small_tuple(participants, 2), reason=text
+    ),
     ev.SessionPaused: st.builds(
         ev.SessionPaused,
         reason=text,

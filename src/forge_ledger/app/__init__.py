@@ -21,7 +21,19 @@ from .participants import (
     participants_from_models,
     update_participants,
 )
-from .records import ReportPage, audit, copy, export, fork, replay, report, seal, spec, verify
+from .records import (
+    ReportPage,
+    audit,
+    copy,
+    export,
+    fork,
+    fork_comparison,
+    replay,
+    report,
+    seal,
+    spec,
+    verify,
+)
 from .running import (
     Runtime,
     check_start,
@@ -48,6 +60,7 @@ __all__ = [
     "copy",
     "export",
     "fork",
+    "fork_comparison",
     "in_progress_session",
     "load_participants",
     "open",

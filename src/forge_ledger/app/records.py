@@ -24,6 +24,7 @@ from .stores import Store, opened
 
 if TYPE_CHECKING:
     from ..audit import AuditReport
+    from ..audit.counterfactual import ForkComparison
     from ..ledger.copying import CopiedSession
     from ..replay import ReplayResult
     from ..report import ReportModel
@@ -34,6 +35,7 @@ __all__ = [
     "copy",
     "export",
     "fork",
+    "fork_comparison",
     "replay",
     "report",
     "seal",
@@ -49,14 +51,15 @@ def fork(
     at_iteration: int | None = None,
     at_event: int | None = None,
     model_swaps: Sequence[str] = (),
+    without: Sequence[str] = (),
     config_overrides: Mapping[str, Any] | None = None,
     api_base: str | None = None,
     clock: Clock | None = None,
     ids: IdSource | None = None,
 ) -> UUID:
     """A new session from ``session`` as of the end of iteration ``at_iteration`` or event
-    ``at_event`` (its head when neither is given), left paused; see
-    :func:`forge_ledger.lineage.fork`."""
+    ``at_event`` (its head when neither is given), left paused, ``without`` the participants
+    named there; see :func:`forge_ledger.lineage.fork`."""
     from .. import lineage
 
     with opened(store) as ledger:
@@ -66,6 +69,7 @@ def fork(
             at_iteration=at_iteration,
             at_event=at_event,
             model_swaps=model_swaps,
+            without=without,
             config_overrides=config_overrides,
             api_base=api_base,
             clock=clock,
@@ -219,3 +223,17 @@ def _read_only(store: Store) -> Iterator[Ledger]:
         return
     with Ledger(store, create=False, snapshot_interval=0, read_only=True) as ledger:
         yield ledger
+
+
+def fork_comparison(store: Store, a: str | UUID, b: str | UUID) -> ForkComparison | None:
+    """When one of ``a`` and ``b`` is a fork of the other, the fork against its parent
+    (:func:`forge_ledger.audit.compare_fork`, from each one's own events); else None."""
+    from ..audit import compare_fork
+
+    with opened(store) as ledger:
+        ia, ib = ledger.resolve(a), ledger.resolve(b)
+        for parent, child in ((ia, ib), (ib, ia)):
+            origin = ledger.state(child).fork_origin
+            if origin is not None and origin.parent_id == str(parent):
+                return compare_fork(list(ledger.events(parent)), list(ledger.events(child)))
+    return None

@@ -11,7 +11,10 @@ minority report of the dissent never resolved.
 - :mod:`.analysis` — :func:`audit_report`, a pure function of the session's events, built on
   the projections (session state, consensus trail, dissent log) and the engine's one
   conformity rule;
-- :mod:`.render` — the Markdown rendering (the terminal shows it through Rich).
+- :mod:`.render` — the Markdown rendering (the terminal shows it through Rich);
+- :mod:`.counterfactual` — a fork beside its parent (:func:`compare_fork`);
+- :mod:`.metrics` — tidy rows per session and per participant, from an audit;
+- :mod:`.aggregates` — means of those rows with bootstrap intervals (loads scipy when used).
 
 Forks: a fork's state carries its parent's rounds up to the fork point; the fork's own events
 begin at ``SessionForked``, which stands at the fork point's position (a fork's positions
@@ -22,14 +25,24 @@ the positions they have in the parent, which are the fork's too.
 from __future__ import annotations
 
 from .analysis import audit_report, document_similarity
+from .counterfactual import DissentFate, ForkComparison, SideOutcome, compare_fork
+from .metrics import ParticipantMetrics, SessionMetrics, participant_rows, session_row
 from .model import *  # noqa: F403
 from .model import __all__ as _model_all
 from .render import excerpt, render_markdown
 
 __all__ = [
     *_model_all,
+    "DissentFate",
+    "ForkComparison",
+    "ParticipantMetrics",
+    "SessionMetrics",
+    "SideOutcome",
     "audit_report",
+    "compare_fork",
     "document_similarity",
     "excerpt",
+    "participant_rows",
     "render_markdown",
+    "session_row",
 ]

@@ -131,9 +131,18 @@ def _trajectories(
     out = []
     for name, votes in points.items():
         p = state.participant(name)
-        out.append(Trajectory(participant=name, model=p.model if p else "",
+        out.append(Trajectory(participant=name, model=p.model if p else _last_model(state, name),
                               role=p.role.value if p else "", votes=tuple(votes)))
     return out
+
+
+def _last_model(state: SessionState, name: str) -> str:
+    """The model of ``name``'s last answer: for one no longer taking part (it left a fork)."""
+    for r in reversed(state.rounds):
+        for c in reversed(r.contributions):
+            if c.participant == name:
+                return c.model
+    return ""
 
 
 def _edge(i: Influence) -> InfluenceEdge:

@@ -37,6 +37,8 @@ from ._common import (
 from ._integrity import check_chain
 
 if TYPE_CHECKING:
+
+    from ..audit.counterfactual import ForkComparison
     from ..lineage import IterationPoint, SessionDiff
 
 # Each command imports what it alone uses (the audit, the lineage, sealing) when it runs: an
@@ -55,6 +57,8 @@ __all__ = ["HMAC_KEY_ENV", "audit", "diff", "fork_cmd", "seal", "verify_export_c
               help="Fork from event position N (no round may be open there).")
 @click.option("-m", "--model", "models", multiple=True, metavar="[NAME=]MODEL",
               help="Swap a model: NAME=MODEL, or MODEL positionally in participant order.")
+@click.option("--without", "without", multiple=True, metavar="NAME",
+              help="NAME leaves the fork from its fork point (repeatable; at least two stay).")
 @click.option("--api-base", default=None, metavar="URL",
               help="Base URL for every participant of the fork.")
 @click.option("--max-rounds", type=click.IntRange(min=1), default=None, metavar="N")
@@ -69,6 +73,7 @@ def fork_cmd(
     at_iteration: int | None,
     at_event: int | None,
     models: tuple[str, ...],
+    without: tuple[str, ...],
     api_base: str | None,
     max_rounds: int | None,
     threshold: float | None,
@@ -105,6 +110,7 @@ def fork_cmd(
             model_swaps=models,
             config_overrides=overrides,
             api_base=api_base,
+            without=without,
         )
         origin = ledger.state(new_id).fork_origin
     assert origin is not None
@@ -116,12 +122,15 @@ def fork_cmd(
                 "parent_position": origin.parent_position,
                 "parent_iteration": origin.parent_iteration,
                 "parent_hash": origin.parent_hash,
+                "without": list(without),
             }
         )
         return
     err_console.print(
         f"forked {origin.parent_id} at event {origin.parent_position} "
-        f"(iteration {origin.parent_iteration}); the fork is paused"
+        f"(iteration {origin.parent_iteration})"
+        + (f" without {', '.join(without)}" if without else "")
+        + "; the fork is paused"
     )
     click.echo(str(new_id))
 
@@ -162,21 +171,73 @@ def _print_diff(d: SessionDiff) -> None:
         out_console.print(f"shared history up to {d.common_ancestor}")
 
 
+def _print_fork_comparison(c: ForkComparison) -> None:
+    """The fork beside its parent: outcome, document, rounds and cost, dissent."""
+    table = Table(title="Fork against its parent", title_justify="left")
+    for col in ("", "parent", "fork"):
+        table.add_column(col)
+
+    def yes(v: bool | None) -> str:
+        return "—" if v is None else "yes" if v else "no"
+
+    def usd(v: float | None) -> str:
+        return "unpriced" if v is None else f"${v:.4f}"
+
+    p, f = c.parent, c.fork
+    for label, pv, fv in (
+        ("status", p.status, f.status),
+        ("converged", yes(p.converged), yes(f.converged)),
+        ("final majority agrees", yes(p.final_majority_agrees), yes(f.final_majority_agrees)),
+        ("rounds (after the fork point)", f"{p.rounds} ({p.rounds_after_fork})",
+         f"{f.rounds} ({f.rounds_after_fork})"),
+        ("cost (after the fork point)", f"{usd(p.cost_usd)} ({usd(p.cost_after_fork_usd)})",
+         f"{usd(f.cost_usd)} ({usd(f.cost_after_fork_usd)})"),
+    ):
+        add_row(table, label, pv, fv)
+    print_table(table)
+    sim = "—" if c.document_similarity is None else f"{c.document_similarity:.2f}"
+    out_console.print(
+        f"outcome {'changed' if c.outcome_changed else 'unchanged'}; final documents' "
+        f"similarity {sim}"
+        + (f"; without {', '.join(c.without)}" if c.without else ""),
+        markup=False,
+    )
+    for d in c.dissent:
+        out_console.print(
+            f"dissent {printable(d.id)} ({printable(d.topic)}): parent {d.parent_status}, "
+            f"fork {d.fork_status or '—'}",
+            markup=False,
+        )
+
+
 @cli.command()
 @click.argument("a")
 @click.argument("b")
 @store_option
 @json_option
 def diff(a: str, b: str, store: str | None, as_json: bool) -> None:
-    """Compare the consensus paths of sessions A and B, iteration by iteration."""
+    """Compare the consensus paths of sessions A and B, iteration by iteration.
+
+    When one is a fork of the other, also the fork against its parent: converged or not, the
+    final vote's majority, the final documents' similarity, rounds and cost, and the parent's
+    open dissent on each side.
+    """
+    from ..app.records import fork_comparison
     from ..lineage import diff_sessions
 
     with open_ledger(store, create=False) as ledger:
-        d = diff_sessions(ledger, check_chain(ledger, a), check_chain(ledger, b))
+        ia, ib = check_chain(ledger, a), check_chain(ledger, b)
+        d = diff_sessions(ledger, ia, ib)
+        against = fork_comparison(ledger, ia, ib)
     if as_json:
-        emit_json(d.model_dump(mode="json"))
+        doc = d.model_dump(mode="json")
+        if against is not None:
+            doc["fork_comparison"] = against.model_dump(mode="json")
+        emit_json(doc)
         return
     _print_diff(d)
+    if against is not None:
+        _print_fork_comparison(against)
 
 
 # --------------------------------------------------------------------------- audit

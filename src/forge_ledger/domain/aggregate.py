@@ -24,6 +24,7 @@ from .hashing import GENESIS, chain_hash
 from .state import SessionState
 from .values import (
     MAX_PARTICIPANTS,
+    MIN_DELIBERATING,
     ChatMessage,
     ConvergenceVote,
     Critique,
@@ -502,6 +503,32 @@ class Deliberation(Aggregate):
         if current == participant:
             return
         self._record(ev.ParticipantUpdated(participant=participant, reason=reason), at)
+
+    def leave(
+        self,
+        name: str,
+        *,
+        at: datetime,
+        reassigned: Sequence[Participant] = (),
+        reason: str = "",
+    ) -> None:
+        """``name`` takes no part from here on (a fork without it); ``reassigned`` are the
+        remaining participants whose role changes to take over one it held."""
+        self._require_live("remove a participant")
+        self._require_member(name)
+        if len(self.state.participants) - 1 < MIN_DELIBERATING:
+            raise InvariantViolation(
+                f"cannot drop {name!r}: at least {MIN_DELIBERATING} participants must stay "
+                f"and {len(self.state.participants)} are left",
+                hint="drop fewer participants",
+            )
+        for p in reassigned:
+            if p.name == name:
+                raise InvariantViolation(f"{name!r} leaves and cannot take over a role")
+            self._require_member(p.name)
+        self._record(
+            ev.ParticipantLeft(participant=name, reassigned=tuple(reassigned), reason=reason), at
+        )
 
     def resume(self, *, at: datetime, reason: str = "") -> None:
         self._require_live("resume")

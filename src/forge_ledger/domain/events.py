@@ -63,6 +63,7 @@ __all__ = [
     "OpinionRecorded",
     "ParseFailed",
     "ParticipantJoined",
+    "ParticipantLeft",
     "ParticipantUpdated",
     "PauseFault",
     "Payload",
@@ -213,6 +214,18 @@ class ParticipantUpdated(Payload):
 
     TYPE: ClassVar[str] = "ParticipantUpdated"
     participant: Participant
+    reason: str = ""
+
+
+class ParticipantLeft(Payload):
+    """A participant leaves a fork from its fork point (``fork --without NAME``): later rounds
+    run without it; what it said before stays as recorded. ``reassigned`` holds the remaining
+    participants whose role changed to take over one only it held (the engine's rule,
+    :func:`forge_ledger.engine.steps.roles_after_leaving`), as they are from now on."""
+
+    TYPE: ClassVar[str] = "ParticipantLeft"
+    participant: str
+    reassigned: tuple[Participant, ...] = ()
     reason: str = ""
 
 
@@ -545,6 +558,7 @@ _ALL: tuple[type[Payload], ...] = (
     SessionForked,
     ParticipantJoined,
     ParticipantUpdated,
+    ParticipantLeft,
     SessionPaused,
     SessionResumed,
     SessionRewound,

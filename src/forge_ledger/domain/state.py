@@ -825,6 +825,13 @@ def _updated(s: SessionState, p: ev.ParticipantUpdated, _pos: int, _at: datetime
     ]
 
 
+def _left(s: SessionState, p: ev.ParticipantLeft, _pos: int, _at: datetime) -> None:
+    taking_over = {q.name: q for q in p.reassigned}
+    s.participants = [
+        taking_over.get(q.name, q) for q in s.participants if q.name != p.participant
+    ]
+
+
 def _paused(s: SessionState, p: ev.SessionPaused, _pos: int, _at: datetime) -> None:
     s.status = SessionStatus.PAUSED
     s.status_reason = p.reason
@@ -935,6 +942,7 @@ def _labels(s: SessionState, p: ev.ReviewLabelsAssigned, _pos: int, _at: datetim
 _HANDLERS: dict[type[ev.Payload], Any] = {
     ev.ParticipantJoined: _joined,
     ev.ParticipantUpdated: _updated,
+    ev.ParticipantLeft: _left,
     ev.FallbackChosen: _fallback,
     ev.RoundStarted: _round_started,
     ev.RoundCompleted: _round_completed,

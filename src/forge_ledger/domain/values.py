@@ -32,6 +32,7 @@ __all__ = [
     "MAX_PARTICIPANTS",
     "MAX_TITLE_CHARS",
     "MAX_TOKENS_LIMIT",
+    "MIN_DELIBERATING",
     "PARTICIPANT_NAME_RE",
     "ChatMessage",
     "ConvergenceVote",
@@ -362,6 +363,9 @@ MAX_CONSTRAINT_CHARS = 2_000
 MAX_CONSTRAINTS = 100
 MAX_PARTICIPANTS = 32
 MAX_TOKENS_LIMIT = 1_000_000
+MIN_DELIBERATING = 2
+"""Fewest participants a fork may keep when some leave: one alone critiques and votes on its
+own text only."""
 """Bounds on what a user types or a file gives: every prompt quotes the topic, so an
 unbounded description or list would be paid for in every call of every round; they are far
 above any real use and refused with a clear message."""

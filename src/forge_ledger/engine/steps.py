@@ -21,13 +21,13 @@ the undone rounds had not happened (they stay in the ledger for audit).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from ..domain.state import RoundState, SessionState
-from ..domain.values import ParticipantRole, RoundKind, SessionStatus
+from ..domain.values import Participant, ParticipantRole, RoundKind, SessionStatus
 from ..errors import InvariantViolation
 from .anonymity import labels_before
 from .convergence import convergence
@@ -47,6 +47,7 @@ __all__ = [
     "critique_targets",
     "drafters",
     "next_step",
+    "roles_after_leaving",
     "synthesizer",
 ]
 
@@ -136,6 +137,37 @@ def synthesizer(state: SessionState) -> str:
         if p.role is ParticipantRole.SYNTHESIZER:
             return p.name
     return state.participants[0].name
+
+
+SINGLE_HOLDER_ROLES = frozenset({ParticipantRole.SYNTHESIZER})
+"""Roles a step gives to one holder (:func:`synthesizer`): when their only holder leaves, the
+role is handed over. The drafter role needs no hand-over: without drafters everyone drafts."""
+
+
+def roles_after_leaving(
+    participants: Sequence[Participant], leaving: str
+) -> tuple[Participant, ...]:
+    """The participants whose role changes when ``leaving`` leaves, as they are afterwards.
+
+    A role in :data:`SINGLE_HOLDER_ROLES` that only ``leaving`` holds goes to the first
+    remaining generalist in participant order (a generalist gives up no role of its own);
+    another role leaves with its holder. Raises :class:`InvariantViolation` when such a role
+    has nobody to go to.
+    """
+    gone = next((p for p in participants if p.name == leaving), None)
+    rest = [p for p in participants if p.name != leaving]
+    if gone is None or gone.role not in SINGLE_HOLDER_ROLES:
+        return ()
+    if any(p.role is gone.role for p in rest):
+        return ()
+    heir = next((p for p in rest if p.role is ParticipantRole.GENERALIST), None)
+    if heir is None:
+        raise InvariantViolation(
+            f"{leaving!r} is the only {gone.role.value} and no generalist is left to take the "
+            "role over",
+            hint=f"swap its model instead (-m {leaving}=MODEL)",
+        )
+    return (heir.model_copy(update={"role": gone.role}),)
 
 
 def critique_targets(participants: tuple[str, ...], authors: tuple[str, ...]) -> dict[str, str]:
@@ -266,7 +298,8 @@ def _within_iteration(state: SessionState, last: RoundState) -> Step:
     iteration = last.iteration
     rounds = _iteration_rounds(state, iteration)
     if last.kind is RoundKind.DRAFT:
-        authors = _answered(last)
+        # a draft whose author has left (a fork without it) gets no critique: nobody answers it
+        authors = tuple(a for a in _answered(last) if state.participant(a) is not None)
         if not authors:
             return Finish(SessionStatus.ABORTED, "no participant produced a draft")
         targets = critique_targets(tuple(state.participant_names), authors)
@@ -357,8 +390,11 @@ def _after_vote(state: SessionState, vote_round: RoundState, elapsed_secs: float
     if cfg.attended and not _human_answered(state, iteration):
         return AskHuman(_questions(state, score, remaining))
     synth = _latest(state, RoundKind.SYNTHESIS)
-    written = _answered(synth) if synth is not None else ()
-    author = written[0] if written else synthesizer(state)  # a fallback may have written it
+    written = tuple(
+        p for p in (_answered(synth) if synth is not None else ()) if state.participant(p)
+    )
+    # a fallback may have written it; its author may have left (a fork without it)
+    author = written[0] if written else synthesizer(state)
     return StartRound(
         RoundKind.REFINEMENT,
         iteration + 1,

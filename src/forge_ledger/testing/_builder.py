@@ -47,6 +47,7 @@ from ..domain.values import (
     TokenCount,
     Topic,
 )
+from ..engine.steps import roles_after_leaving
 
 __all__ = ["SessionBuilder", "SessionStoreLike"]
 
@@ -364,6 +365,13 @@ class SessionBuilder:
 
     def resume(self, *, reason: str = "") -> SessionBuilder:
         self.aggregate.resume(reason=reason, at=self.clock.now())
+        return self
+
+    def leave(self, name: str, *, reason: str = "") -> SessionBuilder:
+        """``ParticipantLeft`` (a fork without ``name``), its role handed over as ``fork
+        --without`` hands it (:func:`~forge_ledger.engine.steps.roles_after_leaving`)."""
+        heirs = roles_after_leaving(self.state.participants, name)
+        self.aggregate.leave(name, reassigned=heirs, reason=reason, at=self.clock.now())
         return self
 
     # ------------------------------------------------------------------ the end
