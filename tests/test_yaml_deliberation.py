@@ -223,6 +223,9 @@ def test_demo_survives_export_import_export(tmp_path: Path) -> None:
     assert (tmp_path / "b.yaml").read_bytes() == (tmp_path / "a.yaml").read_bytes()
     shown = json.loads(_cli(tmp_path, "show", copy, "--store", "fresh.sqlite", "--json").stdout)
     assert [p["name"] for p in shown["participants"]] == ["alice", "bob", "carol", "dave"]
+    rounds = _cli(tmp_path, "show", copy, "--store", "fresh.sqlite").stdout
+    assert "none in this ledger: the session came from a file" in rounds
+    assert "none yet" not in rounds
     plain = _cli(tmp_path, "import", "a.yaml", "--store", "other.sqlite").stdout.splitlines()
     assert plain[-1].startswith("not replayable:")
     assert "4 participant(s), the document" in plain[0]

@@ -413,7 +413,12 @@ def _print_session(view: SessionView, *, as_of: str | None) -> None:
     print_table(people)
 
     out_console.print(Text("Rounds", style="bold"))
-    if not view.rounds:
+    if not view.rounds and view.status_reason == "imported":
+        out_console.print(
+            "  none in this ledger: the session came from a file, whose history 'export' "
+            "gives back (replay needs the original ledger)"
+        )
+    elif not view.rounds:
         out_console.print("  none yet")
     for r in view.rounds:
         flags = [r.status] + (["superseded"] if r.superseded else [])
