@@ -319,7 +319,7 @@ class TextMapper(Mapper[Any]):
 
     Only ledger events (``forge_ledger:`` topics with a ``data`` payload) are touched;
     a snapshot's state holds answers by reference already (the ledger's mapper adds the texts
-    it refers to, see ``ledger.application``). ``lookup`` is set by the ledger once the
+    it refers to, see ``ledger.snapshot_states``). ``lookup`` is set by the ledger once the
     recorder exists.
     """
 
