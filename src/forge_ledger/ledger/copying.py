@@ -42,7 +42,8 @@ from .failures import first_line
 from .ledger import Ledger
 from .quotes import QuotedAnswers
 from .store import StoreLocation
-from .texts import StoredEventWithTexts, quote_lists, referenced
+from .text_mapper import StoredEventWithTexts, quote_lists
+from .texts import referenced
 from .verify import verify_session
 
 __all__ = ["ALREADY_THERE", "COPIED", "EXTENDED", "CopiedSession", "copy_sessions", "write_archive"]

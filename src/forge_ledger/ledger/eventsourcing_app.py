@@ -23,9 +23,7 @@ from eventsourcing.utils import resolve_topic
 
 from ..domain.aggregate import Deliberation
 from .snapshot_states import SessionStateAsJson, SnapshotTextsMapper
-from .texts import (
-    TextMapper,
-)
+from .text_mapper import TextMapper
 
 __all__ = ["LedgerApp", "StateEventStore", "WindowedEventStore", "project", "snapshot_due"]
 

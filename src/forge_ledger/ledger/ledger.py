@@ -59,11 +59,8 @@ from .store import (
     resolve_store,
     sqlite_uri,
 )
-from .texts import (
-    StoredEventWithTexts,
-    TextMapper,
-    TextsSQLiteRecorder,
-)
+from .text_mapper import StoredEventWithTexts, TextMapper
+from .texts_sqlite import TextsSQLiteRecorder
 
 __all__ = ["Ledger"]
 
@@ -118,7 +115,7 @@ class Ledger:
     def _open(self, env: dict[str, str], snapshot_interval: int) -> LedgerApp:
         if snapshot_interval > 0:
             env["IS_SNAPSHOTTING_ENABLED"] = "y"
-        module = "texts" if self.location.kind == "sqlite" else "texts_postgres"
+        module = "texts_sqlite" if self.location.kind == "sqlite" else "texts_postgres"
         db = "SQLite" if self.location.kind == "sqlite" else "Postgres"
         env["APPLICATION_RECORDER_TOPIC"] = f"{__package__}.{module}:Texts{db}Recorder"
         env[LedgerApp.SNAPSHOT_RECORDER_TOPIC] = f"{__package__}.{module}:Texts{db}SnapshotRecorder"

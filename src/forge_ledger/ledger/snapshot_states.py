@@ -27,10 +27,9 @@ from ..errors import (
     StoreError,
 )
 from .failures import store_failure
+from .text_mapper import StoredEventWithTexts, TextMapper
 from .texts import (
     Lookup,
-    StoredEventWithTexts,
-    TextMapper,
     refer_to_texts,
     text_reference,
     with_texts,
