@@ -20,6 +20,7 @@ from eventsourcing.utils import get_topic, register_topic
 
 from ..errors import InvariantViolation, SessionDamagedError
 from . import events as ev
+from .fold import apply_event, begin
 from .hashing import GENESIS, chain_hash
 from .state import SessionState
 from .values import (
@@ -83,7 +84,8 @@ class Deliberation(Aggregate):
                     f"it does not follow event {self.originator_version - 1} (its link to the "
                     "previous event differs: reordered, duplicated or altered)",
                 )
-            state.apply(
+            apply_event(
+                state,
                 payload or self.payload(),
                 position=self.originator_version,
                 at=self.timestamp,
@@ -96,7 +98,7 @@ class Deliberation(Aggregate):
         TOPIC = "forge_ledger:Created"
 
         def apply(self, aggregate: Any) -> None:
-            aggregate.state = SessionState.begin(
+            aggregate.state = begin(
                 str(self.originator_id),
                 self.payload(),
                 position=self.originator_version,
