@@ -25,6 +25,7 @@ from .state import (
     RoundState,
     SessionState,
     Technique,
+    after_iteration,
 )
 from .values import (
     DivergenceStatus,
@@ -353,7 +354,7 @@ def _human(s: SessionState, p: ev.HumanInputRecorded, pos: int, at: datetime) ->
 
 def _rewound(s: SessionState, p: ev.SessionRewound, pos: int, at: datetime) -> None:
     for r in s.rounds:
-        if r.iteration > p.to_iteration:
+        if after_iteration(r.iteration, p.to_iteration):
             r.superseded = True
             s.rounds.changed(r)
     s.iteration = p.to_iteration

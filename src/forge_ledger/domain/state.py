@@ -42,6 +42,7 @@ __all__ = [
     "HumanInput",
     "RoundState",
     "SessionState",
+    "after_iteration",
 ]
 
 
@@ -51,6 +52,16 @@ class _State(BaseModel):
 
 _EMPTY = text_address("")
 T = TypeVar("T")
+
+
+def after_iteration(round_iteration: int, iteration: int) -> bool:
+    """Whether a round of iteration ``round_iteration`` lies past the end of ``iteration``.
+
+    The one rule of where an iteration ends: just before the first round of a later iteration
+    starts. Time travel (``--at-iteration``), the document as of an iteration, and a rewind
+    (which undoes the rounds past the iteration it returns to) all cut a session here.
+    """
+    return round_iteration > iteration
 
 
 class ContributionState(_State):
@@ -429,6 +440,10 @@ class SessionState(_State):
     @property
     def participant_names(self) -> list[str]:
         return [p.name for p in self.participants]
+
+    def rounds_through(self, iteration: int) -> list[RoundState]:
+        """The active rounds up to the end of ``iteration`` (see :func:`after_iteration`)."""
+        return [r for r in self.active_rounds if not after_iteration(r.iteration, iteration)]
 
     @property
     def active_rounds(self) -> list[RoundState]:

@@ -27,7 +27,7 @@ from eventsourcing.persistence import (
 from .._collector import fewer_collections
 from ..domain import events as ev
 from ..domain.aggregate import Deliberation
-from ..domain.state import ContributionState, SessionState
+from ..domain.state import ContributionState, SessionState, after_iteration
 from ..domain.text import clip
 from ..domain.texts import text_address
 from ..domain.values import ChatMessage
@@ -349,7 +349,9 @@ class Ledger:
         return int(rows[0].originator_version)
 
     def position_of_iteration(self, session_id: UUID, iteration: int) -> int:
-        """The last position of iteration ``iteration``: just before iteration K+1 starts.
+        """The last position of iteration ``iteration``: just before a later iteration's first
+        round starts (:func:`~forge_ledger.domain.state.after_iteration`), read from the events
+        as stored, without folding them.
 
         A fork's first event holds the rounds it inherited, each with the position its
         ``RoundStarted`` has in the parent, which is the fork's too: an inherited iteration
@@ -363,7 +365,7 @@ class Ledger:
         for e in self.events(session_id):
             for it, at in _iteration_starts(e):
                 highest = max(highest, it)
-                if it > iteration and seen:
+                if after_iteration(it, iteration) and seen:
                     return at - 1
                 if it == iteration:
                     seen = True
