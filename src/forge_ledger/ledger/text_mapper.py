@@ -13,6 +13,7 @@ from typing import Any, cast
 from eventsourcing.persistence import Mapper, StoredEvent
 from eventsourcing.utils import get_topic
 
+from ..domain.aggregate import known_topic
 from .compression import StateCompressor, TopLevelTranscoder, unpack
 from .quotes import QuotedAnswers
 from .texts import PROMPT_REF, REF_KEY, REF_PATTERN, Lookup, externalise, with_texts
@@ -161,8 +162,10 @@ class TextMapper(Mapper[Any]):
             yield self._decoded(stored_event, plain)
 
     def _decoded(self, stored_event: StoredEvent, plain: bytes) -> Any:
-        if self.lookup is not None and stored_event.topic.startswith(_PREFIX):
-            plain = self._inline(plain)
+        if stored_event.topic.startswith(_PREFIX):
+            known_topic(stored_event.topic)
+            if self.lookup is not None:
+                plain = self._inline(plain)
         domain_event = super().to_domain_event(
             StoredEvent(
                 originator_id=stored_event.originator_id,
