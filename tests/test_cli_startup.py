@@ -103,6 +103,8 @@ def test_sessions_loads_neither_litellm_nor_the_audit_nor_the_report(tmp_path: P
     assert "Event log for multi-model deliberations" in out
     assert _found(modules, NEVER_FOR_SESSIONS) == []
     assert _found(modules, ("forge_ledger.cli.deliberate", "forge_ledger.yaml_format")) == []
+    # a reader claims no session and, on SQLite, needs nothing of PostgreSQL
+    assert _found(modules, ("forge_ledger.ledger.lease", "forge_ledger.ledger.postgres")) == []
 
 
 def test_sessions_from_a_current_read_model_builds_no_model(tmp_path: Path) -> None:

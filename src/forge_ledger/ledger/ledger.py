@@ -13,7 +13,7 @@ import contextlib
 import json
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 from eventsourcing.persistence import (
@@ -45,8 +45,6 @@ from .compression import NewerFormatError, unpack
 from .damage import first_damage
 from .eventsourcing_app import LedgerApp, project
 from .failures import first_line, store_failure
-from .lease import SessionLease
-from .postgres import EventWaiter, postgres_guard
 from .records import RecordedEvent, as_recorded
 from .session_list import CREATED_TOPICS, SessionSummary, summary
 from .sqlite_writes import is_busy
@@ -61,6 +59,10 @@ from .store import (
 )
 from .text_mapper import StoredEventWithTexts, TextMapper
 from .texts_sqlite import TextsSQLiteRecorder
+
+if TYPE_CHECKING:
+    from .lease import SessionLease
+    from .postgres import EventWaiter
 
 __all__ = ["Ledger"]
 
@@ -101,6 +103,8 @@ class Ledger:
                 snapshot_interval = 0
             self.app = self._open(env, snapshot_interval)
         else:
+            from .postgres import postgres_guard  # only a PostgreSQL store needs it
+
             with postgres_guard(
                 self.location, create=create, snapshots=snapshot_interval > 0
             ) as pg:
@@ -157,6 +161,8 @@ class Ledger:
     def lease(self, session_id: UUID) -> SessionLease:
         """The one-writer claim on a session (see :mod:`forge_ledger.ledger.lease`); use it as
         a context manager around everything that may call a model."""
+        from .lease import SessionLease  # only a writer claims a session
+
         return SessionLease(self.location, session_id)
 
     def _require_writable(self) -> None:
@@ -208,6 +214,8 @@ class Ledger:
         NOTIFY); None on SQLite, which has no such signal (a follower polls)."""
         if self.location.kind != "postgres":
             return None
+        from .postgres import EventWaiter
+
         return EventWaiter(self.location)
 
     # ------------------------------------------------------------------ reading
