@@ -19,7 +19,6 @@ from forge_ledger.domain import SessionState
 from forge_ledger.domain.state import ContributionState, ConvergenceResult
 from forge_ledger.domain.text import clip
 from forge_ledger.domain.values import ConvergenceVote
-from forge_ledger.engine.ems import ems_score
 
 __all__ = [
     "ContributionLine",
@@ -198,7 +197,10 @@ def dissent_rows(state: SessionState) -> tuple[DissentRow, ...]:
 
 
 def session_ems(state: SessionState) -> int:
-    """The session's EMS (0–100), the engine's rule (``engine.ems``)."""
+    """The session's EMS (0–100), the engine's rule (``engine.ems``): loaded here, as only a
+    view built from a state needs it (one read from the read model holds the figure)."""
+    from forge_ledger.engine.ems import ems_score
+
     return int(ems_score(state).score)
 
 

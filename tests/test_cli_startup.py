@@ -105,6 +105,11 @@ def test_sessions_loads_neither_litellm_nor_the_audit_nor_the_report(tmp_path: P
     assert _found(modules, ("forge_ledger.cli.deliberate", "forge_ledger.yaml_format")) == []
     # a reader claims no session and, on SQLite, needs nothing of PostgreSQL
     assert _found(modules, ("forge_ledger.ledger.lease", "forge_ledger.ledger.postgres")) == []
+    # the listing reads the read model or folds states: no projection runs, no engine rule
+    assert _found(modules, (
+        "forge_ledger.engine", "forge_ledger.projections.runner",
+        "forge_ledger.projections.consensus", "forge_ledger.projections.dissent",
+    )) == []
 
 
 def test_sessions_from_a_current_read_model_builds_no_model(tmp_path: Path) -> None:
