@@ -10,7 +10,6 @@ optimistic-concurrency race into :class:`~forge_ledger.errors.ConcurrencyConflic
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -697,7 +696,3 @@ def _iteration_starts(e: RecordedEvent) -> list[tuple[int, int]]:
     if not ev.ForkOrigin.model_validate(e.data["origin"]).continues_at(e.position):
         return [(i, e.position + 1) for i in range(1, int(state.get("iteration", 0)) + 1)]
     return [(int(r["iteration"]), int(r["started_position"])) for r in state.get("rounds", [])]
-
-
-def dumps_event_log(events: Sequence[RecordedEvent]) -> str:
-    return json.dumps([e.as_json() for e in events], ensure_ascii=False)
