@@ -37,8 +37,17 @@ __all__ = [
 ]
 
 
-SUMMARY_COLUMNS = ("id", "slug", "title", "status", "iteration", "events", "created_at",
-                   "updated_at", "parent_id")
+SUMMARY_COLUMNS = (
+    "id",
+    "slug",
+    "title",
+    "status",
+    "iteration",
+    "events",
+    "created_at",
+    "updated_at",
+    "parent_id",
+)
 """The ``sessions`` columns a session listing shows (``Ledger.summaries`` gives the same)."""
 
 _T = TypeVar("_T")
@@ -172,9 +181,25 @@ def current_session_view(source: StoreHead, path: Path, session_id: UUID) -> Ses
     return _read_if_current(path, head, marks, lambda conn: _view_rows(conn, str(session_id)))
 
 
-_VIEW_COLUMNS = ("id", "slug", "title", "status", "status_reason", "phase", "iteration",
-                 "events", "updated_at", "ems", "tokens_in", "tokens_out", "cost_usd",
-                 "parent_id", "parent_position", "convergence_json", "open_dissent_json")
+_VIEW_COLUMNS = (
+    "id",
+    "slug",
+    "title",
+    "status",
+    "status_reason",
+    "phase",
+    "iteration",
+    "events",
+    "updated_at",
+    "ems",
+    "tokens_in",
+    "tokens_out",
+    "cost_usd",
+    "parent_id",
+    "parent_position",
+    "convergence_json",
+    "open_dissent_json",
+)
 
 
 def _view_rows(conn: sqlite3.Connection, sid: str) -> SessionView:
@@ -187,31 +212,53 @@ def _view_rows(conn: sqlite3.Connection, sid: str) -> SessionView:
     lines: dict[int, list[ContributionLine]] = {}
     for number, name, tokens, preview, failed, unpriced in conn.execute(
         "SELECT round, participant, tokens, preview, failed, unpriced FROM round_lines "
-        "WHERE session_id = ? ORDER BY round, idx", [sid]
+        "WHERE session_id = ? ORDER BY round, idx",
+        [sid],
     ):
-        lines.setdefault(int(number), []).append(ContributionLine(
-            participant=_text(name), tokens=int(tokens), preview=_text(preview),
-            failed=bool(failed), unpriced=bool(unpriced)))
+        lines.setdefault(int(number), []).append(
+            ContributionLine(
+                participant=_text(name),
+                tokens=int(tokens),
+                preview=_text(preview),
+                failed=bool(failed),
+                unpriced=bool(unpriced),
+            )
+        )
     rounds = tuple(
-        RoundView(number=int(n), kind=_text(kind), iteration=int(it), status=_text(status),
-                  superseded=bool(superseded), lines=tuple(lines.get(int(n), ())))
+        RoundView(
+            number=int(n),
+            kind=_text(kind),
+            iteration=int(it),
+            status=_text(status),
+            superseded=bool(superseded),
+            lines=tuple(lines.get(int(n), ())),
+        )
         for n, kind, it, status, superseded in conn.execute(
             "SELECT number, kind, iteration, status, superseded FROM rounds "
-            "WHERE session_id = ? ORDER BY number", [sid]
+            "WHERE session_id = ? ORDER BY number",
+            [sid],
         )
     )
     people = conn.execute(
         "SELECT name, model, role FROM participants WHERE session_id = ? ORDER BY rowid", [sid]
     ).fetchall()
     return SessionView(
-        id=_text(s["id"]), slug=_text(s["slug"]), title=_text(s["title"]),
-        status=_text(s["status"]), status_reason=_text(s["status_reason"]),
-        phase=_text(s["phase"]), iteration=int(s["iteration"]),
-        version=int(s["events"]), updated_at=datetime.fromisoformat(s["updated_at"]),
-        ems=int(s["ems"]), tokens_in=int(s["tokens_in"]), tokens_out=int(s["tokens_out"]),
+        id=_text(s["id"]),
+        slug=_text(s["slug"]),
+        title=_text(s["title"]),
+        status=_text(s["status"]),
+        status_reason=_text(s["status_reason"]),
+        phase=_text(s["phase"]),
+        iteration=int(s["iteration"]),
+        version=int(s["events"]),
+        updated_at=datetime.fromisoformat(s["updated_at"]),
+        ems=int(s["ems"]),
+        tokens_in=int(s["tokens_in"]),
+        tokens_out=int(s["tokens_out"]),
         cost_usd=float(s["cost_usd"]),
-        fork_origin=(None if s["parent_id"] is None
-                     else (_text(s["parent_id"]), int(s["parent_position"]))),
+        fork_origin=(
+            None if s["parent_id"] is None else (_text(s["parent_id"]), int(s["parent_position"]))
+        ),
         participants=tuple((_text(n), _text(m), _text(r)) for n, m, r in people),
         rounds=rounds,
         convergence=convergence_from_json(json.loads(s["convergence_json"])),

@@ -609,6 +609,7 @@ def is_external(type_name: str, data: Mapping[str, Any]) -> bool:
         return bool(data.get("by"))
     return type_name in EXTERNAL_EVENT_TYPES
 
+
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
 
