@@ -58,6 +58,7 @@ from forge_ledger.domain.values import (
     Topic,
 )
 from forge_ledger.ledger import Ledger
+from forge_ledger.ledger.outputs import store_outputs
 from forge_ledger.projections import (
     ProjectionRunner,
     current_session_view,
@@ -216,7 +217,7 @@ def measure_listing(tmp: Path, sessions: int, batch: int) -> dict[str, Any]:
     made = [_session(clock, i, 10) for i in range(sessions)]  # one draft and one vote round
     for k in range(0, sessions, 50):
         ledger.save(*made[k : k + 50])
-    views = ledger.location.read_model_path
+    views = store_outputs(ledger.location).views
     db = open_views(views)
     ProjectionRunner(ledger, db).catch_up(batch_size=batch)
     db.close()
@@ -259,7 +260,7 @@ def measure_show(tmp: Path, rounds: int, batch: int) -> dict[str, Any]:
     with Ledger(str(path), snapshot_interval=100) as ledger:
         agg = _session(clock, 0, 10**9, rounds=rounds)
         ledger.save(agg)
-        views = ledger.location.read_model_path
+        views = store_outputs(ledger.location).views
         db = open_views(views)
         ProjectionRunner(ledger, db).catch_up(batch_size=batch)
         db.close()

@@ -13,6 +13,7 @@ from forge_ledger import _lazy
 if TYPE_CHECKING:
     from .base import EventLike, Op, Patch, Projection, Put
     from .consensus import ConsensusProjection, TrailRound, TrailVote, consensus_trail, trail_round
+    from .current import current_session_view, current_summaries, store_head
     from .dissent import DissentEntry, DissentProjection, dissent_log
     from .read_model import ReadModelProjection
     from .runner import (
@@ -21,13 +22,10 @@ if TYPE_CHECKING:
         ProjectionRunner,
         ProjectionStatus,
         catch_up,
-        current_session_view,
-        current_summaries,
         default_projections,
         open_views,
         rebuild,
         status,
-        store_head,
     )
     from .session_state import SessionStateProjection, apply_event, fold_events
     from .show_view import SessionView, session_ems, session_view
@@ -42,6 +40,7 @@ __getattr__, __dir__ = _lazy.exports(__name__, {
         "trail_round",
     ),
     "dissent": ("DissentEntry", "DissentProjection", "dissent_log"),
+    "current": ("current_session_view", "current_summaries", "store_head"),
     "read_model": ("ReadModelProjection",),
     "runner": (
         "DEFAULT_PROJECTIONS",
@@ -49,13 +48,10 @@ __getattr__, __dir__ = _lazy.exports(__name__, {
         "ProjectionRunner",
         "ProjectionStatus",
         "catch_up",
-        "current_session_view",
-        "current_summaries",
         "default_projections",
         "open_views",
         "rebuild",
         "status",
-        "store_head",
     ),
     "session_state": ("SessionStateProjection", "apply_event", "fold_events"),
     "show_view": ("SessionView", "session_ems", "session_view"),

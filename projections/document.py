@@ -58,7 +58,7 @@ from pydantic import BaseModel, ConfigDict
 from rapidfuzz.distance import Indel
 
 from forge_ledger.domain import SessionState
-from forge_ledger.domain.state import ContributionState, RoundState
+from forge_ledger.domain.state import ContributionState, RoundState, after_iteration
 from forge_ledger.domain.values import RoundKind
 
 __all__ = [
@@ -276,7 +276,7 @@ def document_at_iteration(state: SessionState, iteration: int) -> str | None:
     """The document's text at the end of ``iteration`` (None before any document)."""
     text: str | None = None
     for v in document_versions(state):
-        if v.source.iteration > iteration:
+        if after_iteration(v.source.iteration, iteration):
             break
         text = v.text
     return text
@@ -569,9 +569,7 @@ class DocumentDiff(_Model):
 
 
 def _upto_iteration(state: SessionState, iteration: int) -> SessionState:
-    return state.model_copy(
-        update={"rounds": [r for r in state.active_rounds if r.iteration <= iteration]}
-    )
+    return state.model_copy(update={"rounds": state.rounds_through(iteration)})
 
 
 def _source_at(state: SessionState, iteration: int) -> ContributionRef | None:

@@ -1,6 +1,6 @@
 """Session state as a projection: the domain fold, and a cheap row per session for ``show``.
 
-:func:`apply_event` is the fold the aggregate runs (``domain.state.fold``), usable on events
+:func:`apply_event` is the fold the aggregate runs (``domain.fold.fold``), usable on events
 read from the ledger, so projections, audits and time travel all see the same state.
 :class:`SessionStateProjection` writes a summary row of the folded state once per batch (not
 per event) in ``session_states``.
@@ -13,7 +13,7 @@ from typing import Any
 
 from forge_ledger.domain import SessionState
 from forge_ledger.domain.events import Payload
-from forge_ledger.domain.state import fold
+from forge_ledger.domain.fold import fold
 
 from .base import EventLike, Op, Projection, Put
 
@@ -25,7 +25,7 @@ def apply_event(
 ) -> SessionState:
     """The state after ``event``; ``state`` is the session's state before it (None at start).
 
-    The domain's one fold (:func:`forge_ledger.domain.state.fold`) on an event read from the
+    The domain's one fold (:func:`forge_ledger.domain.fold.fold`) on an event read from the
     ledger; mutates and returns ``state`` except for the first event.
     """
     return fold(

@@ -19,8 +19,6 @@ from forge_ledger.domain import SessionState
 from forge_ledger.domain.state import ContributionState, ConvergenceResult
 from forge_ledger.domain.text import clip
 from forge_ledger.domain.values import ConvergenceVote
-from forge_ledger.engine.ems import ems_score
-from forge_ledger.engine.votes import score_contradiction
 
 __all__ = [
     "ContributionLine",
@@ -168,7 +166,10 @@ def _parsed_preview(state: SessionState, c: ContributionState) -> str:
 
 def _vote_line(vote: ConvergenceVote, text: str) -> str:
     """A vote as a person reads it: its stance, its score, and the first line of its reason
-    (else of its first concern, else of the answer), never the JSON it was parsed from."""
+    (else of its first concern, else of the answer), never the JSON it was parsed from.
+    Built when a view is made from a state, so the engine's rule loads only then."""
+    from forge_ledger.engine.votes import score_contradiction
+
     why = next((t for t in (vote.reasoning, *vote.concerns) if t.strip()), text)
     first = why.strip().splitlines()[0] if why.strip() else ""
     line = f"vote: {vote.effective_stance.value} ({vote.score}) — {preview(first, 48)}"
@@ -201,7 +202,10 @@ def dissent_rows(state: SessionState) -> tuple[DissentRow, ...]:
 
 
 def session_ems(state: SessionState) -> int:
-    """The session's EMS (0–100), the engine's rule (``engine.ems``)."""
+    """The session's EMS (0–100), the engine's rule (``engine.ems``): loaded here, as only a
+    view built from a state needs it (one read from the read model holds the figure)."""
+    from forge_ledger.engine.ems import ems_score
+
     return int(ems_score(state).score)
 
 

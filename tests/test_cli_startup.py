@@ -10,6 +10,7 @@ import importlib
 import json
 import pkgutil
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ import pytest
 import forge_ledger.cli as cli_package
 from forge_ledger import _lazy
 from forge_ledger.cli import COMMANDS, cli
+from forge_ledger.domain import events as ev
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -50,7 +52,10 @@ if "pydantic.main" in sys.modules:
             todo.append(sub)
             if sub.__module__.startswith("forge_ledger") and sub.__pydantic_complete__:
                 built.append(sub.__qualname__)
-print(json.dumps({"modules": sorted(sys.modules), "built": sorted(built)}), file=sys.stderr)
+aggregate = sys.modules.get("forge_ledger.domain.aggregate")
+made = sorted(aggregate._EVENT_CLASSES) if aggregate is not None else []
+print(json.dumps({"modules": sorted(sys.modules), "built": sorted(built), "event_classes": made}),
+      file=sys.stderr)
 """
 
 
@@ -98,6 +103,13 @@ def test_sessions_loads_neither_litellm_nor_the_audit_nor_the_report(tmp_path: P
     assert "Event log for multi-model deliberations" in out
     assert _found(modules, NEVER_FOR_SESSIONS) == []
     assert _found(modules, ("forge_ledger.cli.deliberate", "forge_ledger.yaml_format")) == []
+    # a reader claims no session and, on SQLite, needs nothing of PostgreSQL
+    assert _found(modules, ("forge_ledger.ledger.lease", "forge_ledger.ledger.postgres")) == []
+    # the listing reads the read model or folds states: no projection runs, no engine rule
+    assert _found(modules, (
+        "forge_ledger.engine", "forge_ledger.projections.runner",
+        "forge_ledger.projections.consensus", "forge_ledger.projections.dissent",
+    )) == []
 
 
 def test_sessions_from_a_current_read_model_builds_no_model(tmp_path: Path) -> None:
@@ -113,6 +125,8 @@ def test_sessions_from_a_current_read_model_builds_no_model(tmp_path: Path) -> N
     out, found = _run("sessions", store=store)
     assert "Event log for multi-model deliberations" in out
     assert found["built"] == []
+    # only the store's newest event is decoded, to know that the read model is current
+    assert len(found["event_classes"]) == 1
 
 
 def test_a_folded_session_builds_the_models_it_reads(tmp_path: Path) -> None:
@@ -122,6 +136,28 @@ def test_a_folded_session_builds_the_models_it_reads(tmp_path: Path) -> None:
     shutil.copy(FIXTURES / "store-v2.sqlite", store)
     _, found = _run("sessions", store=store)
     assert "SessionState" in found["built"]
+
+
+def _recorded_types(store: Path) -> set[str]:
+    with sqlite3.connect(store) as con:
+        topics = con.execute("SELECT DISTINCT topic FROM stored_events").fetchall()
+    return {t.removeprefix("forge_ledger:") for (t,) in topics if t.startswith("forge_ledger:")}
+
+
+@pytest.mark.parametrize("argv", [("sessions",), ("show", "@"), ("log", "@")])
+def test_reading_sessions_makes_only_the_event_classes_they_recorded(
+    tmp_path: Path, argv: tuple[str, ...]
+) -> None:
+    """Each stored event class is a dataclass eventsourcing builds from source: a read makes
+    those of the types the store holds, not all of them."""
+    store = tmp_path / "store.sqlite"
+    shutil.copy(FIXTURES / "store-v2.sqlite", store)
+    recorded = _recorded_types(store)
+    _, found = _run(*argv, store=store)
+    made = set(found["event_classes"])
+    assert made, "the probe sees the classes a read makes"
+    assert made <= recorded
+    assert len(recorded) < len(ev.EVENT_TYPES)
 
 
 def _all_command_modules() -> None:

@@ -255,7 +255,7 @@ def test_verify_checks_the_texts_of_a_snapshot_laid_out_by_an_older_version(
     with monkeypatch.context() as m:  # critiques inline, in events and in snapshots
         m.setattr(texts, "OBJECT_TEXTS", {})
         m.setattr(_Sink, "refer", lambda _self, _text: None)
-        m.setattr("forge_ledger.ledger.application._BlockTexts.refer", lambda _s, _t: None)
+        m.setattr("forge_ledger.ledger.snapshot_states.BlockTexts.refer", lambda _s, _t: None)
         with Ledger(path, snapshot_interval=5) as ledger:
             b = _session(ledger, iterations=2)
             b.round(RoundKind.DRAFT, iteration=3, participants=["p0"]).answer("p0", "short")

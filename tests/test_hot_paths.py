@@ -29,11 +29,11 @@ from forge_ledger.engine.outcomes import after_round
 from forge_ledger.engine.votes import counted_votes
 from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.compression import TopLevelTranscoder, unpack
+from forge_ledger.ledger.text_mapper import TextMapper
 from forge_ledger.ledger.texts import (
     MIN_LENGTH,
     OBJECT_TEXTS,
     TEXT_KEYS,
-    TextMapper,
     externalise,
 )
 from forge_ledger.testing import SessionBuilder

@@ -10,7 +10,7 @@ import pytest
 
 from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger, resolve_store
-from forge_ledger.ledger.application import snapshot_due
+from forge_ledger.ledger.eventsourcing_app import snapshot_due
 from support.ledger_contract import LedgerContract, grown_session
 from support.store import raw_connection
 

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from forge_ledger.cli import cli
 from forge_ledger.domain import Deliberation
 from forge_ledger.ledger import Ledger
+from forge_ledger.ledger.outputs import store_outputs
 from forge_ledger.projections import catch_up, consensus_trail, dissent_log, open_views
 from support.random_sessions import build_ledger
 from support.stories import CACHE_SID, CACHE_SYNTHESIS_TEXT, cache_design_session
@@ -168,10 +169,10 @@ def _built(tmp_path: Path) -> tuple[Path, Ledger]:
     ledger = Ledger(str(tmp_path / "forge-ledger.sqlite"))
     build_ledger(ledger, 77, 3)
     cache_design_session(ledger)
-    db = open_views(ledger.location.read_model_path)
+    db = open_views(store_outputs(ledger.location).views)
     catch_up(ledger, db)
     db.close()
-    return ledger.location.read_model_path, ledger
+    return store_outputs(ledger.location).views, ledger
 
 
 def test_canned_queries_return_the_right_rows(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from forge_ledger.domain.values import (
 )
 from forge_ledger.ledger import Ledger, texts, verify_session
 from forge_ledger.ledger.quotes import RECENT, QuotedAnswers, pack_with, unpack_with
+from forge_ledger.ledger.text_bodies import DICTIONARIES_TABLE, quoting_body
 from forge_ledger.testing import SessionBuilder
 from support.store import raw_connection, text_bodies
 
@@ -95,14 +96,14 @@ def test_a_prompt_is_stored_against_the_answer_it_quotes(sqlite_url: str) -> Non
     bodies = text_bodies(sqlite_url)
     a, b = agg.state.participant_names
     prompt = texts.text_address(parts[f"prompt/{a}"])
-    split = texts.quoting_body(bodies[prompt])
+    split = quoting_body(bodies[prompt])
     assert split is not None
     assert split[0] == [texts.text_address(parts[b])]
     alone = len(zlib.compress(parts[f"prompt/{a}"].encode()))
     assert len(bodies[prompt]) < alone / 5, (len(bodies[prompt]), alone)
     with raw_connection(sqlite_url) as con:  # the quote lists' table of earlier stores
         tables = {n for (n,) in con.execute("SELECT name FROM sqlite_master")}
-    assert texts.DICTIONARIES_TABLE not in tables
+    assert DICTIONARIES_TABLE not in tables
 
 
 def test_parsed_reasoning_is_a_reference_packed_against_its_answer(sqlite_url: str) -> None:
@@ -120,7 +121,7 @@ def test_parsed_reasoning_is_a_reference_packed_against_its_answer(sqlite_url: s
         ]
     assert rows[0]["data"]["vote"]["reasoning"] == {"sha256": texts.text_address(reasoning)}
     # packed against the vote's answer, which quotes it
-    assert texts.quoting_body(text_bodies(sqlite_url)[texts.text_address(reasoning)]) is not None
+    assert quoting_body(text_bodies(sqlite_url)[texts.text_address(reasoning)]) is not None
 
 
 def _set_body(url: str, address: str, body: bytes) -> None:
@@ -167,18 +168,18 @@ def test_texts_with_their_quote_lists_in_a_table_read_as_before(sqlite_url: str)
             f"ALTER TABLE hex_keyed RENAME TO {texts.TEXT_TABLE};"
         )
         con.execute(
-            f"CREATE TABLE {texts.DICTIONARIES_TABLE} "
+            f"CREATE TABLE {DICTIONARIES_TABLE} "
             "(sha256 TEXT PRIMARY KEY, members TEXT NOT NULL) WITHOUT ROWID"
         )
     moved = 0
     for address, body in text_bodies(sqlite_url).items():
-        split = texts.quoting_body(body)
+        split = quoting_body(body)
         if split is None:
             continue
         _set_body(sqlite_url, address, split[1])
         with raw_connection(sqlite_url) as con:
             con.execute(
-                f"INSERT INTO {texts.DICTIONARIES_TABLE} VALUES (?, ?)",
+                f"INSERT INTO {DICTIONARIES_TABLE} VALUES (?, ?)",
                 (address, json.dumps(split[0])),
             )
         moved += 1
@@ -189,7 +190,7 @@ def test_texts_with_their_quote_lists_in_a_table_read_as_before(sqlite_url: str)
     a = agg.state.participant_names[0]
     prompt = texts.text_address(parts[f"prompt/{a}"])
     with raw_connection(sqlite_url) as con:
-        con.execute(f"DELETE FROM {texts.DICTIONARIES_TABLE} WHERE sha256 = ?", (prompt,))
+        con.execute(f"DELETE FROM {DICTIONARIES_TABLE} WHERE sha256 = ?", (prompt,))
     with Ledger(sqlite_url, create=False) as ledger:
         report = verify_session(ledger, SID)
     assert not report.ok
@@ -285,7 +286,7 @@ def test_the_top_level_decoder_agrees_with_the_full_one() -> None:
 def test_the_text_cache_never_forgets_what_it_is_answering() -> None:
     """A long session outgrows the mapper's text cache; eviction must not drop the texts the
     same lookup had just found in it (events then read as missing their texts)."""
-    from forge_ledger.ledger.texts import _CACHE_SIZE, TextMapper
+    from forge_ledger.ledger.text_mapper import _CACHE_SIZE, TextMapper
 
     addresses = [f"{i:064x}" for i in range(_CACHE_SIZE + 1000)]
     stored = {a: f"text {i}" for i, a in enumerate(addresses)}

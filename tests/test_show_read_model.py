@@ -41,6 +41,7 @@ from forge_ledger.domain.values import (
     Topic,
 )
 from forge_ledger.ledger import Ledger
+from forge_ledger.ledger.outputs import store_outputs
 from forge_ledger.projections import ReadModelProjection, catch_up, open_views
 from forge_ledger.projections.migrations import MIGRATIONS
 from forge_ledger.projections.show_view import preview
@@ -128,7 +129,7 @@ def _fork_without(ledger: Ledger, clock: FixedStepClock, parent_id: str) -> str:
 
 def _update(path: Path | str) -> None:
     with Ledger(str(path), create=False) as ledger:
-        db = open_views(ledger.location.read_model_path)
+        db = open_views(store_outputs(ledger.location).views)
         try:
             catch_up(ledger, db)
         finally:
@@ -137,7 +138,7 @@ def _update(path: Path | str) -> None:
 
 def _views(path: Path) -> Path:
     with Ledger(str(path), create=False) as ledger:
-        return ledger.location.read_model_path
+        return store_outputs(ledger.location).views
 
 
 # --------------------------------------------------------------------------- showing

@@ -22,7 +22,8 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from forge_ledger.domain.blocks import BLOCK_LOADER, BLOCK_SINK, BlockList
-from forge_ledger.domain.state import SessionState, fold
+from forge_ledger.domain.fold import fold
+from forge_ledger.domain.state import SessionState
 from forge_ledger.domain.texts import text_address
 from forge_ledger.domain.values import Participant, RoundKind, SessionStatus, Stance, Topic
 from forge_ledger.errors import StoreError

@@ -25,7 +25,14 @@ from forge_ledger.domain import events as ev
 from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.values import ChatMessage, RoundKind, SessionStatus
 from forge_ledger.errors import ConcurrencyConflictError, StoreError
-from forge_ledger.ledger import Ledger, resolve_store, texts, verify_session
+from forge_ledger.ledger import (
+    Ledger,
+    resolve_store,
+    text_write_cache,
+    texts,
+    texts_sqlite,
+    verify_session,
+)
 from forge_ledger.testing import SessionBuilder
 from support.store import raw_connection, text_bodies
 
@@ -239,7 +246,7 @@ def test_a_second_thread_never_writes_the_other_kind_of_key(tmp_path: Path) -> N
     shutil.copy(Path(__file__).parent / "fixtures" / "store-v2.sqlite", url)
     a_committed, b_read, a_learned = threading.Event(), threading.Event(), threading.Event()
 
-    class Facts(texts.StoreFacts):
+    class Facts(text_write_cache.StoreFacts):
         def __getattribute__(self, name: str) -> Any:
             value = object.__getattribute__(self, name)
             if name in ("tables_ready", "binary_keys") and threading.current_thread().name == "B":
@@ -247,7 +254,7 @@ def test_a_second_thread_never_writes_the_other_kind_of_key(tmp_path: Path) -> N
                 assert a_learned.wait(10)
             return value
 
-        def learn(self, learned: texts.Learned) -> None:
+        def learn(self, learned: text_write_cache.Learned) -> None:
             if threading.current_thread().name == "A":
                 a_committed.set()
                 assert b_read.wait(10)
@@ -404,7 +411,7 @@ def test_a_save_in_another_thread_never_makes_a_lost_saves_texts_known(
     note_a = "Thread A's note, long enough to be stored apart from its event. " * 3
     note_b = "Thread B's note, long enough to be stored apart from its event. " * 3
     a_committed, b_inserted, a_learned = threading.Event(), threading.Event(), threading.Event()
-    insert, learn = texts._insert_texts, texts.StoreFacts.learn  # noqa: SLF001
+    insert, learn = texts_sqlite._insert_texts, text_write_cache.StoreFacts.learn  # noqa: SLF001
 
     def inserting(c: Any, events: Any, facts: Any, learned: Any) -> None:
         insert(c, events, facts, learned)
@@ -412,7 +419,7 @@ def test_a_save_in_another_thread_never_makes_a_lost_saves_texts_known(
             b_inserted.set()
             assert a_learned.wait(10)  # A's bookkeeping runs inside B's transaction
 
-    def learning(self: texts.StoreFacts, learned: texts.Learned) -> None:
+    def learning(self: text_write_cache.StoreFacts, learned: text_write_cache.Learned) -> None:
         if threading.current_thread().name == "A":
             a_committed.set()
             assert b_inserted.wait(10)
@@ -431,8 +438,8 @@ def test_a_save_in_another_thread_never_makes_a_lost_saves_texts_known(
         other.save(theirs)
         mine_a.human_input(author="ada", text=note_a, at=a.clock.now())
         mine_b.human_input(author="ada", text=note_b, at=b.clock.now())
-        monkeypatch.setattr(texts, "_insert_texts", inserting)
-        monkeypatch.setattr(texts.StoreFacts, "learn", learning)
+        monkeypatch.setattr(texts_sqlite, "_insert_texts", inserting)
+        monkeypatch.setattr(text_write_cache.StoreFacts, "learn", learning)
         raised: dict[str, BaseException] = {}
 
         def save(name: str, session: Any) -> None:

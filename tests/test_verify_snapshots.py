@@ -18,8 +18,8 @@ from forge_ledger.domain import RoundKind
 from forge_ledger.domain import events as ev
 from forge_ledger.engine.outcomes import after_round
 from forge_ledger.ledger import Ledger
-from forge_ledger.ledger.application import refer_to_texts
 from forge_ledger.ledger.compression import unpack
+from forge_ledger.ledger.texts import refer_to_texts
 from forge_ledger.ledger.verify import verify_session
 from forge_ledger.testing import SessionBuilder
 from support.cli import assert_one_error_line, one_json, run_cli

@@ -38,39 +38,15 @@ from .orchestrator import NoSeal, NoWallTime, Orchestrator
 from .providers import ProviderCall, ProviderCallError
 
 __all__ = [
-    "EXTERNAL_EVENT_TYPES",
     "ReplayDifference",
     "ReplayProvider",
     "ReplayResult",
     "replay_session",
 ]
 
-EXTERNAL_EVENT_TYPES = frozenset(
-    {
-        "SessionStarted",
-        "SessionForked",
-        "ParticipantJoined",
-        "ParticipantUpdated",
-        "ParticipantLeft",
-        "HumanInputRecorded",
-        "DivergenceOverruled",
-        "SessionResumed",
-        "SessionRewound",
-        "SessionSealed",
-        "IdeaRecorded",
-        "IterationRecorded",
-        "SessionImported",
-    }
-)
-"""Facts that come from outside the orchestrator; replay applies them from the record (and a
-``SessionAborted`` that names the person who aborted, see :func:`is_external`)."""
-
-
 def is_external(recorded: RecordedEvent) -> bool:
     """Whether the orchestrator does not produce this event: a person or another command did."""
-    if recorded.type == "SessionAborted":
-        return bool(recorded.data.get("by"))
-    return recorded.type in EXTERNAL_EVENT_TYPES
+    return ev.is_external(recorded.type, recorded.data)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from forge_ledger.domain.aggregate import Deliberation
 from forge_ledger.domain.values import RoundKind, SessionStatus
 from forge_ledger.errors import SessionNotFoundError, UsageError
 from forge_ledger.ledger import Ledger
-from forge_ledger.ledger.application import snapshot_due
+from forge_ledger.ledger.eventsourcing_app import snapshot_due
 from forge_ledger.testing import SessionBuilder
 
 NAMES = ("p0", "p1", "p2")

@@ -24,6 +24,7 @@ import click
 import yaml
 
 from ..errors import ConfigError, UsageError
+from ..ledger.outputs import store_outputs
 from . import cli
 from ._common import err_console, open_ledger, printable, store_option
 
@@ -88,7 +89,7 @@ def browse(port: int, host: str, store: str | None) -> None:
 
     applied = _run(store, rebuild=None, everything=False, batch_size=1000)
     with open_ledger(store) as ledger:
-        views = ledger.location.read_model_path
+        views = store_outputs(ledger.location).views
     err_console.print(
         f"projections up to date ({applied} new events); serving {printable(str(views))}"
     )

@@ -31,6 +31,7 @@ from ..domain.values import SessionStatus
 from ..errors import ChainBrokenError, UsageError
 from ..ledger import ChainReport, Ledger, RecordedEvent, SessionSummary
 from ..ledger import verify_store as _verify_store
+from ..ledger.outputs import store_outputs
 from ..projections import (
     SessionView,
     current_session_view,
@@ -83,7 +84,7 @@ def _summaries(ledger: Ledger) -> list[SessionSummary]:
     """From the read model when it is current (one query), else from the ledger (every
     session's state loaded)."""
     head, last = store_head(ledger)
-    rows = current_summaries(ledger.location.read_model_path, head, last)
+    rows = current_summaries(store_outputs(ledger.location).views, head, last)
     if rows is None:
         return ledger.summaries()
     return [
@@ -371,7 +372,7 @@ def show(
         view = (
             None
             if as_json or as_of or chain_broken()
-            else current_session_view(ledger, ledger.location.read_model_path, sid)
+            else current_session_view(ledger, store_outputs(ledger.location).views, sid)
         )
         if view is None:
             state = ledger.state(sid, at_event=at_event, at_iteration=at_iteration, at_time=when)

@@ -23,6 +23,7 @@ from rich.table import Table
 
 from ..errors import StoreMissingError
 from ..ledger import Ledger, resolve_store
+from ..ledger.outputs import store_outputs
 from ..ledger.store import lock_timeout
 from ..projections import (
     ProjectionRunner,
@@ -58,7 +59,7 @@ def projections() -> None:
 def projections_status(store: str | None, as_json: bool) -> None:
     """Each projection's version, position and lag behind the ledger."""
     with open_ledger(store) as ledger:
-        path = ledger.location.read_model_path
+        path = store_outputs(ledger.location).views
         db = open_views(path, lock_timeout=lock_timeout())
         try:
             rows = ProjectionRunner(ledger, db).status()
@@ -118,7 +119,7 @@ def _open_when_there(store: str | None, interval: float) -> Ledger:
 def _run(store: str | None, *, rebuild: str | None, everything: bool, batch_size: int,
          follow: bool = False, interval: float = 1.0) -> int:
     with _open_when_there(store, interval) if follow else open_ledger(store) as ledger:
-        db = open_views(ledger.location.read_model_path, lock_timeout=lock_timeout())
+        db = open_views(store_outputs(ledger.location).views, lock_timeout=lock_timeout())
         try:
             runner = ProjectionRunner(ledger, db)
             n: int

@@ -10,7 +10,7 @@ old stored dict into the new one, so old ledgers keep loading.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal, Self
 
 from pydantic import (
@@ -42,6 +42,7 @@ from .values import (
 
 __all__ = [
     "EVENT_TYPES",
+    "EXTERNAL_EVENT_TYPES",
     "FIRST_EVENT_TYPES",
     "TERMINAL_EVENT_TYPES",
     "UPCASTERS",
@@ -85,6 +86,7 @@ __all__ = [
     "SessionTimedOut",
     "TechniqueSuggested",
     "VoteRecorded",
+    "is_external",
     "payload_class",
     "prompt_hash",
 ]
@@ -601,6 +603,34 @@ TERMINAL_EVENT_TYPES = frozenset(
 FIRST_EVENT_TYPES = ("SessionStarted", "SessionForked")
 """The events that begin a session: no state comes before them (a fork's first one stands at
 its fork point, the positions before it being its parent's)."""
+
+EXTERNAL_EVENT_TYPES = frozenset(
+    {
+        "SessionStarted",
+        "SessionForked",
+        "ParticipantJoined",
+        "ParticipantUpdated",
+        "HumanInputRecorded",
+        "DivergenceOverruled",
+        "SessionResumed",
+        "SessionRewound",
+        "SessionSealed",
+        "IdeaRecorded",
+        "IterationRecorded",
+        "SessionImported",
+    }
+)
+"""Facts that come from outside the orchestrator: a person or another command records them, so
+a replay applies them from the record (and a ``SessionAborted`` that names the person who
+aborted, see :func:`is_external`)."""
+
+
+def is_external(type_name: str, data: Mapping[str, Any]) -> bool:
+    """Whether an event of this type and payload comes from outside the orchestrator."""
+    if type_name == "SessionAborted":
+        return bool(data.get("by"))
+    return type_name in EXTERNAL_EVENT_TYPES
+
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 

@@ -5,7 +5,10 @@ from typing import TYPE_CHECKING
 from .. import _lazy
 
 if TYPE_CHECKING:
-    from .application import Ledger, RecordedEvent, SessionSummary, store_failure
+    from .failures import store_failure
+    from .ledger import Ledger
+    from .records import RecordedEvent
+    from .session_list import SessionSummary
     from .store import (
         DEFAULT_STORE,
         ENV_VAR,
@@ -17,7 +20,10 @@ if TYPE_CHECKING:
     from .verify import ChainReport, verify_session, verify_store
 
 __getattr__, __dir__ = _lazy.exports(__name__, {
-    "application": ("Ledger", "RecordedEvent", "SessionSummary", "store_failure"),
+    "failures": ("store_failure",),
+    "ledger": ("Ledger",),
+    "records": ("RecordedEvent",),
+    "session_list": ("SessionSummary",),
     "store": (
         "DEFAULT_STORE", "ENV_VAR", "FoundStore", "StoreLocation", "find_store", "resolve_store"
     ),

@@ -37,11 +37,13 @@ from ..domain import events as ev
 from ..domain.aggregate import topic_for
 from ..domain.json_fields import JsonFields
 from ..errors import ConcurrencyConflictError, SessionNotFoundError, StoreError, UsageError
-from .application import Ledger, _first_line
 from .compression import unpack
+from .failures import first_line
+from .ledger import Ledger
 from .quotes import QuotedAnswers
 from .store import StoreLocation
-from .texts import StoredEventWithTexts, quote_lists, referenced
+from .text_mapper import StoredEventWithTexts, quote_lists
+from .texts import referenced
 from .verify import verify_session
 
 __all__ = ["ALREADY_THERE", "COPIED", "EXTENDED", "CopiedSession", "copy_sessions", "write_archive"]
@@ -203,7 +205,7 @@ def _copy_one(source: Ledger, target: Ledger, plan: _Plan) -> CopiedSession:
         ) from None
     except _PersistenceError as e:
         raise StoreError(
-            f"cannot write to {target.location.display}: {_first_line(e)}"
+            f"cannot write to {target.location.display}: {first_line(e)}"
         ) from None
     result.status = EXTENDED if plan.after else COPIED
     result.events = len(stored)

@@ -89,13 +89,6 @@ class StoreLocation:
         schema = f"?schema={self.schema}" if self.schema != "public" else ""
         return f"postgresql://{user}{self.host}:{self.port}/{self.dbname}{schema}"
 
-    @property
-    def read_model_path(self) -> Path:
-        """The read-model (Datasette) file: the outputs rule (``outputs.store_outputs``)."""
-        from .outputs import store_outputs
-
-        return store_outputs(self).views
-
     def eventsourcing_env(self) -> dict[str, str]:
         if self.kind == "sqlite":
             return {

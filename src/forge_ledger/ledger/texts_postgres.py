@@ -17,7 +17,9 @@ from psycopg.adapt import Transformer
 from psycopg.pq import ConnStatus, ExecStatus
 from psycopg.sql import SQL, Identifier
 
-from .texts import TEXT_TABLE, KnowsStore, Learned, learned_in, texts_of
+from .text_mapper import texts_of
+from .text_write_cache import KnowsStore, Learned, learned_in
+from .texts import TEXT_TABLE
 
 __all__ = ["TextsPostgresRecorder", "TextsPostgresSnapshotRecorder"]
 
@@ -193,7 +195,7 @@ def _roll_back(conn: Any) -> None:
 
 class TextsPostgresSnapshotRecorder(_WritesTexts, PostgresAggregateRecorder):
     """Writes the texts a snapshot refers to in the transaction that inserts the snapshot
-    (see ``texts.TextsSQLiteSnapshotRecorder``). eventsourcing inserts a snapshot on an
+    (see ``texts_sqlite.TextsSQLiteSnapshotRecorder``). eventsourcing inserts a snapshot on an
     autocommit connection; with texts to write (none this writer knows stored), both go in
     one explicit transaction."""
 

@@ -33,8 +33,9 @@ from ..domain import events as ev
 from ..domain.hashing import GENESIS, chain_hash, seal_hmac
 from ..domain.json_fields import JsonFields
 from ..errors import StoreError
-from .application import Ledger, _first_line, store_failure
 from .compression import NewerFormatError, unpack
+from .failures import first_line, store_failure
+from .ledger import Ledger
 from .texts import resolve
 
 __all__ = ["ChainReport", "verify_session", "verify_snapshots", "verify_store"]
@@ -328,7 +329,7 @@ def _snapshot_problem(
     except NewerFormatError as e:  # not damage: this version cannot judge the row
         raise cast(StoreError, store_failure(e)) from None
     except (ValueError, zlib.error, RecursionError) as e:
-        return f"cannot be decoded ({type(e).__name__}: {_first_line(e)})"
+        return f"cannot be decoded ({type(e).__name__}: {first_line(e)})"
     if stored.topic != fresh.topic:
         return f"names the wrong kind of snapshot ({stored.topic!r})"
     want = _content(unpack(fresh.state))

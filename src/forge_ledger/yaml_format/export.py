@@ -25,8 +25,9 @@ from typing import Any
 import yaml
 
 from ..domain import events as ev
+from ..domain.fold import apply_event, fold
 from ..domain.recorded import EventLike
-from ..domain.state import ContributionState, DivergenceState, RoundState, SessionState, fold
+from ..domain.state import ContributionState, DivergenceState, RoundState, SessionState
 from ..domain.text import text_key
 from ..domain.values import DivergenceStatus, Mode, RoundKind, file_status
 from ..engine.ems import ems_score
@@ -97,7 +98,7 @@ class _Fold:
         if self.imported is not None:
             self.after_import = True
         self._before(payload, at)
-        self.state.apply(payload, position=event.position, at=at, hash_=event.hash)
+        apply_event(self.state, payload, position=event.position, at=at, hash_=event.hash)
         if self.live is not None and self.live in self.entries:
             self.entries[self.live].end = at
         self._after(payload, at)

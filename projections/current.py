@@ -1,0 +1,274 @@
+"""The read model's answers, taken only when it is current for the store.
+
+``sessions`` and ``show`` read a session's summary and view here (a handful of indexed
+queries) instead of folding its events, when the read model has applied every event the store
+holds (:func:`_is_current`); otherwise they read the ledger. Nothing here builds a projection:
+a reader loads only what reading needs.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+from uuid import UUID
+
+from .base import EventLike
+from .read_model import ReadModelProjection
+from .show_view import (
+    ContributionLine,
+    RoundView,
+    SessionView,
+    convergence_from_json,
+    dissent_from_json,
+)
+
+__all__ = [
+    "SUMMARY_COLUMNS",
+    "Mark",
+    "StoreHead",
+    "current_session_view",
+    "current_summaries",
+    "session_head",
+    "store_head",
+]
+
+
+SUMMARY_COLUMNS = (
+    "id",
+    "slug",
+    "title",
+    "status",
+    "iteration",
+    "events",
+    "created_at",
+    "updated_at",
+    "parent_id",
+)
+"""The ``sessions`` columns a session listing shows (``Ledger.summaries`` gives the same)."""
+
+_T = TypeVar("_T")
+
+
+class StoreHead(Protocol):
+    """What the read-model readers ask the ledger: where the store and a session are now."""
+
+    def notifications(
+        self, *, after: int = 0, limit: int = 1000, topics: Sequence[str] = ()
+    ) -> Sequence[EventLike]: ...
+
+    def max_notification_id(self) -> int: ...
+
+    def head_version(self, session_id: UUID) -> int: ...
+
+    def events(
+        self, session_id: str | UUID, *, after: int = 0, upto: int | None = None
+    ) -> Iterable[EventLike]: ...
+
+
+Mark = tuple[str, int, str]
+"""A session's head as the store holds it: (session id, position, hash of that event)."""
+
+
+def store_head(source: StoreHead) -> tuple[int, Mark | None]:
+    """The store's last notification id and the :data:`Mark` of its event (or None)."""
+    head = source.max_notification_id()
+    newest = source.notifications(after=head - 1, limit=1) if head else []
+    if not newest:
+        return head, None
+    return head, (newest[0].session_id, newest[0].position, newest[0].hash)
+
+
+def session_head(source: StoreHead, session_id: UUID) -> Mark:
+    """The :data:`Mark` of ``session_id``'s last event."""
+    version = source.head_version(session_id)
+    last = list(source.events(session_id, after=version - 1))
+    return str(session_id), version, last[-1].hash if last else ""
+
+
+def _is_current(conn: sqlite3.Connection, head: int, marks: Iterable[Mark]) -> bool:
+    """The one rule for "the read model is current" (see :func:`current_summaries`).
+
+    The read-model projection is at its present version and has applied every notification
+    up to ``head``, and each :data:`Mark` of ``marks`` has its ``sessions`` row at that
+    position and that event hash: the session of the store's last event, and the session a
+    reader is about to show. A read model left beside a store that was since replaced by
+    another one, one a session has moved past, or one that counts as many events as a store
+    restored from a backup and written again (the same positions, other events) is not
+    current.
+    """
+    row = conn.execute(
+        "SELECT version, position FROM _projections WHERE name = ?",
+        [ReadModelProjection.name],
+    ).fetchone()
+    if row is None or int(row[0]) != ReadModelProjection.version or int(row[1]) != head:
+        return False
+    return all(
+        conn.execute(
+            "SELECT 1 FROM sessions WHERE id = ? AND events = ? AND head_hash = ?",
+            [sid, pos, hash_],
+        ).fetchone()
+        is not None
+        for sid, pos, hash_ in marks
+    )
+
+
+def _read_if_current(
+    path: Path,
+    head: int,
+    marks: Iterable[Mark],
+    query: Callable[[sqlite3.Connection], _T],
+) -> _T | None:
+    """``query`` on the read model when it is current (:func:`_is_current`), else None.
+
+    The file is opened read-only: a reader creates nothing, and a missing, older, locked or
+    damaged read model simply means the caller reads the ledger instead.
+    """
+    if not path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=1)
+    except sqlite3.Error:
+        return None
+    try:
+        # one snapshot for the check and the reads: a runner may commit in between
+        conn.execute("BEGIN")
+        if not _is_current(conn, head, marks):
+            return None
+        return query(conn)
+    except (sqlite3.Error, ValueError, TypeError, KeyError):
+        return None  # unreadable rows (a damaged file) are no answer either
+    finally:
+        conn.close()
+
+
+def current_summaries(
+    path: Path, head: int, last: Mark | None = None
+) -> list[dict[str, Any]] | None:
+    """The read model's ``sessions`` rows, in creation order, if it is current; else None.
+
+    Current means the read-model projection, at its present version, has applied every
+    notification up to ``head`` (the store's last) and, when ``last`` (a :data:`Mark`) names
+    that notification's event, its session's row is at that event (a read model left
+    beside a store that was since replaced by another one is not taken for current).
+    Listing sessions from the ledger loads each session's whole state; the read model holds
+    the summary already. The file is opened read-only: a listing creates nothing, and a
+    missing, older or locked read model simply means the ledger is read instead.
+    """
+
+    def rows(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        cols = ", ".join(SUMMARY_COLUMNS)
+        found = conn.execute(f"SELECT {cols} FROM sessions ORDER BY rowid").fetchall()
+        return [dict(zip(SUMMARY_COLUMNS, r, strict=True)) for r in found]
+
+    return _read_if_current(path, head, [last] if last is not None else [], rows)
+
+
+def current_session_view(source: StoreHead, path: Path, session_id: UUID) -> SessionView | None:
+    """What ``show`` prints of ``session_id``, from the read model at ``path`` if it is current
+    for the store and for that session (its row at the session's last event); else None.
+
+    Reading the session's rows is a handful of indexed queries, where the ledger loads the
+    session's newest snapshot and folds the events after it.
+    """
+    head, last = store_head(source)
+    marks = [session_head(source, session_id)]
+    if last is not None:
+        marks.append(last)
+    return _read_if_current(path, head, marks, lambda conn: _view_rows(conn, str(session_id)))
+
+
+_VIEW_COLUMNS = (
+    "id",
+    "slug",
+    "title",
+    "status",
+    "status_reason",
+    "phase",
+    "iteration",
+    "events",
+    "updated_at",
+    "ems",
+    "tokens_in",
+    "tokens_out",
+    "cost_usd",
+    "parent_id",
+    "parent_position",
+    "convergence_json",
+    "open_dissent_json",
+)
+
+
+def _view_rows(conn: sqlite3.Connection, sid: str) -> SessionView:
+    """The session's ``show`` rows (``sessions``, ``participants``, ``rounds``,
+    ``round_lines``) as a :class:`SessionView`."""
+    row = conn.execute(
+        f"SELECT {', '.join(_VIEW_COLUMNS)} FROM sessions WHERE id = ?", [sid]
+    ).fetchone()
+    s = dict(zip(_VIEW_COLUMNS, row, strict=True))
+    lines: dict[int, list[ContributionLine]] = {}
+    for number, name, tokens, preview, failed, unpriced in conn.execute(
+        "SELECT round, participant, tokens, preview, failed, unpriced FROM round_lines "
+        "WHERE session_id = ? ORDER BY round, idx",
+        [sid],
+    ):
+        lines.setdefault(int(number), []).append(
+            ContributionLine(
+                participant=_text(name),
+                tokens=int(tokens),
+                preview=_text(preview),
+                failed=bool(failed),
+                unpriced=bool(unpriced),
+            )
+        )
+    rounds = tuple(
+        RoundView(
+            number=int(n),
+            kind=_text(kind),
+            iteration=int(it),
+            status=_text(status),
+            superseded=bool(superseded),
+            lines=tuple(lines.get(int(n), ())),
+        )
+        for n, kind, it, status, superseded in conn.execute(
+            "SELECT number, kind, iteration, status, superseded FROM rounds "
+            "WHERE session_id = ? ORDER BY number",
+            [sid],
+        )
+    )
+    people = conn.execute(
+        "SELECT name, model, role FROM participants WHERE session_id = ? "
+        "AND left_position IS NULL ORDER BY rowid", [sid]
+    ).fetchall()
+    return SessionView(
+        id=_text(s["id"]),
+        slug=_text(s["slug"]),
+        title=_text(s["title"]),
+        status=_text(s["status"]),
+        status_reason=_text(s["status_reason"]),
+        phase=_text(s["phase"]),
+        iteration=int(s["iteration"]),
+        version=int(s["events"]),
+        updated_at=datetime.fromisoformat(s["updated_at"]),
+        ems=int(s["ems"]),
+        tokens_in=int(s["tokens_in"]),
+        tokens_out=int(s["tokens_out"]),
+        cost_usd=float(s["cost_usd"]),
+        fork_origin=(
+            None if s["parent_id"] is None else (_text(s["parent_id"]), int(s["parent_position"]))
+        ),
+        participants=tuple((_text(n), _text(m), _text(r)) for n, m, r in people),
+        rounds=rounds,
+        convergence=convergence_from_json(json.loads(s["convergence_json"])),
+        dissent=dissent_from_json(json.loads(s["open_dissent_json"])),
+    )
+
+
+def _text(value: object) -> str:
+    """A text column's value; anything else (NULL in a damaged file) is no answer."""
+    if not isinstance(value, str):
+        raise TypeError(f"expected text, found {type(value).__name__}")
+    return value

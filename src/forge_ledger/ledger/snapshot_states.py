@@ -1,0 +1,241 @@
+"""Snapshot transcoding: the session state as a snapshot holds it, and back.
+
+A snapshot carries the pydantic session state as one JSON string whose long texts and shared
+blocks are stored apart, by address (:mod:`forge_ledger.ledger.texts`); a restored state reads
+them back from the store's texts when asked.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+from eventsourcing.domain import Snapshot
+from eventsourcing.persistence import (
+    MapperDeserialisationError,
+    StoredEvent,
+    Transcoding,
+)
+
+from ..domain.blocks import BLOCK_SINK, unreadable_block
+from ..domain.state import SessionState
+from ..domain.texts import missing_text, text_address
+from ..errors import (
+    StoreError,
+)
+from .failures import store_failure
+from .text_mapper import StoredEventWithTexts, TextMapper
+from .texts import (
+    Lookup,
+    refer_to_texts,
+    text_reference,
+    with_texts,
+)
+
+__all__ = ["BlockTexts", "SessionStateAsJson", "SnapshotTextsMapper", "StoredTexts"]
+
+_BATCH = 64
+"""Answers read from the store at a time for a state restored from a snapshot."""
+
+
+class StoredTexts:
+    """The store's texts as a restored state's fallback :class:`~forge_ledger.domain.texts.
+    TextSource`.
+
+    A state restored from a snapshot holds its answers by address only; most loads (a
+    resume, a time travel) read few or none of them. The first answer asked for is read
+    with the next ones the state refers to (in recorded order), up to :data:`_BATCH` per
+    query: consumers that read every answer (an export, an audit) make one query per batch
+    rather than one per answer, and one that reads a single answer reads a little more.
+    """
+
+    def __init__(self, lookup: Lookup, state: SessionState) -> None:
+        self._lookup = lookup
+        # Weakly: the state holds this (through its text pool), and a strong reference back
+        # made every restored state a reference cycle that only the cyclic collector could
+        # free. A long run restores many large states; each stayed in memory until a full
+        # collection, and each full collection walked all of them, a cost that grew with the
+        # session. A copy of the state shares its pool: if the restored state is gone, an
+        # answer is still read, alone.
+        self._state = weakref.ref(state)
+        self._order: dict[str, int] | None = None
+        self._addresses: list[str] = []
+        self._read: dict[str, str] = {}
+
+    def text(self, address: str) -> str:
+        found = self._read.pop(address, None)
+        if found is not None:
+            return found
+        state = self._state()
+        ahead = self._read_ahead(address, state) if state is not None else []
+        self._read.update(self._lookup([address, *ahead]))
+        found = self._read.pop(address, None)
+        if found is None:
+            raise missing_text(address)
+        return found
+
+    def _read_ahead(self, address: str, state: SessionState) -> list[str]:
+        """The answers recorded after ``address`` that the state has not read yet: readers ask
+        for answers in the order they were recorded, so one query fetches a batch of them.
+        Only answers of contributions decoded already are read ahead (reading ahead must not
+        decode the rest of a restored state); an address not seen yet means more were."""
+        if self._order is None or address not in self._order:
+            self._addresses = state.answer_addresses(loaded=True)
+            self._order = {a: i for i, a in enumerate(self._addresses)}
+        start = self._order.get(address)
+        if start is None:
+            return []
+        pool = state.text_pool
+        following = self._addresses[start + 1 : start + 4 * _BATCH]
+        return [a for a in following if a not in pool and a not in self._read][: _BATCH - 1]
+
+
+class BlockTexts:
+    """The :class:`~forge_ledger.domain.blocks.BlockSink` of a snapshot being encoded: each
+    block becomes one stored text (its long texts referred to, as the state's are), added to
+    the texts the snapshot recorder writes with the snapshot.
+
+    The state's lists remember the addresses of the blocks written, so that the next snapshot
+    does not write them again; if this snapshot is not stored, :meth:`forget` makes them
+    forget (``LedgerApp._take_snapshots``), or a later snapshot would name texts never stored."""
+
+    def __init__(self, texts: dict[str, str]) -> None:
+        self._texts = texts
+        self._forgets: list[Callable[[], None]] = []
+
+    def store(self, document: str, forget: Callable[[], None]) -> str:
+        text = refer_to_texts(document, self._texts)
+        address = text_address(text)
+        self._texts[address] = text
+        self._forgets.append(forget)
+        return address
+
+    def refer(self, text: str) -> Any:
+        """A parsed value's text (a critique's JSON, the text its event refers to), by
+        reference if it is long."""
+        return text_reference(text, self._texts)
+
+    def forget(self) -> None:
+        for forget in self._forgets:
+            forget()
+        self._forgets = []
+
+
+class SessionStateAsJson(Transcoding):
+    """Lets snapshots carry the pydantic session state through the JSON transcoder.
+
+    The state travels as one JSON *string* (pydantic's Rust serializer and validator) rather
+    than as nested dicts: eventsourcing's transcoder then sees a single value instead of
+    calling its Python object hook on every dict of a large state, which made restoring a
+    snapshot several times slower than folding the events it replaces.
+
+    The state holds its answers by address; a restored one reads them from the store's texts
+    (``lookup``, set by the ledger). Its other long texts (the reasoning of every parsed
+    opinion and vote, four fifths of a snapshot) are stored by reference too, as in the
+    events they came from, which already stored them: a snapshot then holds the structure,
+    and a restored state reads those texts back in one query (``reads``, set by the ledger)
+    before it is parsed. A snapshot written before, with its texts inline, still loads.
+    """
+
+    type = SessionState
+    name = "forge_session_state_json"
+    lookup: Lookup | None = None
+    reads: Lookup | None = None
+
+    def __init__(self) -> None:
+        self._encoded = threading.local()
+
+    def encode(self, obj: SessionState) -> str:
+        texts: dict[str, str] = {}
+        sink = BlockTexts(texts)
+        document = refer_to_texts(
+            obj.model_dump_json(exclude_defaults=True, context={BLOCK_SINK: sink}), texts
+        )
+        self._encoded.texts = texts
+        self._encoded.blocks = sink
+        return document
+
+    def stored(self, *, ok: bool) -> None:
+        """The state last encoded on this thread was stored (``ok``) or not: if not, its
+        lists forget the blocks they were told were written."""
+        sink: BlockTexts | None = getattr(self._encoded, "blocks", None)
+        self._encoded.blocks = None
+        if sink is not None and not ok:
+            sink.forget()
+
+    def encoded_texts(self) -> dict[str, str]:
+        """The texts the last state encoded on this thread refers to (once: the mapper that
+        asked for the encoding adds them to the stored snapshot)."""
+        texts: dict[str, str] = getattr(self._encoded, "texts", {})
+        self._encoded.texts = {}
+        return texts
+
+    def decode(self, data: str) -> SessionState:
+        reads = self.reads or _no_texts
+        document = with_texts(data.encode("utf-8"), reads)
+        lookup = self.lookup
+        blocks = None if lookup is None else partial(_stored_block, lookup, reads)
+        state = SessionState.load(document, blocks=blocks)
+        if lookup is not None:
+            state.text_pool.fallback = StoredTexts(lookup, state)
+        return state
+
+
+def _stored_block(lookup: Lookup, reads: Lookup, address: str) -> bytes:
+    """The JSON of a block of a restored state (:class:`~forge_ledger.domain.blocks.
+    BlockList`), its long texts read back; a block altered in the store is refused."""
+    found = lookup([address]).get(address)
+    if found is None or text_address(found) != address:
+        raise unreadable_block(address, "that the store does not hold intact")
+    return with_texts(found.encode("utf-8"), reads)
+
+
+def _no_texts(_: Sequence[str]) -> dict[str, str]:
+    """The texts of a store that cannot be read: a reference then reads as missing."""
+    return {}
+
+
+class SnapshotTextsMapper(TextMapper):
+    """Adds to a stored snapshot the texts its state refers to, for the snapshot recorder to
+    write with it (``TextsSQLiteSnapshotRecorder``, ``TextsPostgresSnapshotRecorder``).
+
+    A snapshot refers to answers and reasoning by address, and an answer folded from an
+    event may be stored nowhere else (a short one is inline in its event, and so is every
+    text of a store written before texts were stored apart). Texts the state read from the
+    store are in the store already; the recorder writes only those that are not."""
+
+    states: SessionStateAsJson | None = None
+
+    def to_stored_event(self, domain_event: Any) -> StoredEvent:
+        stored = super().to_stored_event(domain_event)
+        state = getattr(domain_event, "state", None)
+        held = (
+            state.get("state")
+            if isinstance(domain_event, Snapshot) and isinstance(state, dict)
+            else None
+        )
+        if not isinstance(held, SessionState):
+            return stored
+        texts = self.states.encoded_texts() if self.states is not None else {}
+        texts.update(held.text_pool.held(held.answer_addresses(loaded=True)))
+        if not texts:
+            return stored
+        return StoredEventWithTexts.of(stored, texts)
+
+    def to_domain_event(self, stored_event: StoredEvent) -> Any:
+        """A text a snapshot refers to that is missing from the store, or a store failure
+        while reading it, is reported as such (one line), not as eventsourcing's failure to
+        deserialise the snapshot."""
+        try:
+            return super().to_domain_event(stored_event)
+        except MapperDeserialisationError as e:
+            cause = e.__cause__
+            failure = cause if isinstance(cause, StoreError) else None
+            if cause is not None and failure is None:
+                failure = store_failure(cause)
+            if failure is not None:
+                raise failure from None
+            raise

@@ -1,0 +1,93 @@
+"""What a text writer knows its store holds already, so that a save does not ask again."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["KnowsStore", "Learned", "StoreFacts", "learned_in"]
+
+
+_KNOWN_MAX = 65_536
+"""Addresses a writer remembers as stored (64 characters each); past that it starts over."""
+_LEARNED = "_forge_learned"
+"""The keyword under which a save's :class:`Learned` travels down to its transaction (the
+recorders pass their keywords through to the insert)."""
+
+
+@dataclass
+class Learned:
+    """What one transaction found out about the store: true once it commits."""
+
+    tables: bool = False
+    binary_keys: bool = True
+    texts: set[str] = field(default_factory=set)
+
+
+def learned_in(kwargs: dict[str, Any]) -> Learned:
+    """The :class:`Learned` of the save in progress (a throwaway one if it has none)."""
+    found = kwargs.get(_LEARNED)
+    return found if isinstance(found, Learned) else Learned()
+
+
+@dataclass
+class StoreFacts:
+    """What a writer knows its store holds already, so that a save does not ask again: the
+    text table exists, and these texts are stored. Each save asked both (``CREATE TABLE IF
+    NOT EXISTS`` and a ``SELECT``): about a tenth of an append's cost, for answers most of
+    which were known (a system prompt is in every call of a session).
+
+    Only a committed write counts. A transaction that rolled back (another writer appended
+    first) stored nothing, not even a table it created. What a save finds out travels with
+    that save (:class:`Learned`), never through shared state: a writer used from several
+    threads must not take another save's texts for stored before that save commits. Texts
+    are never deleted, so what a committed write stored stays true; texts another process
+    stored are merely asked about.
+    """
+
+    tables_ready: bool = False
+    binary_keys: bool = True
+    """Whether the SQLite text table is keyed by the digests' bytes: known once
+    ``tables_ready``, and read only then (PostgreSQL keys texts by their hex digests)."""
+    stored: set[str] = field(default_factory=set)
+
+    def inserting(
+        self, insert: Callable[..., Sequence[int] | None], stored_events: Any, **kwargs: Any
+    ) -> Sequence[int] | None:
+        """``insert(stored_events, …)`` (one transaction), then what it found out, if it
+        committed."""
+        learned = Learned()
+        ids = insert(stored_events, **{**kwargs, _LEARNED: learned})
+        self.learn(learned)
+        return ids
+
+    def unknown(self, texts: Iterable[tuple[str, str]]) -> dict[str, str]:
+        """Of ``texts`` (address, text), those no committed write has told this writer are
+        stored: the texts a save must write (or, on SQLite, ask the store about). Until the
+        text table is known ready, nothing is known stored, so a save with texts always
+        reaches the code that creates the table."""
+        return {a: t for a, t in texts if a not in self.stored}
+
+    def learn(self, learned: Learned) -> None:
+        """Call once the transaction that found ``learned`` out has committed."""
+        if learned.tables and not self.tables_ready:
+            # In this order: a save in another thread reads ``tables_ready`` first, and then
+            # ``binary_keys`` only if it is set.
+            self.binary_keys = learned.binary_keys
+            self.tables_ready = True
+        if len(self.stored) + len(learned.texts) > _KNOWN_MAX:
+            self.stored.clear()
+        self.stored |= learned.texts
+
+
+class KnowsStore:
+    """A recorder that writes texts, with what its committed saves found out (its facts)."""
+
+    _facts: StoreFacts | None = None
+
+    @property
+    def facts(self) -> StoreFacts:
+        if self._facts is None:
+            self._facts = StoreFacts()
+        return self._facts
