@@ -13,28 +13,48 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable, Iterable, Mapping
+from types import ModuleType
 from typing import Any
 
 __all__ = ["exports"]
 
 
+class _KeepingPackage(ModuleType):
+    """A package that offers, under a submodule's name, a value that submodule holds
+    (``engine.convergence`` is the function): the import system binds every submodule it
+    loads on its package, and here that binding gives the value instead."""
+
+    _kept: frozenset[str] = frozenset()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._kept and isinstance(value, ModuleType):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
 def exports(
-    package: str, where: Mapping[str, Iterable[str]]
+    package: str, where: Mapping[str, Iterable[str]], *, values: Iterable[str] = ()
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` of ``package`` whose names ``where`` lists by the
-    submodule that holds them (a submodule's own name among them stands for the submodule).
+    submodule that holds them (a submodule's own name among them stands for the submodule,
+    unless ``values`` names it: then it stands for the submodule's attribute of that name).
 
     A name is looked up once: its value is then set on the package itself."""
-    if any(isinstance(names, str) for names in where.values()):
+    if any(isinstance(names, str) for names in [*where.values(), values]):
         raise TypeError(f"{package}: list each module's names, not one string")
     home = {name: module for module, names in where.items() for name in names}
+    kept = frozenset(values)
+    if kept:
+        module_object = sys.modules[package]
+        module_object.__class__ = _KeepingPackage
+        object.__setattr__(module_object, "_kept", kept)
 
     def __getattr__(name: str) -> Any:
         module = home.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         found = importlib.import_module(f"{package}.{module}")
-        value = found if name == module else getattr(found, name)
+        value = found if name == module and name not in kept else getattr(found, name)
         setattr(sys.modules[package], name, value)
         return value
 

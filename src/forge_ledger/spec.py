@@ -14,18 +14,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from .domain.state import SessionState
 from .domain.values import SessionStatus
 from .errors import ImportValidationError
-from .ledger import Ledger
 from .ledger.outputs import store_outputs, write_output
-from .projections.document import Answer, ContributionRef, DocumentLineage
-from .sealing import ExportReport, check_stored_chain
-from .yaml_format.storage import CleanupItem, remove_finished, session_file_path
+
+if TYPE_CHECKING:
+    from .domain.state import SessionState
+    from .ledger import Ledger
+    from .projections.document import Answer, ContributionRef, DocumentLineage
+    from .sealing import ExportReport
+    from .yaml_format.storage import CleanupItem
+
+# Printing a document needs the state and YAML only: the lineage, the chain check and the
+# file clean-up load when their function runs.
 
 __all__ = [
     "SPEC_FORMAT",
@@ -150,6 +155,8 @@ def spec_path(ledger: Ledger, state: SessionState, directory: Path | None = None
         doc = read_front_matter(path)
         return doc is not None and doc.get("session_id") == state.id
 
+    from .yaml_format.storage import session_file_path
+
     return session_file_path(target, state.slug, ".md", state.id, owns)
 
 
@@ -266,6 +273,8 @@ def verify_spec(ledger: Ledger, path: str | Path, key: bytes | None = None) -> E
         raise ImportValidationError(
             f"{p} is not a forge-ledger document", hint="pass a file written by 'forge-ledger spec'"
         )
+    from .sealing import ExportReport, check_stored_chain
+
     report = ExportReport(path=str(p))
     sid = check_stored_chain(ledger, report, str(doc["session_id"]), key)
     position = doc.get("position")
@@ -301,5 +310,7 @@ def cleanup_specs(
     directory: Path, *, now: datetime, days: int = 30, dry_run: bool = False
 ) -> list[CleanupItem]:
     """Remove document files of finished sessions not updated for ``days`` days."""
+    from .yaml_format.storage import remove_finished
+
     return remove_finished(directory, "*.md", _finished_spec, now=now, days=days,
                            dry_run=dry_run)

@@ -111,7 +111,7 @@ def spec_cmd(
 ) -> None:
     """Print SESSION's document: the latest synthesis (before any, the latest draft or
     response) exactly as written, under a header saying whether it was agreed."""
-    from ..projections.document import document_diff, fold_lineage
+    # the document's lineage and diff load only for --provenance and --diff
     from ..spec import provenance_json, render_provenance, render_spec, spec_header, write_spec
 
     if diff_to and diff is None:
@@ -124,6 +124,8 @@ def spec_cmd(
             raise UsageError(f"session {state.id} has no document yet",
                              hint="a document exists once a draft has been recorded")
         if diff is not None:
+            from ..projections.document import document_diff
+
             first, second = _diff_range(state, diff, diff_to)
             d = document_diff(state, first, second)
             if as_json:
@@ -140,6 +142,8 @@ def spec_cmd(
                 err_console.print(f"Document written: {printable(str(path))}", markup=False)
             return
     if provenance:
+        from ..projections.document import fold_lineage
+
         lineage = fold_lineage(state)
         if as_json:
             emit_json(provenance_json(state, lineage))

@@ -13,10 +13,6 @@ from typing import TYPE_CHECKING
 
 from .. import _lazy
 
-# ``convergence`` is also the name of its module, which the import system sets on this package
-# whenever the module loads: bound here, before that can happen, it stays the function.
-from .convergence import convergence
-
 if TYPE_CHECKING:
     from .anonymity import label_for, labels_before, review_labels
     from .budget import (
@@ -48,6 +44,7 @@ if TYPE_CHECKING:
     )
     from .convergence import (
         DEFAULT_ROLE_WEIGHTS,
+        convergence,
         STANCE_VALUES,
         role_weight,
         weighted_score,
@@ -102,7 +99,13 @@ __getattr__, __dir__ = _lazy.exports(__name__, {
         "cut_off_reason",
         "needs_continuation",
     ),
-    "convergence": ("DEFAULT_ROLE_WEIGHTS", "STANCE_VALUES", "role_weight", "weighted_score"),
+    "convergence": (
+        "DEFAULT_ROLE_WEIGHTS",
+        "STANCE_VALUES",
+        "convergence",
+        "role_weight",
+        "weighted_score",
+    ),
     "divergence": ("plan_divergences",),
     "least_budget": ("FirstCall", "first_call"),
     "needs": ("answers_needed", "fallback_author", "round_shortfall"),
@@ -120,7 +123,7 @@ __getattr__, __dir__ = _lazy.exports(__name__, {
         "next_step",
         "synthesizer",
     ),
-})
+}, values=["convergence"])  # the function, not its module of the same name
 
 __all__ = [
     "CONTINUED_KINDS",

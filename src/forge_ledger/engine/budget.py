@@ -15,7 +15,6 @@ from collections.abc import Sequence
 
 from ..domain.state import SessionState
 from ..domain.values import ChatMessage, Price, RoundKind
-from .parsing import output_schema
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -82,6 +81,8 @@ def budget_allows(state: SessionState, reserve_usd: float) -> bool:
 def reserved_calls(kind: RoundKind) -> int:
     """Calls reserved for one participant's turn in a round of ``kind``: its answer, and
     for a structured answer (critique, opinion, vote) one repair call."""
+    from .parsing import output_schema  # its models load only when a budget is planned
+
     return 2 if output_schema(kind) is not None else 1
 
 
