@@ -17,7 +17,6 @@ from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from .base import EventLike
-from .read_model import ReadModelProjection
 from .show_view import (
     ContributionLine,
     RoundView,
@@ -100,6 +99,8 @@ def _is_current(conn: sqlite3.Connection, head: int, marks: Iterable[Mark]) -> b
     restored from a backup and written again (the same positions, other events) is not
     current.
     """
+    from .read_model import ReadModelProjection  # its fold's models, only once a file is there
+
     row = conn.execute(
         "SELECT version, position FROM _projections WHERE name = ?",
         [ReadModelProjection.name],

@@ -35,6 +35,23 @@ NEVER_FOR_HELP = (
     "forge_ledger.projections.runner",
 )
 NEVER_FOR_SESSIONS = ("litellm", "forge_ledger.audit", "forge_ledger.report")
+NEVER_FOR_A_READ = (
+    "litellm",
+    "forge_ledger.report",
+    "forge_ledger.yaml_format",
+    "forge_ledger.projections.runner",
+    "forge_ledger.orchestrator",
+    "forge_ledger.lineage",
+    "forge_ledger.sealing",
+    # the application layer's running, answering and forking side
+    "forge_ledger.app.forge",
+    "forge_ledger.app.running",
+    "forge_ledger.app.interventions",
+    "forge_ledger.app.demo",
+    "forge_ledger.app.participants",
+    "forge_ledger.app.studies",
+)
+"""What none of ``show``, ``spec`` and ``audit`` needs to print a session."""
 
 _PROBE = """
 import json, sys
@@ -112,6 +129,57 @@ def test_sessions_loads_neither_litellm_nor_the_audit_nor_the_report(tmp_path: P
     )) == []
 
 
+def _fixture_store(tmp_path: Path) -> Path:
+    store = tmp_path / "store.sqlite"
+    shutil.copy(FIXTURES / "store-v2.sqlite", store)
+    return store
+
+
+def test_show_folds_with_the_one_engine_rule_it_shows(tmp_path: Path) -> None:
+    """Without a read model ``show`` folds the session and computes its EMS: the engine's
+    other rules (convergence, conformity, divergence, the output schemas) stay unloaded."""
+    out, modules = _loaded("show", "@~1", store=_fixture_store(tmp_path))
+    assert "EMS" in out
+    assert "forge_ledger.engine.ems" in modules
+    assert _found(modules, NEVER_FOR_A_READ) == []
+    assert _found(modules, ("forge_ledger.audit", "forge_ledger.app", "forge_ledger.spec")) == []
+    assert _found(modules, (
+        "forge_ledger.engine.convergence", "forge_ledger.engine.conformity",
+        "forge_ledger.engine.divergence", "forge_ledger.engine.parsing",
+        "forge_ledger.engine.prompts", "forge_ledger.engine.steps",
+    )) == []
+
+
+def test_spec_loads_the_state_and_yaml_but_not_the_lineage(tmp_path: Path) -> None:
+    """Printing the document needs its state and the YAML header: the lineage (and its fuzzy
+    matching), the chain check of a written file and the engine are for other options."""
+    out, modules = _loaded("spec", "@~1", store=_fixture_store(tmp_path))
+    assert out.startswith("---\n")
+    assert "forge_ledger.spec" in modules
+    assert _found(modules, NEVER_FOR_A_READ) == []
+    assert _found(modules, (
+        "forge_ledger.projections.document", "rapidfuzz", "forge_ledger.engine",
+        "forge_ledger.audit", "forge_ledger.app",
+    )) == []
+
+
+def test_spec_provenance_loads_the_lineage(tmp_path: Path) -> None:
+    """The guard above can fail: the lineage is loaded when it is asked for."""
+    _, modules = _loaded("spec", "@~1", "--provenance", store=_fixture_store(tmp_path))
+    assert "forge_ledger.projections.document" in modules
+
+
+def test_audit_loads_the_audit_and_not_the_running_side(tmp_path: Path) -> None:
+    """``audit`` goes through the application layer's records: neither running, answering
+    nor forking a session loads, nor the fork comparison or the metrics rows."""
+    out, modules = _loaded("audit", "@~1", store=_fixture_store(tmp_path))
+    assert out.startswith("# Audit: ")
+    assert {"forge_ledger.app.records", "forge_ledger.audit.analysis"} <= modules
+    assert _found(modules, NEVER_FOR_A_READ) == []
+    assert _found(modules, ("forge_ledger.audit.counterfactual", "forge_ledger.audit.metrics",
+                            "forge_ledger.audit.aggregates")) == []
+
+
 def test_sessions_from_a_current_read_model_builds_no_model(tmp_path: Path) -> None:
     """The read model holds the summaries: listing them needs no schema of ours (they are
     built on first use, and nothing uses one)."""
@@ -185,8 +253,9 @@ def test_each_summary_is_what_the_command_s_help_says(limit: int) -> None:
         assert stand_in.get_short_help_str(limit) == cli.commands[name].get_short_help_str(limit)
 
 
-LAZY_PACKAGES = ["forge_ledger.domain", "forge_ledger.engine", "forge_ledger.ledger",
-                 "forge_ledger.projections", "forge_ledger.yaml_format"]
+LAZY_PACKAGES = ["forge_ledger.app", "forge_ledger.audit", "forge_ledger.domain",
+                 "forge_ledger.engine", "forge_ledger.ledger", "forge_ledger.projections",
+                 "forge_ledger.yaml_format"]
 MODULES_BY_NAME = {"forge_ledger.domain": {"events"}}
 """The names in a lazy package's ``__all__`` that are its submodules, on purpose."""
 
@@ -206,6 +275,24 @@ def test_a_lazy_package_offers_each_name_it_lists(package: str) -> None:
     assert set(module.__all__) <= set(dir(module))
     with pytest.raises(AttributeError):
         _ = module.no_such_name
+
+
+def test_a_value_named_as_its_module_stays_the_value() -> None:
+    """``engine.convergence`` is the function, whether the package or its module loaded
+    first, in a fresh interpreter (each order once)."""
+    probe = (
+        "import importlib, sys\n"
+        "first, second = sys.argv[1:]\n"
+        "importlib.import_module(first)\n"
+        "importlib.import_module(second)\n"
+        "import forge_ledger.engine as engine\n"
+        "from forge_ledger.engine import convergence\n"
+        "module = sys.modules['forge_ledger.engine.convergence']\n"
+        "assert engine.convergence is convergence is module.convergence, engine.convergence\n"
+    )
+    for order in (("forge_ledger.engine", "forge_ledger.engine.convergence"),
+                  ("forge_ledger.engine.convergence", "forge_ledger.engine")):
+        subprocess.run([sys.executable, "-c", probe, *order], check=True, timeout=120)
 
 
 def test_a_lazy_map_refuses_a_bare_string() -> None:

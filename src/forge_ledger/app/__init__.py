@@ -51,40 +51,43 @@ if TYPE_CHECKING:
     )
     from .stores import Store, opened
 
-__getattr__, __dir__ = _lazy.exports(__name__, {
-    "demo": ("restarted_demo_server",),
-    "forge": ("Forge", "open"),
-    "interventions": ("JumpSummary", "abort", "answer", "back", "overrule"),
-    "participants": (
-        "add_participants",
-        "load_participants",
-        "participants_from_models",
-        "update_participants",
-    ),
-    "records": (
-        "ReportPage",
-        "audit",
-        "copy",
-        "export",
-        "fork",
-        "fork_comparison",
-        "replay",
-        "report",
-        "seal",
-        "spec",
-        "verify",
-    ),
-    "running": (
-        "Runtime",
-        "check_start",
-        "in_progress_session",
-        "resume",
-        "resume_session",
-        "start",
-        "start_session",
-    ),
-    "stores": ("Store", "opened"),
-})
+__getattr__, __dir__ = _lazy.exports(
+    __name__,
+    {
+        "demo": ("restarted_demo_server",),
+        "forge": ("Forge", "open"),
+        "interventions": ("JumpSummary", "abort", "answer", "back", "overrule"),
+        "participants": (
+            "add_participants",
+            "load_participants",
+            "participants_from_models",
+            "update_participants",
+        ),
+        "records": (
+            "ReportPage",
+            "audit",
+            "copy",
+            "export",
+            "fork",
+            "fork_comparison",
+            "replay",
+            "report",
+            "seal",
+            "spec",
+            "verify",
+        ),
+        "running": (
+            "Runtime",
+            "check_start",
+            "in_progress_session",
+            "resume",
+            "resume_session",
+            "start",
+            "start_session",
+        ),
+        "stores": ("Store", "opened"),
+    },
+)
 
 __all__ = [
     "Forge",

@@ -37,13 +37,16 @@ if TYPE_CHECKING:
     from .model import *  # noqa: F403
     from .render import excerpt, render_markdown
 
-__getattr__, __dir__ = _lazy.exports(__name__, {
-    "analysis": ("audit_report", "document_similarity"),
-    "counterfactual": ("DissentFate", "ForkComparison", "SideOutcome", "compare_fork"),
-    "metrics": ("ParticipantMetrics", "SessionMetrics", "participant_rows", "session_row"),
-    "model": _model_all,
-    "render": ("excerpt", "render_markdown"),
-})
+__getattr__, __dir__ = _lazy.exports(
+    __name__,
+    {
+        "analysis": ("audit_report", "document_similarity"),
+        "counterfactual": ("DissentFate", "ForkComparison", "SideOutcome", "compare_fork"),
+        "metrics": ("ParticipantMetrics", "SessionMetrics", "participant_rows", "session_row"),
+        "model": _model_all,
+        "render": ("excerpt", "render_markdown"),
+    },
+)
 
 __all__ = [
     *_model_all,

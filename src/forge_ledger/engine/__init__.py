@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     )
     from .convergence import (
         DEFAULT_ROLE_WEIGHTS,
-        convergence,
         STANCE_VALUES,
+        convergence,
         role_weight,
         weighted_score,
     )
