@@ -610,6 +610,7 @@ EXTERNAL_EVENT_TYPES = frozenset(
         "SessionForked",
         "ParticipantJoined",
         "ParticipantUpdated",
+        "ParticipantLeft",
         "HumanInputRecorded",
         "DivergenceOverruled",
         "SessionResumed",
