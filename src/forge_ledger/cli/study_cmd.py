@@ -292,3 +292,6 @@ def verify_cmd(study_ref: str, store: str | None) -> None:
     if problems:
         raise ChainBrokenError(f"study {str(sid)[:8]}: {problems[0]}")
     click.echo(f"study {sid}: {events} events, chain intact")
+
+
+from . import study_report_cmd as _reports  # noqa: E402, F401  (study export, study report)
