@@ -99,7 +99,7 @@ def _model(ledger: Ledger, state: StudyState, command: str) -> StudyReportModel:
     lines = []
     for c in state.cells.values():
         row = rows.get(c.spec.id)
-        slug = ledger.state(UUID(row.session_id)).slug if row is not None else ""
+        slug = t.slugs.get(row.session_id, "") if row is not None else ""
         lines.append(
             CellLine(
                 cell=c.spec.id,

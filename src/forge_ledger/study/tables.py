@@ -29,6 +29,7 @@ from ..errors import ForgeLedgerError
 from .state import CellState, StudyState
 
 if TYPE_CHECKING:
+    from ..audit.model import AuditReport
     from ..domain.recorded import EventLike
     from ..ledger import Ledger
 
@@ -44,6 +45,8 @@ class StudyTables:
     as_of_event: int
     sessions: tuple[SessionMetrics, ...]
     participants: tuple[ParticipantMetrics, ...]
+    slugs: dict[str, str]
+    """Each session's slug (its report's file name starts with it), by session id."""
 
 
 def _as_of(state: StudyState, cell: CellState) -> datetime | None:
@@ -81,35 +84,41 @@ def _labels(state: StudyState, cell: CellState) -> dict[str, str | int | None]:
 
 def _rows(
     ledger: Ledger, state: StudyState
-) -> Iterator[tuple[SessionMetrics, list[ParticipantMetrics]]]:
+) -> Iterator[tuple[SessionMetrics, list[ParticipantMetrics], str]]:
     from ..audit import audit_report, compare_fork
     from ..audit.metrics import participant_rows, session_row
+    from ..projections import fold_events
 
+    read: dict[str, tuple[list[EventLike], AuditReport]] = {}  # a parent is read once
     for cell in state.cells.values():
         events = cell_events(ledger, state, cell)
         if not events:
             continue
         audit = audit_report(events)
+        read[cell.spec.id] = (events, audit)
         comparison = None
-        if cell.spec.parent is not None:
-            parent = cell_events(ledger, state, state.cells[cell.spec.parent])
-            if parent:
-                comparison = compare_fork(parent, events)
+        parent = read.get(cell.spec.parent or "")
+        if parent is not None:
+            comparison = compare_fork(parent[0], events, audits=(parent[1], audit))
         labels = _labels(state, cell)
-        yield session_row(audit, comparison, **labels), participant_rows(audit, **labels)
+        slug = fold_events(events[:1]).slug
+        yield session_row(audit, comparison, **labels), participant_rows(audit, **labels), slug
 
 
 def study_tables(ledger: Ledger, state: StudyState) -> StudyTables:
     """The study's two tables, from its state (now, or as of a past event)."""
     sessions: list[SessionMetrics] = []
     people: list[ParticipantMetrics] = []
-    for row, rows in _rows(ledger, state):
+    slugs: dict[str, str] = {}
+    for row, rows, slug in _rows(ledger, state):
         sessions.append(row)
         people += rows
+        slugs[row.session_id] = slug
     return StudyTables(
         study_id=state.id,
         name=state.name,
         as_of_event=state.version,
         sessions=tuple(sessions),
         participants=tuple(people),
+        slugs=slugs,
     )
