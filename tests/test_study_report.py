@@ -155,23 +155,22 @@ def test_the_aggregates_find_what_the_study_was_built_to_show(known: Path) -> No
     with Ledger(str(known), create=False) as ledger:
         plan = StudyStream(ledger).state("known").plan
     summary = summarize(plan, tables.sessions)
-    rates = {
-        g.group: next(e for e in g.estimates if e.metric == "converged") for g in summary.arms
-    }
+    rates = {g.group: next(e for e in g.estimates if e.metric == "converged") for g in summary.arms}
     assert rates["base"].value == 1.0
     assert rates["base"].n == TOPICS * REPEATS
     assert rates["strict"].value == STRICT / REPEATS
-    assert rates["strict"].low is not None and rates["strict"].high is not None
+    assert rates["strict"].low is not None
+    assert rates["strict"].high is not None
     assert rates["strict"].low <= STRICT / REPEATS <= rates["strict"].high
     diff = next(
-        d for d in summary.differences
-        if (d.a, d.b, d.metric) == ("strict", "base", "converged")
+        d for d in summary.differences if (d.a, d.b, d.metric) == ("strict", "base", "converged")
     )
     set_value = STRICT / REPEATS - 1.0
     assert diff.paired
     assert diff.n_pairs == TOPICS * REPEATS
     assert diff.value == pytest.approx(set_value)
-    assert diff.low is not None and diff.high is not None
+    assert diff.low is not None
+    assert diff.high is not None
     assert diff.low <= set_value <= diff.high
     influence = {i.participant: i for i in summary.influence}
     assert influence["dave"].outcome_change.value == 1.0
@@ -189,12 +188,31 @@ def test_each_row_is_what_the_session_audit_says(known: Path) -> None:
             events = list(ledger.events(UUID(row.session_id)))
             alone = session_row(audit_report(events))
             same = row.model_dump(
-                exclude={"study", "cell", "topic", "panel", "variant", "repeat", "without",
-                         "similarity_to_parent", "outcome_changed"}
+                exclude={
+                    "study",
+                    "cell",
+                    "topic",
+                    "panel",
+                    "variant",
+                    "repeat",
+                    "without",
+                    "similarity_to_parent",
+                    "outcome_changed",
+                }
             )
-            assert same == alone.model_dump(exclude={"study", "cell", "topic", "panel",
-                                                     "variant", "repeat", "without",
-                                                     "similarity_to_parent", "outcome_changed"})
+            assert same == alone.model_dump(
+                exclude={
+                    "study",
+                    "cell",
+                    "topic",
+                    "panel",
+                    "variant",
+                    "repeat",
+                    "without",
+                    "similarity_to_parent",
+                    "outcome_changed",
+                }
+            )
     per_arm = Counter((r.variant, r.converged) for r in tables.sessions)
     assert per_arm[("strict", True)] == TOPICS * STRICT
     assert per_arm[("loo-dave", False)] == TOPICS * REPEATS
@@ -247,7 +265,10 @@ def test_the_report_as_of_a_past_event_shows_the_study_then(known: Path, tmp_pat
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "forge_ledger", *args],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -263,7 +284,8 @@ def test_the_commands_write_exports_and_the_page(known: Path, tmp_path: Path) ->
     assert made.returncode == 0, made.stderr
     assert json.loads(made.stdout)["path"] == str(page)
     assert "Content-Security-Policy" in page.read_text()
-    bad = _cli("study", "report", "known", "--store", str(known), "-o", str(page),
-               "--at-event", "9999")
+    bad = _cli(
+        "study", "report", "known", "--store", str(known), "-o", str(page), "--at-event", "9999"
+    )
     assert bad.returncode == 2
     assert "out of range" in bad.stderr

@@ -105,7 +105,9 @@ def _plain(b: SessionBuilder, spec: CellSpec, plan: StudyPlan, sid: UUID, conver
     )
     _vote(b, 1, {"ana": True, "ben": False, "dave": True}, config.convergence_threshold)
     done = _vote(b, 2, {"ana": True, "ben": converges, "dave": True}, config.convergence_threshold)
-    b.finish(SessionStatus.CONVERGED if done else SessionStatus.COMPLETE, score=1.0 if done else 0.6)
+    b.finish(
+        SessionStatus.CONVERGED if done else SessionStatus.COMPLETE, score=1.0 if done else 0.6
+    )
     b.save()
 
 
@@ -121,16 +123,16 @@ def _forked(ledger: Ledger, clock: FixedStepClock, parent: UUID, sid: UUID, who:
     if who == "dave":
         votes = {"ana": True, "ben": False}
     done = _vote(b, 2, votes, SessionConfig().convergence_threshold)
-    b.finish(SessionStatus.CONVERGED if done else SessionStatus.COMPLETE, score=1.0 if done else 0.5)
+    b.finish(
+        SessionStatus.CONVERGED if done else SessionStatus.COMPLETE, score=1.0 if done else 0.5
+    )
     b.save()
 
 
 _COST = {"tokens": TokenCount(input=100, output=50), "cost_usd": 0.0002}
 
 
-def record_known_study(
-    ledger: Ledger, plan: StudyPlan, *, strict_converges: int = 3
-) -> UUID:
+def record_known_study(ledger: Ledger, plan: StudyPlan, *, strict_converges: int = 3) -> UUID:
     """Record the study of :func:`known_plan` (see the module docstring); returns its id."""
     clock = FixedStepClock()
     ids = _Ids()
@@ -147,12 +149,11 @@ def record_known_study(
             _plain(b, spec, plan, sid, converges)
         else:
             parent = run.state.cells[spec.parent].session_id
-            assert parent is not None and spec.without is not None
+            assert parent is not None
+            assert spec.without is not None
             _forked(ledger, clock, UUID(parent), sid, spec.without)
         state = ledger.state(sid)
-        finished = sev.CellFinished(
-            cell=spec.id, outcome=state.status.value, cost_usd=0.0, calls=0
-        )
-        run.record(lambda s, f=finished: f)
-    run.record(lambda s: sev.StudyFinished())
+        finished = sev.CellFinished(cell=spec.id, outcome=state.status.value, cost_usd=0.0, calls=0)
+        run.record(lambda _state, f=finished: f)
+    run.record(lambda _state: sev.StudyFinished())
     return study_id

@@ -184,9 +184,7 @@ def report_file_name(slug: str, session_id: str, at_iteration: int | None = None
 def _report_path(ledger: Ledger, slug: str, session_id: str, at_iteration: int | None) -> Path:
     from ..ledger.outputs import store_outputs
 
-    return store_outputs(ledger.location).reports / report_file_name(
-        slug, session_id, at_iteration
-    )
+    return store_outputs(ledger.location).reports / report_file_name(slug, session_id, at_iteration)
 
 
 def _write(target: Path, html: str | bytes) -> None:

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import click
 
 from ..errors import UsageError
 from ._common import document_output, emit_json, err_console, json_option, printable, store_option
 from .study_cmd import study
+
+if TYPE_CHECKING:
+    from ..app.study_reports import Table
+    from ..study.exports import Format
 
 __all__ = ["export_cmd", "report_cmd"]
 
@@ -37,7 +42,8 @@ def _at_event(f: click.decorators.FC) -> click.decorators.FC:
     type=click.Choice(["csv", "jsonl", "parquet"]),
     default="csv",
     show_default=True,
-    help="The file format (parquet needs the 'parquet' extra: pip install 'forge-ledger[parquet]').",
+    help="The file format (parquet needs the 'parquet' extra: "
+    "pip install 'forge-ledger[parquet]').",
 )
 @click.option(
     "--table",
@@ -46,11 +52,17 @@ def _at_event(f: click.decorators.FC) -> click.decorators.FC:
     show_default=True,
     help="One row per session, or one per participant and session.",
 )
-@click.option("-o", "--output", default=None, metavar="FILE", help="Write to FILE [default: stdout].")
+@click.option(
+    "-o", "--output", default=None, metavar="FILE", help="Write to FILE [default: stdout]."
+)
 @_at_event
 @store_option
 def export_cmd(
-    study_ref: str, fmt: str, table: str, output: str | None, at_event: int | None,
+    study_ref: str,
+    fmt: str,
+    table: str,
+    output: str | None,
+    at_event: int | None,
     store: str | None,
 ) -> None:
     """Write STUDY's metrics as a tidy table: one row per session (or per participant)."""
@@ -60,7 +72,12 @@ def export_cmd(
         raise UsageError("parquet is binary: give a file with -o", hint="-o sessions.parquet")
     path = None if output in (None, "-") else Path(output)
     data = study_export(
-        store, study_ref, table=table, fmt=fmt, path=path, at_event=at_event  # type: ignore[arg-type]
+        store,
+        study_ref,
+        table=cast("Table", table),
+        fmt=cast("Format", fmt),
+        path=path,
+        at_event=at_event,
     )
     if path is None:
         with document_output():
@@ -82,7 +99,11 @@ def export_cmd(
 @store_option
 @json_option
 def report_cmd(
-    study_ref: str, output: str, at_event: int | None, with_sessions: bool, store: str | None,
+    study_ref: str,
+    output: str,
+    at_event: int | None,
+    with_sessions: bool,
+    store: str | None,
     as_json: bool,
 ) -> None:
     """Write STUDY as one HTML page: each arm's figures with their intervals, the differences,
@@ -95,15 +116,21 @@ def report_cmd(
         )
     size = len(page.html.encode("utf-8"))
     if as_json:
-        emit_json({
-            "study_id": page.model.study_id, "path": str(page.path), "bytes": size,
-            "as_of_event": page.model.as_of_event, "head_hash": page.model.head_hash,
-            "session_reports": [str(p) for p in page.session_reports],
-        })
+        emit_json(
+            {
+                "study_id": page.model.study_id,
+                "path": str(page.path),
+                "bytes": size,
+                "as_of_event": page.model.as_of_event,
+                "head_hash": page.model.head_hash,
+                "session_reports": [str(p) for p in page.session_reports],
+            }
+        )
         return
     click.echo(printable(str(page.path)))
     err_console.print(
         f"study {page.model.study_id[:8]} as of event {page.model.as_of_event}: "
         f"{size / 1024:.0f} KB, {len(page.session_reports)} session report(s) beside it",
-        markup=False, highlight=False,
+        markup=False,
+        highlight=False,
     )

@@ -93,7 +93,9 @@ def _interval_text(e: Estimate | None) -> str:
     return f"{_fmt(e.value)}{ci}"
 
 
-def _interval_values(label_key: str, items: Sequence[tuple[str, Estimate]]) -> list[dict[str, object]]:
+def _interval_values(
+    label_key: str, items: Sequence[tuple[str, Estimate]]
+) -> list[dict[str, object]]:
     return [
         {label_key: name, "value": e.value, "low": e.low if e.low is not None else e.value,
          "high": e.high if e.high is not None else e.value, "n": e.n}
@@ -111,8 +113,8 @@ def _interval_chart(key: str, title: str, summary: str, axis: str, label_key: st
         y = alt.Y(f"{label_key}:N", sort=None, title=None, axis=alt.Axis(labelLimit=220))
         bars = inline(values).mark_rule(strokeWidth=2, color=_INK).encode(
             y=y, x=alt.X("low:Q", title=axis), x2="high:Q")
-        points = inline(values).mark_point(filled=True, size=70, color=_INK, shape="diamond").encode(
-            y=y, x="value:Q")
+        points = inline(values).mark_point(
+            filled=True, size=70, color=_INK, shape="diamond").encode(y=y, x="value:Q")
         return alt.layer(bars, points).properties(width=520, height=span(len(values), 26, 60, 520))
 
     return chart(
