@@ -25,7 +25,14 @@ from uuid import UUID
 import yaml
 
 from forge_ledger.clock import FixedStepClock
-from forge_ledger.domain.values import RoundKind, SessionConfig, SessionStatus, TokenCount, Topic
+from forge_ledger.domain.values import (
+    Price,
+    RoundKind,
+    SessionConfig,
+    SessionStatus,
+    TokenCount,
+    Topic,
+)
 from forge_ledger.ledger import Ledger
 from forge_ledger.lineage import fork
 from forge_ledger.study import StudyRun, plan_from_document, plan_study
@@ -129,7 +136,11 @@ def _forked(ledger: Ledger, clock: FixedStepClock, parent: UUID, sid: UUID, who:
     b.save()
 
 
-_COST = {"tokens": TokenCount(input=100, output=50), "cost_usd": 0.0002}
+_COST = {
+    "tokens": TokenCount(input=100, output=50),
+    "cost_usd": 0.0002,
+    "price": Price(input_cost_per_token=1e-6, output_cost_per_token=2e-6),
+}
 
 
 def record_known_study(ledger: Ledger, plan: StudyPlan, *, strict_converges: int = 3) -> UUID:
