@@ -22,9 +22,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 from make_screenshot import CHROMIUM_ARGS, WIDTH, _block, _capture  # noqa: E402
-from support.study_sessions import known_plan, record_known_study  # noqa: E402
 
 from forge_ledger.ledger import Ledger  # noqa: E402
+from support.study_sessions import known_plan, record_known_study  # noqa: E402
 
 CLI = str(Path(sys.executable).parent / "forge-ledger")
 
