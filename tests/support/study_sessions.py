@@ -37,6 +37,7 @@ from forge_ledger.ledger import Ledger
 from forge_ledger.lineage import fork
 from forge_ledger.study import StudyRun, plan_from_document, plan_study
 from forge_ledger.study import events as sev
+from forge_ledger.study.cells import session_calls
 from forge_ledger.study.plan import CellSpec, StudyPlan
 from forge_ledger.testing import SessionBuilder
 
@@ -164,7 +165,16 @@ def record_known_study(ledger: Ledger, plan: StudyPlan, *, strict_converges: int
             assert spec.without is not None
             _forked(ledger, clock, UUID(parent), sid, spec.without)
         state = ledger.state(sid)
-        finished = sev.CellFinished(cell=spec.id, outcome=state.status.value, cost_usd=0.0, calls=0)
+        base = 0.0, 0
+        if state.fork_origin is not None:  # the fork's own spending, as the runner records it
+            at = ledger.state(UUID(state.fork_origin.parent_id), at_iteration=1)
+            base = at.cost_usd, session_calls(at)
+        finished = sev.CellFinished(
+            cell=spec.id,
+            outcome=state.status.value,
+            cost_usd=round(state.cost_usd - base[0], 10),
+            calls=session_calls(state) - base[1],
+        )
         run.record(lambda _state, f=finished: f)
     run.record(lambda _state: sev.StudyFinished())
     return study_id
