@@ -39,7 +39,8 @@ def main(out_dir: Path) -> None:
         page_file = folder / "study.html"
         subprocess.run(
             [CLI, "study", "report", "known", "--store", str(store), "-o", str(page_file)],
-            check=True, capture_output=True,
+            check=True,
+            capture_output=True,
         )
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)

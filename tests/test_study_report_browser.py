@@ -35,9 +35,21 @@ def page_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
         record_known_study(ledger, plan, strict_converges=1)
     out = folder / "pages" / "study.html"
     proc = subprocess.run(
-        [CONSOLE_SCRIPT, "study", "report", "known", "--store", str(store), "-o", str(out),
-         "--sessions"],
-        capture_output=True, text=True, timeout=300, check=False,
+        [
+            CONSOLE_SCRIPT,
+            "study",
+            "report",
+            "known",
+            "--store",
+            str(store),
+            "-o",
+            str(out),
+            "--sessions",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     return out

@@ -26,10 +26,16 @@ CHARTED = (
     ("converged", "Convergence rate", "Share of the arm's sessions that converged."),
     ("rounds", "Rounds", "Rounds each session recorded (a fork's inherited rounds included)."),
     ("cost_usd", "Cost (USD)", "What each session cost, unpriced sessions left out of n."),
-    ("conformity_rate", "Conformity rate",
-     "Share of stance changes flagged as conformity (no new argument in between)."),
-    ("self_preference", "Self-preference",
-     "Mean gap between a participant's scores of its own texts and of others'."),
+    (
+        "conformity_rate",
+        "Conformity rate",
+        "Share of stance changes flagged as conformity (no new argument in between).",
+    ),
+    (
+        "self_preference",
+        "Self-preference",
+        "Mean gap between a participant's scores of its own texts and of others'.",
+    ),
 )
 """The per-arm charts: metric, title, what it shows."""
 
@@ -97,32 +103,59 @@ def _interval_values(
     label_key: str, items: Sequence[tuple[str, Estimate]]
 ) -> list[dict[str, object]]:
     return [
-        {label_key: name, "value": e.value, "low": e.low if e.low is not None else e.value,
-         "high": e.high if e.high is not None else e.value, "n": e.n}
+        {
+            label_key: name,
+            "value": e.value,
+            "low": e.low if e.low is not None else e.value,
+            "high": e.high if e.high is not None else e.value,
+            "n": e.n,
+        }
         for name, e in items
         if e.value is not None
     ]
 
 
-def _interval_chart(key: str, title: str, summary: str, axis: str, label_key: str,
-                    items: Sequence[tuple[str, Estimate]]) -> Chart:
+def _interval_chart(
+    key: str,
+    title: str,
+    summary: str,
+    axis: str,
+    label_key: str,
+    items: Sequence[tuple[str, Estimate]],
+) -> Chart:
     """Each item's estimate as a point with its 95 % interval as a bar, items down the side."""
     values = _interval_values(label_key, items)
 
     def draw() -> alt.TopLevelMixin:
         y = alt.Y(f"{label_key}:N", sort=None, title=None, axis=alt.Axis(labelLimit=220))
-        bars = inline(values).mark_rule(strokeWidth=2, color=_INK).encode(
-            y=y, x=alt.X("low:Q", title=axis), x2="high:Q")
-        points = inline(values).mark_point(
-            filled=True, size=70, color=_INK, shape="diamond").encode(y=y, x="value:Q")
+        bars = (
+            inline(values)
+            .mark_rule(strokeWidth=2, color=_INK)
+            .encode(y=y, x=alt.X("low:Q", title=axis), x2="high:Q")
+        )
+        points = (
+            inline(values)
+            .mark_point(filled=True, size=70, color=_INK, shape="diamond")
+            .encode(y=y, x="value:Q")
+        )
         return alt.layer(bars, points).properties(width=520, height=span(len(values), 26, 60, 520))
 
     return chart(
-        key, title, summary, have=len(values), need=1, noun="estimate", draw=draw,
+        key,
+        title,
+        summary,
+        have=len(values),
+        need=1,
+        noun="estimate",
+        draw=draw,
         headers=("Name", "Estimate", "95 % interval", "n"),
         rows=tuple(
-            (name, _fmt(e.value), f"[{_fmt(e.low)}, {_fmt(e.high)}]" if e.low is not None else "—",
-             str(e.n))
+            (
+                name,
+                _fmt(e.value),
+                f"[{_fmt(e.low)}, {_fmt(e.high)}]" if e.low is not None else "—",
+                str(e.n),
+            )
             for name, e in items
         ),
     )
@@ -133,15 +166,28 @@ def study_charts(m: StudyReportModel) -> list[Chart]:
     out = []
     for metric, title, summary in CHARTED:
         items = [(g.group or "—", e) for g in m.arms if (e := _estimate(g, metric)) is not None]
-        out.append(_interval_chart(
-            metric, title, f"{summary} Point: the mean; bar: its 95 % bootstrap interval.",
-            title, "arm", items))
+        out.append(
+            _interval_chart(
+                metric,
+                title,
+                f"{summary} Point: the mean; bar: its 95 % bootstrap interval.",
+                title,
+                "arm",
+                items,
+            )
+        )
     influence = [(i.participant, i.outcome_change) for i in m.influence]
-    out.append(_interval_chart(
-        "influence", "Counterfactual influence per participant",
-        "Share of forks without the participant whose outcome changed (converged or the final "
-        "majority), averaged within each topic, then over topics; bar: its 95 % interval.",
-        "outcome changed without it", "participant", influence))
+    out.append(
+        _interval_chart(
+            "influence",
+            "Counterfactual influence per participant",
+            "Share of forks without the participant whose outcome changed (converged or the final "
+            "majority), averaged within each topic, then over topics; bar: its 95 % interval.",
+            "outcome changed without it",
+            "participant",
+            influence,
+        )
+    )
     return out
 
 
@@ -153,6 +199,8 @@ def render_study_html(model: StudyReportModel) -> str:
     env.filters["interval"] = _interval_text
     env.globals["estimate_of"] = _estimate
     return env.get_template("study.html.j2").render(
-        m=model, charts={c.key: c for c in study_charts(model)}, charted=CHARTED,
+        m=model,
+        charts={c.key: c for c in study_charts(model)},
+        charted=CHARTED,
         version=__version__,
     )
