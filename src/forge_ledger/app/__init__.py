@@ -44,7 +44,6 @@ from .running import (
     start_session,
 )
 from .stores import Store, opened
-from .study_reports import StudyPage, study_export, study_report, study_tables
 
 __all__ = [
     "Forge",
@@ -52,7 +51,6 @@ __all__ = [
     "ReportPage",
     "Runtime",
     "Store",
-    "StudyPage",
     "abort",
     "add_participants",
     "answer",
@@ -78,9 +76,6 @@ __all__ = [
     "spec",
     "start",
     "start_session",
-    "study_export",
-    "study_report",
-    "study_tables",
     "update_participants",
     "verify",
 ]

@@ -40,6 +40,7 @@ from ._interrupt import (
     second_interrupt_exits,
     survives_closed_output,
 )
+from .study_report_cmd import export_cmd, report_cmd
 
 if TYPE_CHECKING:
     from ..ledger import Ledger
@@ -294,4 +295,5 @@ def verify_cmd(study_ref: str, store: str | None) -> None:
     click.echo(f"study {sid}: {events} events, chain intact")
 
 
-from . import study_report_cmd as _reports  # noqa: E402, F401  (study export, study report)
+study.add_command(export_cmd)
+study.add_command(report_cmd)

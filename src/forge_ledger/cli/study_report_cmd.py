@@ -3,6 +3,7 @@
 Both read the store only (no model is called) and are a pure function of it: the same store,
 asked as of the same study event, gives the same bytes. The work is the application layer's
 (:mod:`forge_ledger.app.study_reports`); this module parses options and says what it wrote.
+``study_cmd`` adds both commands to the ``study`` group.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import click
 
 from ..errors import UsageError
 from ._common import document_output, emit_json, err_console, json_option, printable, store_option
-from .study_cmd import study
 
 if TYPE_CHECKING:
     from ..app.study_reports import Table
@@ -34,7 +34,7 @@ def _at_event(f: click.decorators.FC) -> click.decorators.FC:
     )(f)
 
 
-@study.command("export")
+@click.command("export")
 @click.argument("study_ref", metavar="STUDY")
 @click.option(
     "--format",
@@ -86,7 +86,7 @@ def export_cmd(
         click.echo(printable(str(path)))
 
 
-@study.command("report")
+@click.command("report")
 @click.argument("study_ref", metavar="STUDY")
 @click.option("-o", "--output", required=True, metavar="FILE.html", help="Where to write the page.")
 @_at_event
