@@ -97,6 +97,7 @@ def _fork_plan(tmp_path: Path) -> Path:
         variants={
             "base": {},
             "no-cleo": {"fork_of": "base", "without": "cleo"},
+            "swap": {"fork_of": "base", "models": ["cleo=openai/gpt-4o-mini"], "max_rounds": 4},
             "loo": {"fork_of": "base", "leave_one_out": True},
         },
     )
@@ -110,7 +111,7 @@ def test_the_runner_forks_each_parent_cell_once_it_is_done(tmp_path: Path) -> No
             run_study(ledger, study_id, sessions=SESSIONS, provider=_provider(), concurrency=3)
         )
         assert state.status == "finished"
-        assert state.count("done") == 10
+        assert state.count("done") == 12
         for cell in state.cells.values():
             session = ledger.state(UUID(str(cell.session_id)))
             if cell.spec.parent is None:
@@ -122,13 +123,17 @@ def test_the_runner_forks_each_parent_cell_once_it_is_done(tmp_path: Path) -> No
             assert session.fork_origin.parent_iteration == 1
             assert cell.spec.without not in session.participant_names
             assert cell.cost_usd <= parent.cost_usd  # the fork's own spending only
+            if cell.spec.variant == "swap":
+                models = {p.name: p.model for p in session.participants}
+                assert models["cleo"] == "openai/gpt-4o-mini"
+                assert session.config.max_rounds == 4
         events = len(list(StudyStream(ledger).records(study_id)))
         again = asyncio.run(
             run_study(ledger, study_id, sessions=SESSIONS, provider=_provider(), concurrency=3)
         )
-        assert again.count("done") == 10
+        assert again.count("done") == 12
         assert len(list(StudyStream(ledger).records(study_id))) == events
-        assert len(ledger.session_ids()) == 10
+        assert len(ledger.session_ids()) == 12
 
 
 def test_a_counterfactual_cell_waits_for_its_parent_cell(tmp_path: Path) -> None:
