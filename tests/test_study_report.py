@@ -294,3 +294,41 @@ def test_the_commands_write_exports_and_the_page(known: Path, tmp_path: Path) ->
     )
     assert bad.returncode == 2
     assert "out of range" in bad.stderr
+
+
+def test_what_the_plan_and_the_models_wrote_is_escaped_in_the_page() -> None:
+    from forge_ledger.report._study import CellLine, StudyReportModel, render_study_html
+
+    hostile = "<script>alert(1)</script>"
+    model = StudyReportModel(
+        study_id="s",
+        name="n",
+        status="finished",
+        as_of_event=1,
+        total_events=1,
+        head_hash="h",
+        cells_total=1,
+        counts={"done": 1},
+        spent_usd=0.0,
+        arms=(),
+        differences=(),
+        influence=(),
+        command="forge-ledger study report s -o x.html",
+        cells=(
+            CellLine(
+                cell="t1/p/v/1",
+                arm="v",
+                topic="t1",
+                title=hostile,
+                status="done",
+                outcome="converged",
+                session_id="0" * 32,
+                report_file='x" onclick="y.html',
+            ),
+        ),
+    )
+    html = render_study_html(model)
+    assert hostile not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert 'onclick="y' not in html
+    assert "<script" not in html

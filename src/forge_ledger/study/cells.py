@@ -160,8 +160,9 @@ async def run_cell(
     may_wait: bool = False,
 ) -> CellState | None:
     """Run or resume cell ``cell_id`` of the study (see the module docstring); returns the
-    cell as the study records it afterwards (still pending when the budget stopped it), or
-    None when, with ``may_wait``, it must wait for money a running cell holds."""
+    cell as the study records it afterwards (still pending when the budget stopped it or its
+    parent cell is paused), or None when it must wait: for money a running cell holds (with
+    ``may_wait``), or for its parent cell to finish (ask again later)."""
     cell = run.state.cells[cell_id]
     if cell.status in ("done", "failed"):
         return cell
