@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ..study.state import StudyState
     from .interventions import JumpSummary
     from .records import ReportPage
+    from .study_reports import StudyPage
 
 __all__ = ["Forge", "open"]
 
@@ -163,6 +164,19 @@ class Forge:
 
     def copy(self, sessions: Sequence[str | UUID], to: Store) -> list[CopiedSession]:
         return records.copy(self.ledger, sessions, to)
+
+    def study_export(self, study: str | UUID, **options: Any) -> bytes:
+        """One of the study's tables as a file's bytes
+        (:func:`~forge_ledger.app.study_reports.study_export`)."""
+        from .study_reports import study_export
+
+        return study_export(self.ledger, study, **options)
+
+    def study_report(self, study: str | UUID, path: Path, **options: Any) -> StudyPage:
+        """The study as one HTML page (:func:`~forge_ledger.app.study_reports.study_report`)."""
+        from .study_reports import study_report
+
+        return study_report(self.ledger, study, path=path, **options)
 
     def study(self, plan: Any, **options: Any) -> StudyState:
         """Run a study from ``plan`` (a plan file, a dict or a ``StudyPlan``) to its end, or

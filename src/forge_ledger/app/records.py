@@ -38,6 +38,7 @@ __all__ = [
     "fork_comparison",
     "replay",
     "report",
+    "report_file_name",
     "seal",
     "spec",
     "verify",
@@ -173,15 +174,20 @@ def report(
     return ReportPage(model=model, html=html, path=target)
 
 
+def report_file_name(slug: str, session_id: str, at_iteration: int | None = None) -> str:
+    """The file name of a session's report (the study report links to it by this name)."""
+    safe = re.sub(r"[^a-z0-9-]+", "-", slug.lower()).strip("-")[:60] or "session"
+    suffix = f"-it{at_iteration}" if at_iteration is not None else ""
+    return f"{safe}-{session_id[:8]}{suffix}.html"
+
+
 def _report_path(ledger: Ledger, slug: str, session_id: str, at_iteration: int | None) -> Path:
     from ..ledger.outputs import store_outputs
 
-    safe = re.sub(r"[^a-z0-9-]+", "-", slug.lower()).strip("-")[:60] or "session"
-    suffix = f"-it{at_iteration}" if at_iteration is not None else ""
-    return store_outputs(ledger.location).reports / f"{safe}-{session_id[:8]}{suffix}.html"
+    return store_outputs(ledger.location).reports / report_file_name(slug, session_id, at_iteration)
 
 
-def _write(target: Path, html: str) -> None:
+def _write(target: Path, html: str | bytes) -> None:
     """Write atomically: a reader never sees half a page."""
     from ..ledger.outputs import write_output
 

@@ -152,10 +152,14 @@ def _dissent(
 
 
 def compare_fork(
-    parent_events: Sequence[EventLike], fork_events: Sequence[EventLike]
+    parent_events: Sequence[EventLike],
+    fork_events: Sequence[EventLike],
+    *,
+    audits: tuple[AuditReport, AuditReport] | None = None,
 ) -> ForkComparison:
     """Compare a fork with its parent, each from its own events (the fork's from its
-    ``SessionForked``); raises ValueError when the second is not a fork of the first."""
+    ``SessionForked``); raises ValueError when the second is not a fork of the first.
+    ``audits``: the two sides' audits of those same events, when the caller has them."""
     if not fork_events or fork_events[0].type != "SessionForked":
         raise ValueError("the second session is not a fork")
     base = fold_events(fork_events[:1])
@@ -164,7 +168,7 @@ def compare_fork(
     if origin is None or origin.parent_id != parent_state.id:
         raise ValueError("the second session is not a fork of the first")
     fork_state = fold_events(fork_events)
-    parent_audit, fork_audit = audit_report(parent_events), audit_report(fork_events)
+    parent_audit, fork_audit = audits or (audit_report(parent_events), audit_report(fork_events))
     parent = _side(parent_audit, parent_state, base)
     fork = _side(fork_audit, fork_state, base)
     texts = (parent_state.latest_text or "", fork_state.latest_text or "")

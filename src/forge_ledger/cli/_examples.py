@@ -97,7 +97,15 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "forge-ledger study status anonymity",
         "forge-ledger study resume anonymity",
     ),
+    "study export": (
+        "forge-ledger study export anonymity > sessions.csv",
+        "forge-ledger study export anonymity --table participants --format parquet -o p.parquet",
+    ),
     "study list": ("forge-ledger study list", "forge-ledger study list --json"),
+    "study report": (
+        "forge-ledger study report anonymity -o study.html",
+        "forge-ledger study report 5d1e --at-event 40 -o then.html --sessions",
+    ),
     "study resume": ("forge-ledger study resume anonymity", "forge-ledger study resume 5d1e -j 16"),
     "study run": (
         "forge-ledger study run anonymity.yaml",

@@ -40,6 +40,7 @@ from ._interrupt import (
     second_interrupt_exits,
     survives_closed_output,
 )
+from .study_report_cmd import export_cmd, report_cmd
 
 if TYPE_CHECKING:
     from ..ledger import Ledger
@@ -292,3 +293,7 @@ def verify_cmd(study_ref: str, store: str | None) -> None:
     if problems:
         raise ChainBrokenError(f"study {str(sid)[:8]}: {problems[0]}")
     click.echo(f"study {sid}: {events} events, chain intact")
+
+
+study.add_command(export_cmd)
+study.add_command(report_cmd)

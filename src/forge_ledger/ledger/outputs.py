@@ -105,7 +105,7 @@ def store_outputs(
     return StoreOutputs(home=directory, views=directory / _PG_VIEWS)
 
 
-def write_output(target: Path, text: str) -> Path:
+def write_output(target: Path, text: str | bytes) -> Path:
     """Write one output file (export, document, report) the one way: its folder made on
     demand, the text written beside it and renamed over it, so a reader never sees half a
     file, and created with the same mode as any file the user makes (the umask applies).
@@ -115,7 +115,10 @@ def write_output(target: Path, text: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(text, "utf-8")
+        if isinstance(text, bytes):
+            tmp.write_bytes(text)
+        else:
+            tmp.write_text(text, "utf-8")
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)

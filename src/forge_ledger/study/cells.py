@@ -10,6 +10,13 @@
   otherwise (a paused or cut-off session continues with what is missing); a session another
   process holds (its lease) is left to it;
 - the session's end (or pause) is recorded as ``CellFinished`` (or ``CellPaused``).
+
+A counterfactual cell (:mod:`.counterfactual`) waits for its parent cell: while the parent
+may still finish, :func:`run_cell` answers None (ask again later); a paused parent leaves it
+pending (it runs once the parent is resumed and done); a failed parent fails it. Its session
+is a fork of the parent's (:func:`forge_ledger.lineage.fork`) under the assigned id, then
+resumed like any other; what it spends, for the budget, is what the fork spent after the
+fork point.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from ..errors import (
 from . import events as sev
 from ._sessions import SessionFunctions, SessionHooks
 from .budget import WAIT, Allowance, allowance
+from .counterfactual import FORK_KEYS, MODEL_SWAPS
 from .state import CellState, StudyState
 from .stream import StudyStream
 
@@ -117,8 +125,19 @@ def session_calls(state: SessionState) -> int:
     return sum(len(r.contributions) for r in state.rounds) + len(state.failures)
 
 
-def _outcome(cell_id: str, state: SessionState) -> sev.StudyPayload:
-    calls, cost = session_calls(state), state.cost_usd
+def _inherited(ledger: Ledger, state: SessionState) -> tuple[float, int]:
+    """What a fork's state counts from its parent's history (cost, calls): none for a
+    session that is no fork."""
+    origin = state.fork_origin
+    if origin is None:
+        return 0.0, 0
+    base = ledger.state(UUID(origin.parent_id), at_event=origin.parent_position)
+    return base.cost_usd, session_calls(base)
+
+
+def _outcome(cell_id: str, state: SessionState, inherited: tuple[float, int]) -> sev.StudyPayload:
+    calls = session_calls(state) - inherited[1]
+    cost = round(max(state.cost_usd - inherited[0], 0.0), 10)
     if not state.status.terminal:
         reason = state.status_reason or "the session stopped before it ended"
         return sev.CellPaused(cell=cell_id, reason=reason, cost_usd=cost, calls=calls)
@@ -141,12 +160,22 @@ async def run_cell(
     may_wait: bool = False,
 ) -> CellState | None:
     """Run or resume cell ``cell_id`` of the study (see the module docstring); returns the
-    cell as the study records it afterwards (still pending when the budget stopped it), or
-    None when, with ``may_wait``, it must wait for money a running cell holds."""
+    cell as the study records it afterwards (still pending when the budget stopped it or its
+    parent cell is paused), or None when it must wait: for money a running cell holds (with
+    ``may_wait``), or for its parent cell to finish (ask again later)."""
     cell = run.state.cells[cell_id]
     if cell.status in ("done", "failed"):
         return cell
     if cell.status == "pending":
+        blocked = _blocked_by_parent(run.state, cell)
+        if blocked == WAIT:
+            return None
+        if blocked == _PARENT_PAUSED:
+            return cell
+        if blocked is not None:
+            failed = sev.CellFinished(cell=cell_id, outcome="failed", reason=blocked)
+            run.record(lambda s: failed if s.cells[cell_id].status == "pending" else None)
+            return run.state.cells[cell_id]
         refused = run.claim(cell_id, may_wait=may_wait)
         if refused == WAIT:
             return None
@@ -165,7 +194,7 @@ async def run_cell(
         failed = sev.CellFinished(cell=cell_id, outcome="failed", reason=e.one_line())
         run.record(lambda s: failed if s.cells[cell_id].status in ("running", "paused") else None)
         return run.state.cells[cell_id]
-    result = _outcome(cell_id, state)
+    result = _outcome(cell_id, state, _inherited(run.ledger, state))
     run.record(lambda s: result if s.cells[cell_id].status in ("running", "paused") else None)
     return run.state.cells[cell_id]
 
@@ -184,6 +213,9 @@ async def _play(
     try:
         run.ledger.head_version(sid)
     except SessionNotFoundError:
+        if cell.spec.parent is not None:
+            _fork(run, cell, sid)
+            return await sessions.resume(run.ledger, sid, provider=provider, hooks=hooks)
         topic, config, people = run.state.plan.session_of(cell.spec)
         given = _assigned(run.state, cell.spec.id)
         capped = config.model_copy(
@@ -198,3 +230,62 @@ async def _play(
 def _assigned(state: StudyState, cell_id: str) -> Allowance:
     cell = state.cells[cell_id]
     return Allowance(max_cost_usd=cell.cap_usd, max_time_secs=cell.max_time_secs)
+
+
+_PARENT_PAUSED = "parent paused"
+
+
+def _blocked_by_parent(state: StudyState, cell: CellState) -> str | None:
+    """None when the cell may run now; :data:`WAIT` while its parent cell may still finish;
+    ``_PARENT_PAUSED`` while its parent is paused; else why it can never run (one line)."""
+    if cell.spec.parent is None:
+        return None
+    parent = state.cells[cell.spec.parent]
+    if parent.status == "done":
+        return None
+    if parent.status in ("pending", "running"):
+        return WAIT
+    if parent.status == "paused":
+        return _PARENT_PAUSED
+    return f"its parent cell {parent.spec.id} failed: nothing to fork"
+
+
+class _Assigned:
+    """The id source of a fork made for a cell: the id its assignment recorded."""
+
+    def __init__(self, session_id: UUID) -> None:
+        self.session_id = session_id
+
+    def new_id(self) -> UUID:
+        return self.session_id
+
+
+def _fork(run: StudyRun, cell: CellState, sid: UUID) -> None:
+    """Fork the parent cell's session for ``cell`` under ``sid``: at the end of the variant's
+    iteration, with its one change, its share of the budget on top of what the parent had
+    spent by then."""
+    from ..lineage import fork
+
+    assert cell.spec.parent is not None
+    parent = run.state.cells[cell.spec.parent]
+    assert parent.session_id is not None
+    pid = UUID(parent.session_id)
+    variant = run.state.plan.variants[cell.spec.variant]
+    at = int(variant.get("at_iteration", 1))
+    spent = run.ledger.state(pid, at_iteration=at).cost_usd
+    given = _assigned(run.state, cell.spec.id)
+    own = {k: v for k, v in variant.items() if k not in (*FORK_KEYS, MODEL_SWAPS)}
+    fork(
+        run.ledger,
+        pid,
+        at_iteration=at,
+        model_swaps=variant.get(MODEL_SWAPS) or (),
+        without=[cell.spec.without] if cell.spec.without else [],
+        config_overrides={
+            **own,
+            "max_cost_usd": spent + given.max_cost_usd,
+            "max_time_secs": given.max_time_secs,
+        },
+        clock=run.clock,
+        ids=_Assigned(sid),
+    )

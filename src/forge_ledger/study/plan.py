@@ -24,11 +24,26 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..domain.values import Participant, SessionConfig, Topic
 from ..errors import ConfigError, ForgeLedgerError, InputLimitError, dotted_loc
 from ..preflight import PreflightError, check_participants
+from .counterfactual import (
+    FORK_KEYS,
+    MODEL_SWAPS,
+    cell_count,
+    counterfactual_cells,
+    effective_variant,
+    fork_problems,
+    plain_variants,
+)
 
-__all__ = ["MODEL_SWAPS", "Budget", "CellSpec", "StudyPlan", "load_plan", "plan_from_document"]
+__all__ = [
+    "FORK_KEYS",
+    "MODEL_SWAPS",
+    "Budget",
+    "CellSpec",
+    "StudyPlan",
+    "load_plan",
+    "plan_from_document",
+]
 
-MODEL_SWAPS = "models"
-"""The variant key that swaps models (``NAME=MODEL`` or bare ``MODEL``, as ``fork --swap``)."""
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
@@ -58,6 +73,10 @@ class CellSpec(_Plain):
     panel: str
     variant: str
     repeat: Annotated[int, Field(ge=1)]
+    parent: str | None = None
+    """A counterfactual cell's parent cell: the one whose session it forks."""
+    without: str | None = None
+    """The participant a counterfactual cell's fork drops."""
 
 
 class StudyPlan(_Plain):
@@ -74,39 +93,67 @@ class StudyPlan(_Plain):
 
     def cells(self) -> list[CellSpec]:
         """Every cell, repeat by repeat: a study stopped early has compared every variant
-        about equally often."""
-        return [
-            CellSpec(
-                id=f"t{t + 1}/{panel}/{variant}/{r}",
-                topic=t,
-                panel=panel,
-                variant=variant,
-                repeat=r,
-            )
-            for r in range(1, self.repeats + 1)
-            for t in range(len(self.topics))
-            for panel in self.panels
-            for variant in self.variants
-        ]
+        about equally often. A counterfactual variant's cells follow their parents' (one
+        per participant of the panel with ``leave_one_out``)."""
+        plain = plain_variants(self.variants)
+        out: list[CellSpec] = []
+        for r in range(1, self.repeats + 1):
+            for t in range(len(self.topics)):
+                for panel in self.panels:
+                    parents = {v: f"t{t + 1}/{panel}/{v}/{r}" for v in plain}
+                    out += [
+                        CellSpec(id=i, topic=t, panel=panel, variant=v, repeat=r)
+                        for v, i in parents.items()
+                    ]
+                    forks = counterfactual_cells(self.variants, self.panels[panel], parents)
+                    out += [
+                        CellSpec(
+                            id=f"t{t + 1}/{panel}/{self._arm(v, who)}/{r}",
+                            topic=t,
+                            panel=panel,
+                            variant=v,
+                            repeat=r,
+                            parent=parent,
+                            without=who,
+                        )
+                        for v, parent, who in forks
+                    ]
+        return out
+
+    def _arm(self, variant: str, without: str | None) -> str:
+        if without is not None and self.variants[variant].get("leave_one_out"):
+            return f"{variant}-{without}"
+        return variant
+
+    def arm(self, cell: CellSpec) -> str:
+        """The cell's arm, as tables and aggregates group it: its variant, and for a
+        leave-one-out variant the participant it drops (``loo-dave``)."""
+        return self._arm(cell.variant, cell.without)
+
+    def effective(self, variant: str) -> dict[str, Any]:
+        """The variant's settings and model swaps, over its parent's for a counterfactual one."""
+        return effective_variant(self.variants, variant)
 
     def hold_usd(self, cell: CellSpec) -> float:
         """The most the cell's session may spend of the study's USD budget: the plan's
         ``max_cost_usd`` for it when set, else an even share of the budget."""
-        variant = self.variants[cell.variant]
+        variant = self.effective(cell.variant)
         return _hold(self.session, variant, self.budget, len(self.cells()))
 
     def session_of(self, cell: CellSpec) -> tuple[Topic, SessionConfig, list[Participant]]:
         """What the cell's session starts with: its topic, the plan's settings under its
         variant's, and its panel with the variant's model swaps."""
+        variant = self.effective(cell.variant)
         return (
             self.topics[cell.topic],
-            _config(self.session, self.variants[cell.variant]),
-            _participants(self.panels[cell.panel], self.variants[cell.variant]),
+            _config(self.session, variant),
+            _participants(self.panels[cell.panel], variant),
         )
 
 
 def _config(session: Mapping[str, Any], variant: Mapping[str, Any]) -> SessionConfig:
-    settings = {k: v for k, v in {**session, **variant}.items() if k != MODEL_SWAPS}
+    skip = {MODEL_SWAPS, *FORK_KEYS}
+    settings = {k: v for k, v in {**session, **variant}.items() if k not in skip}
     return SessionConfig.model_validate(settings)
 
 
@@ -148,6 +195,9 @@ class _PlanFile(_Plain):
     budget: Budget = Budget()
     allow_unpriced: bool = False
 
+    def variants_given(self) -> dict[str, dict[str, Any]]:
+        return {key: dict(v or {}) for key, v in self.variants.items()}
+
 
 def load_plan(path: Path) -> StudyPlan:
     """Read and check the plan file ``path`` (see the module docstring)."""
@@ -166,10 +216,12 @@ def plan_from_document(doc: Any, *, base: Path, name: str = "plan") -> StudyPlan
     problems: list[str] = []
     topics = list(_topics(written.topics, base, problems))
     panels = {key: _panel(key, file, base, problems) for key, file in written.panels.items()}
-    variants = {key: dict(v or {}) for key, v in written.variants.items()}
+    variants = written.variants_given()
     problems += _settings_problems(written.session, variants)
-    problems += _budget_problems(written, variants)
-    problems += _panel_problems(written, topics, panels, variants)
+    problems += fork_problems(variants, panels)
+    effective = {key: effective_variant(variants, key) for key in variants}
+    problems += _budget_problems(written, effective)
+    problems += _panel_problems(written, topics, panels, effective)
     if problems:
         raise PreflightError(list(dict.fromkeys(f"{name}: {p}" for p in problems)))
     return StudyPlan(
@@ -249,9 +301,9 @@ def _settings_problems(session: Mapping[str, Any], variants: Mapping[str, Any]) 
     problems = [f"session.{k}: unknown setting; {names}" for k in session if k not in known]
     for name, variant in variants.items():
         problems += [
-            f"variants.{name}.{k}: unknown setting; {names}, {MODEL_SWAPS}"
+            f"variants.{name}.{k}: unknown setting; {names}, {MODEL_SWAPS}, {', '.join(FORK_KEYS)}"
             for k in variant
-            if k not in known and k != MODEL_SWAPS
+            if k not in known and k not in (MODEL_SWAPS, *FORK_KEYS)
         ]
     if problems:
         return problems
@@ -297,7 +349,7 @@ def _panel_problems(
     (the costliest first call)."""
     problems: list[str] = []
     usable = _valid_variants(written.session, variants)
-    cells = len(topics) * len(panels) * len(variants) * written.repeats
+    cells = cell_count(written.variants_given(), panels, len(topics), written.repeats)
     longest = max(topics, key=lambda t: len(t.model_dump_json()), default=None)
     for key, panel in panels.items():
         for name, variant in usable.items() if panel else ():

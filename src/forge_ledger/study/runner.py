@@ -11,6 +11,7 @@ be undone when the process dies: every fact is in the study's events and its ses
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,6 +34,9 @@ if TYPE_CHECKING:
     from ..providers import Provider
 
 __all__ = ["Progress", "plan_study", "run_study"]
+
+_POLL_SECS = 1.0
+"""How often a cell that waits (for money held, or for its parent cell) re-reads the study."""
 
 
 def plan_study(
@@ -146,8 +150,12 @@ class _Live:
                     self.ended += 1
                     self.cell_ended.notify_all()
                 return
-            async with self.cell_ended:
-                await self.cell_ended.wait_for(partial(self.moved_on, ended))
+            async with self.cell_ended:  # or another process ends the cell it waits for
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self.cell_ended.wait_for(partial(self.moved_on, ended)), _POLL_SECS
+                    )
+            self.run.reload()
 
     def moved_on(self, seen: int) -> bool:
         """Whether a cell ended since the count was ``seen``."""
@@ -164,10 +172,13 @@ class _Live:
 
 
 def _work(state: StudyState) -> list[str]:
-    """The cells to take, in order: those cut off or paused, then those not started."""
+    """The cells to take, in order: those cut off or paused, then those not started, each
+    counterfactual cell after every plain one (its parent is taken before it)."""
     order = {"running": 0, "paused": 0, "pending": 1}
     todo = [c for c in state.cells.values() if c.status in order]
-    return [c.spec.id for c in sorted(todo, key=lambda c: order[c.status])]
+    return [
+        c.spec.id for c in sorted(todo, key=lambda c: (order[c.status], c.spec.parent is not None))
+    ]
 
 
 async def run_study(

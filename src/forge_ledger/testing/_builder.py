@@ -208,8 +208,8 @@ class SessionBuilder:
         """``ContributionRecorded``: ``participant`` answers ``text``.
 
         ``given`` (over :attr:`answer_defaults`) may hold ``response`` (a whole
-        :class:`ModelResponse`, else one is made of ``text``, ``tokens``, ``cost_usd`` and
-        ``duration_ms``), ``messages`` (by default :attr:`prompt`'s),
+        :class:`ModelResponse`, else one is made of ``text``, ``tokens``, ``cost_usd``,
+        ``price`` and ``duration_ms``), ``messages`` (by default :attr:`prompt`'s),
         ``params``, ``model`` (the participant's) and the aggregate's ``attempt``/``purpose``.
         """
         number = round or self.round_number
@@ -221,9 +221,10 @@ class SessionBuilder:
             model=model,
             tokens=o.pop("tokens", None) or TokenCount(),
             cost_usd=o.pop("cost_usd", 0.0),
+            price=o.pop("price", None),
             duration_ms=o.pop("duration_ms", 0),
         )
-        for unused in ("tokens", "cost_usd", "duration_ms"):
+        for unused in ("tokens", "cost_usd", "price", "duration_ms"):
             o.pop(unused, None)
         self.aggregate.record_contribution(
             round=number,
