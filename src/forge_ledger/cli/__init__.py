@@ -87,7 +87,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                       "or a document file, against the chain in the store."),
 }
 """Every command, by name: where it lives and what ``--help`` says of it. A new command goes
-here as well as in its module (``tests/test_cli_startup.py`` fails until it does)."""
+here as well as in its module (``tests/cli/test_cli_startup.py`` fails until it does)."""
 
 
 class _Group(click.Group):

@@ -2,7 +2,7 @@
 
 The command group (:data:`forge_ledger.cli.cli`) gives each command its examples as the help's
 epilog when it loads the command, so ``--help`` and the documentation's CLI reference (which
-sphinx-click builds from the same group) show the same lines. ``tests/test_cli_examples.py``
+sphinx-click builds from the same group) show the same lines. ``tests/cli/test_cli_examples.py``
 runs every example's arguments through the command's own parser.
 """
 
