@@ -409,7 +409,7 @@ def worker_cmd(concurrency: int, grace: float, quiet: bool, store: str | None) -
     from ..ledger.store import resolve_store
     from ..providers import get_provider
     from ..study._sessions import SessionHooks
-    from ..study.queue import Worker
+    from ..study.queue import Worker, reachable
     from .deliberate import _autosaver
 
     if resolve_store(store).kind != "postgres":
@@ -449,6 +449,7 @@ def worker_cmd(concurrency: int, grace: float, quiet: bool, store: str | None) -
         finally:
             await provider.aclose()
 
+    reachable(resolve_store(store))
     with open_ledger(store, create=False) as ledger:
         asyncio.run(go(ledger))
     if interrupted:

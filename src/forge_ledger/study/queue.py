@@ -48,6 +48,7 @@ __all__ = [
     "conninfo",
     "queue_cells",
     "queued_jobs",
+    "reachable",
 ]
 
 TASK = "forge_ledger.study.cell"
@@ -180,6 +181,14 @@ async def queued_jobs(location: StoreLocation, study_id: str) -> dict[str, str]:
         if jobs.get(cell) != "taken":
             jobs[cell] = shown[status]
     return jobs
+
+
+def reachable(location: StoreLocation) -> None:
+    """Raise :class:`StoreUnavailableError` (try again) unless PostgreSQL answers."""
+    try:
+        psycopg.connect(conninfo(location)).close()
+    except psycopg.Error as e:
+        raise _lost(e) from None
 
 
 def _lost(e: BaseException) -> StoreUnavailableError:
