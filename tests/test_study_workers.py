@@ -250,7 +250,6 @@ def test_a_call_rate_holds_across_workers_and_ctrl_c_leaves_cells_resumable(
     limit = 3
     with FakeOpenAIServer(bundled_script("demo"), latency=0.05) as server:
         plan = _plan(tmp_path, server.url)
-        began = time.monotonic()
         _queue(plan, pg_url, "--rate", f"openai/ana={limit}/min")
         with _workers(pg_url, tmp_path, 2) as procs:
             # The other models go on until every running session waits for ana.
@@ -258,15 +257,22 @@ def test_a_call_rate_holds_across_workers_and_ctrl_c_leaves_cells_resumable(
             time.sleep(3)
             for p in procs:
                 _stop(p)
-        stopped = time.monotonic() - began
-    assert stopped < 60, "the test must end within the rate's minute to count it whole"
+        starts = {
+            name: sorted(r.received_at for r in server.requests if r.model.endswith(name))
+            for name in ("ana", "ben")
+        }
+    ana = starts["ana"]
+    assert ana, "no call to ana started"
+    for i, first in enumerate(ana):  # any minute from a start holds at most `limit` starts
+        assert sum(1 for t in ana[i:] if t - first < 60) <= limit, ana
+    assert len(starts["ben"]) > limit  # the limit is ana's alone
     checked = _check_once(pg_url)
-    calls: Counter[str] = Counter()
+    recorded: Counter[str] = Counter()
     for session in checked["sessions"]:
         for r in session.rounds:
-            calls.update(c.participant for c in r.contributions)
-        calls.update(f.participant for f in session.failures)
-    assert calls["ana"] == limit
-    assert calls["ben"] > limit
-    status = _status(pg_url)
+            recorded.update(c.participant for c in r.contributions)
+        recorded.update(f.participant for f in session.failures)
+    assert 0 < recorded["ana"] <= len(ana)
+    assert len(checked["sessions"]) > limit  # more sessions than ana could answer
+    status = _status(pg_url)  # the cut-off cells wait in the queue, resumable
     assert status["jobs"]["queued"] == status["running"] + status["pending"]
