@@ -137,9 +137,7 @@ def _check_once(store: str) -> dict[str, Any]:
     with Ledger(store, create=False) as ledger:
         stream = StudyStream(ledger)
         (study_id,) = stream.study_ids()
-        counts = Counter(
-            (r.type, str(r.data.get("cell", ""))) for r in stream.records(study_id)
-        )
+        counts = Counter((r.type, str(r.data.get("cell", ""))) for r in stream.records(study_id))
         state = stream.state(study_id)
         for c in state.cells:
             assert counts[("CellAssigned", c)] <= 1
@@ -228,8 +226,10 @@ def test_a_worker_killed_with_9_leaves_its_cells_to_another(tmp_path: Path, pg_u
 def test_the_budget_holds_across_two_workers(tmp_path: Path, pg_url: str) -> None:
     with FakeOpenAIServer(bundled_script("demo"), latency=0.05) as server:
         plan = _plan(
-            tmp_path, server.url, budget={"usd": 0.07}, session={"max_rounds": 6,
-                                                                 "max_cost_usd": 0.05}
+            tmp_path,
+            server.url,
+            budget={"usd": 0.07},
+            session={"max_rounds": 6, "max_cost_usd": 0.05},
         )
         _queue(plan, pg_url)
         with _workers(pg_url, tmp_path, 2) as procs:

@@ -428,7 +428,11 @@ def worker_cmd(concurrency: int, grace: float, quiet: bool, store: str | None) -
         provider = get_provider()
         hooks = SessionHooks(on_checkpoint=_autosaver(ledger), hmac_key=hmac_key())
         worker = Worker(
-            ledger, provider, hooks=hooks, concurrency=concurrency, grace_secs=grace,
+            ledger,
+            provider,
+            hooks=hooks,
+            concurrency=concurrency,
+            grace_secs=grace,
             on_cell=on_cell,
         )
 
@@ -437,8 +441,9 @@ def worker_cmd(concurrency: int, grace: float, quiet: bool, store: str | None) -
             if interrupted:
                 exit_interrupted()
             interrupted = True
-            err_console.print("stopping: no new cells; running ones get "
-                              f"{grace:g} s to end", markup=False)
+            err_console.print(
+                f"stopping: no new cells; running ones get {grace:g} s to end", markup=False
+            )
             worker.stop()
 
         loop = asyncio.get_running_loop()

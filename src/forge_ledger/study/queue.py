@@ -96,6 +96,7 @@ class _CellRetry(BaseRetryStrategy):
     def get_retry_decision(
         self, *, exception: BaseException, job: procrastinate.jobs.Job
     ) -> RetryDecision | None:
+        del job  # the decision depends on the exception alone
         kinds = (CellNotReady, StoreError, asyncio.CancelledError, exceptions.JobAborted)
         if isinstance(exception, kinds):
             return RetryDecision(retry_in={"seconds": RETRY_SECS})
@@ -228,7 +229,11 @@ class Worker:
         busy = any(c.status == "running" and c.spec.id != cell for c in run.state.cells.values())
         try:
             done = await run_cell(
-                run, cell, provider=provider, sessions=self.sessions, hooks=self.hooks,
+                run,
+                cell,
+                provider=provider,
+                sessions=self.sessions,
+                hooks=self.hooks,
                 may_wait=busy,
             )
         except StoreError as e:

@@ -101,8 +101,7 @@ class RateReservations:
             wait = slot_wait(recent, limit, now)
             if wait <= 0:
                 await conn.execute(
-                    f"DELETE FROM {TABLE} WHERE model = %s AND started_at < %s - interval "
-                    "'1 hour'",
+                    f"DELETE FROM {TABLE} WHERE model = %s AND started_at < %s - interval '1 hour'",
                     (model, now),
                 )
                 await conn.execute(
