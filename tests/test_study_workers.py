@@ -90,38 +90,46 @@ def _status(store: str) -> dict[str, Any]:
 
 @contextmanager
 def _workers(store: str, cwd: Path, n: int, *extra: str) -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs = [
-        subprocess.Popen(
-            _cli("worker", "-j", "3", "--grace", "1", *extra),
-            env=_env(store),
-            cwd=cwd,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        for _ in range(n)
-    ]
+    """``n`` workers, each writing its stderr to ``worker-PID.log`` in ``cwd``."""
+    procs: list[subprocess.Popen[bytes]] = []
     try:
+        for _ in range(n):
+            with open(cwd / f"worker-{len(procs)}.log", "wb") as log:
+                procs.append(
+                    subprocess.Popen(
+                        _cli("worker", "-j", "3", "--grace", "1", *extra),
+                        env=_env(store),
+                        cwd=cwd,
+                        stdout=subprocess.DEVNULL,
+                        stderr=log,
+                    )
+                )
         yield procs
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-            p.communicate(timeout=60)
+            p.wait(timeout=60)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> str:
-    """Ctrl-C a worker; its stderr. It must end with 130."""
+def _said(proc: subprocess.Popen[bytes], cwd: Path, procs: list[subprocess.Popen[bytes]]) -> str:
+    return (cwd / f"worker-{procs.index(proc)}.log").read_text("utf-8", "replace")
+
+
+def _stop(proc: subprocess.Popen[bytes], cwd: Path, procs: list[subprocess.Popen[bytes]]) -> str:
+    """Ctrl-C a worker; what it said. It must end with 130."""
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err.decode()[-1500:]
-    return err.decode()
+    proc.wait(timeout=60)
+    said = _said(proc, cwd, procs)
+    assert proc.returncode == 130, said[-1500:]
+    return said
 
 
 def _wait(store: str, done: Any, procs: list[subprocess.Popen[bytes]], secs: float) -> None:
     deadline = time.monotonic() + secs
     while not done(_status(store)):
         for p in procs:
-            assert p.poll() is None, p.communicate()[1].decode()[-1500:]
+            assert p.poll() is None, f"a worker ended with {p.returncode}"
         assert time.monotonic() < deadline, json.dumps(_status(store))[-1500:]
         time.sleep(0.3)
 
@@ -196,7 +204,7 @@ def test_a_planner_and_two_workers_finish_a_study_each_cell_once(
         assert again["queued"] == []
         with _workers(pg_url, tmp_path, 2) as procs:
             _wait(pg_url, lambda s: s["status"] == "finished" and _drained(s), procs, 180)
-            said = [_stop(p) for p in procs]
+            said = [_stop(p, tmp_path, procs) for p in procs]
     assert all("cell t" in s for s in said), said  # both workers ran cells
     checked = _check_once(pg_url)
     state = checked["state"]
@@ -211,13 +219,13 @@ def test_a_worker_killed_with_9_leaves_its_cells_to_another(tmp_path: Path, pg_u
         with _workers(pg_url, tmp_path, 1) as (first,):
             _wait(pg_url, lambda s: s["running"] >= 2, [first], 120)
             first.kill()
-            first.communicate(timeout=30)
+            first.wait(timeout=30)
         cut = _status(pg_url)
         assert cut["running"] >= 1
         assert cut["done"] < 6
-        with _workers(pg_url, tmp_path, 1) as (second,):
-            _wait(pg_url, lambda s: s["status"] == "finished" and _drained(s), [second], 240)
-            _stop(second)
+        with _workers(pg_url, tmp_path, 1) as procs:
+            _wait(pg_url, lambda s: s["status"] == "finished" and _drained(s), procs, 240)
+            _stop(procs[0], tmp_path, procs)
     checked = _check_once(pg_url)
     assert checked["state"].count("done") == 6
     assert len(checked["sessions"]) == 6
@@ -235,7 +243,7 @@ def test_the_budget_holds_across_two_workers(tmp_path: Path, pg_url: str) -> Non
         with _workers(pg_url, tmp_path, 2) as procs:
             _wait(pg_url, lambda s: s["status"] == "stopped" and _drained(s), procs, 180)
             for p in procs:
-                _stop(p)
+                _stop(p, tmp_path, procs)
     checked = _check_once(pg_url)
     state = checked["state"]
     assert state.stopped.startswith("the study's budget of $0.07 is spent")
@@ -256,7 +264,7 @@ def test_a_call_rate_holds_across_workers_and_ctrl_c_leaves_cells_resumable(
             _wait(pg_url, lambda s: s["running"] >= 4, procs, 120)
             time.sleep(3)
             for p in procs:
-                _stop(p)
+                _stop(p, tmp_path, procs)
         starts = {
             name: sorted(r.received_at for r in server.requests if r.model.endswith(name))
             for name in ("ana", "ben")
@@ -275,4 +283,31 @@ def test_a_call_rate_holds_across_workers_and_ctrl_c_leaves_cells_resumable(
     assert 0 < recorded["ana"] <= len(ana)
     assert len(checked["sessions"]) > limit  # more sessions than ana could answer
     status = _status(pg_url)  # the cut-off cells wait in the queue, resumable
-    assert status["jobs"]["queued"] == status["running"] + status["pending"]
+    cells = json.dumps(status["cells"])
+    assert status["jobs"]["queued"] == status["running"] + status["pending"], cells
+
+
+# --------------------------------------------------------------------------- the rate rule
+
+
+def test_a_rate_is_model_equals_n_per_minute() -> None:
+    from forge_ledger.errors import UsageError
+    from forge_ledger.study.rates import parse_rates
+
+    assert parse_rates(["openai/gpt-4o=60/min", "ana=1/min"]) == {"openai/gpt-4o": 60, "ana": 1}
+    for bad in ("ana=0/min", "ana=5/s", "=5/min", "ana 5/min"):
+        with pytest.raises(UsageError, match="is not MODEL=N/min"):
+            parse_rates([bad])
+
+
+def test_a_call_waits_until_the_limit_th_newest_start_is_a_minute_old() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from forge_ledger.study.rates import slot_wait
+
+    now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+    ago = [now - timedelta(seconds=s) for s in (1, 20, 50)]  # newest first
+    assert slot_wait(ago[:2], 3, now) == 0.0
+    assert slot_wait(ago, 3, now) == pytest.approx(10.0)
+    assert slot_wait(ago, 2, now) == pytest.approx(40.0)
+    assert slot_wait([now - timedelta(seconds=61)] * 3, 3, now) == 0.0

@@ -29,9 +29,10 @@ from procrastinate import RetryDecision, exceptions
 from procrastinate.retry import BaseRetryStrategy
 
 from ..errors import StoreError, StoreUnavailableError, UsageError
+from ..providers import preload_client
 from ._sessions import SESSIONS, SessionFunctions, SessionHooks
 from .cells import StudyRun, run_cell
-from .rates import RateLimited, RateReservations
+from .rates import CREATE_TABLE, RateLimited, RateReservations
 from .runner import finished_event, unfinished_cells
 from .state import StudyState
 
@@ -115,12 +116,13 @@ def _app(location: StoreLocation, job: Callable[..., Any] | None = None) -> proc
 
 
 async def _ensure_schema(app: procrastinate.App, location: StoreLocation) -> None:
-    """Create procrastinate's tables in the store's schema unless they exist."""
+    """Create procrastinate's tables and the call reservations' in the store's schema unless
+    they exist (one process at a time)."""
     lock = f"forge_ledger:procrastinate:{location.schema}"
     async with await psycopg.AsyncConnection.connect(conninfo(location), autocommit=True) as c:
-        await c.execute(f'CREATE SCHEMA IF NOT EXISTS "{location.schema}"')
         await c.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (lock,))
         try:
+            await c.execute(f'CREATE SCHEMA IF NOT EXISTS "{location.schema}"')
             cur = await c.execute(
                 "SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
                 "AND table_name = 'procrastinate_jobs'",
@@ -128,6 +130,7 @@ async def _ensure_schema(app: procrastinate.App, location: StoreLocation) -> Non
             )
             if await cur.fetchone() is None:
                 await app.schema_manager.apply_schema_async()
+            await c.execute(CREATE_TABLE)
         finally:
             await c.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (lock,))
 
@@ -260,11 +263,15 @@ class Worker:
         """Take jobs until :meth:`stop`; raises :class:`StoreUnavailableError` when the store
         was lost (nothing is: a cut-off cell's job is retried by a worker)."""
         logging.getLogger("procrastinate").setLevel(logging.CRITICAL)
+        # The model client loads before any job: loading it inside the first call would
+        # hold the event loop (heartbeats, connections) for seconds.
+        await asyncio.to_thread(preload_client)
         self._reservations = RateReservations(self.location, self._connect)
         app = _app(self.location, self.run_job)
         try:
             async with app.open_async():
                 await _ensure_schema(app, self.location)
+                await self._reservations.open()
                 self._task = asyncio.create_task(
                     app.run_worker_async(
                         concurrency=self.concurrency,

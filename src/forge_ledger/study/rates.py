@@ -16,14 +16,16 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UsageError
+import psycopg
+
+from ..errors import StoreUnavailableError, UsageError
 
 if TYPE_CHECKING:
     from ..domain.values import ModelResponse, Participant, Price
     from ..ledger.store import StoreLocation
     from ..providers import Provider, ProviderCall
 
-__all__ = ["TABLE", "RateLimited", "RateReservations", "parse_rates", "slot_wait"]
+__all__ = ["CREATE_TABLE", "TABLE", "RateLimited", "RateReservations", "parse_rates", "slot_wait"]
 
 TABLE = "study_call_starts"
 WINDOW_SECS = 60.0
@@ -52,6 +54,13 @@ def slot_wait(recent: Sequence[datetime], limit: int, now: datetime) -> float:
     return max(0.0, WINDOW_SECS - (now - recent[limit - 1]).total_seconds())
 
 
+CREATE_TABLE = (
+    f"CREATE TABLE IF NOT EXISTS {TABLE} (model text NOT NULL, started_at timestamptz NOT NULL);"
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_model_at ON {TABLE} (model, started_at)"
+)
+"""The reservations' table; created with the job queue's tables (under their lock)."""
+
+
 class RateReservations:
     """Call starts reserved in the study's PostgreSQL schema (one connection per process)."""
 
@@ -61,23 +70,26 @@ class RateReservations:
         self._conn: Any = None
         self._lock = asyncio.Lock()
 
+    async def open(self) -> None:
+        """Connect now (a worker does before it takes jobs)."""
+        await self._connection()
+
     async def _connection(self) -> Any:
         if self._conn is None or self._conn.closed:
             self._conn = await self._connect()
-            await self._conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {TABLE} (model text NOT NULL, "
-                "started_at timestamptz NOT NULL)"
-            )
-            await self._conn.execute(
-                f"CREATE INDEX IF NOT EXISTS {TABLE}_model_at ON {TABLE} (model, started_at)"
-            )
         return self._conn
 
     async def reserve(self, model: str, limit: int) -> None:
         """Return once a start of ``model`` is recorded within its limit."""
         while True:
             async with self._lock:
-                wait = await self._try(model, limit)
+                try:
+                    wait = await self._try(model, limit)
+                except psycopg.Error as e:
+                    raise StoreUnavailableError(
+                        f"cannot reserve a call to {model}: {_first_line(e)}",
+                        hint="run the worker again once PostgreSQL is reachable",
+                    ) from None
             if wait <= 0:
                 return
             await asyncio.sleep(min(wait, WINDOW_SECS))
@@ -113,6 +125,10 @@ class RateReservations:
         if self._conn is not None:
             conn, self._conn = self._conn, None
             await conn.close()
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
 class RateLimited:
