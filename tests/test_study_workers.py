@@ -7,6 +7,7 @@ worker killed with SIGKILL leaves the server and the database as they were.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -90,7 +91,7 @@ def _status(store: str) -> dict[str, Any]:
 
 @contextmanager
 def _workers(store: str, cwd: Path, n: int, *extra: str) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """``n`` workers, each writing its stderr to ``worker-PID.log`` in ``cwd``."""
+    """``n`` workers, each writing its stderr to ``worker-N.log`` in ``cwd``."""
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for _ in range(n):
@@ -125,12 +126,23 @@ def _stop(proc: subprocess.Popen[bytes], cwd: Path, procs: list[subprocess.Popen
     return said
 
 
+def _summary(store: str) -> dict[str, Any]:
+    """What ``study status --json`` says, read in this process (cheaper to poll)."""
+    from forge_ledger.study.queue import queued_jobs
+
+    with Ledger(store, create=False) as ledger:
+        state = StudyStream(ledger).state("workers")
+        jobs = asyncio.run(queued_jobs(ledger.location, state.id))
+    counts = {k: sum(1 for j in jobs.values() if j == k) for k in ("queued", "taken")}
+    return {**state.summary(), "jobs": counts}
+
+
 def _wait(store: str, done: Any, procs: list[subprocess.Popen[bytes]], secs: float) -> None:
     deadline = time.monotonic() + secs
-    while not done(_status(store)):
+    while not done(_summary(store)):
         for p in procs:
             assert p.poll() is None, f"a worker ended with {p.returncode}"
-        assert time.monotonic() < deadline, json.dumps(_status(store))[-1500:]
+        assert time.monotonic() < deadline, json.dumps(_summary(store))[-1500:]
         time.sleep(0.3)
 
 
@@ -231,6 +243,7 @@ def test_a_worker_killed_with_9_leaves_its_cells_to_another(tmp_path: Path, pg_u
     assert len(checked["sessions"]) == 6
 
 
+@pytest.mark.slow
 def test_the_budget_holds_across_two_workers(tmp_path: Path, pg_url: str) -> None:
     with FakeOpenAIServer(bundled_script("demo"), latency=0.05) as server:
         plan = _plan(
