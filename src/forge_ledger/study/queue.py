@@ -217,6 +217,7 @@ class Worker:
     on_cell: Callable[[str, str], Any] | None = None
     lost: BaseException | None = field(default=None, init=False)
     _reservations: RateReservations | None = field(default=None, init=False)
+    _stopping: bool = field(default=False, init=False)
     _task: asyncio.Task[Any] | None = field(default=None, init=False)
 
     @property
@@ -256,6 +257,7 @@ class Worker:
         resumable; their jobs go back to the queue)."""
         if lost is not None and self.lost is None:
             self.lost = lost
+        self._stopping = True
         if self._task is not None:
             asyncio.get_running_loop().call_soon(self._task.cancel)
 
@@ -272,6 +274,8 @@ class Worker:
             async with app.open_async():
                 await _ensure_schema(app, self.location)
                 await self._reservations.open()
+                if self._stopping:  # stopped while it started: no job taken
+                    return
                 self._task = asyncio.create_task(
                     app.run_worker_async(
                         concurrency=self.concurrency,
