@@ -4,7 +4,8 @@ A plan (:mod:`.plan`) is checked in one pass before anything runs; the study is 
 its own hash-chained stream of events in the ledger's store (:mod:`.stream`, folded by
 :mod:`.state`); its cells run through the session functions ``run`` and ``resume`` use
 (:mod:`.cells`, one cell at a time, idempotently; :mod:`.runner`, many at once in one
-process).
+process; :mod:`.queue`, as jobs that worker processes on many machines take from the
+PostgreSQL store, under per-model call limits kept in the same database, :mod:`.rates`).
 """
 
 from .api import as_plan, run_plan, study
