@@ -235,9 +235,8 @@ class LiteLLMProvider:
         if got.over_ceiling:
             await _close(stream)
             return _cut_at_ceiling(got, call, self.price(call.participant))
-        return _judge(
-            got, stream, call, self.price(call.participant), mocked="mock_response" in kwargs
-        )
+        return _judge(got, stream, call, self.price(call.participant),
+                      mocked="mock_response" in kwargs)
 
     async def aclose(self) -> None:
         """Close litellm's cached HTTP clients (no-op when litellm was never imported)."""
@@ -532,15 +531,8 @@ def _cut_at_ceiling(got: _Received, call: ProviderCall, price: Price | None) -> 
     return _answer(got, price, tokens, StopReason.MAX_TOKENS, "length", reported=False)
 
 
-def _answer(
-    got: _Received,
-    price: Price | None,
-    tokens: TokenCount,
-    stop: StopReason,
-    finish: str,
-    *,
-    reported: bool,
-) -> ModelResponse:
+def _answer(got: _Received, price: Price | None, tokens: TokenCount, stop: StopReason,
+            finish: str, *, reported: bool) -> ModelResponse:
     """The response a stream's received text makes, with how it stopped and what it cost."""
     return ModelResponse(
         content=got.text,
@@ -585,8 +577,7 @@ def _cut_short(
     what = "an empty reply" if raw_finish is None else f"no text (finish {raw_finish!r})"
     return ProviderCallError(
         "truncated" if content else "empty",
-        f"{who} ended its stream with no finish reason (cut short)"
-        if content
+        f"{who} ended its stream with no finish reason (cut short)" if content
         else f"{who} sent {what}",
         partial_text=content,
         tokens=reported or TokenCount(),
