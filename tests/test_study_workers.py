@@ -16,7 +16,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -324,76 +324,3 @@ def test_a_call_waits_until_the_limit_th_newest_start_is_a_minute_old() -> None:
     assert slot_wait(ago, 3, now) == pytest.approx(10.0)
     assert slot_wait(ago, 2, now) == pytest.approx(40.0)
     assert slot_wait([now - timedelta(seconds=61)] * 3, 3, now) == 0.0
-
-
-# --------------------------------------------------------------------------- losing PostgreSQL
-
-
-class _Proxy:
-    """A TCP relay to PostgreSQL that can be cut: every connection through it, and the port."""
-
-    def __init__(self, port: int = 5432) -> None:
-        import socket
-        import threading
-
-        self.target = ("127.0.0.1", port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.socks: list[socket.socket] = []
-        self.lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        import socket
-        import threading
-
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            with self.lock:
-                self.socks += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(a: Any, b: Any) -> None:
-        with suppress(OSError):
-            while data := a.recv(65536):
-                b.sendall(data)
-
-    def cut(self) -> None:
-        import socket
-
-        self.listener.close()
-        with self.lock:
-            for s in self.socks:
-                with suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-                s.close()
-
-
-@pytest.mark.slow
-def test_a_worker_that_loses_postgresql_exits_75_and_another_finishes(
-    tmp_path: Path, pg_url: str
-) -> None:
-    proxy = _Proxy()
-    through = pg_url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
-    with FakeOpenAIServer(bundled_script("demo"), latency=0.2) as server:
-        plan = _plan(tmp_path, server.url)
-        _queue(plan, pg_url)
-        with _workers(through, tmp_path, 1) as (lost,):
-            _wait(pg_url, lambda s: s["running"] >= 2, [lost], 120)
-            proxy.cut()
-            lost.wait(timeout=120)
-            said = (tmp_path / "worker-0.log").read_text("utf-8", "replace")
-            assert lost.returncode == 75, said[-1500:]
-            assert said.strip().splitlines()[-1].startswith("error: lost the connection")
-        with _workers(pg_url, tmp_path, 1) as procs:
-            _wait(pg_url, lambda s: s["status"] == "finished" and _drained(s), procs, 240)
-            _stop(procs[0], tmp_path, procs)
-    checked = _check_once(pg_url)
-    assert checked["state"].count("done") == 6
-    assert len(checked["sessions"]) == 6
