@@ -3,7 +3,8 @@
 The soak itself lives in ``bench/soak.py`` (``--kills 100`` gives the figures in
 docs/benchmarks.md); this test runs it with 25 kills and checks every property it reports,
 and runs the script's ``--quick`` mode end to end as CI does. The instants come from a seed
-printed with every failure: ``FORGE_LEDGER_SOAK_SEED=<seed> pytest tests/orchestrator/test_soak.py`` (or
+printed with every failure:
+``FORGE_LEDGER_SOAK_SEED=<seed> pytest tests/orchestrator/test_soak.py`` (or
 ``python bench/soak.py --kills 25 --seed <seed>``) aims at the same instants again.
 """
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from uuid import UUID
 
 import pytest
+from test_study import _plan, _provider
 
 from forge_ledger.app.studies import SESSIONS
 from forge_ledger.app.study_reports import study_export, study_report, study_tables
@@ -27,7 +28,6 @@ from forge_ledger.preflight import PreflightError
 from forge_ledger.study import StudyRun, StudyStream, load_plan, plan_study, run_cell, run_study
 from forge_ledger.study.summary import summarize
 from support.study_sessions import known_plan, record_known_study
-from test_study import _plan, _provider
 
 TOPICS, REPEATS, STRICT = 4, 5, 3
 

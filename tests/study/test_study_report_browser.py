@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 from playwright.sync_api import expect
+from test_report_browser import CONSOLE_SCRIPT, _open, browser
 
 from forge_ledger.ledger import Ledger
 from support.study_sessions import known_plan, record_known_study
-from test_report_browser import CONSOLE_SCRIPT, _open, browser
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser

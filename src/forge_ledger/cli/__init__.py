@@ -85,6 +85,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                "store, or check an export."),
     "verify-export": ("record_cmds", "verify_export_cmd", "Check a sealed session's YAML export, "
                       "or a document file, against the chain in the store."),
+    "worker": ("study_cmd", "worker_cmd",
+               "Run queued study cells from the PostgreSQL store until Ctrl-C."),
 }
 """Every command, by name: where it lives and what ``--help`` says of it. A new command goes
 here as well as in its module (``tests/cli/test_cli_startup.py`` fails until it does)."""

@@ -19,7 +19,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import ChainBrokenError, RunInterrupted, SessionPausedError
+from ..errors import ChainBrokenError, RunInterrupted, SessionPausedError, UsageError
 from . import cli
 from ._common import (
     add_row,
@@ -74,17 +74,75 @@ def _quiet(f: Any) -> Any:
 @click.argument("plan", type=click.Path(dir_okay=False, path_type=Path))
 @_concurrency
 @_quiet
+@click.option(
+    "--queue",
+    is_flag=True,
+    help="Put each cell in the job queue of the PostgreSQL store instead of running it here: "
+    "'forge-ledger worker' processes, on any machines, run them.",
+)
+@click.option(
+    "--rate",
+    "rates",
+    multiple=True,
+    metavar="MODEL=N/min",
+    help="With --queue: at most N calls to MODEL start in any minute, across all workers "
+    "(repeatable).",
+)
 @store_option
 @json_option
 @survives_closed_output
-def run_cmd(plan: Path, concurrency: int, quiet: bool, store: str | None, as_json: bool) -> None:
+def run_cmd(
+    plan: Path,
+    concurrency: int,
+    quiet: bool,
+    queue: bool,
+    rates: tuple[str, ...],
+    store: str | None,
+    as_json: bool,
+) -> None:
     """Run the study of PLAN: the cells not finished yet (the same plan again continues it)."""
+    from ..ledger.store import resolve_store
     from ..study import load_plan, plan_study
+    from ..study.rates import parse_rates
 
+    limits = parse_rates(rates)
+    if limits and not queue:
+        raise UsageError(
+            "--rate limits the calls of queued cells", hint="add --queue (a PostgreSQL store)"
+        )
+    if queue and resolve_store(store).kind != "postgres":
+        raise UsageError(
+            "--queue needs a PostgreSQL store; nothing was written",
+            hint="give --store postgresql://HOST:PORT/DB, or run without --queue",
+        )
     checked = load_plan(plan)
     with open_ledger(store, create=True) as ledger:
         study_id = plan_study(ledger, checked)
+        if queue:
+            _queue(ledger, str(study_id), limits, as_json=as_json)
+            return
         _run(ledger, str(study_id), concurrency=concurrency, quiet=quiet, as_json=as_json)
+
+
+def _queue(ledger: Ledger, ref: str, rates: dict[str, int], *, as_json: bool) -> None:
+    """Queue the study's unfinished cells as jobs; say how to run them."""
+    from ..study import StudyStream
+    from ..study.queue import queue_cells
+    from ..study.runner import unfinished_cells
+
+    state = StudyStream(ledger).state(ref)
+    queued = asyncio.run(queue_cells(ledger.location, state, rates=rates))
+    if as_json:
+        emit_json({**state.summary(), "queued": queued})
+        return
+    click.echo(
+        f"study {state.id} · {printable(state.name)}: {len(queued)} cell(s) queued, "
+        f"{len(state.cells) - len(unfinished_cells(state))} finished"
+    )
+    click.echo(
+        f"run them with: forge-ledger worker --store {printable(ledger.location.display)}"
+        " (on any number of machines)"
+    )
 
 
 @study.command("resume")
@@ -226,26 +284,42 @@ def status_cmd(study_ref: str, at_event: int | None, store: str | None, as_json:
 
     with open_ledger(store, create=False) as ledger:
         state = StudyStream(ledger).state(study_ref, at_event=at_event)
+        jobs = _jobs(ledger, state.id) if at_event is None else {}
     if as_json:
-        emit_json({**state.summary(), "cells": [c.as_json() for c in state.cells.values()]})
+        cells = [{**c.as_json(), "job": jobs.get(c.spec.id)} for c in state.cells.values()]
+        counts = {k: sum(1 for j in jobs.values() if j == k) for k in ("queued", "taken")}
+        emit_json({**state.summary(), "jobs": counts, "cells": cells})
         return
     _print_summary(state)
+    if jobs:
+        taken = sum(1 for j in jobs.values() if j == "taken")
+        click.echo(f"jobs: {len(jobs) - taken} queued, {taken} taken by a worker")
     if state.stopped:
         err_console.print(Text("stopped: ", style="yellow") + shown(state.stopped))
     table = Table(title_justify="left")
-    for col in ("cell", "status", "session", "outcome", "cost", "calls"):
+    for col in ("cell", "status", "job", "session", "outcome", "cost", "calls"):
         table.add_column(col, justify="right" if col in ("cost", "calls") else "left")
     for c in state.cells.values():
         add_row(
             table,
             c.spec.id,
             c.status,
+            jobs.get(c.spec.id, ""),
             (c.session_id or "")[:8],
             c.outcome or c.reason,
             money(c.cost_usd),
             str(c.calls),
         )
     print_table(table)
+
+
+def _jobs(ledger: Ledger, study_id: str) -> dict[str, str]:
+    """The study's cells waiting in the job queue or taken by a worker (PostgreSQL only)."""
+    if ledger.location.kind != "postgres":
+        return {}
+    from ..study.queue import queued_jobs
+
+    return asyncio.run(queued_jobs(ledger.location, study_id))
 
 
 @study.command("list")
@@ -297,3 +371,91 @@ def verify_cmd(study_ref: str, store: str | None) -> None:
 
 study.add_command(export_cmd)
 study.add_command(report_cmd)
+
+
+@cli.command("worker")
+@click.option(
+    "--concurrency",
+    "-j",
+    type=click.IntRange(1, 256),
+    default=4,
+    show_default=True,
+    metavar="N",
+    help="Cells this worker runs at once.",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(0, 3600),
+    default=10.0,
+    show_default=True,
+    metavar="SECS",
+    help="After Ctrl-C, how long running cells may go on before they are cut off (left "
+    "resumable, their jobs back in the queue).",
+)
+@_quiet
+@store_option
+def worker_cmd(concurrency: int, grace: float, quiet: bool, store: str | None) -> None:
+    """Run queued study cells from the PostgreSQL store until Ctrl-C.
+
+    Start any number of workers, on any machines, on the store 'study run PLAN --queue' used.
+    """
+    import signal
+
+    from ..app.studies import SESSIONS
+    from ..errors import exit_interrupted
+    from ..ledger.store import resolve_store
+    from ..providers import get_provider
+    from ..study._sessions import SessionHooks
+    from ..study.queue import Worker, reachable
+
+    if resolve_store(store).kind != "postgres":
+        raise UsageError(
+            "a worker needs a PostgreSQL store",
+            hint="give --store postgresql://HOST:PORT/DB (the store 'study run --queue' used)",
+        )
+    interrupted = False
+
+    def on_cell(cell: str, status: str) -> None:
+        if not quiet:
+            err_console.print(f"cell {printable(cell)}: {printable(status)}", markup=False)
+
+    async def go(ledger: Ledger) -> None:
+        nonlocal interrupted
+        provider = get_provider()
+        hooks = SessionHooks(hmac_key=hmac_key())
+        worker = Worker(
+            ledger,
+            provider,
+            SESSIONS,
+            hooks=hooks,
+            concurrency=concurrency,
+            grace_secs=grace,
+            on_cell=on_cell,
+        )
+
+        def on_sigint() -> None:
+            nonlocal interrupted
+            if interrupted:
+                exit_interrupted()
+            interrupted = True
+            err_console.print(
+                f"stopping: no new cells; running ones get {grace:g} s to end", markup=False
+            )
+            worker.stop()
+
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+        loop.add_signal_handler(signal.SIGTERM, on_sigint)
+        try:
+            await worker.run()
+        finally:
+            await provider.aclose()
+
+    reachable(resolve_store(store))
+    with open_ledger(store, create=False) as ledger:
+        asyncio.run(go(ledger))
+    if interrupted:
+        raise RunInterrupted(
+            "interrupted; the worker's cut-off cells are back in the queue",
+            hint="start a worker again to go on: forge-ledger worker --store URL",
+        )

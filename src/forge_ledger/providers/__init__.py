@@ -16,6 +16,7 @@ from ._litellm import (
     classify_exception,
     configure_offline_env,
     missing_keys,
+    preload_client,
     table_price,
 )
 from ._pricing import cost_of, price_from_table_entry, recost, resolve_price
@@ -35,6 +36,7 @@ __all__ = [
     "cost_of",
     "get_provider",
     "missing_keys",
+    "preload_client",
     "price_from_table_entry",
     "recost",
     "resolve_price",

@@ -71,6 +71,12 @@ def _import_litellm() -> ModuleType:
     return _litellm
 
 
+def preload_client() -> None:
+    """Load the model client now: a long-lived process (a study worker) pays for it before it
+    takes work rather than inside its first call, where it would hold the event loop."""
+    _import_litellm()
+
+
 def missing_keys(participant: Participant) -> tuple[str, ...]:
     """Environment variables litellm needs for ``participant`` and does not find, asked of
     litellm itself (``validate_environment``), with the same local-server exemption as a call.

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from ..ledger import Ledger
     from ..providers import Provider
 
-__all__ = ["Progress", "plan_study", "run_study"]
+__all__ = ["Progress", "finished_event", "plan_study", "run_study", "unfinished_cells"]
 
 _POLL_SECS = 1.0
 """How often a cell that waits (for money held, or for its parent cell) re-reads the study."""
@@ -171,7 +171,7 @@ class _Live:
         return SessionHooks(clock=base.clock, on_checkpoint=checkpoint, hmac_key=base.hmac_key)
 
 
-def _work(state: StudyState) -> list[str]:
+def unfinished_cells(state: StudyState) -> list[str]:
     """The cells to take, in order: those cut off or paused, then those not started, each
     counterfactual cell after every plain one (its parent is taken before it)."""
     order = {"running": 0, "paused": 0, "pending": 1}
@@ -199,7 +199,7 @@ async def run_study(
     base = hooks or SessionHooks(clock=clock)
     run = StudyRun(ledger, StudyStream(ledger).resolve(study), clock=clock or SystemClock())
     live = _Live(run, on_progress)
-    todo = iter(_work(run.state))
+    todo = iter(unfinished_cells(run.state))
 
     async def worker() -> None:
         for cell_id in todo:  # one shared iterator: each cell is taken by one task
@@ -213,12 +213,12 @@ async def run_study(
                 group.create_task(worker())
     except BaseExceptionGroup as failed:  # the first cell's failure is the study's (one line)
         raise failed.exceptions[0] from None
-    run.record(_finished)
+    run.record(finished_event)
     live.changed()
     return run.state
 
 
-def _finished(state: StudyState) -> sev.StudyPayload | None:
+def finished_event(state: StudyState) -> sev.StudyPayload | None:
     """``StudyFinished`` once every cell is done or failed (and not before, nor twice)."""
     if state.finished or any(c.status not in ("done", "failed") for c in state.cells.values()):
         return None

@@ -27,6 +27,7 @@ __all__ = ["TABLE", "StudyStream"]
 
 TABLE = "study_events"
 _TOPIC = "forge_ledger:study:"
+_NO_STUDY = UUID(int=0)
 
 
 class StudyStream:
@@ -56,8 +57,31 @@ class StudyStream:
                 hint="make the file and its folder writable, or work on a writable copy",
             )
         if not self._created:
-            self._call(self.recorder.create_table)
+            if not self._table_exists():
+                self._create_table()
             self._created = True
+
+    def _table_exists(self) -> bool:
+        from eventsourcing.persistence import PersistenceError
+
+        try:
+            self.recorder.select_events(_NO_STUDY, limit=1)
+        except PersistenceError as e:
+            if "no such table" in str(e) or "does not exist" in str(e):
+                return False
+            raise store_failure(e) or StoreError(str(e)) from None
+        return True
+
+    def _create_table(self) -> None:
+        """Create the table; PostgreSQL refuses one of two processes creating it at the same
+        moment (its catalog rows changed under it), and that one then finds it created."""
+        from eventsourcing.persistence import PersistenceError
+
+        try:
+            self.recorder.create_table()
+        except PersistenceError:
+            if not self._table_exists():
+                self._call(self.recorder.create_table)
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         from eventsourcing.persistence import IntegrityError, PersistenceError

@@ -1,0 +1,189 @@
+"""Scale-out benchmark: a latency-bound study run by one worker, then by two, on PostgreSQL.
+
+Prints one JSON object on stdout (progress on stderr). The shipped OpenAI-compatible fake
+server runs in a child process (``forge-ledger fake-server --latency``), so each call waits
+as a real provider's would. For each count of workers, in the same run: a fresh schema, the
+plan recorded, the ``forge-ledger worker`` processes started and registered with the queue,
+a warm-up study of as many cells as the workers run at once (each worker's first call pays
+for loading the model client), then the clock runs from queuing the measured study's cells
+to its end.
+
+* ``one`` / ``two`` — wall seconds of the study with one worker and with two (each at
+  ``--concurrency``), and the cells done.
+* ``ratio`` — two workers' time over one's. Goal ≤ 0.6 (the ideal, latency-bound, is 0.5).
+
+The store is ``FORGE_LEDGER_BENCH_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``),
+one schema per measurement, dropped afterwards. ``--quick`` smoke-tests the script (4 cells,
+one cell at a time per worker, 0.05 s latency).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import yaml
+
+from forge_ledger.ledger import Ledger
+from forge_ledger.study import StudyState, StudyStream, load_plan, plan_study
+from forge_ledger.study.queue import queue_cells
+
+PRICE = {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}
+BASE = os.environ.get("FORGE_LEDGER_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _exe() -> str:
+    return str(Path(sys.executable).with_name("forge-ledger"))
+
+
+class _Server:
+    """``forge-ledger fake-server`` in a child process, with a latency before every reply."""
+
+    def __init__(self, latency: float) -> None:
+        self.proc = subprocess.Popen(
+            [_exe(), "fake-server", "--latency", str(latency)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()
+        if not self.url.startswith("http"):
+            self.stop()
+            raise SystemExit("the fake server did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+def _plan(folder: Path, url: str, cells: int, name: str = "scale-out") -> Path:
+    people = [
+        {"name": n, "model": f"openai/{n}", "api_base": url, "price": PRICE}
+        for n in ("ana", "ben", "cleo")
+    ]
+    (folder / "trio.yaml").write_text(yaml.safe_dump({"participants": people}), "utf-8")
+    plan = {
+        "name": name,
+        "topics": [{"title": "Retry policy for the ingest service"}],
+        "panels": {"trio": "trio.yaml"},
+        "repeats": cells,
+        "session": {"max_rounds": 8},
+    }
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(plan), "utf-8")
+    return path
+
+
+def _registered(schema: str) -> int:
+    with psycopg.connect(BASE, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s "
+            "AND table_name = 'procrastinate_workers'",
+            (schema,),
+        ).fetchone()
+        if not row or not row[0]:
+            return 0
+        counted = conn.execute(f'SELECT count(*) FROM "{schema}".procrastinate_workers').fetchone()
+        return int(counted[0]) if counted else 0
+
+
+def _run(ledger: Ledger, study_id: uuid.UUID) -> StudyState:
+    """Queue the study's cells and wait for its end."""
+    stream = StudyStream(ledger)
+    asyncio.run(queue_cells(ledger.location, stream.state(study_id), rates={}))
+    while not (state := stream.state(study_id)).finished:
+        time.sleep(0.1)
+    return state
+
+
+def _measure(plan: Path, warm: Path, workers: int, concurrency: int) -> dict[str, Any]:
+    schema = f"fl_bench_{uuid.uuid4().hex[:10]}"
+    url = f"{BASE}?schema={schema}"
+    env = {**os.environ, "FORGE_LEDGER_STORE": url, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        with Ledger(url) as ledger:
+            study_id = plan_study(ledger, load_plan(plan))
+            procs = [
+                subprocess.Popen(
+                    [_exe(), "worker", "-j", str(concurrency), "--quiet"],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                for _ in range(workers)
+            ]
+            while _registered(schema) < workers:
+                if any(p.poll() is not None for p in procs):
+                    raise SystemExit("a worker ended before it took jobs")
+                time.sleep(0.1)
+            _log(f"  warm-up: {workers * concurrency} cells (each worker's first calls)")
+            _run(ledger, plan_study(ledger, load_plan(warm)))
+            _log("  measured")
+            began = time.perf_counter()
+            state = _run(ledger, study_id)
+            wall = time.perf_counter() - began
+            return {"wall_secs": round(wall, 3), "done": state.count("done")}
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+        for p in procs:
+            p.wait(timeout=60)
+        with psycopg.connect(BASE, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--cells", type=int, default=16)
+    parser.add_argument("--concurrency", type=int, default=4, help="cells at once per worker")
+    parser.add_argument("--latency", type=float, default=0.3)
+    args = parser.parse_args()
+    cells, concurrency, latency = args.cells, args.concurrency, args.latency
+    if args.quick:
+        cells, concurrency, latency = 4, 1, 0.05
+    server = _Server(latency)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            plan = _plan(Path(tmp), server.url, cells)
+            _log(f"one worker, {cells} cells, {concurrency} at a time")
+            one = _measure(
+                plan, _plan(Path(tmp), server.url, concurrency, "warm-1"), 1, concurrency
+            )
+            _log("two workers")
+            warm = _plan(Path(tmp), server.url, 2 * concurrency, "warm-2")
+            two = _measure(plan, warm, 2, concurrency)
+    finally:
+        server.stop()
+    result: dict[str, Any] = {
+        "cells": cells,
+        "concurrency_per_worker": concurrency,
+        "latency_secs": latency,
+        "cores": os.cpu_count() or 1,
+        "one": one,
+        "two": two,
+        "ratio": round(two["wall_secs"] / one["wall_secs"], 3),
+        "ratio_goal": 0.6,
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
