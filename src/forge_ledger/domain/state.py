@@ -156,7 +156,7 @@ class RoundState(_State):
     targets: dict[str, str] = Field(default_factory=dict)
     contributions: BlockList[ContributionState] = Field(default_factory=BlockList)
     """In blocks a restored state decodes when read (:class:`~forge_ledger.domain.blocks.
-    BlockList`): a round may hold thousands. An answer changed in place is reported to it."""
+    BlockList`): a round may hold thousands."""
     abstained: list[str] = Field(default_factory=list)
     started_position: int
     started_at: datetime
@@ -274,8 +274,7 @@ class RecordList(BlockList[T]):
     """A list of a session's larger records (rounds, evaluations, human inputs…), in blocks
     of 16: a round holds its contributions inline while they are fewer than a block of them,
     so a block of rounds is about as large as one of contributions, and a session records far
-    fewer of the others than of rounds. The fold reports every round it changes in place
-    (:func:`_changing`); the other records are only ever appended."""
+    fewer of the others than of rounds."""
 
     __slots__ = ()
     size = 16
@@ -302,9 +301,8 @@ class SessionState(_State):
     """In blocks a restored state decodes when read, as a round's contributions are: a
     snapshot names the blocks, so successive snapshots store an unchanged block once."""
     failures: RecordList[CallFailure] = Field(default_factory=RecordList)
-    """Only ever appended to, never changed in place, as are ``convergence``,
-    ``human_inputs``, ``asked`` and ``rewinds``: they grow with the session, so they are kept
-    in blocks too, and a snapshot stores each block of them once."""
+    """Grows with the session, as ``convergence``, ``human_inputs``, ``asked`` and
+    ``rewinds`` do: kept in blocks too, and a snapshot stores each block of them once."""
     divergences: list[DivergenceState] = Field(default_factory=list)
     convergence: RecordList[ConvergenceResult] = Field(default_factory=RecordList)
     human_inputs: RecordList[HumanInput] = Field(default_factory=RecordList)
@@ -462,7 +460,8 @@ class SessionState(_State):
         if (known, rewinds) != key:
             if rewinds == key[1] and 0 <= known < key[0]:  # rounds appended: add them
                 private["_active"] = [
-                    *private["_active"], *(r for r in rounds[known:] if not r.superseded)
+                    *private["_active"],
+                    *(r for r in rounds[known:] if not r.superseded),
                 ]
             else:
                 private["_active"] = [r for r in rounds if not r.superseded]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -98,30 +98,23 @@ class BlockTexts:
     block becomes one stored text (its long texts referred to, as the state's are), added to
     the texts the snapshot recorder writes with the snapshot.
 
-    The state's lists remember the addresses of the blocks written, so that the next snapshot
-    does not write them again; if this snapshot is not stored, :meth:`forget` makes them
-    forget (``LedgerApp._take_snapshots``), or a later snapshot would name texts never stored."""
+    A block's address is the digest of its encoded values, so a block that did not change
+    since an earlier snapshot has that snapshot's address, and the recorder, which writes
+    only the texts the store does not hold, stores it once."""
 
     def __init__(self, texts: dict[str, str]) -> None:
         self._texts = texts
-        self._forgets: list[Callable[[], None]] = []
 
-    def store(self, document: str, forget: Callable[[], None]) -> str:
+    def store(self, document: str) -> str:
         text = refer_to_texts(document, self._texts)
         address = text_address(text)
         self._texts[address] = text
-        self._forgets.append(forget)
         return address
 
     def refer(self, text: str) -> Any:
         """A parsed value's text (a critique's JSON, the text its event refers to), by
         reference if it is long."""
         return text_reference(text, self._texts)
-
-    def forget(self) -> None:
-        for forget in self._forgets:
-            forget()
-        self._forgets = []
 
 
 class SessionStateAsJson(Transcoding):
@@ -155,16 +148,7 @@ class SessionStateAsJson(Transcoding):
             obj.model_dump_json(exclude_defaults=True, context={BLOCK_SINK: sink}), texts
         )
         self._encoded.texts = texts
-        self._encoded.blocks = sink
         return document
-
-    def stored(self, *, ok: bool) -> None:
-        """The state last encoded on this thread was stored (``ok``) or not: if not, its
-        lists forget the blocks they were told were written."""
-        sink: BlockTexts | None = getattr(self._encoded, "blocks", None)
-        self._encoded.blocks = None
-        if sink is not None and not ok:
-            sink.forget()
 
     def encoded_texts(self) -> dict[str, str]:
         """The texts the last state encoded on this thread refers to (once: the mapper that
