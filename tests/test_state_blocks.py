@@ -12,13 +12,14 @@ import copy
 import json
 import sqlite3
 import uuid
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
 from eventsourcing.persistence import OperationalError
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from forge_ledger.domain.blocks import BLOCK_LOADER, BLOCK_SINK, BlockList
@@ -29,6 +30,7 @@ from forge_ledger.domain.values import Participant, RoundKind, SessionStatus, St
 from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger, store_failure
 from forge_ledger.ledger.compression import unpack_text
+from forge_ledger.ledger.snapshot_states import BlockEncodings, BlockTexts
 from forge_ledger.testing import SessionBuilder
 from support.cli import assert_one_error_line, run_cli
 from support.random_sessions import build_ledger
@@ -54,7 +56,8 @@ class Sink:
         self.stored: list[str] = []
         self.reads: list[str] = []
 
-    def store(self, document: str) -> str:
+    def store(self, items: list[Any], encode: Callable[[], str]) -> str:  # noqa: ARG002
+        document = encode()
         address = text_address(document)
         self.texts[address] = document
         self.stored.append(document)
@@ -256,6 +259,100 @@ def test_stored_blocks_load_only_through_a_loader() -> None:
     stored = Sink().dump(SMALL, SMALL.validate_python(list(range(9))))
     with pytest.raises(ValidationError, match="loads through the ledger"):
         SMALL.validate_json(stored)
+
+
+class Flat(BaseModel):
+    """An item whose fields hold values that never change (as a contribution's do)."""
+
+    n: int
+    note: str = ""
+
+
+class Tagged(BaseModel):
+    """An item with a field that can change in place."""
+
+    tags: list[str]
+
+
+def _encoding_sink() -> tuple[BlockTexts, dict[str, str], list[int]]:
+    """The ledger's block sink over a dict, and a count of the blocks it encoded."""
+    texts: dict[str, str] = {}
+    return BlockTexts(texts, BlockEncodings()), texts, []
+
+
+def _dump_counting(adapter: TypeAdapter[Any], value: Any, sink: BlockTexts) -> tuple[bytes, int]:
+    """``value`` stored through ``sink``: its JSON, and how many blocks were encoded."""
+    encoded = 0
+    real = sink.store
+
+    def store(items: list[Any], encode: Callable[[], str]) -> str:
+        def counted() -> str:
+            nonlocal encoded
+            encoded += 1
+            return encode()
+
+        return real(items, counted)
+
+    sink.store = store  # type: ignore[method-assign]
+    try:
+        return adapter.dump_json(value, context={BLOCK_SINK: sink}), encoded
+    finally:
+        del sink.store
+
+
+def test_the_ledger_encodes_again_only_blocks_whose_values_changed() -> None:
+    """A block of items whose fields never change in place is known from its values: the
+    same items with the same fields are not encoded again, and any change is."""
+    adapter = TypeAdapter(Small[Flat])
+    items = adapter.validate_python([{"n": i} for i in range(12)])
+    encodings = BlockEncodings()
+    first_texts: dict[str, str] = {}
+    first, encoded = _dump_counting(adapter, items, BlockTexts(first_texts, encodings))
+    assert encoded == 3
+    again_texts: dict[str, str] = {}
+    again, encoded = _dump_counting(adapter, items, BlockTexts(again_texts, encodings))
+    assert (again, encoded) == (first, 0)
+    assert again_texts == first_texts  # every block's text still handed to the recorder
+    items[5].note = "changed in place"
+    changed, encoded = _dump_counting(adapter, items, BlockTexts({}, encodings))
+    assert encoded == 1
+    items[9] = Flat(n=9)  # the same values, another object: encoded, to the same address
+    same, encoded = _dump_counting(adapter, items, BlockTexts({}, encodings))
+    assert (same, encoded) == (changed, 1)
+    loader = {**first_texts, **_texts_of(adapter, items, encodings)}
+    restored = adapter.validate_json(changed, context={BLOCK_LOADER: lambda a: loader[a].encode()})
+    assert restored[5].note == "changed in place"
+
+
+def _texts_of(adapter: TypeAdapter[Any], value: Any, encodings: BlockEncodings) -> dict[str, str]:
+    texts: dict[str, str] = {}
+    adapter.dump_json(value, context={BLOCK_SINK: BlockTexts(texts, encodings)})
+    return texts
+
+
+def test_items_that_can_change_in_place_are_always_encoded() -> None:
+    adapter = TypeAdapter(Small[Tagged])
+    items = adapter.validate_python([{"tags": [str(i)]} for i in range(8)])
+    encodings = BlockEncodings()
+    first, encoded = _dump_counting(adapter, items, BlockTexts({}, encodings))
+    assert encoded == 2
+    items[1].tags.append("more")
+    texts = _texts_of(adapter, items, encodings)
+    changed, encoded = _dump_counting(adapter, items, BlockTexts({}, encodings))
+    assert encoded == 2
+    assert changed != first
+    restored = adapter.validate_json(changed, context={BLOCK_LOADER: lambda a: texts[a].encode()})
+    assert restored[1].tags == ["1", "more"]
+
+
+def test_a_forgotten_block_is_encoded_again() -> None:
+    adapter = TypeAdapter(Small[Flat])
+    items = adapter.validate_python([{"n": i} for i in range(12)])
+    encodings = BlockEncodings(limit=2)
+    first, encoded = _dump_counting(adapter, items, BlockTexts({}, encodings))
+    again, encoded = _dump_counting(adapter, items, BlockTexts({}, encodings))
+    assert again == first
+    assert encoded >= 1  # three blocks, two remembered at most
 
 
 # ---------------------------------------------------------------------- the fold's changes

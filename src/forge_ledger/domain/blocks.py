@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Callable, Iterable, Iterator, MutableSequence
+from functools import partial
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, overload
 
 from pydantic import GetCoreSchemaHandler, TypeAdapter, ValidationError
@@ -64,9 +65,10 @@ class BlockSink(Protocol):
         """What stands for the value whose JSON is ``text`` in the stored state: a reference
         to the text, kept to be written with the state; None to keep the value inline."""
 
-    def store(self, document: str) -> str:
-        """Keep a block's JSON ``document`` (once per address: the same values give the same
-        document); its address."""
+    def store(self, items: list[Any], encode: Callable[[], str]) -> str:
+        """Keep the block of ``items``, whose JSON ``encode()`` gives (once per address: the
+        same values give the same JSON); its address. A sink may skip the encoding when it
+        can tell from the values that they are the ones it stored before."""
         ...
 
 
@@ -258,8 +260,7 @@ class BlockList(MutableSequence[T], Generic[T]):
                     b.items, mode="json", exclude_defaults=True, context=context
                 )
             else:
-                document = codec.dump_json(b.items, exclude_defaults=True, context=context)
-                addresses.append(sink.store(document.decode("utf-8")))
+                addresses.append(sink.store(b.items, partial(_json, codec, b.items, context)))
         return {"blocks": addresses, "tail": tail, "count": self._len}
 
     @classmethod
@@ -334,6 +335,11 @@ class BlockList(MutableSequence[T], Generic[T]):
                 serialize, info_arg=True, schema=items_schema
             ),
         )
+
+
+def _json(codec: TypeAdapter[list[T]], items: list[T], context: dict[str, Any]) -> str:
+    """A block's JSON, as stored."""
+    return codec.dump_json(items, exclude_defaults=True, context=context).decode("utf-8")
 
 
 def unreadable_block(address: str, problem: str) -> StoreError:
