@@ -32,7 +32,6 @@ from .values import (
     ResponseAccounting,
     RoundStatus,
     SessionStatus,
-    construct_valid,
     status_from_file,
 )
 
@@ -189,10 +188,8 @@ def _contribution(s: SessionState, p: ev.ContributionRecorded, pos: int, at: dat
     if p.purpose == "continuation":
         before = r.contribution_of(p.participant)
         text = (s.answer(before) if before is not None else "") + text
-    # every value is valid already (the payload's, the event's position and time)
     r.contributions.append(
-        construct_valid(
-            ContributionState,
+        ContributionState.model_validate(
             {
                 "participant": p.participant,
                 "attempt": p.attempt,
@@ -203,7 +200,7 @@ def _contribution(s: SessionState, p: ev.ContributionRecorded, pos: int, at: dat
                 "response": ResponseAccounting.of(response),
                 "answer_sha256": s.text_pool.add(text),
                 "purpose": p.purpose,
-            },
+            }
         )
     )
     _assign(s, tokens=s.tokens + response.tokens, cost_usd=s.cost_usd + response.cost_usd)
