@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from forge_ledger.domain.state import SessionState
 from forge_ledger.domain.texts import TextPool, text_address
@@ -165,19 +166,21 @@ def test_a_snapshot_written_before_loads(tmp_path: Path) -> None:
         assert _answers(ledger.state(again.id)) == _answers(again.state)
 
 
-def test_inline_answers_load_only_through_load() -> None:
-    """``SessionState.load`` moves inline answers into the pool; validating such a state
-    without it fails instead of silently losing the texts."""
+def test_inline_answers_load_only_as_the_inline_layout() -> None:
+    """A state with its answers inline (a fork's) is read as such: the answers move into the
+    pool. The state model has one layout and refuses that one instead of losing the texts."""
     agg = (SessionBuilder().start("Ledger test topic", participants=NAMES[:2])
            .round(RoundKind.DRAFT, iteration=1, participants=NAMES[:2]).answer("p0", LONG)
            .aggregate)
     data = agg.state.model_dump_with_answers()
     assert data["rounds"][0]["contributions"][0]["response"]["content"] == LONG
-    loaded = SessionState.load(json.dumps(data))
+    data["rounds"][0]["contributions"][0]["messages"] = [{"role": "user", "content": "old"}]
+    loaded = SessionState.load(json.dumps(data), inline=True)
     assert loaded == agg.state
     assert _answers(loaded) == [LONG]
-    with pytest.raises(ValueError, match=r"SessionState\.load"):
-        SessionState.model_validate(data)
+    for inline in (data, json.dumps(data)):
+        with pytest.raises(ValidationError, match="content"):
+            SessionState.load(inline)
     bare = SessionState.model_validate(agg.state.model_dump())
     with pytest.raises(StoreError, match="cannot be found"):
         _answers(bare)

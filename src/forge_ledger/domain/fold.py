@@ -51,7 +51,7 @@ def _initial(session_id: str, payload: ev.SessionStarted, at: datetime) -> Sessi
 
 
 def _forked(session_id: str, payload: ev.SessionForked, at: datetime) -> SessionState:
-    state = SessionState.load(payload.state)
+    state = SessionState.load(payload.state, inline=True)
     state.id = session_id
     state.fork_origin = payload.origin
     state.config = payload.config

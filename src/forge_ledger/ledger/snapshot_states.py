@@ -8,6 +8,7 @@ them back from the store's texts when asked.
 from __future__ import annotations
 
 import operator
+import re
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -49,6 +50,12 @@ __all__ = [
 
 _BATCH = 64
 """Answers read from the store at a time for a state restored from a snapshot."""
+
+_INLINE_TEXTS = re.compile(rb'"(?:messages|content)":')
+"""A key of a snapshot laid out before answers and prompts were held by address (its
+``response.content``, its ``messages``; an idea's ``content`` too, which costs only a slower
+load): such a snapshot is read by :func:`~forge_ledger.domain.state.answers_apart`. A key
+never matches inside a string, where every quote is escaped."""
 
 _REMEMBERED_BLOCKS = 1024
 """Blocks a ledger remembers as stored (:class:`BlockEncodings`): a 10,000-answer round
@@ -252,7 +259,8 @@ class SessionStateAsJson(Transcoding):
         document = with_texts(data.encode("utf-8"), reads)
         lookup = self.lookup
         blocks = None if lookup is None else partial(_stored_block, lookup, reads)
-        state = SessionState.load(document, blocks=blocks)
+        inline = _INLINE_TEXTS.search(document) is not None
+        state = SessionState.load(document, blocks=blocks, inline=inline)
         if lookup is not None:
             state.text_pool.fallback = StoredTexts(lookup, state)
         return state
