@@ -73,9 +73,10 @@ def test_a_snapshot_holds_no_answer_text(store_url: str) -> None:
 def test_time_travel_from_a_snapshot_reads_the_folded_answers(store_url: str) -> None:
     """At every position, the state restored from a snapshot (answers read from the store on
     demand) equals the fold from the first event and gives the same answer texts."""
-    with Ledger(store_url, snapshot_interval=4) as snap, Ledger(
-        store_url, snapshot_interval=0
-    ) as plain:
+    with (
+        Ledger(store_url, snapshot_interval=4) as snap,
+        Ledger(store_url, snapshot_interval=0) as plain,
+    ):
         agg = _session(snap).aggregate
         restored_from_snapshot = 0
         for v in range(1, agg.version + 1):
@@ -153,8 +154,12 @@ def test_a_snapshot_written_before_loads(tmp_path: Path) -> None:
         assert _answers(state) == _answers(agg.state)
         assert set(short) <= set(state.text_pool.held(short))
         again = SessionBuilder.of(ledger.get(agg.id), clock=told.clock, store=ledger)
-        again.round(RoundKind.DRAFT, iteration=4,
-                    answers={"p0": "short again", "p1": "short too"}, close=True).save()
+        again.round(
+            RoundKind.DRAFT,
+            iteration=4,
+            answers={"p0": "short again", "p1": "short too"},
+            close=True,
+        ).save()
         assert ledger.app.snapshots is not None
         snapshots = list(ledger.app.snapshots.get(agg.id, gt=agg.version))
         assert snapshots, "expected a snapshot after the old ones"
@@ -169,9 +174,13 @@ def test_a_snapshot_written_before_loads(tmp_path: Path) -> None:
 def test_inline_answers_load_only_as_the_inline_layout() -> None:
     """A state with its answers inline (a fork's) is read as such: the answers move into the
     pool. The state model has one layout and refuses that one instead of losing the texts."""
-    agg = (SessionBuilder().start("Ledger test topic", participants=NAMES[:2])
-           .round(RoundKind.DRAFT, iteration=1, participants=NAMES[:2]).answer("p0", LONG)
-           .aggregate)
+    agg = (
+        SessionBuilder()
+        .start("Ledger test topic", participants=NAMES[:2])
+        .round(RoundKind.DRAFT, iteration=1, participants=NAMES[:2])
+        .answer("p0", LONG)
+        .aggregate
+    )
     data = agg.state.model_dump_with_answers()
     assert data["rounds"][0]["contributions"][0]["response"]["content"] == LONG
     data["rounds"][0]["contributions"][0]["messages"] = [{"role": "user", "content": "old"}]
