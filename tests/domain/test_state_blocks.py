@@ -1,8 +1,9 @@
 """Session state in blocks: a list stored as blocks by address, decoded when read.
 
 The rule these tests hold: a stored :class:`BlockList` restores to the list it was, reads no
-block until one of its items is read, and a tracked list stores again exactly the blocks that
-changed — which the fold must report, event by event, for every kind of event.
+block until one of its items is read, and what a stored block holds is decided when it is
+written, from its values: a change in place is stored without anyone telling the list, and a
+block whose values did not change keeps its address.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 from eventsourcing.persistence import OperationalError
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from forge_ledger.domain.blocks import BLOCK_LOADER, BLOCK_SINK, BlockList
@@ -29,6 +30,7 @@ from forge_ledger.domain.values import Participant, RoundKind, SessionStatus, St
 from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger, store_failure
 from forge_ledger.ledger.compression import unpack_text
+from forge_ledger.ledger.snapshot_states import BlockEncodings, BlockTexts
 from forge_ledger.testing import SessionBuilder
 from support.cli import assert_one_error_line, run_cli
 from support.random_sessions import build_ledger
@@ -53,13 +55,12 @@ class Sink:
         self.texts: dict[str, str] = {}
         self.stored: list[str] = []
         self.reads: list[str] = []
-        self.forgets: list[Callable[[], None]] = []
 
-    def store(self, document: str, forget: Callable[[], None]) -> str:
+    def store(self, items: list[Any], encode: Callable[[], str]) -> str:  # noqa: ARG002
+        document = encode()
         address = text_address(document)
         self.texts[address] = document
         self.stored.append(document)
-        self.forgets.append(forget)
         return address
 
     def refer(self, text: str) -> Any:  # noqa: ARG002 - the protocol's signature
@@ -84,7 +85,9 @@ OPS = st.lists(
         st.tuples(st.just("set"), st.integers(-40, 40), st.integers(0, 99)),
         st.tuples(st.just("del"), st.integers(-40, 40)),
         st.tuples(st.just("insert"), st.integers(-40, 40), st.integers(0, 99)),
-        st.tuples(st.just("store"),),
+        st.tuples(
+            st.just("store"),
+        ),
     ),
     max_size=60,
 )
@@ -143,40 +146,43 @@ def test_a_restored_list_reads_a_block_only_when_one_of_its_items_is_read() -> N
     assert list(restored.loaded()) == list(range(18))
 
 
-def test_a_list_stores_again_only_the_blocks_that_changed() -> None:
+def test_a_change_in_place_is_stored_without_being_reported() -> None:
+    """Nothing tells the list that an item changed: the stored block is its values' now."""
     sink = Sink()
     items = [[i] for i in range(12)]
     adapter = TypeAdapter(Small[list[int]])
     blocks = adapter.validate_python(items)
-    sink.dump(adapter, blocks)
-    assert len(sink.stored) == 3
-    sink.dump(adapter, blocks)
-    assert len(sink.stored) == 3  # nothing changed: nothing encoded again
+    first = sink.dump(adapter, blocks)
+    assert len(sink.texts) == 3
+    assert sink.dump(adapter, blocks) == first  # the same values: the same addresses
+    assert len(sink.texts) == 3
     blocks.append([12])  # a new short block, inline
     sink.dump(adapter, blocks)
-    assert len(sink.stored) == 3
-    blocks[5].append(99)
-    blocks.changed(blocks[5])
-    first = sink.dump(adapter, blocks)
-    assert len(sink.stored) == 4
-    assert sink.stored[-1] == "[[4],[5,99],[6],[7]]"
-    restored = sink.restore(adapter, first)
-    assert restored == [*items[:5], [5, 99], *items[6:], [12]]
+    assert len(sink.texts) == 3
+    blocks[5].append(99)  # in place, unreported
+    changed = sink.dump(adapter, blocks)
+    assert len(sink.texts) == 4
+    assert sink.stored[-2] == "[[4],[5,99],[6],[7]]"
+    assert sink.restore(adapter, changed) == [*items[:5], [5, 99], *items[6:], [12]]
+    assert sink.restore(adapter, first) == items  # the earlier state's blocks are kept
 
 
-def test_a_restored_list_stores_no_block_again_for_reading_it() -> None:
+def test_a_restored_list_names_its_blocks_without_encoding_them() -> None:
+    """A block never decoded cannot have changed: it is named by the address it was read
+    from. One decoded is encoded again, and unchanged it has the same address."""
     sink = Sink()
     stored = sink.dump(SMALL, SMALL.validate_python(list(range(12))))
     restored = sink.restore(SMALL, stored)
     count = len(sink.stored)
     assert sink.dump(SMALL, restored) == stored
-    assert len(sink.stored) == count
+    assert len(sink.stored) == count  # nothing encoded
     assert restored[5] == 5  # decodes block 1, unchanged
     assert sink.dump(SMALL, restored) == stored
-    assert len(sink.stored) == count
+    assert len(sink.stored) == count + 1  # block 1 encoded again, to the same address
+    assert len(sink.texts) == 3
     restored[5] = 50
     assert sink.dump(SMALL, restored) != stored
-    assert len(sink.stored) == count + 1
+    assert len(sink.texts) == 4
 
 
 def test_a_block_read_while_pydantic_serializes_fails_as_the_store_error() -> None:
@@ -193,37 +199,33 @@ def test_a_block_read_while_pydantic_serializes_fails_as_the_store_error() -> No
     assert failure is caught.value.__cause__
 
 
-def test_a_list_forgets_the_blocks_of_a_state_that_was_not_stored() -> None:
-    """A store that fails after encoding: the blocks it was told of are written again by the
-    next one, nested blocks included (a list of lists of blocks)."""
+def test_a_list_remembers_no_block_as_stored() -> None:
+    """A store that fails after encoding leaves nothing behind: the next one is given every
+    block again, nested blocks included (a list of lists of blocks)."""
     outer_adapter = TypeAdapter(Small[Small[int]])
     lists = outer_adapter.validate_python([list(range(i, i + 5)) for i in range(9)])
     failed = Sink()
-    failed.dump(outer_adapter, lists)
-    for forget in failed.forgets:  # the state was not stored
-        forget()
+    failed.dump(outer_adapter, lists)  # the state was not stored
     retried = Sink()
     stored = retried.dump(outer_adapter, lists)
     assert len(retried.stored) == len(failed.stored) == 2 + 9  # two outer blocks, 9 inner
     assert retried.restore(outer_adapter, stored) == [list(range(i, i + 5)) for i in range(9)]
-    again = Sink()
-    again.dump(outer_adapter, lists)
-    assert again.stored == []  # once stored, nothing is written again
 
 
-def test_a_shallow_copy_keeps_no_address_of_the_blocks_it_shares() -> None:
+def test_a_copy_stores_the_values_it_shares() -> None:
     sink = Sink()
     adapter = TypeAdapter(Small[list[int]])
     blocks = adapter.validate_python([[i] for i in range(8)])
     sink.dump(adapter, blocks)
     twin = copy.copy(blocks)
-    blocks[1].append(7)
-    blocks.changed(blocks[1])  # reported to one list only; the item is shared
+    blocks[1].append(7)  # the item is shared by both lists
     restored = sink.restore(adapter, sink.dump(adapter, twin))
     assert restored[1] == [1, 7]
     deep = copy.deepcopy(blocks)
     assert deep == blocks
     assert deep[1] is not blocks[1]
+    restored_twin = copy.copy(restored)  # blocks not decoded: shared by address
+    assert sink.restore(adapter, sink.dump(adapter, restored_twin)) == restored
 
 
 @pytest.mark.parametrize(
@@ -259,7 +261,101 @@ def test_stored_blocks_load_only_through_a_loader() -> None:
         SMALL.validate_json(stored)
 
 
-# ---------------------------------------------------------------------- the fold reports
+class Flat(BaseModel):
+    """An item whose fields hold values that never change (as a contribution's do)."""
+
+    n: int
+    note: str = ""
+
+
+class Tagged(BaseModel):
+    """An item with a field that can change in place."""
+
+    tags: list[str]
+
+
+def _encoding_sink() -> tuple[BlockTexts, dict[str, str], list[int]]:
+    """The ledger's block sink over a dict, and a count of the blocks it encoded."""
+    texts: dict[str, str] = {}
+    return BlockTexts(texts, BlockEncodings()), texts, []
+
+
+def _dump_counting(adapter: TypeAdapter[Any], value: Any, sink: BlockTexts) -> tuple[bytes, int]:
+    """``value`` stored through ``sink``: its JSON, and how many blocks were encoded."""
+    encoded = 0
+    real = sink.store
+
+    def store(items: list[Any], encode: Callable[[], str]) -> str:
+        def counted() -> str:
+            nonlocal encoded
+            encoded += 1
+            return encode()
+
+        return real(items, counted)
+
+    sink.store = store  # type: ignore[method-assign]
+    try:
+        return adapter.dump_json(value, context={BLOCK_SINK: sink}), encoded
+    finally:
+        del sink.store
+
+
+def test_the_ledger_encodes_again_only_blocks_whose_values_changed() -> None:
+    """A block of items whose fields never change in place is known from its values: the
+    same items with the same fields are not encoded again, and any change is."""
+    adapter = TypeAdapter(Small[Flat])
+    items = adapter.validate_python([{"n": i} for i in range(12)])
+    encodings = BlockEncodings()
+    first_texts: dict[str, str] = {}
+    first, encoded = _dump_counting(adapter, items, BlockTexts(first_texts, encodings))
+    assert encoded == 3
+    again_texts: dict[str, str] = {}
+    again, encoded = _dump_counting(adapter, items, BlockTexts(again_texts, encodings))
+    assert (again, encoded) == (first, 0)
+    assert again_texts == first_texts  # every block's text still handed to the recorder
+    items[5].note = "changed in place"
+    changed, encoded = _dump_counting(adapter, items, BlockTexts({}, encodings))
+    assert encoded == 1
+    items[9] = Flat(n=9)  # the same values, another object: encoded, to the same address
+    same, encoded = _dump_counting(adapter, items, BlockTexts({}, encodings))
+    assert (same, encoded) == (changed, 1)
+    loader = {**first_texts, **_texts_of(adapter, items, encodings)}
+    restored = adapter.validate_json(changed, context={BLOCK_LOADER: lambda a: loader[a].encode()})
+    assert restored[5].note == "changed in place"
+
+
+def _texts_of(adapter: TypeAdapter[Any], value: Any, encodings: BlockEncodings) -> dict[str, str]:
+    texts: dict[str, str] = {}
+    adapter.dump_json(value, context={BLOCK_SINK: BlockTexts(texts, encodings)})
+    return texts
+
+
+def test_items_that_can_change_in_place_are_always_encoded() -> None:
+    adapter = TypeAdapter(Small[Tagged])
+    items = adapter.validate_python([{"tags": [str(i)]} for i in range(8)])
+    encodings = BlockEncodings()
+    first, encoded = _dump_counting(adapter, items, BlockTexts({}, encodings))
+    assert encoded == 2
+    items[1].tags.append("more")
+    texts = _texts_of(adapter, items, encodings)
+    changed, encoded = _dump_counting(adapter, items, BlockTexts({}, encodings))
+    assert encoded == 2
+    assert changed != first
+    restored = adapter.validate_json(changed, context={BLOCK_LOADER: lambda a: texts[a].encode()})
+    assert restored[1].tags == ["1", "more"]
+
+
+def test_a_forgotten_block_is_encoded_again() -> None:
+    adapter = TypeAdapter(Small[Flat])
+    items = adapter.validate_python([{"n": i} for i in range(12)])
+    encodings = BlockEncodings(limit=2)
+    first, encoded = _dump_counting(adapter, items, BlockTexts({}, encodings))
+    again, encoded = _dump_counting(adapter, items, BlockTexts({}, encodings))
+    assert again == first
+    assert encoded >= 1  # three blocks, two remembered at most
+
+
+# ---------------------------------------------------------------------- the fold's changes
 
 
 def _every_kind_of_change(ledger: Ledger, pad: int = 0) -> uuid.UUID:
@@ -288,8 +384,9 @@ def _every_kind_of_change(ledger: Ledger, pad: int = 0) -> uuid.UUID:
         b.vote("ana", agrees=True).parse_failure("bo", expected="vote", error="no json")
         b.close_round().save()
     b.round(RoundKind.SYNTHESIS, participants=["ana"])
-    b.aggregate.choose_fallback(round=b.round_number, failed="ana", participant="bo",
-                                at=b.clock.now(), reason="ana failed")
+    b.aggregate.choose_fallback(
+        round=b.round_number, failed="ana", participant="bo", at=b.clock.now(), reason="ana failed"
+    )
     b.answer("bo", "the synthesis").close_round().save()
     b.rewind(3).resume().save()
     b.round(RoundKind.CONVERGENCE, participants=names)
@@ -311,39 +408,53 @@ def _fresh(state: SessionState) -> str:
     return again.model_dump_json(context={BLOCK_SINK: Sink()})
 
 
-def _assert_the_fold_reports_every_change(ledger: Ledger, session_id: uuid.UUID) -> int:
+def _assert_every_change_is_stored(ledger: Ledger, session_id: uuid.UUID) -> int:
     state: SessionState | None = None
     sink = Sink()
     checked = 0
     for e in ledger.events(session_id):
-        state = fold(state, e.payload(), session_id=str(session_id), position=e.position,
-                     at=e.timestamp, hash_=e.hash)
+        state = fold(
+            state,
+            e.payload(),
+            session_id=str(session_id),
+            position=e.position,
+            at=e.timestamp,
+            hash_=e.hash,
+        )
         kept = state.model_dump_json(context={BLOCK_SINK: sink})
         assert kept == _fresh(state), f"a stale block after {e.type} at {e.position}"
+        assert SessionState.load(kept, blocks=sink.load) == state
         checked += 1
     return checked
 
 
 @pytest.mark.parametrize("pad", [0, 1])
-def test_the_fold_reports_every_change_to_rounds_and_answers(sqlite_url: str, pad: int) -> None:
+def test_every_change_to_rounds_and_answers_is_stored(sqlite_url: str, pad: int) -> None:
     """Storing the live state after every event, as snapshots do, gives what storing it from
-    nothing gives: no handler changes a round or an answer without reporting it."""
+    nothing gives, and restores to it: every handler's change in place is stored."""
     with Ledger(sqlite_url, snapshot_interval=0) as ledger:
         sid = _every_kind_of_change(ledger, pad)
         kinds = {e.type for e in ledger.events(sid)}
-        assert {"FallbackChosen", "SessionRewound", "ParseFailed", "VoteRecorded",
-                "CritiqueRecorded", "RoundCompleted", "SessionAborted"} <= kinds
+        assert {
+            "FallbackChosen",
+            "SessionRewound",
+            "ParseFailed",
+            "VoteRecorded",
+            "CritiqueRecorded",
+            "RoundCompleted",
+            "SessionAborted",
+        } <= kinds
         state = ledger.state(sid)
         assert len(state.rounds) == 16 + pad  # a full block of rounds
         assert max(len(r.contributions) for r in state.rounds) > 64  # and of answers
-        assert _assert_the_fold_reports_every_change(ledger, sid) == state.version
+        assert _assert_every_change_is_stored(ledger, sid) == state.version
 
 
 @pytest.mark.parametrize("seed", [3, 11])
-def test_the_fold_reports_every_change_in_random_sessions(sqlite_url: str, seed: int) -> None:
+def test_every_change_is_stored_in_random_sessions(sqlite_url: str, seed: int) -> None:
     with Ledger(sqlite_url, snapshot_interval=0) as ledger:
         for sid in build_ledger(ledger, seed, sessions=3):
-            assert _assert_the_fold_reports_every_change(ledger, uuid.UUID(sid)) > 0
+            assert _assert_every_change_is_stored(ledger, uuid.UUID(sid)) > 0
 
 
 def test_time_travel_through_shared_blocks_gives_the_folded_state(store_url: str) -> None:
@@ -352,9 +463,14 @@ def test_time_travel_through_shared_blocks_gives_the_folded_state(store_url: str
     their blocks (the last snapshot holds less than half of the state inline)."""
     with Ledger(store_url, snapshot_interval=7) as snap:
         sid = _every_kind_of_change(snap)
-    with Ledger(store_url, snapshot_interval=7, create=False) as snap, Ledger(
-        store_url, snapshot_interval=0, create=False,
-    ) as plain:
+    with (
+        Ledger(store_url, snapshot_interval=7, create=False) as snap,
+        Ledger(
+            store_url,
+            snapshot_interval=0,
+            create=False,
+        ) as plain,
+    ):
         head = plain.head_version(sid)
         for v in range(1, head + 1):
             assert snap.state(sid, at_event=v) == plain.state(sid, at_event=v), v
@@ -371,7 +487,8 @@ def test_time_travel_through_shared_blocks_gives_the_folded_state(store_url: str
 
 
 def test_blocks_of_a_snapshot_that_was_not_stored_are_written_by_the_next(
-    sqlite_url: str, monkeypatch: pytest.MonkeyPatch,
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The first snapshot's write fails after the state was encoded (its events are stored);
     the session goes on in the same process. Every later snapshot must name only blocks the
@@ -402,8 +519,9 @@ def test_blocks_of_a_snapshot_that_was_not_stored_are_written_by_the_next(
         b.close_round().save()
         failures = 0
         while b.aggregate.version < 420:
-            b.round(RoundKind.DRAFT, iteration=1, answers=dict.fromkeys(names, "x " * 60),
-                    close=True)
+            b.round(
+                RoundKind.DRAFT, iteration=1, answers=dict.fromkeys(names, "x " * 60), close=True
+            )
             try:
                 b.save()
             except StoreError:
@@ -411,9 +529,14 @@ def test_blocks_of_a_snapshot_that_was_not_stored_are_written_by_the_next(
         assert failures == 1
         assert len(calls) == 2  # at 200 (failed) and 400
         sid = b.id
-    with Ledger(sqlite_url, create=False) as snap, Ledger(
-        sqlite_url, snapshot_interval=0, create=False,
-    ) as plain:
+    with (
+        Ledger(sqlite_url, create=False) as snap,
+        Ledger(
+            sqlite_url,
+            snapshot_interval=0,
+            create=False,
+        ) as plain,
+    ):
         assert snap.app.snapshots is not None
         versions = [s.originator_version for s in snap.app.snapshots.get(sid)]
         assert len(versions) == 1
@@ -431,8 +554,12 @@ def _snapshotted_session(url: str) -> tuple[uuid.UUID, str]:
             participants=[Participant(name=n, model=f"openai/{n}") for n in names],
         )
         for i in range(20):
-            b.round(RoundKind.DRAFT, iteration=1 + i // 4,
-                    answers=dict.fromkeys(names, f"answer {i} " * 20), close=True).save()
+            b.round(
+                RoundKind.DRAFT,
+                iteration=1 + i // 4,
+                answers=dict.fromkeys(names, f"answer {i} " * 20),
+                close=True,
+            ).save()
         assert ledger.app.snapshots is not None
         newest = next(iter(ledger.app.snapshots.get(b.id, desc=True, limit=1)))
         held: SessionState = newest.state["state"]  # type: ignore[attr-defined]
@@ -443,7 +570,9 @@ def _snapshotted_session(url: str) -> tuple[uuid.UUID, str]:
 
 @pytest.mark.parametrize("damage", ["missing", "altered"])
 def test_a_missing_or_altered_block_is_one_error_line(
-    sqlite_url: str, capsys: pytest.CaptureFixture[str], damage: str,
+    sqlite_url: str,
+    capsys: pytest.CaptureFixture[str],
+    damage: str,
 ) -> None:
     """A block is read when first needed, deep inside a command, and pydantic may be the one
     reading it (a fork serializes the state): every command still says it in one line."""
@@ -460,8 +589,11 @@ def test_a_missing_or_altered_block_is_one_error_line(
         con.execute("UPDATE forge_texts SET body = ? WHERE sha256 = ?", (altered, key))
     con.commit()
     con.close()
-    for command in (["show", str(sid)], ["fork", str(sid), "--at-event", "104"],
-                    ["spec", str(sid)]):
+    for command in (
+        ["show", str(sid)],
+        ["fork", str(sid), "--at-event", "104"],
+        ["spec", str(sid)],
+    ):
         code, _, err = run_cli(capsys, *command, "--store", sqlite_url)
         line = assert_one_error_line(err)
         assert code == 2, command
@@ -471,8 +603,9 @@ def test_a_missing_or_altered_block_is_one_error_line(
     line = assert_one_error_line(err)
     assert code == 1
     assert "its events verify, but the snapshot at event" in line, line
-    code, _, err = run_cli(capsys, "verify", str(sid), "--drop-bad-snapshots",
-                             "--store", sqlite_url)
+    code, _, err = run_cli(
+        capsys, "verify", str(sid), "--drop-bad-snapshots", "--store", sqlite_url
+    )
     assert code == 0, err  # the events are intact, as the message says
     assert "dropped" in err
     for command in (["show", str(sid)], ["spec", str(sid)]):

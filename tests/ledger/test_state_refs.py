@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from forge_ledger.domain.state import SessionState
 from forge_ledger.domain.texts import TextPool, text_address
@@ -72,9 +73,10 @@ def test_a_snapshot_holds_no_answer_text(store_url: str) -> None:
 def test_time_travel_from_a_snapshot_reads_the_folded_answers(store_url: str) -> None:
     """At every position, the state restored from a snapshot (answers read from the store on
     demand) equals the fold from the first event and gives the same answer texts."""
-    with Ledger(store_url, snapshot_interval=4) as snap, Ledger(
-        store_url, snapshot_interval=0
-    ) as plain:
+    with (
+        Ledger(store_url, snapshot_interval=4) as snap,
+        Ledger(store_url, snapshot_interval=0) as plain,
+    ):
         agg = _session(snap).aggregate
         restored_from_snapshot = 0
         for v in range(1, agg.version + 1):
@@ -152,8 +154,12 @@ def test_a_snapshot_written_before_loads(tmp_path: Path) -> None:
         assert _answers(state) == _answers(agg.state)
         assert set(short) <= set(state.text_pool.held(short))
         again = SessionBuilder.of(ledger.get(agg.id), clock=told.clock, store=ledger)
-        again.round(RoundKind.DRAFT, iteration=4,
-                    answers={"p0": "short again", "p1": "short too"}, close=True).save()
+        again.round(
+            RoundKind.DRAFT,
+            iteration=4,
+            answers={"p0": "short again", "p1": "short too"},
+            close=True,
+        ).save()
         assert ledger.app.snapshots is not None
         snapshots = list(ledger.app.snapshots.get(agg.id, gt=agg.version))
         assert snapshots, "expected a snapshot after the old ones"
@@ -165,19 +171,25 @@ def test_a_snapshot_written_before_loads(tmp_path: Path) -> None:
         assert _answers(ledger.state(again.id)) == _answers(again.state)
 
 
-def test_inline_answers_load_only_through_load() -> None:
-    """``SessionState.load`` moves inline answers into the pool; validating such a state
-    without it fails instead of silently losing the texts."""
-    agg = (SessionBuilder().start("Ledger test topic", participants=NAMES[:2])
-           .round(RoundKind.DRAFT, iteration=1, participants=NAMES[:2]).answer("p0", LONG)
-           .aggregate)
+def test_inline_answers_load_only_as_the_inline_layout() -> None:
+    """A state with its answers inline (a fork's) is read as such: the answers move into the
+    pool. The state model has one layout and refuses that one instead of losing the texts."""
+    agg = (
+        SessionBuilder()
+        .start("Ledger test topic", participants=NAMES[:2])
+        .round(RoundKind.DRAFT, iteration=1, participants=NAMES[:2])
+        .answer("p0", LONG)
+        .aggregate
+    )
     data = agg.state.model_dump_with_answers()
     assert data["rounds"][0]["contributions"][0]["response"]["content"] == LONG
-    loaded = SessionState.load(json.dumps(data))
+    data["rounds"][0]["contributions"][0]["messages"] = [{"role": "user", "content": "old"}]
+    loaded = SessionState.load(json.dumps(data), inline=True)
     assert loaded == agg.state
     assert _answers(loaded) == [LONG]
-    with pytest.raises(ValueError, match=r"SessionState\.load"):
-        SessionState.model_validate(data)
+    for inline in (data, json.dumps(data)):
+        with pytest.raises(ValidationError, match="content"):
+            SessionState.load(inline)
     bare = SessionState.model_validate(agg.state.model_dump())
     with pytest.raises(StoreError, match="cannot be found"):
         _answers(bare)

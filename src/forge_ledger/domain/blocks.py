@@ -1,24 +1,21 @@
 """A list kept in fixed blocks, which a stored state names by address and decodes on demand.
 
-A snapshot used to hold every contribution of a session inline, so restoring one decoded the
-accounting of every answer ever recorded (about 7 µs each: most of a time travel in a long
-session) even when the reader needed only the last few; and every snapshot stored all of
-them again. A :class:`BlockList` keeps its items in blocks of a fixed size by position. A
-stored state writes each block as its own text (content-addressed, so the unchanged blocks
-of successive snapshots are stored once) and names it by address; a restored list decodes a
-block the first time one of its items is read.
+Restoring a state decodes only what its reader reads: a time travel in a long session needs
+the last few answers, not the accounting of every answer ever recorded. A :class:`BlockList`
+keeps its items in blocks of a fixed size by position. A stored state writes each block as
+its own text, content-addressed, and names it by address; a restored list decodes a block the
+first time one of its items is read.
 
 Blocks never move: block *k* holds items ``k × size`` up to the next block, and only the
 last one may be short. That is what lets the same items give the same block, and so the
-same address, in every snapshot that holds them. Appending, the one change the fold makes to
-a long list, touches the last block only; the rare other edits rebuild the blocks.
+same address, in every snapshot that holds them: the sink that stores a block keeps one text
+per address, so successive snapshots share the blocks whose values did not change.
 
-A change in place to an item is one the list cannot see: it must be reported
-(:meth:`BlockList.changed`); appends and assignments report themselves. A list then writes
-only the blocks that changed, so a long live session stores each block once instead of
-encoding every item at every snapshot. Nothing here does I/O: the reader
-(:data:`BLOCK_LOADER` in the validation context) and the writer (:class:`BlockSink` in the
-serialization context) come from the ledger.
+What a block holds is decided when it is written, from its values: a block decoded (or built
+by the fold) is encoded again for every state stored, since its items may have been changed
+in place; a block never decoded cannot have been, and keeps the address it was read from.
+Nothing here does I/O: the reader (:data:`BLOCK_LOADER` in the validation context) and the
+writer (:class:`BlockSink` in the serialization context) come from the ledger.
 """
 
 from __future__ import annotations
@@ -26,6 +23,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Callable, Iterable, Iterator, MutableSequence
+from functools import partial
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, overload
 
 from pydantic import GetCoreSchemaHandler, TypeAdapter, ValidationError
@@ -67,18 +65,15 @@ class BlockSink(Protocol):
         """What stands for the value whose JSON is ``text`` in the stored state: a reference
         to the text, kept to be written with the state; None to keep the value inline."""
 
-    def store(self, document: str, forget: Callable[[], None]) -> str:
-        """Keep a block's JSON ``document``; its address.
-
-        The list remembers the address, so that an unchanged block is not written again. Until
-        the state being stored is, that is a promise: if storing it fails, the sink's owner
-        calls ``forget``, and the block is written again with the next state that holds it.
-        """
+    def store(self, items: list[Any], encode: Callable[[], str]) -> str:
+        """Keep the block of ``items``, whose JSON ``encode()`` gives (once per address: the
+        same values give the same JSON); its address. A sink may skip the encoding when it
+        can tell from the values that they are the ones it stored before."""
         ...
 
 
 class _Block:
-    """One block: its items once decoded, and its address while it is unchanged."""
+    """One block: its items once decoded, or the address of its stored text until then."""
 
     __slots__ = ("address", "items", "size")
 
@@ -87,15 +82,10 @@ class _Block:
         self.size = size
         self.address = address
 
-    def forget(self) -> None:
-        """The block's stored text is not (or no longer) what it holds."""
-        self.address = None
-
 
 class BlockList(MutableSequence[T], Generic[T]):
-    """A list whose items live in blocks of :attr:`size`, decoded when first read, and told
-    of every change in place to them (see the module's docstring). It compares equal to a
-    list with the same items."""
+    """A list whose items live in blocks of :attr:`size`, decoded when first read (see the
+    module's docstring). It compares equal to a list with the same items."""
 
     __slots__ = ("_blocks", "_codec", "_len", "_load")
     __hash__ = None  # type: ignore[assignment]
@@ -162,18 +152,7 @@ class BlockList(MutableSequence[T], Generic[T]):
         else:
             self._items(len(self._blocks) - 1).append(value)
             last.size += 1
-            last.address = None
         self._len += 1
-
-    def changed(self, item: T) -> None:
-        """Report that ``item`` (one of the items, by identity) was changed in place, so its
-        block is written again. Searched from the end: the fold changes recent items."""
-        for b in reversed(self._blocks):
-            if b.items is not None:
-                for x in reversed(b.items):
-                    if x is item:
-                        b.address = None
-                        return
 
     @overload
     def __setitem__(self, index: int, value: T) -> None: ...
@@ -189,7 +168,6 @@ class BlockList(MutableSequence[T], Generic[T]):
             return
         block, offset = divmod(self._position(index), self.size)
         self._items(block)[offset] = value
-        self._blocks[block].address = None
 
     def __delitem__(self, index: int | slice) -> None:
         items = list(self)
@@ -215,17 +193,13 @@ class BlockList(MutableSequence[T], Generic[T]):
     # ------------------------------------------------------------------ copies
 
     def __copy__(self) -> BlockList[T]:
-        """A new list of the same items. A decoded block's address is not kept: the two lists
-        share those items, and a change reported to one would leave the other's stale."""
-        out = self._copy(lambda b: _Block(
-            None if b.items is None else list(b.items),
-            b.size,
-            b.address if b.items is None else None,
-        ))
-        return out
+        """A new list of the same items (the blocks not decoded yet shared by address)."""
+        return self._copy(
+            lambda b: _Block(None if b.items is None else list(b.items), b.size, b.address)
+        )
 
     def __deepcopy__(self, memo: dict[int, Any]) -> BlockList[T]:
-        """Copies of the items, so every address still names what its block holds."""
+        """Copies of the items (the blocks not decoded yet shared by address)."""
         out: BlockList[T] = self._copy(lambda b: _Block(None, b.size, b.address))
         memo[id(self)] = out
         for mine, theirs in zip(self._blocks, out._blocks, strict=True):
@@ -249,9 +223,12 @@ class BlockList(MutableSequence[T], Generic[T]):
         return position
 
     def _items(self, block: int) -> list[Any]:
+        """A block's items, decoded if they were not: from then on they are the block (its
+        address no longer says what it holds, once they may be changed in place)."""
         b = self._blocks[block]
         if b.items is None:
             b.items = self._decode(b)
+            b.address = None
         return b.items
 
     def _decode(self, b: _Block) -> list[Any]:
@@ -268,23 +245,22 @@ class BlockList(MutableSequence[T], Generic[T]):
         return items
 
     def _stored(self, sink: BlockSink, codec: TypeAdapter[list[T]]) -> dict[str, Any]:
-        """The list as stored: the addresses of its full blocks (each written to ``sink``
-        unless it was stored before unchanged), the items of its short last block inline, and
-        its length. The short block changes with nearly every append, so as a text of its own
-        it would be stored again by every snapshot and shared by none."""
+        """The list as stored: the addresses of its full blocks (each decoded one encoded and
+        written to ``sink``, which keeps one text per address), the items of its short last
+        block inline, and its length. The short block changes with nearly every append, so as
+        a text of its own it would be stored again by every snapshot and shared by none."""
         addresses: list[str] = []
         tail: Any = []
         context = {BLOCK_SINK: sink}
-        for block, b in enumerate(self._blocks):
-            if b.size < self.size:
-                items = self._items(block)
-                tail = codec.dump_python(items, mode="json", exclude_defaults=True, context=context)
-                continue
-            if b.address is None:  # changed since stored, or never (a stored one has its own)
-                items = self._items(block)
-                document = codec.dump_json(items, exclude_defaults=True, context=context)
-                b.address = sink.store(document.decode("utf-8"), b.forget)
-            addresses.append(b.address)
+        for b in self._blocks:
+            if b.items is None:  # never decoded, so unchanged: the text it was read from
+                addresses.append(b.address or "")
+            elif b.size < self.size:
+                tail = codec.dump_python(
+                    b.items, mode="json", exclude_defaults=True, context=context
+                )
+            else:
+                addresses.append(sink.store(b.items, partial(_json, codec, b.items, context)))
         return {"blocks": addresses, "tail": tail, "count": self._len}
 
     @classmethod
@@ -317,9 +293,9 @@ class BlockList(MutableSequence[T], Generic[T]):
         items_schema = core_schema.list_schema(handler.generate_schema(args[0]))
         stored_schema = core_schema.typed_dict_schema(
             {
-                "blocks": core_schema.typed_dict_field(core_schema.list_schema(
-                    core_schema.str_schema(pattern=_ADDRESS.pattern)
-                )),
+                "blocks": core_schema.typed_dict_field(
+                    core_schema.list_schema(core_schema.str_schema(pattern=_ADDRESS.pattern))
+                ),
                 "tail": core_schema.typed_dict_field(items_schema),
                 "count": core_schema.typed_dict_field(core_schema.int_schema(ge=0)),
             },
@@ -327,7 +303,8 @@ class BlockList(MutableSequence[T], Generic[T]):
         )
 
         def validate(
-            value: Any, inner: core_schema.ValidatorFunctionWrapHandler,
+            value: Any,
+            inner: core_schema.ValidatorFunctionWrapHandler,
             info: core_schema.ValidationInfo,
         ) -> BlockList[Any]:
             if isinstance(value, BlockList):
@@ -341,7 +318,8 @@ class BlockList(MutableSequence[T], Generic[T]):
             return out
 
         def serialize(
-            value: BlockList[Any], inner: core_schema.SerializerFunctionWrapHandler,
+            value: BlockList[Any],
+            inner: core_schema.SerializerFunctionWrapHandler,
             info: core_schema.SerializationInfo,
         ) -> Any:
             context = info.context if isinstance(info.context, dict) else {}
@@ -357,6 +335,11 @@ class BlockList(MutableSequence[T], Generic[T]):
                 serialize, info_arg=True, schema=items_schema
             ),
         )
+
+
+def _json(codec: TypeAdapter[list[T]], items: list[T], context: dict[str, Any]) -> str:
+    """A block's JSON, as stored."""
+    return codec.dump_json(items, exclude_defaults=True, context=context).decode("utf-8")
 
 
 def unreadable_block(address: str, problem: str) -> StoreError:

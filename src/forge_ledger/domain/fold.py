@@ -32,7 +32,6 @@ from .values import (
     ResponseAccounting,
     RoundStatus,
     SessionStatus,
-    construct_valid,
     status_from_file,
 )
 
@@ -52,7 +51,7 @@ def _initial(session_id: str, payload: ev.SessionStarted, at: datetime) -> Sessi
 
 
 def _forked(session_id: str, payload: ev.SessionForked, at: datetime) -> SessionState:
-    state = SessionState.load(payload.state)
+    state = SessionState.load(payload.state, inline=True)
     state.id = session_id
     state.fork_origin = payload.origin
     state.config = payload.config
@@ -163,24 +162,15 @@ def _round_started(s: SessionState, p: ev.RoundStarted, pos: int, at: datetime) 
                 t.applied = True
 
 
-def _changing(s: SessionState, number: int) -> RoundState | None:
-    """The round numbered ``number``, reported to the state's rounds as changing: a round read
-    to be changed is read through here (see :class:`RecordList`)."""
-    r = s.round(number)
-    if r is not None:
-        s.rounds.changed(r)
-    return r
-
-
 def _fallback(s: SessionState, p: ev.FallbackChosen, _pos: int, _at: datetime) -> None:
-    r = _changing(s, p.round)
+    r = s.round(p.round)
     if r is not None and p.participant not in r.expected:
         r.expected.append(p.participant)
         r.replaced.append(p.failed)
 
 
 def _round_completed(s: SessionState, p: ev.RoundCompleted, _pos: int, at: datetime) -> None:
-    r = _changing(s, p.number)
+    r = s.round(p.number)
     if r is not None:
         r.status = RoundStatus.COMPLETE
         r.completed_at = at
@@ -190,7 +180,7 @@ def _round_completed(s: SessionState, p: ev.RoundCompleted, _pos: int, at: datet
 
 
 def _contribution(s: SessionState, p: ev.ContributionRecorded, pos: int, at: datetime) -> None:
-    r = _changing(s, p.round)
+    r = s.round(p.round)
     if r is None:
         return
     response = p.response
@@ -198,10 +188,8 @@ def _contribution(s: SessionState, p: ev.ContributionRecorded, pos: int, at: dat
     if p.purpose == "continuation":
         before = r.contribution_of(p.participant)
         text = (s.answer(before) if before is not None else "") + text
-    # every value is valid already (the payload's, the event's position and time)
     r.contributions.append(
-        construct_valid(
-            ContributionState,
+        ContributionState.model_validate(
             {
                 "participant": p.participant,
                 "attempt": p.attempt,
@@ -212,7 +200,7 @@ def _contribution(s: SessionState, p: ev.ContributionRecorded, pos: int, at: dat
                 "response": ResponseAccounting.of(response),
                 "answer_sha256": s.text_pool.add(text),
                 "purpose": p.purpose,
-            },
+            }
         )
     )
     _assign(s, tokens=s.tokens + response.tokens, cost_usd=s.cost_usd + response.cost_usd)
@@ -236,15 +224,12 @@ def _failed(s: SessionState, p: ev.ProviderCallFailed, pos: int, _at: datetime) 
 
 
 def _amend(s: SessionState, round_no: int, name: str, **values: Any) -> RoundState | None:
-    """Set fields of the participant's latest answer in a round, and report the change to the
-    round's contributions (whose stored blocks must then be written again); the round, which
-    is reported as changing too."""
-    r = _changing(s, round_no)
+    """Set fields of the participant's latest answer in a round; the round."""
+    r = s.round(round_no)
     c = r.contribution_of(name) if r is not None else None
-    if r is not None and c is not None:
+    if c is not None:
         for field, value in values.items():
             setattr(c, field, value)
-        r.contributions.changed(c)
     return r
 
 
@@ -319,9 +304,7 @@ def _updated(s: SessionState, p: ev.ParticipantUpdated, _pos: int, _at: datetime
 
 def _left(s: SessionState, p: ev.ParticipantLeft, _pos: int, _at: datetime) -> None:
     taking_over = {q.name: q for q in p.reassigned}
-    s.participants = [
-        taking_over.get(q.name, q) for q in s.participants if q.name != p.participant
-    ]
+    s.participants = [taking_over.get(q.name, q) for q in s.participants if q.name != p.participant]
 
 
 def _paused(s: SessionState, p: ev.SessionPaused, _pos: int, _at: datetime) -> None:
@@ -364,7 +347,6 @@ def _rewound(s: SessionState, p: ev.SessionRewound, pos: int, at: datetime) -> N
     for r in s.rounds:
         if after_iteration(r.iteration, p.to_iteration):
             r.superseded = True
-            s.rounds.changed(r)
     s.iteration = p.to_iteration
     s.rewinds.append(
         Rewind(
@@ -396,7 +378,6 @@ def _terminal(status: SessionStatus) -> Any:
         s.status_reason = p.reason
         r = s.open_round
         if r is not None:
-            s.rounds.changed(r)
             r.status = RoundStatus.SKIPPED if not r.contributions else RoundStatus.COMPLETE
             r.completed_at = at
 

@@ -7,10 +7,13 @@ events, one at a time; the models here only hold and answer questions about it.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from typing import Any, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from . import events as ev
 from .blocks import BLOCK_LOADER, BlockList, BlockLoader
@@ -43,6 +46,7 @@ __all__ = [
     "RoundState",
     "SessionState",
     "after_iteration",
+    "answers_apart",
 ]
 
 
@@ -71,13 +75,11 @@ class ContributionState(_State):
     the ``ContributionRecorded`` event at ``position``; the state keeps only its
     ``prompt_hash``. Holding every prompt made the state, every snapshot of it and every
     load grow several times faster than the answers themselves, so a long live session
-    cost more per round the longer it ran. States written before (snapshots, a fork's
-    copied state) still carry ``messages``; they are dropped on load.
+    cost more per round the longer it ran.
 
     The answer's text is held the same way: ``response`` is its accounting only and
-    ``answer_sha256`` the text's address; :meth:`SessionState.answer` reads the text. States
-    written before hold the text inline (``response.content``); :meth:`SessionState.load`
-    moves it into the state's text pool.
+    ``answer_sha256`` the text's address; :meth:`SessionState.answer` reads the text. A state
+    written with its texts inline is read by :func:`answers_apart`.
     """
 
     participant: str
@@ -94,29 +96,6 @@ class ContributionState(_State):
     opinion: Opinion | None = None
     vote: ConvergenceVote | None = None
     parse_error: str | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _drop_inline_texts(cls, data: Any, info: ValidationInfo) -> Any:
-        """A state written before holds the prompt and the answer inline: the prompt is in its
-        event already, the answer moves into the loading state's pool (see
-        :meth:`SessionState.load`); without a pool the text would be lost, so that fails."""
-        if not isinstance(data, dict):
-            return data
-        if "messages" in data:
-            data = {k: v for k, v in data.items() if k != "messages"}
-        response = data.get("response")
-        if isinstance(response, dict) and "content" in response:
-            pool = info.context.get(_POOL) if isinstance(info.context, dict) else None
-            if not isinstance(pool, TextPool):
-                raise ValueError("a state with inline answers loads through SessionState.load")
-            text = response["content"]
-            data = {
-                **data,
-                "response": {k: v for k, v in response.items() if k != "content"},
-                "answer_sha256": pool.add(str(text)),
-            }
-        return data
 
     @property
     def abstained(self) -> bool:
@@ -156,7 +135,7 @@ class RoundState(_State):
     targets: dict[str, str] = Field(default_factory=dict)
     contributions: BlockList[ContributionState] = Field(default_factory=BlockList)
     """In blocks a restored state decodes when read (:class:`~forge_ledger.domain.blocks.
-    BlockList`): a round may hold thousands. An answer changed in place is reported to it."""
+    BlockList`): a round may hold thousands."""
     abstained: list[str] = Field(default_factory=list)
     started_position: int
     started_at: datetime
@@ -266,16 +245,48 @@ class Rewind(_State):
     at: datetime
 
 
-_POOL = "forge_ledger.text_pool"
-"""Validation-context key of the pool that inline answers of an older state move into."""
+def answers_apart(data: dict[str, Any], pool: TextPool) -> dict[str, Any]:
+    """A state written with its texts inline, in the one layout of the state: each answer's
+    text (``response.content``) moved into ``pool`` and named by its address, each prompt
+    (``messages``, which its event holds) left out. A fork's ``SessionForked`` carries its
+    parent's state so (:meth:`SessionState.model_dump_with_answers`); so did snapshots of
+    stores written before answers were held by address, and prompts were left out."""
+    if "rounds" not in data:
+        return data
+
+    def contributions(r: Any) -> Any:
+        if not isinstance(r, dict) or "contributions" not in r:
+            return r
+        return {**r, "contributions": _each(r["contributions"], partial(_answer_apart, pool))}
+
+    return {**data, "rounds": _each(data["rounds"], contributions)}
+
+
+def _each(items: Any, change: Callable[[Any], Any]) -> Any:
+    """``items`` (a list, or a stored block list: its inline items) each changed."""
+    if isinstance(items, list):
+        return [change(item) for item in items]
+    if isinstance(items, dict) and isinstance(items.get("tail"), list):
+        return {**items, "tail": [change(item) for item in items["tail"]]}
+    return items
+
+
+def _answer_apart(pool: TextPool, c: Any) -> Any:
+    if not isinstance(c, dict):
+        return c
+    c = {k: v for k, v in c.items() if k != "messages"}
+    response = c.get("response")
+    if isinstance(response, dict) and "content" in response:
+        c["response"] = {k: v for k, v in response.items() if k != "content"}
+        c["answer_sha256"] = pool.add(str(response["content"]))
+    return c
 
 
 class RecordList(BlockList[T]):
     """A list of a session's larger records (rounds, evaluations, human inputs…), in blocks
     of 16: a round holds its contributions inline while they are fewer than a block of them,
     so a block of rounds is about as large as one of contributions, and a session records far
-    fewer of the others than of rounds. The fold reports every round it changes in place
-    (:func:`_changing`); the other records are only ever appended."""
+    fewer of the others than of rounds."""
 
     __slots__ = ()
     size = 16
@@ -302,9 +313,8 @@ class SessionState(_State):
     """In blocks a restored state decodes when read, as a round's contributions are: a
     snapshot names the blocks, so successive snapshots store an unchanged block once."""
     failures: RecordList[CallFailure] = Field(default_factory=RecordList)
-    """Only ever appended to, never changed in place, as are ``convergence``,
-    ``human_inputs``, ``asked`` and ``rewinds``: they grow with the session, so they are kept
-    in blocks too, and a snapshot stores each block of them once."""
+    """Grows with the session, as ``convergence``, ``human_inputs``, ``asked`` and
+    ``rewinds`` do: kept in blocks too, and a snapshot stores each block of them once."""
     divergences: list[DivergenceState] = Field(default_factory=list)
     convergence: RecordList[ConvergenceResult] = Field(default_factory=RecordList)
     human_inputs: RecordList[HumanInput] = Field(default_factory=RecordList)
@@ -353,17 +363,16 @@ class SessionState(_State):
         fallback: TextSource | None = None,
         *,
         blocks: BlockLoader | None = None,
+        inline: bool = False,
     ) -> SessionState:
         """A stored state (a snapshot's JSON, a fork's copy), its answers read from ``fallback``
-        and the blocks of its lists from ``blocks`` (when it names them, as a snapshot does).
-
-        A state written before answers were held by address carries each text inline; the
-        texts move into the pool here, so such states load as they did.
+        and the blocks of its lists from ``blocks`` (when it names them, as a snapshot does);
+        with ``inline``, a state written with its texts inline (see :func:`answers_apart`).
         """
         pool = TextPool(fallback)
-        context: dict[str, Any] = {_POOL: pool}
-        if blocks is not None:
-            context[BLOCK_LOADER] = blocks
+        context: dict[str, Any] = {} if blocks is None else {BLOCK_LOADER: blocks}
+        if inline:
+            data = answers_apart(json.loads(data) if not isinstance(data, dict) else data, pool)
         if isinstance(data, dict):
             state = cls.model_validate(data, context=context)
         else:
@@ -462,7 +471,8 @@ class SessionState(_State):
         if (known, rewinds) != key:
             if rewinds == key[1] and 0 <= known < key[0]:  # rounds appended: add them
                 private["_active"] = [
-                    *private["_active"], *(r for r in rounds[known:] if not r.superseded)
+                    *private["_active"],
+                    *(r for r in rounds[known:] if not r.superseded),
                 ]
             else:
                 private["_active"] = [r for r in rounds if not r.superseded]

@@ -8,9 +8,8 @@ gives an equal object; a hypothesis test holds us to that).
 from __future__ import annotations
 
 import re
-from enum import Enum, StrEnum
-from functools import cache
-from typing import Annotated, Any, Literal, TypeVar
+from enum import StrEnum
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -63,7 +62,6 @@ __all__ = [
     "TokenCount",
     "Topic",
     "Value",
-    "construct_valid",
     "file_status",
     "status_from_file",
 ]
@@ -73,61 +71,6 @@ class Value(BaseModel):
     """Base of immutable value objects: frozen, unknown fields refused."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
-
-
-_M = TypeVar("_M", bound=BaseModel)
-
-
-def _shareable(default: Any) -> bool:
-    """Whether one default object can be shared by every instance (it can never change)."""
-    if isinstance(default, BaseModel):
-        return bool(default.model_config.get("frozen"))
-    return default is None or isinstance(default, str | int | float | Enum | tuple | frozenset)
-
-
-@cache
-def _layout(cls: type[BaseModel]) -> tuple[dict[str, Any], frozenset[str]]:
-    """``cls``'s fields in order with their defaults (None in place of a required field's),
-    and its required fields: what :func:`construct_valid` fills an instance from."""
-    if cls.__private_attributes__ or cls.__pydantic_post_init__ or cls.__pydantic_root_model__:
-        raise TypeError(f"{cls.__name__} has private attributes or a post-init step")
-    if cls.model_config.get("extra") == "allow":
-        raise TypeError(f"{cls.__name__} keeps extra fields")
-    template: dict[str, Any] = {}
-    required: set[str] = set()
-    for name, field in cls.model_fields.items():
-        if field.is_required():
-            required.add(name)
-            template[name] = None
-        elif field.default_factory is not None or not _shareable(field.default):
-            raise TypeError(f"{cls.__name__}.{name} has a default that must be copied")
-        else:
-            template[name] = field.default
-    return template, frozenset(required)
-
-
-def construct_valid(cls: type[_M], values: dict[str, Any]) -> _M:
-    """The instance ``cls.model_construct(**values)`` gives, at a fraction of its cost, for
-    values that are valid already: each typed and validated where it came from (a validated
-    payload's fields, an event's position and time, sums of valid counts). Never for input.
-
-    The session fold builds a few such objects for every answer it folds; validating them again
-    (or ``model_construct``, which fills each default in Python) was a large part of a rebuild.
-    Only for models whose defaults never change (see :func:`_layout`); like
-    ``model_construct``, the fields given are the fields set.
-    """
-    template, required = _layout(cls)
-    data = template.copy()
-    data.update(values)  # keys stay in field order, as validation orders them
-    if len(data) != len(template) or not values.keys() >= required:
-        raise TypeError(f"{cls.__name__} needs exactly its fields: got {sorted(values)}")
-    obj = cls.__new__(cls)
-    _setattr = object.__setattr__
-    _setattr(obj, "__dict__", data)
-    _setattr(obj, "__pydantic_fields_set__", set(values))
-    _setattr(obj, "__pydantic_extra__", None)
-    _setattr(obj, "__pydantic_private__", None)
-    return obj
 
 
 # --------------------------------------------------------------------------- enums
@@ -556,11 +499,11 @@ class ResponseAccounting(Value):
         """The accounting of ``response`` alone (a :class:`ModelResponse` is one, with text)."""
         if type(response) is cls:
             return response
-        # The response is valid already (so are its fields): the fold does this for every
-        # answer. The fields set stay the response's, without the text.
+        # The fields set stay the response's, without the text. Validating values valid
+        # already costs what building the object without validation does.
         given = response.__dict__
-        return construct_valid(
-            cls, {name: given[name] for name in response.model_fields_set if name != "content"}
+        return cls.model_validate(
+            {name: given[name] for name in response.model_fields_set if name != "content"}
         )
 
     def with_content(self, content: str) -> ModelResponse:

@@ -130,9 +130,9 @@ class LedgerApp(Application[UUID]):
         """Snapshot a session when a save reaches a scheduled position (:func:`snapshot_due`),
         from the aggregate in hand, at the head of the save.
 
-        A snapshot writes only the blocks of the state that changed since the last one (see
-        :func:`snapshot_due`), so taking one every ``interval`` events costs about as much as
-        the events it follows, not the whole state.
+        A snapshot stores only the blocks of the state whose values changed since the last
+        one (see :func:`snapshot_due`), so its storage grows with the events it follows, not
+        with the whole state.
 
         The orchestrator saves several events at a time, so a scheduled position is usually
         inside a save. eventsourcing's own way then reloads the aggregate from the store up to
@@ -152,12 +152,7 @@ class LedgerApp(Application[UUID]):
             if snapshot_due(event.originator_version, interval):
                 taken.add(aggregate.id)
                 snapshot_class: Any = getattr(type(aggregate), "Snapshot", self.snapshot_class)
-                stored = False
-                try:
-                    self.snapshots.put([snapshot_class.take(aggregate)])
-                    stored = True
-                finally:
-                    self.state_transcoding.stored(ok=stored)
+                self.snapshots.put([snapshot_class.take(aggregate)])
 
 
 def snapshot_due(version: int, interval: int) -> bool:

@@ -550,24 +550,14 @@ class Ledger:
         except _PersistenceError as e:
             raise StoreError(f"cannot write to {self.location.display}: {first_line(e)}") from None
 
-    def snapshot_of(
-        self, aggregate: Deliberation, *, keep_blocks: bool = False
-    ) -> StoredEventWithTexts | StoredEvent:
+    def snapshot_of(self, aggregate: Deliberation) -> StoredEventWithTexts | StoredEvent:
         """The snapshot of ``aggregate`` as a save would store it now, not stored: its row,
-        and the texts it refers to that the save would write with it.
-
-        ``keep_blocks``: the aggregate's lists then remember the blocks encoded as if they
-        were stored, so that its next snapshot encodes only what changed, as a live one
-        does. Only for an aggregate that is never saved (``verify``'s own fold): a saved one
-        would name blocks no one wrote."""
+        and the texts it refers to that the save would write with it."""
         snapshots = self.app.snapshots
         if snapshots is None:
             raise StoreError(f"{self.location.display} keeps no snapshots")
         snapshot_class: Any = getattr(type(aggregate), "Snapshot", self.app.snapshot_class)
-        try:
-            return snapshots.mapper.to_stored_event(snapshot_class.take(aggregate))
-        finally:
-            self.app.state_transcoding.stored(ok=keep_blocks)
+        return snapshots.mapper.to_stored_event(snapshot_class.take(aggregate))
 
     def notifications(
         self, *, after: int = 0, limit: int = 1000, topics: Sequence[str] = ()

@@ -7,11 +7,15 @@ them back from the store's texts when asked.
 
 from __future__ import annotations
 
+import operator
+import re
 import threading
 import weakref
 from collections.abc import Callable, Sequence
+from datetime import datetime
+from enum import Enum
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from eventsourcing.domain import Snapshot
 from eventsourcing.persistence import (
@@ -19,6 +23,7 @@ from eventsourcing.persistence import (
     StoredEvent,
     Transcoding,
 )
+from pydantic import BaseModel
 
 from ..domain.blocks import BLOCK_SINK, unreadable_block
 from ..domain.state import SessionState
@@ -35,10 +40,26 @@ from .texts import (
     with_texts,
 )
 
-__all__ = ["BlockTexts", "SessionStateAsJson", "SnapshotTextsMapper", "StoredTexts"]
+__all__ = [
+    "BlockEncodings",
+    "BlockTexts",
+    "SessionStateAsJson",
+    "SnapshotTextsMapper",
+    "StoredTexts",
+]
 
 _BATCH = 64
 """Answers read from the store at a time for a state restored from a snapshot."""
+
+_INLINE_TEXTS = re.compile(rb'"(?:messages|content)":')
+"""A key of a snapshot laid out before answers and prompts were held by address (its
+``response.content``, its ``messages``; an idea's ``content`` too, which costs only a slower
+load): such a snapshot is read by :func:`~forge_ledger.domain.state.answers_apart`. A key
+never matches inside a string, where every quote is escaped."""
+
+_REMEMBERED_BLOCKS = 1024
+"""Blocks a ledger remembers as stored (:class:`BlockEncodings`): a 10,000-answer round
+fills 157; one forgotten is only encoded again."""
 
 
 class StoredTexts:
@@ -93,35 +114,103 @@ class StoredTexts:
         return [a for a in following if a not in pool and a not in self._read][: _BATCH - 1]
 
 
+_IMMUTABLE = (str, int, float, bool, type(None), datetime, Enum)
+
+
+def _immutable(value: Any) -> bool:
+    """Whether ``value`` can never change: a scalar, or a tuple or frozen model of such."""
+    if isinstance(value, _IMMUTABLE):
+        return True
+    if isinstance(value, tuple):
+        return all(_immutable(v) for v in value)
+    if isinstance(value, BaseModel) and value.model_config.get("frozen"):
+        return all(_immutable(v) for v in value.__dict__.values())
+    return False
+
+
+class _Encoded(NamedTuple):
+    """A block as stored: its items, each with its fields then, and its texts."""
+
+    items: list[Any]
+    objects: tuple[Any, ...]
+    fields: list[dict[str, Any]]
+    texts: dict[str, str]
+    """The block's text and every text it refers to (the recorder writes those it lacks)."""
+    address: str
+
+
+class BlockEncodings:
+    """The blocks a ledger stored lately, to tell from their values that a block holds what
+    it held then, without encoding it again.
+
+    A block is remembered only if each of its items is a model whose fields hold values that
+    never change (a contribution's do): its items are then the same objects with the same
+    fields, or the block is encoded again. A snapshot of a live session holds every block of
+    its long lists, so encoding them all again made each snapshot cost as much as the state.
+    """
+
+    def __init__(self, limit: int = _REMEMBERED_BLOCKS) -> None:
+        self._known: dict[int, _Encoded] = {}
+        self._limit = limit
+
+    def unchanged(self, items: list[Any]) -> _Encoded | None:
+        """The stored block of ``items`` if their values are the ones it was stored with."""
+        known = self._known.get(id(items))
+        if known is None or known.items is not items or len(items) != len(known.objects):
+            return None
+        if not all(map(operator.is_, items, known.objects)):
+            return None
+        return known if [item.__dict__ for item in items] == known.fields else None
+
+    def remember(self, items: list[Any], texts: dict[str, str], address: str) -> None:
+        if not all(
+            isinstance(item, BaseModel) and _immutable(tuple(item.__dict__.values()))
+            for item in items
+        ):
+            return
+        if len(self._known) >= self._limit:
+            del self._known[next(iter(self._known))]
+        fields = [dict(item.__dict__) for item in items]
+        self._known[id(items)] = _Encoded(items, tuple(items), fields, texts, address)
+
+
 class BlockTexts:
     """The :class:`~forge_ledger.domain.blocks.BlockSink` of a snapshot being encoded: each
     block becomes one stored text (its long texts referred to, as the state's are), added to
     the texts the snapshot recorder writes with the snapshot.
 
-    The state's lists remember the addresses of the blocks written, so that the next snapshot
-    does not write them again; if this snapshot is not stored, :meth:`forget` makes them
-    forget (``LedgerApp._take_snapshots``), or a later snapshot would name texts never stored."""
+    A block's address is the digest of its encoded values, so a block that did not change
+    since an earlier snapshot has that snapshot's address, and the recorder, which writes
+    only the texts the store does not hold, stores it once. Every snapshot hands the recorder
+    all the texts its blocks name, those it did not encode again too: a snapshot that failed
+    to be stored leaves none missing."""
 
-    def __init__(self, texts: dict[str, str]) -> None:
-        self._texts = texts
-        self._forgets: list[Callable[[], None]] = []
+    def __init__(self, texts: dict[str, str], encodings: BlockEncodings) -> None:
+        self._texts = [texts]  # the innermost block being encoded last
+        self._encodings = encodings
 
-    def store(self, document: str, forget: Callable[[], None]) -> str:
-        text = refer_to_texts(document, self._texts)
+    def store(self, items: list[Any], encode: Callable[[], str]) -> str:
+        known = self._encodings.unchanged(items)
+        if known is not None:
+            self._texts[-1].update(known.texts)
+            return known.address
+        own: dict[str, str] = {}
+        self._texts.append(own)
+        try:
+            document = encode()
+        finally:
+            self._texts.pop()
+        text = refer_to_texts(document, own)
         address = text_address(text)
-        self._texts[address] = text
-        self._forgets.append(forget)
+        own[address] = text
+        self._texts[-1].update(own)
+        self._encodings.remember(items, own, address)
         return address
 
     def refer(self, text: str) -> Any:
         """A parsed value's text (a critique's JSON, the text its event refers to), by
         reference if it is long."""
-        return text_reference(text, self._texts)
-
-    def forget(self) -> None:
-        for forget in self._forgets:
-            forget()
-        self._forgets = []
+        return text_reference(text, self._texts[-1])
 
 
 class SessionStateAsJson(Transcoding):
@@ -147,24 +236,16 @@ class SessionStateAsJson(Transcoding):
 
     def __init__(self) -> None:
         self._encoded = threading.local()
+        self._blocks = BlockEncodings()
 
     def encode(self, obj: SessionState) -> str:
         texts: dict[str, str] = {}
-        sink = BlockTexts(texts)
+        sink = BlockTexts(texts, self._blocks)
         document = refer_to_texts(
             obj.model_dump_json(exclude_defaults=True, context={BLOCK_SINK: sink}), texts
         )
         self._encoded.texts = texts
-        self._encoded.blocks = sink
         return document
-
-    def stored(self, *, ok: bool) -> None:
-        """The state last encoded on this thread was stored (``ok``) or not: if not, its
-        lists forget the blocks they were told were written."""
-        sink: BlockTexts | None = getattr(self._encoded, "blocks", None)
-        self._encoded.blocks = None
-        if sink is not None and not ok:
-            sink.forget()
 
     def encoded_texts(self) -> dict[str, str]:
         """The texts the last state encoded on this thread refers to (once: the mapper that
@@ -178,7 +259,8 @@ class SessionStateAsJson(Transcoding):
         document = with_texts(data.encode("utf-8"), reads)
         lookup = self.lookup
         blocks = None if lookup is None else partial(_stored_block, lookup, reads)
-        state = SessionState.load(document, blocks=blocks)
+        inline = _INLINE_TEXTS.search(document) is not None
+        state = SessionState.load(document, blocks=blocks, inline=inline)
         if lookup is not None:
             state.text_pool.fallback = StoredTexts(lookup, state)
         return state

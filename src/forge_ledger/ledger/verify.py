@@ -320,9 +320,9 @@ def _snapshot_problem(
     """What is wrong with one stored snapshot of ``aggregate`` (folded to its position).
 
     ``checked`` holds the texts checked so far (address → intact): a snapshot refers to the
-    blocks of the ones before it that did not change, and encoding it here writes only the
-    blocks that did, so a block found damaged is looked for in each later snapshot."""
-    fresh = ledger.snapshot_of(aggregate, keep_blocks=True)
+    blocks of the ones before it that did not change, so each is checked once, and a block
+    found damaged is looked for in each later snapshot."""
+    fresh = ledger.snapshot_of(aggregate)
     try:
         raw = unpack(stored.state)
         have = _content(raw)
