@@ -134,22 +134,23 @@ def test_an_altered_critique_text_is_refused_not_spliced_in(tmp_path: Any) -> No
 
 def test_a_critique_shaped_value_in_free_form_data_is_kept_as_it_is(tmp_path: Any) -> None:
     """Only a critique event's own critique (and a state's) goes by reference: an imported
-    session's free-form history may hold a "critique" that a Critique would read with its
-    defaults added, which would no longer be what was recorded (nor hash as recorded)."""
-    history = (
-        "    - round: 2\n      topic: Critique round\n      critique:\n"
-        "        strengths: [\"The repository pattern keeps the domain testable and the"
+    session's free-form data (its file's ``ledger:`` block) may hold a "critique" that a
+    Critique would read with its defaults added, which would no longer be what was recorded
+    (nor hash as recorded)."""
+    block = (
+        "ledger:\n  critique:\n"
+        "    strengths: [\"The repository pattern keeps the domain testable and the"
         " persistence swappable, as the panel agreed\"]\n"
-        "        weaknesses: [It adds a layer]\n        score: 70\n"
+        "    weaknesses: [It adds a layer]\n    score: 70\n"
     )
     fixture = Path(__file__).parents[1] / "fixtures" / "seed_panel.yaml"
-    text = fixture.read_text().replace("  panel_history:\n", "  panel_history:\n" + history, 1)
+    text = fixture.read_text() + block
     path = str(tmp_path / "imported.sqlite")
     with Ledger(path) as ledger:
         sid = import_session(ledger, text, clock=SystemClock(), ids=UuidIds()).session_id
     with Ledger(path, create=False) as ledger:
         imported = next(e for e in ledger.events(sid) if e.type == "SessionImported")
-        assert imported.data["panel_history"][0]["critique"] == {
+        assert imported.data["ledger"]["critique"] == {
             "strengths": ["The repository pattern keeps the domain testable and the persistence"
                           " swappable, as the panel agreed"],
             "weaknesses": ["It adds a layer"],

@@ -346,3 +346,30 @@ def test_a_fork_without_its_parent_does_not_verify(
     report = verify_session(ledger, fid)
     assert (report.ok, report.position) == (False, k)
     assert f"parent {str(agg.id)[:8]} is not in this store" in report.problem
+
+
+def test_a_fork_of_a_fork_before_its_fork_point_verifies_through_the_first_parent(
+    sqlite_ledger: tuple[Ledger, Deliberation, sqlite3.Connection],
+) -> None:
+    """A fork taken from another fork at a point that fork inherited reads that point in the
+    first parent: its chain is checked there, and an edit there breaks it."""
+    from forge_ledger.clock import FixedStepClock, SequentialIds
+    from forge_ledger.lineage import fork
+
+    ledger, agg, con = sqlite_ledger
+    first, k = _forked(ledger, agg)
+    drafted = _position_of(ledger, agg.id, "RoundCompleted")  # the drafts, before the vote
+    assert 2 < drafted < k
+    second = fork(ledger, first, clock=FixedStepClock(), ids=SequentialIds("g"), at_event=drafted)
+    origin = ledger.state(second).fork_origin
+    assert origin is not None
+    assert (origin.parent_id, origin.parent_position) == (str(first), drafted)
+    assert verify_session(ledger, second).ok
+    where, args = _where(agg, 2)
+    con.execute(
+        "UPDATE stored_events SET state = CAST(json_set(CAST(unpack(state) AS TEXT), "
+        f"'$.timestamp', '2001-01-01T00:00:00+00:00') AS BLOB) WHERE {where}", args,
+    )
+    report = verify_session(ledger, second)
+    assert (report.ok, report.position) == (False, drafted)
+    assert "fails at position 2 before the fork point" in report.problem

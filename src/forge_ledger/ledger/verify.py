@@ -121,6 +121,12 @@ def _verify_chain(
     expected = 0
     for position, topic, state, error in ledger.raw_events(session_id):
         if upto is not None and position > upto:
+            if not expected and _first_position(position, topic, state) == position:
+                # a fork's chain up to a point before its own first event is its parent's
+                parent = _parent_id(state)
+                if parent is None or parent in below or parent == session_id:
+                    return report.fail(position, "the fork's parent cannot be followed")
+                return _verify_chain(ledger, parent, None, upto=upto, below=below | {session_id})
             break
         if not expected:
             expected = _first_position(position, topic, state)
@@ -162,6 +168,16 @@ def _first_position(position: int, topic: str, state: dict[str, Any] | None) -> 
     except ValidationError:  # a damaged first event: its chain is checked from 1
         return 1
     return position if origin.continues_at(position) else 1
+
+
+def _parent_id(state: dict[str, Any] | None) -> UUID | None:
+    """The parent a fork's first event names (a first event :func:`_first_position` read),
+    or None when it names no session id."""
+    assert state is not None
+    try:
+        return UUID(ev.ForkOrigin.model_validate(state["data"]["origin"]).parent_id)
+    except ValueError:
+        return None
 
 
 def _parent_problem(
