@@ -21,8 +21,7 @@ from forge_ledger.cli import cli
 from forge_ledger.domain import Deliberation
 from forge_ledger.ledger import Ledger
 from forge_ledger.projections import catch_up, consensus_trail, dissent_log, open_views
-from support.random_sessions import build_ledger
-from support.stories import CACHE_SID, CACHE_SYNTHESIS_TEXT, cache_design_session
+from support.stories import CACHE_SID, CACHE_SYNTHESIS_TEXT, cache_design_session, random_sessions
 
 YAML_PATH = Path(__file__).resolve().parents[1] / "projections" / "datasette.yaml"
 
@@ -139,7 +138,7 @@ def test_cli_user_mistakes_are_one_line(tmp_path: Path, scripted: tuple[str, Del
 def test_cli_projections_status_update_rebuild(tmp_path: Path) -> None:
     store = str(tmp_path / "forge-ledger.sqlite")
     with Ledger(store) as ledger:
-        build_ledger(ledger, 4, 2)
+        random_sessions(ledger, 4, 2)
         head = ledger.max_notification_id()
     runner = CliRunner()
     res = runner.invoke(cli, ["projections", "status", "--store", store, "--json"])
@@ -166,7 +165,7 @@ def _queries() -> dict[str, str]:
 
 def _built(tmp_path: Path) -> tuple[Path, Ledger]:
     ledger = Ledger(str(tmp_path / "forge-ledger.sqlite"))
-    build_ledger(ledger, 77, 3)
+    random_sessions(ledger, 77, 3)
     cache_design_session(ledger)
     db = open_views(ledger.location.read_model_path)
     catch_up(ledger, db)

@@ -30,7 +30,7 @@ from forge_ledger.ledger import Ledger, store_failure
 from forge_ledger.ledger.compression import unpack_text
 from forge_ledger.testing import SessionBuilder
 from support.cli import assert_one_error_line, run_cli
-from support.random_sessions import build_ledger
+from support.stories import random_sessions
 
 T = TypeVar("T")
 
@@ -341,7 +341,7 @@ def test_the_fold_reports_every_change_to_rounds_and_answers(sqlite_url: str, pa
 @pytest.mark.parametrize("seed", [3, 11])
 def test_the_fold_reports_every_change_in_random_sessions(sqlite_url: str, seed: int) -> None:
     with Ledger(sqlite_url, snapshot_interval=0) as ledger:
-        for sid in build_ledger(ledger, seed, sessions=3):
+        for sid in random_sessions(ledger, seed, sessions=3):
             assert _assert_the_fold_reports_every_change(ledger, uuid.UUID(sid)) > 0
 
 
