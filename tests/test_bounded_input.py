@@ -33,12 +33,12 @@ from forge_ledger.domain.values import (
 from forge_ledger.errors import InputLimitError, InvariantViolation, StoreError, UsageError
 from forge_ledger.ledger import Ledger
 from forge_ledger.testing import SessionBuilder
+from support.cli import run_console
 from support.hostile_inputs import (
     BILLION_LAUGHS,
     fingerprint,
     measure_cli,
     one_error_line,
-    run_console,
 )
 from support.stories import numbered_participants, priced_session
 

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -290,9 +292,10 @@ def test_datasette_serves_a_canned_query(tmp_path: Path) -> None:
             proc.wait(timeout=10)
 
 
-def test_follow_waits_for_a_store_that_does_not_exist_yet(tmp_path: Path) -> None:
-    """A follower started before the first session waits for the store, then applies it."""
-    store = tmp_path / "later" / "forge-ledger.sqlite"
+@contextmanager
+def _waiting_follower(store: Path) -> Iterator[subprocess.Popen[str]]:
+    """``projections update --follow`` on ``store``, which has said it waits for the ledger
+    and is still running; stopped with Ctrl-C (SIGINT) on exit."""
     follower = subprocess.Popen(
         [sys.executable, "-m", "forge_ledger", "projections", "update", "--follow",
          "--interval", "0.1", "--store", str(store)],
@@ -303,6 +306,17 @@ def test_follow_waits_for_a_store_that_does_not_exist_yet(tmp_path: Path) -> Non
         first = follower.stderr.readline()
         assert first == f"waiting for a ledger at {store} (Ctrl-C stops)\n", first
         assert follower.poll() is None
+        yield follower
+    finally:
+        follower.send_signal(signal.SIGINT)
+        follower.communicate(timeout=60)
+
+
+def test_follow_waits_for_a_store_that_does_not_exist_yet(tmp_path: Path) -> None:
+    """A follower started before the first session waits for the store, then applies it."""
+    store = tmp_path / "later" / "forge-ledger.sqlite"
+    with _waiting_follower(store) as follower:
+        assert follower.stderr is not None
         seed = Path(__file__).parent / "fixtures" / "seed_standard.yaml"
         made = subprocess.run(
             [sys.executable, "-m", "forge_ledger", "import", str(seed), "--store", str(store)],
@@ -316,9 +330,6 @@ def test_follow_waits_for_a_store_that_does_not_exist_yet(tmp_path: Path) -> Non
             assert follower.poll() is None, follower.communicate()
             assert time.monotonic() < deadline, "the follower never applied the new store"
             time.sleep(0.1)
-    finally:
-        follower.send_signal(signal.SIGINT)
-        follower.communicate(timeout=60)
 
 
 def _sessions_in(views: Path) -> int:
@@ -337,16 +348,5 @@ def test_follow_waits_through_a_store_that_is_being_created(tmp_path: Path, star
     store.touch()
     if start == "empty database":
         sqlite3.connect(store).execute("PRAGMA journal_mode=WAL").close()
-    follower = subprocess.Popen(
-        [sys.executable, "-m", "forge_ledger", "projections", "update", "--follow",
-         "--interval", "0.1", "--store", str(store)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        assert follower.stderr is not None
-        first = follower.stderr.readline()
-        assert first == f"waiting for a ledger at {store} (Ctrl-C stops)\n", first
-        assert follower.poll() is None
-    finally:
-        follower.send_signal(signal.SIGINT)
-        follower.communicate(timeout=60)
+    with _waiting_follower(store):
+        pass  # it said it waits for the ledger and did not fail on the half-made store

@@ -19,7 +19,8 @@ import pytest
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger
-from support.hostile_inputs import fingerprint, one_error_line, run_console
+from support.cli import run_console
+from support.hostile_inputs import fingerprint, one_error_line
 from support.postgres import PG_BASE
 from support.store import raw_connection
 from support.stories import BuiltSession, priced_session
