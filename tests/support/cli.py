@@ -83,22 +83,25 @@ def assert_one_error_line(err: str) -> str:
     return lines[0]
 
 
-def write_participants(path: Path, url: str, names: tuple[str, ...]) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "participants": [
-                    {
-                        "name": n,
-                        "model": f"openai/{n}",
-                        "role": "generalist",
-                        "api_base": url,
-                        "price": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6},
-                    }
-                    for n in names
-                ],
-            },
-        ),
-        encoding="utf-8",
-    )
+def write_participants(
+    path: Path,
+    url: str,
+    names: tuple[str, ...],
+    *,
+    roles: tuple[str, ...] | None = None,
+    models: dict[str, str] | None = None,
+) -> Path:
+    """A participants file: each of ``names`` on ``openai/NAME`` (unless ``models`` says
+    otherwise) at ``url``, priced, a generalist unless ``roles`` gives its role."""
+    people = [
+        {
+            "name": n,
+            "model": (models or {}).get(n, f"openai/{n}"),
+            "role": roles[i] if roles else "generalist",
+            "api_base": url,
+            "price": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6},
+        }
+        for i, n in enumerate(names)
+    ]
+    path.write_text(yaml.safe_dump({"participants": people}), encoding="utf-8")
     return path
