@@ -40,7 +40,7 @@ from support.hostile_inputs import (
     measure_cli,
     one_error_line,
 )
-from support.stories import numbered_participants, priced_session
+from support.stories import VARIED_ROLES, numbered_participants, priced_session
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -194,7 +194,7 @@ def test_max_tokens_bounds() -> None:
 def test_participant_count_bound() -> None:
     b = SessionBuilder().start("Bounds", participants=[f"p{i}" for i in range(MAX_PARTICIPANTS)])
     assert len(b.state.participants) == MAX_PARTICIPANTS
-    extra = numbered_participants(MAX_PARTICIPANTS + 1)[-1]
+    extra = numbered_participants(MAX_PARTICIPANTS + 1, roles=VARIED_ROLES)[-1]
     with pytest.raises(InvariantViolation, match=f"at most {MAX_PARTICIPANTS} participants"):
         b.aggregate.join(extra, at=b.clock.now())
 

@@ -31,7 +31,7 @@ from forge_ledger.domain.hashing import GENESIS
 from forge_ledger.ledger import Ledger
 from forge_ledger.testing import SessionBuilder
 from support.store import raw_connection
-from support.stories import BuiltSession, numbered_participants, priced_session
+from support.stories import VARIED_ROLES, BuiltSession, numbered_participants, priced_session
 
 VENV_BIN = Path(sys.executable).parent
 CONSOLE_SCRIPT = str(VENV_BIN / "forge-ledger")
@@ -183,7 +183,8 @@ def test_show_json_now(store: Store) -> None:
     assert doc["version"] == built.iteration_end[2]
     assert doc["round"] == 4 * built.iterations
     assert doc["participants"] == [
-        {"name": p.name, "model": p.model, "role": p.role.value} for p in numbered_participants(3)
+        {"name": p.name, "model": p.model, "role": p.role.value}
+        for p in numbered_participants(3, roles=VARIED_ROLES)
     ]
     assert doc["tokens"] == {"input": built.tokens.input, "output": built.tokens.output}
     # the built answers carry a cost but no price: the total is a part, flagged as such

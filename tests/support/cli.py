@@ -46,13 +46,22 @@ def unprivileged_prefix() -> list[str]:
     return [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
 
 
-def run_console(*args: str, cwd: Path | None = None, unprivileged: bool = False,
-                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_console(
+    *args: str,
+    cwd: Path | None = None,
+    unprivileged: bool = False,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """``forge-ledger ARGS`` in a child process (as ``nobody`` if ``unprivileged``)."""
     prefix = unprivileged_prefix() if unprivileged else []
     return subprocess.run(
-        [*prefix, CONSOLE_SCRIPT, *args], capture_output=True, text=True, timeout=300, cwd=cwd,
-        check=False, env={**os.environ, **(env or {})},
+        [*prefix, CONSOLE_SCRIPT, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        check=False,
+        env={**os.environ, **(env or {})},
     )
 
 

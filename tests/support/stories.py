@@ -306,13 +306,14 @@ OUTPUT_TOKENS = 40
 _PRICE_IN = 1e-6
 _PRICE_OUT = 3e-6
 
-_ROLES = (
+VARIED_ROLES = (
     ParticipantRole.SYNTHESIZER,
     ParticipantRole.CRITIC,
     ParticipantRole.DOMAIN_EXPERT,
     ParticipantRole.DEVILS_ADVOCATE,
     ParticipantRole.GENERALIST,
 )
+"""The roles P1, P2, … of the priced session take in turn."""
 
 
 def cost_of(tokens: TokenCount) -> float:
@@ -389,7 +390,7 @@ def priced_session(
     """
     if iterations < 1 or participants < 2:
         raise ValueError("a session needs at least one iteration and two participants")
-    people = numbered_participants(participants, roles=_ROLES)
+    people = numbered_participants(participants, roles=VARIED_ROLES)
     b = SessionBuilder(clock=clock or FixedStepClock(), store=ledger).start(
         Topic(title=title, description="How should the service limit request rates?"),
         participants=people,
