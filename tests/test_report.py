@@ -208,7 +208,7 @@ def _replay_bench() -> ModuleType:
 
 def test_a_fifty_round_session_stays_under_5_mb(tmp_path: Path) -> None:
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
-        sid = _replay_bench().priced_session(ledger, 50)
+        sid = _replay_bench().build_session(ledger, 50)
         m = gather(ledger, sid)
     assert m.rounds == 50
     assert len(m.audit.consensus) >= 10
