@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from forge_ledger.testing import FakeOpenAIServer
+from support.orchestrator import voice
 from support.postgres import PG_BASE, drop_schema
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -107,3 +109,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             for line in left:
                 reporter.write_line(f"  {line}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture
+def ana_and_ben(fake_openai: FakeOpenAIServer) -> list[str]:
+    """ana and ben answering every round on the fake server (a test may re-script either): the
+    ``-m``/``--api-base`` arguments of ``forge-ledger run`` that name them."""
+    fake_openai.set_script({"ana": voice("ana"), "ben": voice("ben")})
+    return ["-m", "openai/ana", "-m", "openai/ben", "--api-base", fake_openai.url]

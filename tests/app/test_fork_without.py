@@ -30,7 +30,7 @@ from forge_ledger.lineage import fork
 from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import ScriptedProvider
-from support.orchestrator import TOPIC, participants, voice, vote_json
+from support.orchestrator import TOPIC, generalists, voice, vote_json
 
 NAMES = ("alice", "bob", "carol", "dave")
 CONFIG = SessionConfig(max_rounds=40, max_recursive_depth=2, max_cost_usd=10.0)
@@ -61,7 +61,7 @@ def _orchestrator(ledger: Ledger, provider: ScriptedProvider, tag: str) -> Orche
 def _run_parent(ledger: Ledger) -> uuid.UUID:
     provider = ScriptedProvider.from_script(_script())
     orch = _orchestrator(ledger, provider, "p")
-    sid = orch.start(TOPIC, CONFIG, participants(None, NAMES))
+    sid = orch.start(TOPIC, CONFIG, generalists(None, NAMES))
     asyncio.run(orch.run(sid))
     return sid
 
@@ -184,7 +184,7 @@ def test_refusals(ledger: Ledger) -> None:
 
 
 def test_the_only_synthesizer_hands_its_role_to_a_generalist() -> None:
-    people = participants(None, ["ann", "ben", "cid"])
+    people = generalists(None, ["ann", "ben", "cid"])
     people[0] = people[0].model_copy(update={"role": ParticipantRole.SYNTHESIZER})
     people[1] = people[1].model_copy(update={"role": ParticipantRole.CRITIC})
     heirs = roles_after_leaving(people, "ann")
@@ -197,7 +197,7 @@ def test_the_only_synthesizer_hands_its_role_to_a_generalist() -> None:
 
 def test_the_heir_synthesizes_in_the_fork(ledger: Ledger) -> None:
     provider = ScriptedProvider.from_script(_script())
-    people = participants(None, NAMES)
+    people = generalists(None, NAMES)
     people[3] = people[3].model_copy(update={"role": ParticipantRole.SYNTHESIZER})
     orch = _orchestrator(ledger, provider, "s")
     parent = orch.start(TOPIC, CONFIG, people)

@@ -18,7 +18,7 @@ from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer, ScriptedProvider, bundled_script
 from support.cli import assert_one_error_line, one_json, run_cli, write_participants
-from support.orchestrator import participants
+from support.orchestrator import generalists
 
 SEED = Path(__file__).parents[1] / "fixtures" / "seed_standard.yaml"
 
@@ -83,7 +83,7 @@ def test_the_first_draft_after_import_sees_the_files_questions_answers_and_ideas
     provider = ScriptedProvider.from_script(bundled_script("demo"))
     with Ledger(sqlite_url) as ledger:
         uid = ledger.resolve(sid)
-        app.add_participants(ledger, uid, participants(None, ("ana", "ben")))
+        app.add_participants(ledger, uid, generalists(None, ("ana", "ben")))
         state = asyncio.run(app.resume_session(ledger, uid, provider=provider))
     assert min(r.iteration for r in state.rounds) == 4
     draft_prompt = next(

@@ -19,7 +19,7 @@ from forge_ledger.audit.aggregates import (
 )
 from forge_ledger.audit.metrics import SessionMetrics, participant_rows, session_row
 from forge_ledger.ledger import Ledger
-from support.random_sessions import build_ledger
+from support.stories import random_sessions
 
 
 def _row(**fields: object) -> SessionMetrics:
@@ -59,7 +59,7 @@ def _mean(xs: list[float]) -> float:
 @given(st.integers(min_value=0, max_value=10_000))
 def test_rows_and_their_aggregate_say_what_the_audits_say(seed: int) -> None:
     with tempfile.TemporaryDirectory() as tmp, Ledger(str(Path(tmp) / "l.sqlite")) as ledger:
-        ids = build_ledger(ledger, seed, 4)
+        ids = random_sessions(ledger, seed, 4)
         audits = [audit_report(list(ledger.events(ledger.resolve(i)))) for i in ids]
     rows = [
         session_row(a, variant=f"v{i % 2}", topic=a.title, repeat=0) for i, a in enumerate(audits)

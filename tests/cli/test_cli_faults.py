@@ -19,11 +19,11 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-import yaml
 
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer
+from support.cli import write_participants
 from support.orchestrator import voice
 
 NAMES = ("ana", "ben", "cleo")
@@ -43,22 +43,6 @@ def cli(tmp_path: Path, *args: str, timeout: float = 240) -> subprocess.Complete
         text=True,
         timeout=timeout,
     )
-
-
-def participants_file(tmp_path: Path, url: str, models: dict[str, str] | None = None) -> Path:
-    path = tmp_path / "team.yaml"
-    people = [
-        {
-            "name": n,
-            "model": (models or {}).get(n, f"openai/{n}"),
-            "role": role,
-            "api_base": url,
-            "price": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6},
-        }
-        for n, role in zip(NAMES, ROLES, strict=True)
-    ]
-    path.write_text(yaml.safe_dump({"participants": people}), encoding="utf-8")
-    return path
 
 
 def one_line(stderr: str) -> str:
@@ -100,7 +84,7 @@ def test_a_fault_on_the_only_author_pauses_then_resume_finishes(
             ],
         ),
     )
-    pfile = participants_file(tmp_path, fake_openai.url)
+    pfile = write_participants(tmp_path / "team.yaml", fake_openai.url, NAMES, roles=ROLES)
     run = cli(tmp_path, "run", "Faulty author", "--participants", str(pfile), "--json")
     assert run.returncode == 3, run.stderr
     doc = json.loads(run.stdout)
@@ -148,7 +132,8 @@ def test_a_fault_a_person_fixes_names_the_fix_and_a_swap_is_recorded(
             "ghost": [{"fault": "unknown_model"}],
         },
     )
-    pfile = participants_file(tmp_path, fake_openai.url, {"cleo": "openai/ghost"})
+    pfile = write_participants(tmp_path / "team.yaml", fake_openai.url, NAMES, roles=ROLES,
+                               models={"cleo": "openai/ghost"})
     run = cli(tmp_path, "run", "Unknown model", "--participants", str(pfile), "--json")
     doc = json.loads(run.stdout)
     short = doc["session_id"][:8]
@@ -175,7 +160,7 @@ def test_resume_api_base_moves_every_participant(
     tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
     fake_openai.set_script(script())
-    pfile = participants_file(tmp_path, "http://127.0.0.1:9/v1")
+    pfile = write_participants(tmp_path / "team.yaml", "http://127.0.0.1:9/v1", NAMES, roles=ROLES)
     run = cli(tmp_path, "run", "Moved endpoint", "--participants", str(pfile), "--json")
     assert run.returncode == 3, run.stderr
     doc = json.loads(run.stdout)
@@ -194,7 +179,7 @@ def test_abort_is_a_person_decision_and_resume_of_it_fails(
     tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
     fake_openai.set_script({"*": [{"fault": "server_error"}]})
-    pfile = participants_file(tmp_path, fake_openai.url)
+    pfile = write_participants(tmp_path / "team.yaml", fake_openai.url, NAMES, roles=ROLES)
     run = cli(tmp_path, "run", "Given up", "--participants", str(pfile), "--json")
     assert run.returncode == 3, run.stderr
     sid = json.loads(run.stdout)["session_id"]
@@ -270,7 +255,7 @@ def test_fork_api_base_and_model_swap_are_recorded_in_the_fork(
     tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
     fake_openai.set_script({**script(), "bea": voice("bea")})
-    pfile = participants_file(tmp_path, "http://127.0.0.1:9/v1")
+    pfile = write_participants(tmp_path / "team.yaml", "http://127.0.0.1:9/v1", NAMES, roles=ROLES)
     run = cli(tmp_path, "run", "Forked away", "--participants", str(pfile), "--max-rounds", "1")
     assert run.returncode == 3, run.stderr  # nothing answers on port 9
     sid = one_line(run.stderr.splitlines()[-1]).split()[2]

@@ -1,7 +1,7 @@
 """The read-side CLI (``sessions``, ``show``, ``log``, ``verify``) against real stores.
 
 Sessions are recorded through the aggregate into a real SQLite file (and PostgreSQL for the
-``postgres`` tests) by the stories in ``support.sessions``; expected values are computed from
+``postgres`` tests) by the priced session of ``support.stories``; expected values are computed from
 what the builders report or from the raw event log (the EMS is worked out by hand from the
 stories' documented shape, so a wrong EMS rule cannot pass unnoticed). Commands run
 in-process (click's CliRunner, and ``main`` for the error path) and as real subprocesses of the
@@ -29,14 +29,9 @@ from forge_ledger.cli import cli, main
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.domain.hashing import GENESIS
 from forge_ledger.ledger import Ledger
-from support.sessions import (
-    BuiltSession,
-    build_session,
-    fork_session,
-    make_participants,
-    seal_session,
-)
+from forge_ledger.testing import SessionBuilder
 from support.store import raw_connection
+from support.stories import VARIED_ROLES, BuiltSession, numbered_participants, priced_session
 
 VENV_BIN = Path(sys.executable).parent
 CONSOLE_SCRIPT = str(VENV_BIN / "forge-ledger")
@@ -58,8 +53,8 @@ class Store:
 def _build_store(path: Path) -> Store:
     clock = FixedStepClock()
     with Ledger(str(path)) as ledger:
-        a = build_session(ledger, iterations=2, participants=3, converge=True, clock=clock)
-        b = build_session(
+        a = priced_session(ledger, iterations=2, participants=3, converge=True, clock=clock)
+        b = priced_session(
             ledger,
             iterations=3,
             participants=4,
@@ -188,7 +183,8 @@ def test_show_json_now(store: Store) -> None:
     assert doc["version"] == built.iteration_end[2]
     assert doc["round"] == 4 * built.iterations
     assert doc["participants"] == [
-        {"name": p.name, "model": p.model, "role": p.role.value} for p in make_participants(3)
+        {"name": p.name, "model": p.model, "role": p.role.value}
+        for p in numbered_participants(3, roles=VARIED_ROLES)
     ]
     assert doc["tokens"] == {"input": built.tokens.input, "output": built.tokens.output}
     # the built answers carry a cost but no price: the total is a part, flagged as such
@@ -336,8 +332,9 @@ def test_show_lineage_of_a_fork(tmp_path: Path) -> None:
     url = str(tmp_path / "fork.sqlite")
     clock = FixedStepClock()
     with Ledger(url) as ledger:
-        parent = build_session(ledger, iterations=2, clock=clock)
-        child = fork_session(ledger, parent.id, at_iteration=1, clock=clock)
+        parent = priced_session(ledger, iterations=2, clock=clock)
+        child = SessionBuilder.of(ledger.get(parent.id), clock=clock, store=ledger).fork(
+            at_iteration=1).id
     doc = invoke_json("show", str(child), "--store", url)
     assert doc["lineage"] == {
         "parent_id": str(parent.id),
@@ -361,7 +358,7 @@ def test_prefix_resolution(tmp_path: Path) -> None:
     ]
     with Ledger(url) as ledger:
         for sid in ids:
-            build_session(ledger, iterations=1, clock=clock, session_id=sid)
+            priced_session(ledger, iterations=1, clock=clock, session_id=sid)
     assert invoke_json("show", "ef", "--store", url)["id"] == str(ids[2])
     assert invoke_json("show", "ABCD1234-0000-4000-8000-000000000002", "--store", url)["id"] == (
         str(ids[1])
@@ -380,7 +377,7 @@ def test_ambiguous_prefix_is_a_user_error(
     clock = FixedStepClock()
     with Ledger(url) as ledger:
         for i in (1, 2):
-            build_session(
+            priced_session(
                 ledger, iterations=1, clock=clock,
                 session_id=uuid.UUID(f"abcd0000-0000-4000-8000-00000000000{i}"),
             )
@@ -502,8 +499,8 @@ def test_verify_checks_seal_hmac_with_the_key_from_the_environment(tmp_path: Pat
     url = str(tmp_path / "sealed.sqlite")
     clock = FixedStepClock()
     with Ledger(url) as ledger:
-        built = build_session(ledger, iterations=1, clock=clock)
-        seal_session(ledger, built.id, clock=clock, key=b"s3cret")
+        built = priced_session(ledger, iterations=1, clock=clock)
+        SessionBuilder.of(ledger.get(built.id), clock=clock, store=ledger).seal(key=b"s3cret")
 
     good = CliRunner(env={"FORGE_LEDGER_HMAC_KEY": "s3cret"}).invoke(
         cli, ["verify", "--json", "--store", url],
@@ -652,8 +649,8 @@ def test_read_commands_never_import_litellm(command: list[str], store: Store) ->
 def test_sessions_and_show_on_postgresql(pg_url: str) -> None:
     clock = FixedStepClock()
     with Ledger(pg_url) as ledger:
-        a = build_session(ledger, iterations=2, participants=3, clock=clock)
-        b = build_session(ledger, iterations=1, participants=2, converge=False, clock=clock)
+        a = priced_session(ledger, iterations=2, participants=3, clock=clock)
+        b = priced_session(ledger, iterations=1, participants=2, converge=False, clock=clock)
     rows = invoke_json("sessions", "--store", pg_url)
     assert [r["id"] for r in rows] == [str(a.id), str(b.id)]
     assert [r["events"] for r in rows] == [a.iteration_end[2], b.iteration_end[1]]
@@ -672,7 +669,7 @@ def test_human_views_print_user_text_literally(tmp_path: Path) -> None:
     url = str(tmp_path / "markup.sqlite")
     title = "Keep [bold]tags[/bold] and [/] literal"
     with Ledger(url) as ledger:
-        built = build_session(ledger, iterations=1, title=title)
+        built = priced_session(ledger, iterations=1, title=title)
     shown = invoke("show", built.prefix, "--store", url)
     assert shown.exit_code == 0, shown.stderr
     assert title in shown.stdout

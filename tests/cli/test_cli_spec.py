@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 import yaml
 
-import support.sessions as support_sessions
+import support.stories
 from forge_ledger.cli import main
 from forge_ledger.domain.values import RoundKind
 from forge_ledger.ledger import Ledger, resolve_store
 from forge_ledger.ledger.outputs import store_outputs
 from forge_ledger.spec import split_spec, write_spec
-from support.sessions import BuiltSession, build_session, contribution_text
+from support.stories import BuiltSession, contribution_text, priced_session
 
 
 def forge(
@@ -53,7 +53,7 @@ def one_error_line(stderr: str) -> str:
 def built(tmp_path: Path) -> tuple[str, BuiltSession]:
     store = str(tmp_path / "spec.sqlite")
     with Ledger(store, create=True) as ledger:
-        session = build_session(ledger, iterations=2, participants=3, converge=True)
+        session = priced_session(ledger, iterations=2, participants=3, converge=True)
     return store, session
 
 
@@ -175,12 +175,12 @@ def test_spec_diff_lines_end_at_newlines_only(
 ) -> None:
     """A line separator or a form feed inside a model's line is part
     of the line for ``patch``, so it is for the diff too."""
-    plain = support_sessions.contribution_text
-    monkeypatch.setattr(support_sessions, "contribution_text", lambda *a: plain(*a).replace(
+    plain = support.stories.contribution_text
+    monkeypatch.setattr(support.stories, "contribution_text", lambda *a: plain(*a).replace(
         "Section A:", "Section A:\u2028 \x0c"))
     store = str(tmp_path / "separators.sqlite")
     with Ledger(store, create=True) as ledger:
-        s = build_session(ledger, iterations=2, participants=3, converge=True)
+        s = priced_session(ledger, iterations=2, participants=3, converge=True)
     _assert_patch_applies(store, s.prefix, tmp_path)
 
 
@@ -248,7 +248,7 @@ def test_outputs_of_a_sqlite_store_are_beside_it(tmp_path: Path) -> None:
 @pytest.mark.postgres
 def test_outputs_of_a_postgres_store_go_under_home(pg_url: str, tmp_path: Path) -> None:
     with Ledger(pg_url, create=True) as ledger:
-        s = build_session(ledger, iterations=1, participants=2)
+        s = priced_session(ledger, iterations=1, participants=2)
     home = tmp_path / "home"
     cwd = tmp_path / "cwd"
     cwd.mkdir()

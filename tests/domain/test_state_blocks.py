@@ -33,7 +33,7 @@ from forge_ledger.ledger.compression import unpack_text
 from forge_ledger.ledger.snapshot_states import BlockEncodings, BlockTexts
 from forge_ledger.testing import SessionBuilder
 from support.cli import assert_one_error_line, run_cli
-from support.random_sessions import build_ledger
+from support.stories import random_sessions
 
 T = TypeVar("T")
 
@@ -453,7 +453,7 @@ def test_every_change_to_rounds_and_answers_is_stored(sqlite_url: str, pad: int)
 @pytest.mark.parametrize("seed", [3, 11])
 def test_every_change_is_stored_in_random_sessions(sqlite_url: str, seed: int) -> None:
     with Ledger(sqlite_url, snapshot_interval=0) as ledger:
-        for sid in build_ledger(ledger, seed, sessions=3):
+        for sid in random_sessions(ledger, seed, sessions=3):
             assert _assert_every_change_is_stored(ledger, uuid.UUID(sid)) > 0
 
 

@@ -24,7 +24,7 @@ from forge_ledger.domain.values import (
     TokenCount,
 )
 from forge_ledger.testing import SessionBuilder
-from support.random_sessions import PARAMS
+from support.stories import PARAMS
 
 S = Stance
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from forge_ledger.engine.ems import AXES, AXIS_TECHNIQUES, ems_score, suggest_techniques
 from forge_ledger.engine.techniques import all_techniques, get_technique
-from support.yaml_sessions import build_session
+from support.stories import feature_auth
 
 
 def test_catalogue_has_seed_techniques_and_matches_csv() -> None:
@@ -31,7 +31,7 @@ def test_catalogue_has_seed_techniques_and_matches_csv() -> None:
 
 
 def test_empty_session_scores_zero() -> None:
-    agg = build_session(iterations=0)
+    agg = feature_auth(iterations=0)
     report = ems_score(agg.state)
     assert report.score == 0
     assert report.axes == dict.fromkeys(AXES, 0)
@@ -39,7 +39,7 @@ def test_empty_session_scores_zero() -> None:
 
 
 def test_axes_follow_the_session() -> None:
-    agg = build_session(iterations=1, critique_scores=(20, 30, 40), vote_agree=(False,))
+    agg = feature_auth(iterations=1, critique_scores=(20, 30, 40), vote_agree=(False,))
     report = ems_score(agg.state)
     assert report.axes["clarity"] == 30  # mean of 20, 30, 40
     assert report.axes["coverage"] == 100  # the synthesis followed every suggestion
@@ -50,14 +50,14 @@ def test_axes_follow_the_session() -> None:
 
 
 def test_more_agreement_never_lowers_the_score() -> None:
-    low = ems_score(build_session(iterations=1, vote_agree=(False,)).state)
-    high = ems_score(build_session(iterations=1, vote_agree=(True,)).state)
+    low = ems_score(feature_auth(iterations=1, vote_agree=(False,)).state)
+    high = ems_score(feature_auth(iterations=1, vote_agree=(True,)).state)
     assert high.axes["consensus"] > low.axes["consensus"]
     assert high.score > low.score
 
 
 def test_suggestions_target_weak_axes_and_skip_used_techniques() -> None:
-    agg = build_session(iterations=1, critique_scores=(10,), vote_agree=(False,))
+    agg = feature_auth(iterations=1, critique_scores=(10,), vote_agree=(False,))
     first = suggest_techniques(agg.state)
     assert [s.weak_axes for s in first] == [("clarity",), ("consensus",)]
     assert first[0].technique_slug == "5whys"
@@ -78,8 +78,8 @@ def test_suggestions_target_weak_axes_and_skip_used_techniques() -> None:
 def test_ems_bounded_and_deterministic(
     iterations: int, scores: list[int], votes: list[bool],
 ) -> None:
-    a = build_session(iterations=iterations, critique_scores=tuple(scores), vote_agree=tuple(votes))
-    b = build_session(iterations=iterations, critique_scores=tuple(scores), vote_agree=tuple(votes))
+    a = feature_auth(iterations=iterations, critique_scores=tuple(scores), vote_agree=tuple(votes))
+    b = feature_auth(iterations=iterations, critique_scores=tuple(scores), vote_agree=tuple(votes))
     ra, rb = ems_score(a.state), ems_score(b.state)
     assert ra == rb
     assert 0 <= ra.score <= 100

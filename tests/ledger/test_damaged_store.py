@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from forge_ledger.ledger.compression import unpack
-from support.hostile_inputs import CONSOLE_SCRIPT
+from support.cli import CONSOLE_SCRIPT
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "store-v2.sqlite"
 DAMAGED = "c5fae2a9cb1d4111b3bf8c1db4ca57c8"

@@ -17,7 +17,7 @@ from pathlib import Path
 from forge_ledger.errors import StoreUnavailableError
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.testing import FakeOpenAIServer
-from support.hostile_inputs import CONSOLE_SCRIPT
+from support.cli import CONSOLE_SCRIPT
 from support.orchestrator import voice
 
 WRITERS = 8

@@ -24,10 +24,9 @@ from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.store import APPLICATION_ID, FORMAT_VERSION
 from forge_ledger.testing import FakeOpenAIServer
-from support.cli import run_cli
-from support.hostile_inputs import CONSOLE_SCRIPT
+from support.cli import CONSOLE_SCRIPT, run_cli
 from support.orchestrator import voice
-from support.sessions import build_session
+from support.stories import priced_session
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 SID = "0123abcd"
@@ -172,7 +171,7 @@ def _marker(path: Path) -> tuple[int, int]:
 def test_a_new_ledger_carries_the_marker_and_its_format_version(tmp_path: Path) -> None:
     store = tmp_path / "new.sqlite"
     with Ledger(str(store)) as ledger:
-        build_session(ledger, iterations=1, participants=2)
+        priced_session(ledger, iterations=1, participants=2)
     assert _marker(store) == (APPLICATION_ID, FORMAT_VERSION)
 
 
@@ -186,7 +185,7 @@ def test_a_ledger_without_the_marker_opens_and_gains_it_on_its_next_write(
         assert ledger.session_ids()
     assert _marker(store)[0] == 0  # a read adds nothing
     with Ledger(str(store), create=False) as ledger:
-        build_session(ledger, iterations=1, participants=2)
+        priced_session(ledger, iterations=1, participants=2)
     assert _marker(store) == (APPLICATION_ID, FORMAT_VERSION)
     with Ledger(str(store), create=False) as ledger:
         assert len(ledger.session_ids()) >= 2
@@ -195,7 +194,7 @@ def test_a_ledger_without_the_marker_opens_and_gains_it_on_its_next_write(
 def test_a_ledger_of_a_newer_format_is_refused(tmp_path: Path) -> None:
     store = tmp_path / "newer.sqlite"
     with Ledger(str(store)) as ledger:
-        build_session(ledger, iterations=1, participants=2)
+        priced_session(ledger, iterations=1, participants=2)
     with sqlite3.connect(store) as con:
         con.execute(f"PRAGMA user_version = {FORMAT_VERSION + 1}")
     before = _digest(store)

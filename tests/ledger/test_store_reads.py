@@ -19,10 +19,11 @@ import pytest
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger
-from support.hostile_inputs import fingerprint, one_error_line, run_cli
+from support.cli import run_console
+from support.hostile_inputs import fingerprint, one_error_line
 from support.postgres import PG_BASE
-from support.sessions import BuiltSession, build_session
 from support.store import raw_connection
+from support.stories import BuiltSession, priced_session
 
 READ_COMMANDS = [
     ["sessions"], ["show", "abcd"], ["log", "abcd"], ["verify"], ["trail", "abcd"],
@@ -59,7 +60,7 @@ def test_read_commands_create_no_sqlite_file(command: list[str], tmp_path: Path)
     empty.touch()
     before = fingerprint(empty)
     for target, expected in ((missing, "no ledger at"), (empty, "empty (0 bytes)")):
-        result = run_cli(*command, "--store", str(target), cwd=tmp_path)
+        result = run_console(*command, "--store", str(target), cwd=tmp_path)
         assert result.returncode == 2, result.stderr
         assert expected in one_error_line(result.stderr)
     assert not missing.parent.exists()
@@ -81,7 +82,7 @@ def test_read_commands_create_no_postgres_schema(tmp_path: Path) -> None:
     schema = f"fl_test_{uuid.uuid4().hex[:12]}"
     url = f"{PG_BASE}?schema={schema}"
     for command in READ_COMMANDS:
-        result = run_cli(*command, "--store", url, cwd=tmp_path)
+        result = run_console(*command, "--store", url, cwd=tmp_path)
         assert result.returncode == 2, result.stderr
         assert "no ledger at" in one_error_line(result.stderr)
     assert not _schema_exists(schema)
@@ -90,7 +91,7 @@ def test_read_commands_create_no_postgres_schema(tmp_path: Path) -> None:
 @pytest.mark.postgres
 def test_an_existing_postgres_store_is_opened_without_creating(pg_url: str) -> None:
     with Ledger(pg_url) as ledger:
-        build_session(ledger, iterations=1, participants=2)
+        priced_session(ledger, iterations=1, participants=2)
     schema = pg_url.rsplit("schema=", 1)[1]
     with psycopg.connect(PG_BASE, autocommit=True) as conn:
         conn.execute(f'REVOKE CREATE ON SCHEMA "{schema}" FROM PUBLIC')
@@ -113,7 +114,7 @@ def test_an_existing_postgres_store_is_opened_without_creating(pg_url: str) -> N
 
 def _store(path: Path) -> BuiltSession:
     with Ledger(str(path)) as ledger:
-        return build_session(ledger, iterations=2, participants=3, clock=FixedStepClock())
+        return priced_session(ledger, iterations=2, participants=3, clock=FixedStepClock())
 
 
 def test_a_store_in_a_read_only_folder_is_readable(open_dir: Path) -> None:
@@ -126,16 +127,17 @@ def test_a_store_in_a_read_only_folder_is_readable(open_dir: Path) -> None:
     before = fingerprint(path)
     for command in (["sessions", "--json"], ["show", built.prefix], ["log", built.prefix],
                     ["verify"], ["trail", built.prefix], ["audit", built.prefix]):
-        result = run_cli(*command, "--store", str(path), cwd=open_dir, unprivileged=True)
+        result = run_console(*command, "--store", str(path), cwd=open_dir, unprivileged=True)
         assert result.returncode == 0, (command, result.stderr)
         assert result.stdout.strip()
-    assert str(built.id) in run_cli(
+    assert str(built.id) in run_console(
         "sessions", "--json", "--store", str(path), cwd=open_dir, unprivileged=True,
     ).stdout
     assert fingerprint(path) == before
     assert sorted(p.name for p in folder.iterdir()) == ["ledger.sqlite"]
     # a command that writes is refused in one line, before anything is written
-    result = run_cli("seal", built.prefix, "--store", str(path), cwd=open_dir, unprivileged=True)
+    result = run_console("seal", built.prefix, "--store", str(path), cwd=open_dir,
+                         unprivileged=True)
     assert result.returncode == 2
     assert "read-only" in one_error_line(result.stderr)
     assert fingerprint(path) == before
@@ -161,7 +163,7 @@ def test_postgres_connection_problems_name_their_cause(
     line = info.value.one_line()
     assert cause in line
     assert "couldn't get a connection" not in line
-    result = run_cli("sessions", "--store", url, cwd=tmp_path)
+    result = run_console("sessions", "--store", url, cwd=tmp_path)
     assert result.returncode == 2
     assert cause in one_error_line(result.stderr)
 
@@ -197,12 +199,12 @@ def test_printing_a_session_whose_chain_does_not_verify_says_so(
 ) -> None:
     path = tmp_path / "ledger.sqlite"
     built = _store(path)
-    sound = run_cli(command[0], built.prefix, *[built.prefix if a == "SELF" else a
+    sound = run_console(command[0], built.prefix, *[built.prefix if a == "SELF" else a
                                                 for a in command[1:]],
                     "--store", str(path), cwd=tmp_path)
     assert sound.returncode == 0, sound.stderr
     position = _tamper_vote(path, built)
-    result = run_cli(command[0], built.prefix, *[built.prefix if a == "SELF" else a
+    result = run_console(command[0], built.prefix, *[built.prefix if a == "SELF" else a
                                                  for a in command[1:]],
                      "--store", str(path), cwd=tmp_path)
     assert result.returncode == 1
@@ -218,7 +220,7 @@ def test_an_altered_event_that_no_longer_loads_ends_in_the_chain_line(tmp_path: 
     path = tmp_path / "ledger.sqlite"
     built = _store(path)
     position = _tamper_vote(path, built, field="forged", value="yes")
-    result = run_cli("show", built.prefix, "--store", str(path), cwd=tmp_path)
+    result = run_console("show", built.prefix, "--store", str(path), cwd=tmp_path)
     assert result.returncode == 1
     line = one_error_line(result.stderr)
     assert f"does not verify: event {position}" in line
@@ -226,7 +228,7 @@ def test_an_altered_event_that_no_longer_loads_ends_in_the_chain_line(tmp_path: 
 
 def test_a_store_made_without_snapshots_is_read_without_creating_them(store_url: str) -> None:
     with Ledger(store_url, snapshot_interval=0) as ledger:
-        built = build_session(ledger, iterations=1, participants=2)
+        built = priced_session(ledger, iterations=1, participants=2)
     with Ledger(store_url, create=False, snapshot_interval=2) as ledger:
         assert ledger.app.snapshots is None
         assert ledger.snapshot_interval == 0

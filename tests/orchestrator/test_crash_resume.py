@@ -21,10 +21,10 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-import yaml
 
 from forge_ledger.ledger import Ledger, RecordedEvent, verify_session
 from forge_ledger.testing import FakeOpenAIServer
+from support.cli import write_participants
 from support.orchestrator import voice
 
 pytestmark = pytest.mark.slow
@@ -43,27 +43,6 @@ def _env(store: Path) -> dict[str, str]:
     env["FORGE_LEDGER_STORE"] = str(store)
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     return env
-
-
-def _participants_file(tmp_path: Path, url: str) -> Path:
-    path = tmp_path / "participants.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "participants": [
-                    {
-                        "name": n,
-                        "model": f"openai/{n}",
-                        "api_base": url,
-                        "price": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6},
-                    }
-                    for n in NAMES
-                ],
-            },
-        ),
-        encoding="utf-8",
-    )
-    return path
 
 
 def _read_events(store: Path) -> list[RecordedEvent] | None:
@@ -104,7 +83,7 @@ def _crash_then_resume(
 ) -> tuple[list[RecordedEvent], list[RecordedEvent], dict[str, Any]]:
     store = tmp_path / "crash.sqlite"
     env = _env(store)
-    pfile = _participants_file(tmp_path, server.url)
+    pfile = write_participants(tmp_path / "participants.yaml", server.url, NAMES)
     runner = subprocess.Popen(
         _cli("run", "Crash safe retries", "--participants", str(pfile), "--json"),
         env=env,

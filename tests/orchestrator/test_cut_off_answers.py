@@ -4,9 +4,6 @@ the shipped fake OpenAI server, scripted to stop with ``finish_reason: length`` 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,30 +11,15 @@ from forge_ledger.domain.values import RoundKind, StopReason
 from forge_ledger.engine import MAX_CONTINUATIONS, output_ceiling
 from forge_ledger.ledger import Ledger
 from forge_ledger.testing import FakeOpenAIServer
+from support.cli import console_json, run_console
 from support.orchestrator import voice
 
-CLI = str(Path(sys.executable).parent / "forge-ledger")
 CUT = "The synthesis was cut o"
 REST = "ff here, and this is how it ends."
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CLI, *args], capture_output=True, text=True, timeout=300, check=False
-    )
-
-
-def _json(*args: str) -> Any:
-    done = _cli(*args, "--json")
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
-def _run(server: FakeOpenAIServer, store: Path, *extra: str) -> dict[str, Any]:
-    doc = _json(
-        "run", "Retry policy", "-m", "openai/ana", "-m", "openai/ben",
-        "--api-base", server.url, "--store", str(store), *extra,
-    )
+def _run(ana_and_ben: list[str], store: Path, *extra: str) -> dict[str, Any]:
+    doc = console_json("run", "Retry policy", *ana_and_ben, "--store", str(store), *extra)
     assert isinstance(doc, dict)
     return doc
 
@@ -48,7 +30,7 @@ def _synthesis(state: Any) -> Any:
 
 
 def test_a_cut_off_synthesis_is_continued_recorded_and_replayed(
-    fake_openai: FakeOpenAIServer, tmp_path: Path,
+    fake_openai: FakeOpenAIServer, ana_and_ben: list[str], tmp_path: Path,
 ) -> None:
     cut_then_rest = [
         {"match": "· continuation", "content": REST, "times": 1},
@@ -58,7 +40,7 @@ def test_a_cut_off_synthesis_is_continued_recorded_and_replayed(
         {"ana": voice("ana", before=cut_then_rest), "ben": voice("ben", before=cut_then_rest)}
     )
     store = tmp_path / "s.sqlite"
-    sid = _run(fake_openai, store)["session_id"]
+    sid = _run(ana_and_ben, store)["session_id"]
     with Ledger(str(store)) as ledger:
         state = ledger.state(sid)
         rnd = _synthesis(state)
@@ -72,9 +54,9 @@ def test_a_cut_off_synthesis_is_continued_recorded_and_replayed(
     # the continuation call carried the text so far as the model's own turn
     (asked,) = [r for r in fake_openai.requests if "· continuation" in r.last_user_message]
     assert asked.body["messages"][-2] == {"role": "assistant", "content": CUT}
-    spec = _json("spec", sid, "--store", str(store))
+    spec = console_json("spec", sid, "--store", str(store))
     assert spec["truncated"] is False
-    replay = _json("replay", sid, "--store", str(store))
+    replay = console_json("replay", sid, "--store", str(store))
     assert replay["ok"] is True
     assert replay["calls_served"] == len(
         [r for r in fake_openai.requests if r.model in ("ana", "ben")]
@@ -82,7 +64,7 @@ def test_a_cut_off_synthesis_is_continued_recorded_and_replayed(
 
 
 def test_a_synthesis_still_cut_after_its_continuations_is_marked_truncated(
-    fake_openai: FakeOpenAIServer, tmp_path: Path,
+    fake_openai: FakeOpenAIServer, ana_and_ben: list[str], tmp_path: Path,
 ) -> None:
     always_cut = [
         {"match": "· continuation", "content": " and more", "finish_reason": "length"},
@@ -92,7 +74,7 @@ def test_a_synthesis_still_cut_after_its_continuations_is_marked_truncated(
         {"ana": voice("ana", before=always_cut), "ben": voice("ben", before=always_cut)}
     )
     store = tmp_path / "s.sqlite"
-    sid = _run(fake_openai, store)["session_id"]
+    sid = _run(ana_and_ben, store)["session_id"]
     with Ledger(str(store)) as ledger:
         state = ledger.state(sid)
         rnd = _synthesis(state)
@@ -101,28 +83,28 @@ def test_a_synthesis_still_cut_after_its_continuations_is_marked_truncated(
         ] * MAX_CONTINUATIONS
         assert state.latest_text == CUT + " and more" * MAX_CONTINUATIONS
         assert state.document_truncated is True
-    header = _json("spec", sid, "--store", str(store))
+    header = console_json("spec", sid, "--store", str(store))
     assert header["truncated"] is True
-    text = _cli("spec", sid, "--store", str(store))
+    text = run_console("spec", sid, "--store", str(store))
     assert text.returncode == 0, text.stderr
     assert "**Truncated.**" in text.stdout
-    shown = _json("show", sid, "--store", str(store))
+    shown = console_json("show", sid, "--store", str(store))
     assert shown["document_truncated"] is True
-    show = _cli("show", sid, "--store", str(store))
+    show = run_console("show", sid, "--store", str(store))
     assert "[cut off at its token limit]" in show.stdout
-    audit = _json("audit", sid, "--store", str(store))
+    audit = console_json("audit", sid, "--store", str(store))
     assert audit["document_truncated"] is True
-    markdown = _cli("audit", sid, "--markdown", "--store", str(store))
+    markdown = run_console("audit", sid, "--markdown", "--store", str(store))
     assert "truncated: cut off at its token limit" in markdown.stdout
     page = tmp_path / "report.html"
-    done = _cli("report", sid, "--store", str(store), "-o", str(page))
+    done = run_console("report", sid, "--store", str(store), "-o", str(page))
     assert done.returncode == 0, done.stderr
     assert 'id="truncated"' in page.read_text(encoding="utf-8")
-    assert _json("replay", sid, "--store", str(store))["ok"] is True
+    assert console_json("replay", sid, "--store", str(store))["ok"] is True
 
 
 def test_a_cut_off_vote_that_cannot_be_repaired_is_an_abstention_saying_so(
-    fake_openai: FakeOpenAIServer, tmp_path: Path,
+    fake_openai: FakeOpenAIServer, ana_and_ben: list[str], tmp_path: Path,
 ) -> None:
     half_vote = [
         {"match": "· repair", "content": "I cannot say more."},
@@ -130,7 +112,7 @@ def test_a_cut_off_vote_that_cannot_be_repaired_is_an_abstention_saying_so(
     ]
     fake_openai.set_script({"ana": voice("ana", before=half_vote), "ben": voice("ben")})
     store = tmp_path / "s.sqlite"
-    sid = _run(fake_openai, store)["session_id"]
+    sid = _run(ana_and_ben, store)["session_id"]
     with Ledger(str(store)) as ledger:
         state = ledger.state(sid)
         votes = [r for r in state.rounds if r.kind is RoundKind.CONVERGENCE]
@@ -141,12 +123,12 @@ def test_a_cut_off_vote_that_cannot_be_repaired_is_an_abstention_saying_so(
         assert ana.parse_error is not None
         assert ana.parse_error.startswith("answer cut off at its token limit")
         assert "ana" in votes[0].abstained
-    show = _cli("show", sid, "--store", str(store))
+    show = run_console("show", sid, "--store", str(store))
     assert "cut off at its token limit" in show.stdout
 
 
 def test_a_provider_ignoring_max_tokens_is_stopped_at_the_ceiling(
-    fake_openai: FakeOpenAIServer, tmp_path: Path,
+    fake_openai: FakeOpenAIServer, ana_and_ben: list[str], tmp_path: Path,
 ) -> None:
     """The fake server ignores ``max_tokens`` (one word = one token): a 500-word draft under
     ``--max-tokens 100`` ends at the ceiling, is continued, and every recorded answer of
@@ -158,7 +140,7 @@ def test_a_provider_ignoring_max_tokens_is_stopped_at_the_ceiling(
     ]
     fake_openai.set_script({"ana": voice("ana", before=wordy), "ben": voice("ben")})
     store = tmp_path / "s.sqlite"
-    sid = _run(fake_openai, store, "--max-tokens", "100", "--max-rounds", "1")["session_id"]
+    sid = _run(ana_and_ben, store, "--max-tokens", "100", "--max-rounds", "1")["session_id"]
     ceiling = output_ceiling(100)
     with Ledger(str(store)) as ledger:
         state = ledger.state(sid)

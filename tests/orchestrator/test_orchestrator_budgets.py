@@ -15,7 +15,7 @@ from forge_ledger.domain.values import Price, SessionConfig
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.orchestrator.live import LiveEvent, RoundComplete
 from forge_ledger.testing import ScriptedProvider
-from support.orchestrator import participants, run_session, voice
+from support.orchestrator import generalists, run_session, voice
 
 NAMES = ("ana", "ben", "cleo")
 DEAR = Price(input_cost_per_token=1e-4, output_cost_per_token=1e-4)
@@ -38,7 +38,7 @@ def test_cost_budget_refuses_calls_beyond_the_reservation(
     # worst case per draft call ≈ (prompt ≈ 100-250 tokens + 100 answer tokens) · 1e-4 ≈ $0.03:
     # $0.07 reserves two of the three draft calls and refuses the third before it is made.
     config = SessionConfig(max_cost_usd=0.07, max_tokens=100)
-    sid, state = run_session(ledger, participants(None, NAMES, price=DEAR), config,
+    sid, state = run_session(ledger, generalists(None, NAMES, price=DEAR), config,
                              provider=voices)
     events = list(ledger.events(sid))
     types = [e.type for e in events]
@@ -79,7 +79,7 @@ def test_cost_budget_refuses_calls_beyond_the_reservation(
 
 def test_max_rounds_ends_the_session(voices: ScriptedProvider, ledger: Ledger) -> None:
     sid, state = run_session(
-        ledger, participants(None, NAMES), SessionConfig(max_rounds=2), provider=voices,
+        ledger, generalists(None, NAMES), SessionConfig(max_rounds=2), provider=voices,
     )
     assert state.status.value == "complete"
     assert [r.kind.value for r in state.rounds] == ["draft", "critique"]
@@ -103,7 +103,7 @@ def test_time_budget_times_the_session_out(voices: ScriptedProvider, ledger: Led
 
     sid, state = run_session(
         ledger,
-        participants(None, NAMES),
+        generalists(None, NAMES),
         SessionConfig(max_time_secs=60),
         monotonic=monotonic,
         subscribers=[time_flies],

@@ -24,7 +24,7 @@ from forge_ledger.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer, ScriptedProvider
 from support.orchestrator import (
     draft_text,
-    participants,
+    generalists,
     round_events,
     run_session,
     voice,
@@ -83,7 +83,7 @@ def test_rate_limit_server_errors_and_disconnect_in_one_round(
 
     sid, state = run_session(
         ledger,
-        participants(fake_openai.url, NAMES),
+        generalists(fake_openai.url, NAMES),
         SessionConfig(max_attempts=3),
         sleep=fast_sleep,
     )
@@ -133,7 +133,7 @@ def test_all_participants_failing_pauses_with_the_fault(
 
     sid, state = run_session(
         ledger,
-        participants(fake_openai.url, NAMES[:3]),
+        generalists(fake_openai.url, NAMES[:3]),
         SessionConfig(max_attempts=2),
         sleep=fast_sleep,
     )
@@ -173,7 +173,7 @@ def test_resume_after_a_fault_retries_only_the_missing_author(
     parts = [
         p.model_copy(update={"role": role})
         for p, role in zip(
-            participants(fake_openai.url, NAMES[:3]),
+            generalists(fake_openai.url, NAMES[:3]),
             (ParticipantRole.DRAFTER, ParticipantRole.CRITIC, ParticipantRole.SYNTHESIZER),
             strict=True,
         )
@@ -219,7 +219,7 @@ def test_unparseable_vote_is_repaired_once(ledger: Ledger) -> None:
         before=[{"match": "· convergence ·", "content": "Looks fine to me, ship it.", "times": 1}],
     )
     provider = ScriptedProvider.from_script(script)
-    sid, state = run_session(ledger, participants(None, NAMES), SessionConfig(),
+    sid, state = run_session(ledger, generalists(None, NAMES), SessionConfig(),
                              provider=provider)
     vote_round = next(r for r in state.rounds if r.kind.value == "convergence")
     dov = [t for t, p in round_events(ledger, sid, vote_round.number) if p == "dov"]
@@ -248,7 +248,7 @@ def test_unparseable_twice_is_a_parse_failure_and_an_abstention(ledger: Ledger) 
             {"match": "· convergence ·", "content": "Looks fine to me, ship it."},
         ],
     )
-    sid, state = run_session(ledger, participants(None, NAMES), SessionConfig(),
+    sid, state = run_session(ledger, generalists(None, NAMES), SessionConfig(),
                              provider=ScriptedProvider.from_script(script))
     vote_round = next(r for r in state.rounds if r.kind.value == "convergence")
     dov = [t for t, p in round_events(ledger, sid, vote_round.number) if p == "dov"]
@@ -282,7 +282,7 @@ def test_fallback_hands_a_failed_synthesis_to_another_participant(ledger: Ledger
              ParticipantRole.SYNTHESIZER)
     parts = [
         p.model_copy(update={"role": role})
-        for p, role in zip(participants(None, NAMES), roles, strict=True)
+        for p, role in zip(generalists(None, NAMES), roles, strict=True)
     ]
     sid, state = run_session(
         ledger, parts, SessionConfig(max_attempts=2, fallback=True), sleep=fast_sleep,
@@ -314,7 +314,7 @@ def test_fallback_with_nobody_left_pauses(ledger: Ledger) -> None:
 
     sid, state = run_session(
         ledger,
-        participants(None, NAMES[:2]),
+        generalists(None, NAMES[:2]),
         SessionConfig(max_attempts=1, fallback=True),
         sleep=fast_sleep,
         provider=ScriptedProvider.from_script(script),

@@ -18,7 +18,7 @@ from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.testing import FakeOpenAIServer, RecordedRequest, ScriptedProvider
 from support.orchestrator import (
     event_view,
-    participants,
+    generalists,
     round_events,
     run_session,
     types_of,
@@ -49,7 +49,7 @@ def test_events_follow_participant_order_whatever_the_latencies(
         fake_openai.set_script(_script(latencies))
         fake_openai.clear_requests()
         with Ledger(str(tmp_path / f"{label}.sqlite"), create=True) as ledger:
-            sid, state = run_session(ledger, participants(fake_openai.url, NAMES), config)
+            sid, state = run_session(ledger, generalists(fake_openai.url, NAMES), config)
             assert state.status.value == "converged"
             draft = state.rounds[0]
             assert draft.kind.value == "draft"
@@ -78,7 +78,7 @@ def test_max_concurrency_one_runs_calls_one_after_another(
     fake_openai.set_script(_script({n: 0.03 for n in NAMES}))
     with Ledger(str(tmp_path / "serial.sqlite"), create=True) as ledger:
         _, state = run_session(
-            ledger, participants(fake_openai.url, NAMES), SessionConfig(max_concurrency=1),
+            ledger, generalists(fake_openai.url, NAMES), SessionConfig(max_concurrency=1),
         )
     assert state.status.value == "converged"
     assert fake_openai.wait_idle()
@@ -132,7 +132,7 @@ def test_first_contributions_are_committed_while_the_round_is_open(
     watcher.start()
     try:
         with Ledger(path, create=True) as ledger:
-            sid, state = run_session(ledger, participants(fake_openai.url, NAMES), SessionConfig())
+            sid, state = run_session(ledger, generalists(fake_openai.url, NAMES), SessionConfig())
             final_types = types_of(ledger, sid)
     finally:
         stop.set()
@@ -153,7 +153,7 @@ def test_end_to_end_on_postgresql_matches_sqlite(pg_url: str, tmp_path: Path) ->
     for url in (pg_url, str(tmp_path / "same.sqlite")):
         provider = ScriptedProvider.from_script({n: voice(n) for n in NAMES})
         with Ledger(url, create=True) as ledger:
-            sid, state = run_session(ledger, participants(None, NAMES), SessionConfig(),
+            sid, state = run_session(ledger, generalists(None, NAMES), SessionConfig(),
                                      provider=provider)
             assert state.status.value == "converged"
             assert verify_session(ledger, sid).ok

@@ -5,46 +5,26 @@ fake OpenAI server (its model names have no price in litellm's table)."""
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 from forge_ledger.testing import FakeOpenAIServer
-from support.orchestrator import voice
+from support.cli import console_json, run_console
 
-CLI = str(Path(sys.executable).parent / "forge-ledger")
 ZERO = "$0.0000"
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CLI, *args], capture_output=True, text=True, timeout=300, check=False
-    )
-
-
-def _json(*args: str) -> Any:
-    done = _cli(*args, "--json")
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
 def test_unpriced_calls_are_unpriced_in_every_output(
-    fake_openai: FakeOpenAIServer, tmp_path: Path,
+    ana_and_ben: list[str], tmp_path: Path,
 ) -> None:
-    fake_openai.set_script({"ana": voice("ana"), "ben": voice("ben")})
     store = str(tmp_path / "s.sqlite")
-    run = _cli(
-        "run", "Retry policy", "-m", "openai/ana", "-m", "openai/ben",
-        "--api-base", fake_openai.url, "--store", store,
-    )
+    run = run_console("run", "Retry policy", *ana_and_ben, "--store", store)
     assert run.returncode == 0, run.stderr
     assert "cost unpriced" in run.stdout
     assert ZERO not in run.stdout + run.stderr
-    sid = _json("sessions", "--store", store)[0]["id"]
-    shown = _json("show", sid, "--store", store)
+    sid = console_json("sessions", "--store", store)[0]["id"]
+    shown = console_json("show", sid, "--store", store)
     calls = sum(len(r["contributions"]) for r in shown["rounds"])
     assert shown["cost_usd"] is None
     assert shown["unpriced_calls"] == calls > 0
@@ -54,27 +34,27 @@ def test_unpriced_calls_are_unpriced_in_every_output(
         for c in r["contributions"]:
             assert c["cost_usd"] is None
             assert c["unpriced_calls"] == 1
-    show = _cli("show", sid, "--store", store)
+    show = run_console("show", sid, "--store", store)
     assert "unpriced" in show.stdout
     assert ZERO not in show.stdout
-    audit = _json("audit", sid, "--store", store)
+    audit = console_json("audit", sid, "--store", store)
     assert audit["total"]["cost_usd"] is None
     assert audit["total"]["unpriced_calls"] == calls
     assert audit["total"]["cost_complete"] is False
     for row in audit["usage_by_participant"] + audit["usage_by_round"]:
         assert row["cost_usd"] is None
         assert row["cost_complete"] is False
-    markdown = _cli("audit", sid, "--markdown", "--store", store)
+    markdown = run_console("audit", sid, "--markdown", "--store", store)
     assert markdown.returncode == 0, markdown.stderr
     assert ZERO not in markdown.stdout
     assert re.search(r"out tokens, unpriced, \d+ failed call", markdown.stdout)
     page = tmp_path / "report.html"
-    done = _cli("report", sid, "--store", store, "-o", str(page))
+    done = run_console("report", sid, "--store", store, "-o", str(page))
     assert done.returncode == 0, done.stderr
     html = page.read_text(encoding="utf-8")
     assert ZERO not in html
     assert "<dd>unpriced ·" in html
-    summary = _json("resume", sid, "--store", store)
+    summary = console_json("resume", sid, "--store", store)
     assert summary["cost_usd"] is None
     assert summary["unpriced_calls"] == calls
     assert summary["cost_complete"] is False
@@ -84,20 +64,19 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _tiny_budget(url: str, store: Path) -> subprocess.CompletedProcess[str]:
-    return _cli(
-        "run", "Retry policy", "-m", "openai/ana", "-m", "openai/ben", "--api-base", url,
+def _tiny_budget(ana_and_ben: list[str], store: Path) -> subprocess.CompletedProcess[str]:
+    return run_console(
+        "run", "Retry policy", *ana_and_ben,
         "--price", "openai/ana=10:30", "--price", "openai/ben=10:30",
         "--max-cost", "0.0001", "--store", str(store),
     )
 
 
 def test_a_budget_below_the_first_calls_worst_case_is_refused_before_recording(
-    fake_openai: FakeOpenAIServer, tmp_path: Path,
+    fake_openai: FakeOpenAIServer, ana_and_ben: list[str], tmp_path: Path,
 ) -> None:
-    fake_openai.set_script({"ana": voice("ana"), "ben": voice("ben")})
     store = tmp_path / "s.sqlite"
-    done = _tiny_budget(fake_openai.url, store)
+    done = _tiny_budget(ana_and_ben, store)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
@@ -112,21 +91,19 @@ def test_a_budget_below_the_first_calls_worst_case_is_refused_before_recording(
     assert not store.exists()
     assert fake_openai.requests == []
     # an existing store is left byte for byte as it was
-    ok = _cli(
-        "run", "Another topic", "-m", "openai/ana", "-m", "openai/ben",
-        "--api-base", fake_openai.url, "--store", str(store), "--max-rounds", "1",
+    ok = run_console(
+        "run", "Another topic", *ana_and_ben, "--store", str(store), "--max-rounds", "1",
     )
     assert ok.returncode == 0, ok.stderr
     before = _digest(store)
     fake_openai.clear_requests()
-    assert _tiny_budget(fake_openai.url, store).returncode == 2
+    assert _tiny_budget(ana_and_ben, store).returncode == 2
     assert _digest(store) == before
     assert fake_openai.requests == []
     # the minimum it names is enough: the session makes its first call
     minimum = found.group(2)
-    enough = _cli(
-        "run", "Retry policy", "-m", "openai/ana", "-m", "openai/ben",
-        "--api-base", fake_openai.url, "--price", "openai/ana=10:30",
+    enough = run_console(
+        "run", "Retry policy", *ana_and_ben, "--price", "openai/ana=10:30",
         "--price", "openai/ben=10:30", "--max-cost", minimum, "--store", str(store), "--json",
     )
     assert enough.returncode == 0, enough.stderr

@@ -23,7 +23,7 @@ from forge_ledger.projections.document import (
     fold_lineage,
     segment,
 )
-from support.yaml_sessions import builder
+from support.stories import minute_builder
 
 NAMES = ("alice", "bob", "carol")
 
@@ -47,7 +47,7 @@ class Script:
     """A session built round by round with chosen texts."""
 
     def __init__(self) -> None:
-        self.b = builder().start(
+        self.b = minute_builder().start(
             "Event log", participants=[Participant(name=n, model=f"openai/{n}") for n in NAMES],
             session_id=uuid.uuid4(),
         )

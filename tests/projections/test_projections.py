@@ -40,7 +40,7 @@ from forge_ledger.projections.session_state import summary_row
 from forge_ledger.projections.show_view import contribution_line
 from forge_ledger.testing import SessionBuilder
 from support.projections import canonical_dump
-from support.random_sessions import build_ledger
+from support.stories import random_sessions
 
 
 def positions(db_path: Path) -> dict[str, int]:
@@ -75,7 +75,7 @@ def test_incremental_catch_up_in_any_batches_equals_rebuild(
 ) -> None:
     tmp = tmp_path_factory.mktemp("prop")
     with Ledger(str(tmp / "ledger.sqlite")) as ledger:
-        build_ledger(ledger, seed, sessions)
+        random_sessions(ledger, seed, sessions)
         head = ledger.max_notification_id()
         reference = _full_rebuild(ledger, tmp / "full.views.sqlite")
         inc = tmp / "inc.views.sqlite"
@@ -105,7 +105,7 @@ def test_catch_up_while_the_ledger_grows_equals_rebuild(tmp_path: Path) -> None:
         runner = ProjectionRunner(ledger, db)
         seen = 0
         for seed in (1, 2, 3):
-            build_ledger(ledger, seed, 2)
+            random_sessions(ledger, seed, 2)
             seen += runner.catch_up(batch_size=13)
         db.close()
         assert seen == ledger.max_notification_id()
@@ -130,14 +130,14 @@ def test_crash_mid_batch_applies_nothing_and_the_next_run_completes_exactly_once
 ) -> None:
     path = tmp_path / "v.views.sqlite"
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
-        build_ledger(ledger, 42, 2)
+        random_sessions(ledger, 42, 2)
         head = ledger.max_notification_id()
         db = open_views(path)
         catch_up(ledger, db, batch_size=20, projections=[ReadModelProjection()])
         db.close()
         before = canonical_dump(path)
         assert positions(path) == {"read_model": head}
-        build_ledger(ledger, 43, 2)
+        random_sessions(ledger, 43, 2)
         new_head = ledger.max_notification_id()
         fail_at = head + (new_head - head) // 2
         db = open_views(path)
@@ -175,7 +175,7 @@ class _ReadModelBumped(ReadModelProjection):
 def test_version_bump_rebuilds_from_zero(tmp_path: Path) -> None:
     path = tmp_path / "v.views.sqlite"
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
-        build_ledger(ledger, 5, 2)
+        random_sessions(ledger, 5, 2)
         head = ledger.max_notification_id()
         db = open_views(path)
         catch_up(ledger, db)
@@ -201,7 +201,7 @@ def test_version_bump_rebuilds_from_zero(tmp_path: Path) -> None:
 def test_rebuild_one_projection_and_status(tmp_path: Path) -> None:
     path = tmp_path / "v.views.sqlite"
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
-        build_ledger(ledger, 9, 2)
+        random_sessions(ledger, 9, 2)
         head = ledger.max_notification_id()
         db = open_views(path)
         assert all(s.stored_version is None and s.lag == head for s in status(ledger, db))
@@ -219,7 +219,7 @@ def test_progress_callback_reports_each_committed_batch(tmp_path: Path) -> None:
     """``on_batch`` hears every committed batch: the counts add up to what was applied, and a
     rebuild reports the whole log again."""
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
-        build_ledger(ledger, 13, 2)
+        random_sessions(ledger, 13, 2)
         head = ledger.max_notification_id()
         db = open_views(tmp_path / "p.views.sqlite")
         runner = ProjectionRunner(ledger, db)
@@ -238,7 +238,7 @@ def test_progress_callback_reports_each_committed_batch(tmp_path: Path) -> None:
 def test_runner_on_both_backends(store_url: str, tmp_path: Path) -> None:
     """The same runner pulls from SQLite and PostgreSQL and gives the same rows."""
     with Ledger(store_url) as ledger:
-        build_ledger(ledger, 11, 2)
+        random_sessions(ledger, 11, 2)
         db = open_views(tmp_path / "a.views.sqlite")
         runner = ProjectionRunner(ledger, db)
         n = 0
@@ -253,7 +253,7 @@ def test_runner_on_both_backends(store_url: str, tmp_path: Path) -> None:
             ledger, tmp_path / "b.views.sqlite",
         )
     with Ledger(str(tmp_path / "ref.sqlite")) as ref:
-        build_ledger(ref, 11, 2)
+        random_sessions(ref, 11, 2)
         # same sessions built on a SQLite file give the same read model
         assert _full_rebuild(ref, tmp_path / "c.views.sqlite") == canonical_dump(
             tmp_path / "a.views.sqlite",
@@ -262,7 +262,7 @@ def test_runner_on_both_backends(store_url: str, tmp_path: Path) -> None:
 
 def test_contribution_search_follows_the_rows(tmp_path: Path) -> None:
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
-        build_ledger(ledger, 3, 3)
+        random_sessions(ledger, 3, 3)
         db = open_views(tmp_path / "v.views.sqlite")
         catch_up(ledger, db)
         expected = sorted(
@@ -281,7 +281,7 @@ def test_contribution_search_follows_the_rows(tmp_path: Path) -> None:
 
 def test_state_rows_summarise_the_ledger_state(tmp_path: Path) -> None:
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
-        ids = build_ledger(ledger, 21, 2)
+        ids = random_sessions(ledger, 21, 2)
         db = open_views(tmp_path / "v.views.sqlite")
         catch_up(ledger, db, batch_size=9)
         for sid in ids:
@@ -323,7 +323,7 @@ def test_old_full_state_rows_are_replaced_by_summaries(tmp_path: Path) -> None:
     """A read model built before m004 (session_state version 1) is migrated and refolded."""
     path = tmp_path / "v.views.sqlite"
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
-        ids = build_ledger(ledger, 8, 2)
+        ids = random_sessions(ledger, 8, 2)
         head = ledger.max_notification_id()
         old = Database(sqlite3.connect(path))
         MIGRATIONS.apply(old, stop_before="m004_session_summary")

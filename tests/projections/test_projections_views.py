@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,7 @@ from forge_ledger.domain import Deliberation
 from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.outputs import store_outputs
 from forge_ledger.projections import catch_up, consensus_trail, dissent_log, open_views
-from support.random_sessions import build_ledger
-from support.stories import CACHE_SID, CACHE_SYNTHESIS_TEXT, cache_design_session
+from support.stories import CACHE_SID, CACHE_SYNTHESIS_TEXT, cache_design_session, random_sessions
 
 YAML_PATH = Path(__file__).resolve().parents[2] / "projections" / "datasette.yaml"
 
@@ -140,7 +141,7 @@ def test_cli_user_mistakes_are_one_line(tmp_path: Path, scripted: tuple[str, Del
 def test_cli_projections_status_update_rebuild(tmp_path: Path) -> None:
     store = str(tmp_path / "forge-ledger.sqlite")
     with Ledger(store) as ledger:
-        build_ledger(ledger, 4, 2)
+        random_sessions(ledger, 4, 2)
         head = ledger.max_notification_id()
     runner = CliRunner()
     res = runner.invoke(cli, ["projections", "status", "--store", store, "--json"])
@@ -167,7 +168,7 @@ def _queries() -> dict[str, str]:
 
 def _built(tmp_path: Path) -> tuple[Path, Ledger]:
     ledger = Ledger(str(tmp_path / "forge-ledger.sqlite"))
-    build_ledger(ledger, 77, 3)
+    random_sessions(ledger, 77, 3)
     cache_design_session(ledger)
     db = open_views(store_outputs(ledger.location).views)
     catch_up(ledger, db)
@@ -292,9 +293,10 @@ def test_datasette_serves_a_canned_query(tmp_path: Path) -> None:
             proc.wait(timeout=10)
 
 
-def test_follow_waits_for_a_store_that_does_not_exist_yet(tmp_path: Path) -> None:
-    """A follower started before the first session waits for the store, then applies it."""
-    store = tmp_path / "later" / "forge-ledger.sqlite"
+@contextmanager
+def _waiting_follower(store: Path) -> Iterator[subprocess.Popen[str]]:
+    """``projections update --follow`` on ``store``, which has said it waits for the ledger
+    and is still running; stopped with Ctrl-C (SIGINT) on exit."""
     follower = subprocess.Popen(
         [sys.executable, "-m", "forge_ledger", "projections", "update", "--follow",
          "--interval", "0.1", "--store", str(store)],
@@ -305,6 +307,17 @@ def test_follow_waits_for_a_store_that_does_not_exist_yet(tmp_path: Path) -> Non
         first = follower.stderr.readline()
         assert first == f"waiting for a ledger at {store} (Ctrl-C stops)\n", first
         assert follower.poll() is None
+        yield follower
+    finally:
+        follower.send_signal(signal.SIGINT)
+        follower.communicate(timeout=60)
+
+
+def test_follow_waits_for_a_store_that_does_not_exist_yet(tmp_path: Path) -> None:
+    """A follower started before the first session waits for the store, then applies it."""
+    store = tmp_path / "later" / "forge-ledger.sqlite"
+    with _waiting_follower(store) as follower:
+        assert follower.stderr is not None
         seed = Path(__file__).parents[1] / "fixtures" / "seed_standard.yaml"
         made = subprocess.run(
             [sys.executable, "-m", "forge_ledger", "import", str(seed), "--store", str(store)],
@@ -318,9 +331,6 @@ def test_follow_waits_for_a_store_that_does_not_exist_yet(tmp_path: Path) -> Non
             assert follower.poll() is None, follower.communicate()
             assert time.monotonic() < deadline, "the follower never applied the new store"
             time.sleep(0.1)
-    finally:
-        follower.send_signal(signal.SIGINT)
-        follower.communicate(timeout=60)
 
 
 def _sessions_in(views: Path) -> int:
@@ -339,16 +349,5 @@ def test_follow_waits_through_a_store_that_is_being_created(tmp_path: Path, star
     store.touch()
     if start == "empty database":
         sqlite3.connect(store).execute("PRAGMA journal_mode=WAL").close()
-    follower = subprocess.Popen(
-        [sys.executable, "-m", "forge_ledger", "projections", "update", "--follow",
-         "--interval", "0.1", "--store", str(store)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        assert follower.stderr is not None
-        first = follower.stderr.readline()
-        assert first == f"waiting for a ledger at {store} (Ctrl-C stops)\n", first
-        assert follower.poll() is None
-    finally:
-        follower.send_signal(signal.SIGINT)
-        follower.communicate(timeout=60)
+    with _waiting_follower(store):
+        pass  # it said it waits for the ledger and did not fail on the half-made store

@@ -28,7 +28,7 @@ from forge_ledger.projections import (
 )
 from forge_ledger.projections.writes import BULK_FTS_MIN_ROWS
 from support.projections import canonical_dump
-from support.random_sessions import SessionScript, build_ledger
+from support.stories import SessionScript, random_sessions
 
 TERMS = ["caching", "sourcing", "queue", "budget", "audit"]
 
@@ -80,7 +80,7 @@ def _contributions(ledger: Ledger) -> int:
 
 def test_bulk_indexing_matches_per_row_triggers(tmp_path: Path) -> None:
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
-        build_ledger(ledger, 7, 3)
+        random_sessions(ledger, 7, 3)
         assert _contributions(ledger) >= BULK_FTS_MIN_ROWS  # the bulk path really runs
         bulk, rows = tmp_path / "bulk.views.sqlite", tmp_path / "rows.views.sqlite"
         db = open_views(bulk)
@@ -116,7 +116,7 @@ class _FailsAfterBulkWrite(ReadModelProjection):
 def test_failure_after_bulk_indexing_rolls_back_rows_index_and_trigger(tmp_path: Path) -> None:
     path = tmp_path / "v.views.sqlite"
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
-        build_ledger(ledger, 12, 3)
+        random_sessions(ledger, 12, 3)
         db = open_views(path)
         with pytest.raises(sqlite3.OperationalError, match="no_such_column"):
             ProjectionRunner(ledger, db, [_FailsAfterBulkWrite()]).catch_up(batch_size=100_000)
@@ -133,7 +133,7 @@ def test_failure_after_bulk_indexing_rolls_back_rows_index_and_trigger(tmp_path:
         con.close()
         assert sum(len(v) for v in _search(path).values()) > 0
         # the restored trigger still indexes rows written one batch at a time
-        build_ledger(ledger, 13, 1)
+        random_sessions(ledger, 13, 1)
         db = open_views(path)
         catch_up(ledger, db, batch_size=2)
         db.close()

@@ -13,7 +13,7 @@ from forge_ledger.domain import RoundKind, SessionStatus
 from forge_ledger.ledger import Ledger
 from forge_ledger.projections import ProjectionRunner, ReadModelProjection, open_views
 from forge_ledger.testing import SessionBuilder
-from support.random_sessions import build_ledger
+from support.stories import random_sessions
 
 
 def _rows(path: Path) -> list[str]:
@@ -63,7 +63,7 @@ def _story(ledger: Ledger) -> None:
 def test_rows_after_any_prefix_are_the_rows_written_event_by_event(tmp_path: Path) -> None:
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
         _story(ledger)
-        build_ledger(ledger, 7, 1)
+        random_sessions(ledger, 7, 1)
         head = ledger.max_notification_id()
         types = {e.notification_id: e.type for e in ledger.notifications(after=0, limit=head)}
         step_path = tmp_path / "step.sqlite"

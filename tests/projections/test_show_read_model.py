@@ -1,7 +1,7 @@
 """``show`` reads the read model when it is current, and prints exactly what the ledger gives.
 
 Stores are real SQLite files with sessions told by ``SessionBuilder`` (seeded random ones from
-``support.random_sessions``, plus a fork run on after its parent's first round, a fork at an
+``support.stories.random_sessions``, plus a fork run on after its parent's first round, a fork at an
 iteration's end, and a rewound and aborted session with unpriced, failed and unparsed calls and
 user text that looks like markup). Each session
 is shown before the read model exists (the ledger path) and after ``projections update`` (the
@@ -46,8 +46,8 @@ from forge_ledger.projections import ReadModelProjection, catch_up, open_views
 from forge_ledger.projections.migrations import MIGRATIONS
 from forge_ledger.projections.show_view import preview
 from forge_ledger.testing import SessionBuilder
-from support.random_sessions import build_ledger
 from support.store import raw_connection
+from support.stories import random_sessions
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -106,7 +106,7 @@ def _fork_continued(ledger: Ledger, clock: FixedStepClock, parent_id: str) -> st
 def _build(path: Path | str, seed: int) -> list[str]:
     clock = FixedStepClock(step=timedelta(seconds=2))
     with Ledger(str(path)) as ledger:
-        ids = build_ledger(ledger, seed, 3)
+        ids = random_sessions(ledger, seed, 3)
         ids.append(_unpriced_rewound_aborted(ledger, clock, seed))
         ids.append(_fork_continued(ledger, clock, ids[0]))
         b = SessionBuilder.of(ledger.get(ids[1]), clock=clock, store=ledger)

@@ -29,11 +29,11 @@ from forge_ledger.report._palettes import (
     STANCES,
     participant_colors,
 )
+from forge_ledger.testing import SessionBuilder
+from support.cli import console_demo
 from support.orchestrator import run_demo_session
-from support.report_sessions import HOSTILE_DOC, IMG, SCRIPT, audited, demo, hostile
-from support.sessions import build_session, seal_session
 from support.store import raw_connection
-from support.stories import story
+from support.stories import HOSTILE_DOC, IMG, SCRIPT, audited, hostile, priced_session, story
 
 SID = uuid.UUID(int=11)
 CONSOLE_SCRIPT = str(Path(sys.executable).parent / "forge-ledger")
@@ -292,8 +292,9 @@ def test_a_broken_chain_is_reported_in_the_page_and_the_exit_code(
 def test_the_seal_and_its_hmac_are_checked_with_the_key(tmp_path: Path) -> None:
     store = tmp_path / "ledger.sqlite"
     with Ledger(str(store)) as ledger:
-        built = build_session(ledger, iterations=1, participants=2, converge=True)
-        seal_session(ledger, built.id, clock=FixedStepClock(), key=KEY.encode())
+        built = priced_session(ledger, iterations=1, participants=2, converge=True)
+        SessionBuilder.of(ledger.get(built.id), clock=FixedStepClock(), store=ledger).seal(
+            key=KEY.encode())
     env = {k: v for k, v in __import__("os").environ.items() if k != "FORGE_LEDGER_HMAC_KEY"}
     out = tmp_path / "r.html"
     keyed = _run("report", str(built.id), "--store", str(store), "-o", str(out),
@@ -382,7 +383,7 @@ def test_the_share_agreeing_is_the_engines_plain_majority(model: ReportModel) ->
 def demo_page(tmp_path_factory: pytest.TempPathFactory) -> tuple[ReportModel, dict[str, str]]:
     """The four-voices demo's report, and the page's sections by id."""
     store = tmp_path_factory.mktemp("demo") / "demo.sqlite"
-    sid = demo(store)
+    sid = console_demo(store)
     with Ledger(str(store), create=False) as ledger:
         m = gather(ledger, sid)
     html = render_html(m)

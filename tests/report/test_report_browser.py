@@ -24,15 +24,8 @@ from playwright.sync_api import expect, sync_playwright
 
 from forge_ledger.ledger import Ledger
 from forge_ledger.projections.document import fold_lineage
-from support.report_sessions import (
-    HOSTILE_DOC,
-    IMG,
-    MARKDOWN_DOC,
-    SCRIPT,
-    demo,
-    hostile,
-    markdown,
-)
+from support.cli import console_demo
+from support.stories import HOSTILE_DOC, IMG, MARKDOWN_DOC, SCRIPT, hostile, markdown
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Route
@@ -108,7 +101,7 @@ def test_the_report_in_a_real_browser(browser: Browser, tmp_path: Path) -> None:
     """The four-voices demo's page: its document holds the drafter's sentences and the
     synthesizer's, so a sentence's origin is not the text's author."""
     store, out = tmp_path / "demo.sqlite", tmp_path / "report.html"
-    sid = demo(store)
+    sid = console_demo(store)
     with Ledger(str(store), create=False) as ledger:
         state = ledger.state(sid)
     _report(store, out, sid)

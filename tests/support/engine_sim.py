@@ -24,7 +24,6 @@ from forge_ledger.domain.values import (
     ConvergenceVote,
     Critique,
     Opinion,
-    Participant,
     ParticipantRole,
     RoundKind,
     SessionConfig,
@@ -32,20 +31,10 @@ from forge_ledger.domain.values import (
     Topic,
 )
 from forge_ledger.testing import SessionBuilder
+from support.stories import numbered_participants
 
 Answer = Callable[[SessionState, RoundState, str], str]
 """(state at round start, round, participant) → the text the 'model' answers."""
-
-def participants(n: int, roles: tuple[ParticipantRole, ...] = ()) -> list[Participant]:
-    return [
-        Participant(
-            name=f"P{i + 1}",
-            model=f"openai/model-{i + 1}",
-            role=roles[i] if i < len(roles) else ParticipantRole.GENERALIST,
-        )
-        for i in range(n)
-    ]
-
 
 def start(
     n: int = 3,
@@ -56,16 +45,11 @@ def start(
     clock = FixedStepClock(step=timedelta(seconds=1))
     b = SessionBuilder(clock=clock).start(
         topic or Topic(title="Rate limiter design", description="Design a rate limiter."),
-        participants=participants(n, roles),
+        participants=numbered_participants(n, roles=roles),
         config=config or SessionConfig(),
         session_id=uuid.UUID(int=7),
     )
     return b.aggregate, clock
-
-
-def record(agg: Deliberation, payload: ev.Payload, clock: FixedStepClock) -> None:
-    """Record one payload planned by ``engine.after_round`` through the aggregate."""
-    SessionBuilder.of(agg, clock=clock).apply(payload)
 
 
 def play_round(

@@ -1,18 +1,16 @@
-"""Helpers for tests of hostile input: the CLI as a real subprocess, its peak memory, and
-running it as an unprivileged user so that file permissions bind (root ignores them)."""
+"""Helpers for tests of hostile input: the CLI's peak memory, hostile documents, untouched
+files (no tests here)."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-CONSOLE_SCRIPT = str(Path(sys.executable).parent / "forge-ledger")
-NOBODY = 65534
+from support.cli import CONSOLE_SCRIPT
 
 # A parent process with exactly one child: its RUSAGE_CHILDREN is that child's own usage.
 _MEASURE = """
@@ -44,25 +42,6 @@ def measure_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Mea
         env={**os.environ, **(env or {})},
     )
     return Measured(**json.loads(out.stdout))
-
-
-def unprivileged_prefix() -> list[str]:
-    """Run a command as ``nobody`` when the tests run as root (root ignores permissions, so a
-    read-only file would not be read-only for it)."""
-    if os.geteuid() != 0:
-        return []
-    setpriv = shutil.which("setpriv")
-    assert setpriv, "setpriv (util-linux) is needed to drop root privileges in this test"
-    return [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-
-
-def run_cli(*args: str, cwd: Path, unprivileged: bool = False,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    prefix = unprivileged_prefix() if unprivileged else []
-    return subprocess.run(
-        [*prefix, CONSOLE_SCRIPT, *args], capture_output=True, text=True, timeout=120, cwd=cwd,
-        check=False, env={**os.environ, **(env or {})},
-    )
 
 
 def one_error_line(stderr: str) -> str:

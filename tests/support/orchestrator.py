@@ -123,7 +123,7 @@ def voice(
     ]
 
 
-def participants(
+def generalists(
     api_base: str | None, names: Sequence[str], *, price: Price | None = PRICE,
 ) -> list[Participant]:
     """Generalists on ``openai/NAME`` (at ``api_base``: None for an in-process provider)."""

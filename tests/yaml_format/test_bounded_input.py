@@ -33,14 +33,14 @@ from forge_ledger.domain.values import (
 from forge_ledger.errors import InputLimitError, InvariantViolation, StoreError, UsageError
 from forge_ledger.ledger import Ledger
 from forge_ledger.testing import SessionBuilder
+from support.cli import run_console
 from support.hostile_inputs import (
     BILLION_LAUGHS,
     fingerprint,
     measure_cli,
     one_error_line,
-    run_cli,
 )
-from support.sessions import build_session, make_participants
+from support.stories import VARIED_ROLES, numbered_participants, priced_session
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -194,14 +194,14 @@ def test_max_tokens_bounds() -> None:
 def test_participant_count_bound() -> None:
     b = SessionBuilder().start("Bounds", participants=[f"p{i}" for i in range(MAX_PARTICIPANTS)])
     assert len(b.state.participants) == MAX_PARTICIPANTS
-    extra = make_participants(MAX_PARTICIPANTS + 1)[-1]
+    extra = numbered_participants(MAX_PARTICIPANTS + 1, roles=VARIED_ROLES)[-1]
     with pytest.raises(InvariantViolation, match=f"at most {MAX_PARTICIPANTS} participants"):
         b.aggregate.join(extra, at=b.clock.now())
 
 
 def test_cli_bounds_are_one_line_and_write_nothing(tmp_path: Path) -> None:
     store = tmp_path / "s" / "ledger.sqlite"
-    long_description = run_cli(
+    long_description = run_console(
         "run", "A topic", "-m", "openai/a", "-m", "openai/b", "--description", "d" * 20_001,
         "--store", str(store), cwd=tmp_path,
     )
@@ -209,7 +209,7 @@ def test_cli_bounds_are_one_line_and_write_nothing(tmp_path: Path) -> None:
     assert "description" in one_error_line(long_description.stderr)
     team = tmp_path / "team.yaml"
     team.write_text("participants:\n  - {name: a, model: openai/a, max_tokens: 5000000}\n")
-    too_many_tokens = run_cli(
+    too_many_tokens = run_console(
         "run", "A topic", "--participants", str(team), "--store", str(store), cwd=tmp_path,
     )
     assert too_many_tokens.returncode == 2
@@ -233,7 +233,7 @@ def open_dir() -> Iterator[Path]:
 
 def _real_store(path: Path) -> None:
     with Ledger(str(path)) as ledger:
-        build_session(ledger, iterations=2, participants=3, converge=True,
+        priced_session(ledger, iterations=2, participants=3, converge=True,
                       clock=FixedStepClock())
     assert path.stat().st_size >= 8 * 4096
 
@@ -265,7 +265,7 @@ def test_store_that_is_not_a_ledger(kind: str, command: str, open_dir: Path) -> 
     args = ["import", str(FIXTURES / "seed_standard.yaml")] if command == "import" else [
         "sessions",
     ]
-    result = run_cli(*args, "--store", str(target), cwd=open_dir, unprivileged=True)
+    result = run_console(*args, "--store", str(target), cwd=open_dir, unprivileged=True)
     if kind == "read-only" and command == "sessions":
         assert result.returncode == 0, result.stderr  # reading a read-only store works
     else:
@@ -298,7 +298,7 @@ def test_deep_nesting_is_one_message_in_flow_and_block_style(tmp_path: Path, dep
                      encoding="utf-8")
     lines = []
     for path in (flow, block):
-        result = run_cli("import", str(path), "--store", str(tmp_path / "s.sqlite"),
+        result = run_console("import", str(path), "--store", str(tmp_path / "s.sqlite"),
                          cwd=tmp_path)
         assert result.returncode == 2, result.stderr
         lines.append(one_error_line(result.stderr).replace(path.name, "FILE"))
@@ -310,7 +310,7 @@ def test_deep_nesting_is_one_message_in_flow_and_block_style(tmp_path: Path, dep
 def test_a_depth_limit_raised_past_the_parsers_own_says_so(tmp_path: Path) -> None:
     flow = tmp_path / "flow.yaml"
     flow.write_text("a: " + "[" * 2000 + "]" * 2000 + "\n", encoding="utf-8")
-    result = run_cli("import", str(flow), "--store", str(tmp_path / "s.sqlite"), cwd=tmp_path,
+    result = run_console("import", str(flow), "--store", str(tmp_path / "s.sqlite"), cwd=tmp_path,
                      env={"FORGE_LEDGER_YAML_MAX_DEPTH": "5000"})
     assert result.returncode == 2
     line = one_error_line(result.stderr)

@@ -21,7 +21,7 @@ from forge_ledger.errors import ImportValidationError
 from forge_ledger.ledger import Ledger
 from forge_ledger.spec import split_spec
 from forge_ledger.yaml_format import export_events, import_session
-from support.yaml_sessions import NAMES, build_session
+from support.stories import FEATURE_AUTH_NAMES, feature_auth
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 GOLDEN_EXPORTS = sorted(FIXTURES.glob("store-*/*.export.yaml"))
@@ -59,13 +59,13 @@ def test_status_vocabulary_reads_back_what_it_writes(status: SessionStatus) -> N
 
 
 def test_export_holds_participants_document_vote_and_panel(sqlite_url: str) -> None:
-    agg = build_session(iterations=2)
+    agg = feature_auth(iterations=2)
     with Ledger(sqlite_url) as ledger:
         ledger.save(agg)
         doc = yaml.safe_load(_export(ledger, str(agg.id)))
     s = agg.state
     ext = doc["forge_ledger"]
-    assert [p["name"] for p in ext["participants"]] == list(NAMES)
+    assert [p["name"] for p in ext["participants"]] == list(FEATURE_AUTH_NAMES)
     assert ext["participants"][0]["model"] == "openai/alice"
     assert ext["document"] == s.latest_text == "synthesis 2"
     conv = s.latest_convergence
@@ -77,11 +77,13 @@ def test_export_holds_participants_document_vote_and_panel(sqlite_url: str) -> N
     assert doc["session"]["mode"] == "standard"  # told in panel terms whatever the mode
     assert [r["phase"] for r in panel] == ["discussion", "debate", "debate"] * 2
     draft = panel[0]["contributions"]
-    assert [(c["expert"], c["framework"]) for c in draft] == [(n, "generalist") for n in NAMES]
+    assert [(c["expert"], c["framework"]) for c in draft] == [
+        (n, "generalist") for n in FEATURE_AUTH_NAMES
+    ]
 
 
 def test_import_restores_the_deliberation_and_export_is_a_fixed_point(store_url: str) -> None:
-    agg = build_session(iterations=2, vote_agree=(True, True, True))
+    agg = feature_auth(iterations=2, vote_agree=(True, True, True))
     with Ledger(store_url) as ledger:
         ledger.save(agg)
         first = _export(ledger, str(agg.id))
@@ -131,7 +133,7 @@ def _sessions(draw: st.DrawFn) -> dict[str, Any]:
 def test_export_import_export_is_a_fixed_point(
     spec: dict[str, Any], finish: SessionStatus | None, tmp_path: Path
 ) -> None:
-    agg = build_session(**spec, session_id=uuid.uuid4())
+    agg = feature_auth(**spec, session_id=uuid.uuid4())
     if finish is not None and finish.terminal:
         agg.finish(finish, at=agg.state.updated_at)
     with Ledger(str(tmp_path / f"{uuid.uuid4().hex}.sqlite")) as ledger:

@@ -31,7 +31,7 @@ from forge_ledger.yaml_format import (
     parse_session_file,
     write_export,
 )
-from support.yaml_sessions import build_session, clock
+from support.stories import feature_auth, minute_clock
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 SEEDS = ("seed_standard.yaml", "seed_party.yaml", "seed_panel.yaml")
@@ -141,7 +141,7 @@ def test_run_session_export_is_deterministic_and_complete(tmp_path: Path) -> Non
     texts = []
     for i in range(2):
         with Ledger(str(tmp_path / f"l{i}.sqlite")) as ledger:
-            agg = build_session(iterations=3, critique_scores=(30, 40))
+            agg = feature_auth(iterations=3, critique_scores=(30, 40))
             ledger.save(agg)
             texts.append(_export(ledger, str(agg.id)))
     assert texts[0] == texts[1]
@@ -175,7 +175,7 @@ def test_run_session_export_is_deterministic_and_complete(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("mode", [Mode.PARTY, Mode.PANEL])
 def test_party_and_panel_history_from_rounds(mode: Mode, sqlite_url: str) -> None:
-    agg = build_session(iterations=1, mode=mode)
+    agg = feature_auth(iterations=1, mode=mode)
     with Ledger(sqlite_url) as ledger:
         ledger.save(agg)
         s = yaml.safe_load(_export(ledger, str(agg.id)))["session"]
@@ -210,8 +210,8 @@ def test_party_and_panel_history_from_rounds(mode: Mode, sqlite_url: str) -> Non
 
 
 def test_ledger_block_names_run_sessions_and_carries_the_seal(sqlite_url: str) -> None:
-    agg = build_session(iterations=1)
-    c = clock()
+    agg = feature_auth(iterations=1)
+    c = minute_clock()
     with Ledger(sqlite_url) as ledger:
         ledger.save(agg)
         unsealed = yaml.safe_load(_export(ledger, str(agg.id)))
@@ -253,7 +253,7 @@ def test_back_restores_iteration_and_prints_summary(sqlite_url: str) -> None:
 
 
 def test_back_on_a_run_session_supersedes_rounds(sqlite_url: str) -> None:
-    agg = build_session(iterations=3)
+    agg = feature_auth(iterations=3)
     with Ledger(sqlite_url) as ledger:
         ledger.save(agg)
         summary = go_back(ledger, str(agg.id), 2, clock=FixedStepClock(datetime(2026, 2, 1,
@@ -294,8 +294,8 @@ def test_cleanup_removes_only_old_finished_exports(tmp_path: Path) -> None:
 
 
 def test_export_never_overwrites_another_sessions_file(tmp_path: Path, sqlite_url: str) -> None:
-    a = build_session(iterations=1, session_id=uuid.UUID(int=1))
-    b = build_session(iterations=1, session_id=uuid.UUID(int=2),
+    a = feature_auth(iterations=1, session_id=uuid.UUID(int=1))
+    b = feature_auth(iterations=1, session_id=uuid.UUID(int=2),
                       c=FixedStepClock(datetime(2026, 1, 10, tzinfo=UTC)))
     with Ledger(sqlite_url) as ledger:
         ledger.save(a, b)
@@ -406,8 +406,8 @@ def test_generated_files_round_trip(doc: dict[str, Any], tmp_path: Path) -> None
 def test_same_slug_same_day_sessions_get_their_own_files(sqlite_url: str, tmp_path: Path) -> None:
     """Two run sessions on one topic started the same day share a YAML ``session.id``; the
     second export must not overwrite the first session's file."""
-    first = build_session(iterations=1, session_id=uuid.uuid4())
-    second = build_session(iterations=1, session_id=uuid.uuid4())
+    first = feature_auth(iterations=1, session_id=uuid.uuid4())
+    second = feature_auth(iterations=1, session_id=uuid.uuid4())
     assert first.id != second.id
     with Ledger(sqlite_url) as ledger:
         ledger.save(first, second)
