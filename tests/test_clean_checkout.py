@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -15,6 +17,7 @@ def _git(repo: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, timeout=60)
 
 
+@pytest.mark.slow
 def test_a_run_that_leaves_a_file_in_the_checkout_fails(tmp_path: Path) -> None:
     repo = tmp_path / "checkout"
     (repo / "tests").mkdir(parents=True)

@@ -290,6 +290,7 @@ def _prompts_after(ledger: Ledger, sid: uuid.UUID, after: int) -> list[tuple[Any
     ]
 
 
+@pytest.mark.slow
 def test_a_fork_is_its_parent_up_to_the_fork_point_and_asks_what_it_asked(
     store_url: str,
 ) -> None:
@@ -353,6 +354,7 @@ def _without(doc: dict[str, Any], *keys: str) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k not in keys}
 
 
+@pytest.mark.slow
 def test_cli_a_resumed_fork_of_the_demo_agrees_with_its_parent(tmp_path: Path) -> None:
     """Through the real CLI: the demo, forked at iteration 1 and resumed, has its parent's
     dissent log, provenance and summary (cost, events); forked at its end, ``back`` says what

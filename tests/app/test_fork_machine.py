@@ -284,6 +284,7 @@ SETTINGS = settings(
 )
 
 
+@pytest.mark.slow
 def test_fork_machine_on_sqlite() -> None:
     with tempfile.TemporaryDirectory() as d:
         counter = iter(range(10**6))
@@ -297,6 +298,7 @@ def test_fork_machine_on_sqlite() -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_fork_machine_on_postgres() -> None:
     schemas: list[str] = []
 

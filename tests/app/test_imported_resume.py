@@ -48,6 +48,7 @@ def test_imported_session_shows_the_files_ems_and_needs_participants(
         assert ledger.head_version(ledger.resolve(sid)) == before  # nothing recorded
 
 
+@pytest.mark.slow
 def test_resume_with_participants_continues_after_the_imported_iterations(
     capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path,
 ) -> None:

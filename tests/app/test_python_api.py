@@ -28,6 +28,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("forge_ledger.cli
 """
 
 
+@pytest.mark.slow
 def test_the_example_starts_audits_and_reports_a_session_without_the_cli(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-c", _RUN, str(EXAMPLE), str(tmp_path)],

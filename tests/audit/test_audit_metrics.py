@@ -7,6 +7,7 @@ import random
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -57,6 +58,7 @@ def _mean(xs: list[float]) -> float:
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(min_value=0, max_value=10_000))
+@pytest.mark.slow
 def test_rows_and_their_aggregate_say_what_the_audits_say(seed: int) -> None:
     with tempfile.TemporaryDirectory() as tmp, Ledger(str(Path(tmp) / "l.sqlite")) as ledger:
         ids = random_sessions(ledger, seed, 4)

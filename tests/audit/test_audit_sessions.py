@@ -183,6 +183,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("how", ["flag", "participants file"])
+@pytest.mark.slow
 def test_run_anonymize_from_the_command_line(
     store_url: str, fake_openai: FakeOpenAIServer, tmp_path: Path, how: str,
 ) -> None:

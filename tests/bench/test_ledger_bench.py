@@ -13,6 +13,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "ledger_bench.py"
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_bench_quick_prints_one_json_document() -> None:
     proc = subprocess.run(
         [sys.executable, str(BENCH), "--quick"],

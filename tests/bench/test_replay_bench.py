@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "replay_bench.py"
 
 
+@pytest.mark.slow
 def test_replay_bench_quick_prints_one_json_document() -> None:
     proc = subprocess.run(
         [sys.executable, str(BENCH), "--quick"],

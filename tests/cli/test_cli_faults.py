@@ -69,6 +69,7 @@ def script(**before: list[dict[str, Any]]) -> dict[str, Any]:
     return {n: voice(n, before=before.get(n, [])) for n in NAMES}
 
 
+@pytest.mark.slow
 def test_a_fault_on_the_only_author_pauses_then_resume_finishes(
     tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
@@ -123,6 +124,7 @@ def test_a_fault_on_the_only_author_pauses_then_resume_finishes(
     assert_sound(tmp_path, sid)
 
 
+@pytest.mark.slow
 def test_a_fault_a_person_fixes_names_the_fix_and_a_swap_is_recorded(
     tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
@@ -156,6 +158,7 @@ def test_a_fault_a_person_fixes_names_the_fix_and_a_swap_is_recorded(
     assert models == {"ana": "openai/ana", "ben": "openai/ben", "cleo": "openai/cleo"}
 
 
+@pytest.mark.slow
 def test_resume_api_base_moves_every_participant(
     tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
@@ -175,6 +178,7 @@ def test_resume_api_base_moves_every_participant(
     assert_sound(tmp_path, doc["session_id"])
 
 
+@pytest.mark.slow
 def test_abort_is_a_person_decision_and_resume_of_it_fails(
     tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
@@ -195,6 +199,7 @@ def test_abort_is_a_person_decision_and_resume_of_it_fails(
     assert "aborted: the provider is gone" in resumed.stderr
 
 
+@pytest.mark.slow
 def test_resume_of_an_ended_unsealed_session_seals_and_exports(
     tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
@@ -251,6 +256,7 @@ def test_demo_fork_resume_runs_offline(tmp_path: Path) -> None:
     assert_sound(tmp_path, child)
 
 
+@pytest.mark.slow
 def test_fork_api_base_and_model_swap_are_recorded_in_the_fork(
     tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:

@@ -594,6 +594,7 @@ def test_missing_store_is_not_created(tmp_path: Path, capsys: pytest.CaptureFixt
 # --------------------------------------------------------------------------- real processes
 
 
+@pytest.mark.slow
 def test_console_script_and_module_print_one_json_document(store: Store) -> None:
     script = run_process("sessions", "--json", "--store", store.url)
     module = run_process("show", store.a.prefix, "--json", "--store", store.url, module=True)

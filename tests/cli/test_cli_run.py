@@ -145,6 +145,7 @@ def test_missing_api_key_is_one_clear_line(
     assert not Path(store).exists()  # found before anything was recorded
 
 
+@pytest.mark.slow
 def test_unreachable_provider_is_one_clear_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -65,6 +65,7 @@ def _types(store: str, sid: str) -> list[str]:
         return [e.type for e in ledger.events(ledger.resolve(sid))]
 
 
+@pytest.mark.slow
 def test_pause_answer_overrule_resume_converges(
     setup: tuple[Path, str], fake_openai: FakeOpenAIServer, capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -113,6 +114,7 @@ def test_pause_answer_overrule_resume_converges(
     assert "SessionResumed" in _types(store, sid)
 
 
+@pytest.mark.slow
 def test_without_overrule_the_strong_dissent_blocks(
     setup: tuple[Path, str], fake_openai: FakeOpenAIServer, capsys: pytest.CaptureFixture[str],
 ) -> None:

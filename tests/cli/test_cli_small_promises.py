@@ -45,6 +45,7 @@ def pg_with_password() -> Iterator[tuple[str, str]]:
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_the_demo_hints_mask_a_postgres_password(
     tmp_path: Path, pg_with_password: tuple[str, str],
 ) -> None:
@@ -71,6 +72,7 @@ def _team(tmp_path: Path, url: str, names: tuple[str, ...]) -> Path:
     return write_participants(tmp_path / "team.yaml", url, names)
 
 
+@pytest.mark.slow
 def test_resume_of_an_aborted_session_says_it_was_aborted_and_how_to_fork(
     tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
@@ -132,6 +134,7 @@ def _python_handles_sigint(pid: int) -> None:
 
 
 @pytest.mark.parametrize("after", [0.5, 1.0, 2.0, 4.0, 8.0])
+@pytest.mark.slow
 def test_ctrl_c_at_any_moment_of_a_run_is_one_interrupted_line_and_exit_130(
     tmp_path: Path, fake_openai: FakeOpenAIServer, after: float,
 ) -> None:
@@ -148,6 +151,7 @@ def test_ctrl_c_at_any_moment_of_a_run_is_one_interrupted_line_and_exit_130(
     _assert_one_interrupt_line(*_interrupted(proc))
 
 
+@pytest.mark.slow
 def test_ctrl_c_once_the_session_is_recorded_names_it(
     tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
@@ -164,6 +168,7 @@ def test_ctrl_c_once_the_session_is_recorded_names_it(
                     f"continue with: forge-ledger resume {short}")
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_command_that_waits_is_the_same_line(tmp_path: Path) -> None:
     """``projections update --follow`` waits for new events until Ctrl-C, which click
     would answer with its own "Aborted!" if the command did not."""
@@ -178,6 +183,7 @@ def test_ctrl_c_in_a_command_that_waits_is_the_same_line(tmp_path: Path) -> None
     assert line == "interrupted"
 
 
+@pytest.mark.slow
 def test_a_pause_names_every_participant_whose_answer_is_missing(
     tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:

@@ -99,6 +99,7 @@ def test_spec_json_is_the_latest_synthesis_byte_for_byte_and_agreed(
         assert doc["head_hash"] == ledger.state(s.id).head_hash
 
 
+@pytest.mark.slow
 def test_spec_provenance_json_traces_every_sentence(
     built: tuple[str, BuiltSession], tmp_path: Path,
 ) -> None:
@@ -126,6 +127,7 @@ def test_spec_provenance_json_traces_every_sentence(
     assert answered == sorted(answered)
 
 
+@pytest.mark.slow
 def test_spec_file_is_tied_to_the_chain(built: tuple[str, BuiltSession], tmp_path: Path) -> None:
     store, s = built
     out = tmp_path / "doc.md"
@@ -142,6 +144,7 @@ def test_spec_file_is_tied_to_the_chain(built: tuple[str, BuiltSession], tmp_pat
     assert "differs from the document at event" in one_error_line(bad.stderr)
 
 
+@pytest.mark.slow
 def test_spec_diff_names_who_changed_each_hunk(
     built: tuple[str, BuiltSession], tmp_path: Path,
 ) -> None:
@@ -161,6 +164,7 @@ def test_spec_diff_names_who_changed_each_hunk(
     assert all(c["iteration"] == 2 for h in doc["hunks"] for c in h["changed_by"])
 
 
+@pytest.mark.slow
 def test_spec_diff_is_a_patch_that_patch_applies(
     built: tuple[str, BuiltSession], tmp_path: Path,
 ) -> None:
@@ -170,6 +174,7 @@ def test_spec_diff_is_a_patch_that_patch_applies(
     _assert_patch_applies(store, s.prefix, tmp_path)
 
 
+@pytest.mark.slow
 def test_spec_diff_lines_end_at_newlines_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -202,6 +207,7 @@ def _assert_patch_applies(store: str, prefix: str, tmp_path: Path) -> None:
     assert doc.read_bytes().decode("utf-8") == texts[1]
 
 
+@pytest.mark.slow
 def test_spec_mistakes_are_one_line(built: tuple[str, BuiltSession], tmp_path: Path) -> None:
     store, s = built
     for args in (
@@ -217,6 +223,7 @@ def test_spec_mistakes_are_one_line(built: tuple[str, BuiltSession], tmp_path: P
         assert proc.stdout == ""
 
 
+@pytest.mark.slow
 def test_demo_writes_the_document_beside_the_store_and_nothing_in_the_cwd(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -246,6 +253,7 @@ def test_outputs_of_a_sqlite_store_are_beside_it(tmp_path: Path) -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_outputs_of_a_postgres_store_go_under_home(pg_url: str, tmp_path: Path) -> None:
     with Ledger(pg_url, create=True) as ledger:
         s = priced_session(ledger, iterations=1, participants=2)
@@ -287,6 +295,7 @@ def test_cleanup_removes_old_finished_exports_and_documents_beside_the_store(
     assert not spec.exists()
 
 
+@pytest.mark.slow
 def test_outputs_are_created_with_the_same_mode(
     built: tuple[str, BuiltSession], tmp_path: Path,
 ) -> None:
@@ -312,6 +321,7 @@ def test_outputs_are_created_with_the_same_mode(
     assert not [p for p in paths[0].parent.iterdir() if p.name.endswith(".tmp")]
 
 
+@pytest.mark.slow
 def test_spec_output_dash_prints_the_document(built: tuple[str, BuiltSession],
                                               tmp_path: Path) -> None:
     store, s = built

@@ -180,6 +180,7 @@ def test_audit_loads_the_audit_and_not_the_running_side(tmp_path: Path) -> None:
                             "forge_ledger.audit.aggregates")) == []
 
 
+@pytest.mark.slow
 def test_sessions_from_a_current_read_model_builds_no_model(tmp_path: Path) -> None:
     """The read model holds the summaries: listing them needs no schema of ours (they are
     built on first use, and nothing uses one)."""

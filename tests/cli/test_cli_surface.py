@@ -95,6 +95,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
     ["show"], ["log"], ["trail"], ["dissent", "--all"], ["audit"], ["audit", "--json"],
     ["spec", "--provenance"], ["sessions"],
 ])
+@pytest.mark.slow
 def test_a_reader_that_went_away_is_not_a_failure(recorded: Recorded, command: list[str]) -> None:
     """``forge-ledger trail S | head -1``: the reader closes the pipe early. The command ends
     quietly with exit 0, whether it printed with Rich or with click. The pipe's read end is
@@ -153,6 +154,7 @@ def test_on_a_terminal_markup_in_stored_text_is_printed_not_obeyed(recorded: Rec
 
 
 @pytest.mark.usefixtures("recorded")
+@pytest.mark.slow
 def test_attended_prompt_shows_the_divergence_id(tmp_path: Path) -> None:
     """The interactive prompt (stdin a terminal) prints ``[d…]`` ids that --overrule needs."""
     store = str(tmp_path / "attended.sqlite")
@@ -247,6 +249,7 @@ def test_call_settings_reach_the_session_config(
     (["--api-base", "notaurl"], ["api_base 'notaurl' (of ana, ben) is not a URL"]),
     (["--max-cost", "1"], ["ana (openai/ana): no known price", "ben (openai/ben): no known"]),
 ])
+@pytest.mark.slow
 def test_contradictions_are_refused_before_anything_is_recorded(
     tmp_path: Path, args: list[str], expected: list[str],
 ) -> None:
@@ -264,6 +267,7 @@ def test_contradictions_are_refused_before_anything_is_recorded(
     assert not store.exists()
 
 
+@pytest.mark.slow
 def test_too_many_participants_are_refused_before_the_store_is_made(tmp_path: Path) -> None:
     store = tmp_path / "never.sqlite"
     models = [arg for i in range(33) for arg in ("-m", f"openai/p{i}")]
@@ -275,6 +279,7 @@ def test_too_many_participants_are_refused_before_the_store_is_made(tmp_path: Pa
     assert not store.exists()
 
 
+@pytest.mark.slow
 def test_missing_keys_reported_through_litellm_one_line_each(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items()
            if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY",
@@ -348,6 +353,7 @@ def test_allow_unpriced_runs_and_shows_unpriced_not_zero(
 # --------------------------------------------------------------------------- 14.7
 
 
+@pytest.mark.slow
 def test_resume_inside_an_open_round_names_the_round(tmp_path: Path) -> None:
     """Killed in the middle of a critique round, resumed: every progress line names its round
     (the first one used to be ' done · session cost …' with no round at all)."""
@@ -394,6 +400,7 @@ def test_resume_inside_an_open_round_names_the_round(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- 14.8
 
 
+@pytest.mark.slow
 def test_browse_serves_canned_queries_for_any_store_name(recorded: Recorded) -> None:
     proc = subprocess.Popen(
         [CONSOLE_SCRIPT, "browse", "--port", "0", "--store", recorded.store],
@@ -444,6 +451,7 @@ def _json(*args: str) -> Any:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_after_back_show_and_the_jump_summary_agree(tmp_path: Path) -> None:
     """Paused in iteration 2, back 1: the summary's EMS is the session's EMS now and at the
     end of iteration 1 (a divergence addressed in the undone iteration no longer counts)."""
@@ -472,6 +480,7 @@ def test_after_back_show_and_the_jump_summary_agree(tmp_path: Path) -> None:
     assert now["status"] == "paused"
 
 
+@pytest.mark.slow
 def test_back_on_an_ended_session_says_to_fork(
     fake_openai: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -488,6 +497,7 @@ def test_back_on_an_ended_session_says_to_fork(
     assert f"forge-ledger fork {sid[:8]} --at-iteration 1" in line
 
 
+@pytest.mark.slow
 def test_imported_phase_is_the_one_shown_and_re_exported(tmp_path: Path) -> None:
     import yaml
 
@@ -502,6 +512,7 @@ def test_imported_phase_is_the_one_shown_and_re_exported(tmp_path: Path) -> None
     assert shown == exported == phase
 
 
+@pytest.mark.slow
 def test_importing_an_export_keeps_the_title(recorded: Recorded, tmp_path: Path) -> None:
     out = tmp_path / "run.yaml"
     assert cli("export", recorded.session_id, "-o", str(out), "--store", recorded.store,
@@ -512,6 +523,7 @@ def test_importing_an_export_keeps_the_title(recorded: Recorded, tmp_path: Path)
     assert _json("show", sid, "--store", store)["title"] == title == f"Retries {HOSTILE}"
 
 
+@pytest.mark.slow
 def test_resume_checks_added_participants_before_they_join(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     store = str(tmp_path / "imp.sqlite")

@@ -47,6 +47,7 @@ def test_another_forge_ledger_on_path_is_not_taken_for_this_one(
     assert invoked_as(str(script)) == str(script)
 
 
+@pytest.mark.slow
 def test_the_demo_started_by_its_venv_path_hints_that_path(tmp_path: Path) -> None:
     exe = Path(sys.executable).parent / "forge-ledger"
     env = {**os.environ, "PATH": "/usr/bin:/bin"}

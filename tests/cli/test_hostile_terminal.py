@@ -167,6 +167,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Any:
     server.stop()
 
 
+@pytest.mark.slow
 def test_the_live_run_and_the_attended_prompt_show_the_controls_escaped(hostile: Any) -> None:
     out = hostile.run_output
     assert hostile.run_code == 0, out
@@ -193,6 +194,7 @@ def test_the_live_run_and_the_attended_prompt_show_the_controls_escaped(hostile:
     ("verify", "{sid}"),
     ("show", "nope\x1b[2J\u202e"),
 ], ids=lambda c: "-".join(x for x in c if "{" not in x and "\x1b" not in x))
+@pytest.mark.slow
 def test_every_command_shows_the_controls_escaped(hostile: Any, command: tuple[str, ...]) -> None:
     args = [a.format(sid=hostile.sid[:8], tmp=hostile.tmp) for a in command]
     code, out = on_terminal(*args, env=hostile.env, cwd=hostile.tmp)
@@ -209,6 +211,7 @@ def test_back_shows_the_restored_questions_escaped(hostile: Any) -> None:
     assert_shown_not_obeyed(out)
 
 
+@pytest.mark.slow
 def test_json_files_and_pipes_keep_the_exact_bytes(hostile: Any) -> None:
     env, tmp, sid = hostile.env, hostile.tmp, hostile.sid
 

@@ -103,6 +103,7 @@ def _store_for(kind: str, tmp_path: Path, pg_url: str) -> str:
 
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.mark.slow
 def test_a_second_claimant_is_refused_at_once_and_a_killed_holder_is_taken_over(
     kind: str, tmp_path: Path, pg_url: str, fake_openai: FakeOpenAIServer,
 ) -> None:
@@ -168,6 +169,7 @@ def test_lease_in_process(kind: str, tmp_path: Path, pg_url: str) -> None:
             pass
 
 
+@pytest.mark.slow
 def test_ctrl_c_exits_130_naming_the_session_and_it_resumes(
     tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:
@@ -240,6 +242,7 @@ def test_a_second_ctrl_c_exits_at_once() -> None:
     assert "interrupted again: exiting now" in err
 
 
+@pytest.mark.slow
 def test_output_closed_after_three_lines_does_not_stop_the_run(
     tmp_path: Path, fake_openai: FakeOpenAIServer,
 ) -> None:

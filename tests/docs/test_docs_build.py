@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import click
+import pytest
 
 from forge_ledger.cli import cli
 from forge_ledger.cli._examples import EXAMPLES
@@ -33,6 +34,7 @@ def _visible_commands(group: click.Group, prefix: str) -> list[str]:
     return names
 
 
+@pytest.mark.slow
 def test_the_site_builds_without_warnings_and_documents_every_command(tmp_path: Path) -> None:
     out = tmp_path / "html"
     proc = subprocess.run(

@@ -76,6 +76,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return where, str(json.loads(proc.stdout)["session_id"])
 
 
+@pytest.mark.slow
 def test_every_tutorial_example_runs_as_printed(demo: tuple[Path, str]) -> None:
     where, session = demo
     found = examples(TUTORIAL.read_text(encoding="utf-8"))

@@ -48,6 +48,7 @@ def test_every_value_type_round_trips_through_json(value: Any) -> None:
 
 @given(any_payload)
 @settings(max_examples=400)
+@pytest.mark.slow
 def test_every_payload_round_trips_through_json(payload: ev.Payload) -> None:
     _round_trip(payload)
 

@@ -457,6 +457,7 @@ def test_every_change_is_stored_in_random_sessions(sqlite_url: str, seed: int) -
             assert _assert_every_change_is_stored(ledger, uuid.UUID(sid)) > 0
 
 
+@pytest.mark.slow
 def test_time_travel_through_shared_blocks_gives_the_folded_state(store_url: str) -> None:
     """Snapshots every 7 events of a session with several blocks of rounds and answers: the
     state at every position is the one folded from the first event, and the snapshots share

@@ -131,6 +131,7 @@ def test_two_processes_race_on_sqlite(sqlite_url: str) -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_two_processes_race_on_postgres(pg_url: str) -> None:
     _check_race(pg_url)
 
@@ -206,6 +207,7 @@ def _open_together(store: str, n: int) -> list[tuple[int, str, str]]:
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_eight_processes_open_a_fresh_postgres_schema_together() -> None:
     """Any number of processes may open one new store URL at once: the schema and tables are
     created exactly once (under an advisory lock), nobody fails, and every write lands."""

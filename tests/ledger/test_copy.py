@@ -78,6 +78,7 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return where / "demo.sqlite"
 
 
+@pytest.mark.slow
 def test_demo_keeps_every_hash_from_sqlite_to_postgres_to_an_archive_to_sqlite(
     demo_store: Path, pg_url: str, tmp_path: Path
 ) -> None:
@@ -133,6 +134,7 @@ def _source_untouched(source: Path, digest: str) -> bool:
     return _sha256(source) == digest
 
 
+@pytest.mark.slow
 def test_a_fork_is_copied_with_its_parent(demo_store: Path, tmp_path: Path) -> None:
     source = tmp_path / "source.sqlite"
     shutil.copyfile(demo_store, source)
@@ -160,6 +162,7 @@ def test_a_fork_is_copied_with_its_parent(demo_store: Path, tmp_path: Path) -> N
     assert _sha256(source) == before
 
 
+@pytest.mark.slow
 def test_another_history_is_refused_and_a_longer_one_extends(tmp_path: Path) -> None:
     sid = uuid.UUID(int=7)
     source, other, target = (str(tmp_path / f"{n}.sqlite") for n in ("a", "b", "t"))
@@ -193,6 +196,7 @@ def test_another_history_is_refused_and_a_longer_one_extends(tmp_path: Path) -> 
     _verified(target, tmp_path)
 
 
+@pytest.mark.slow
 def test_an_archive_checks_the_seal_hmac_with_the_key(tmp_path: Path) -> None:
     sid = uuid.UUID(int=9)
     source = str(tmp_path / "sealed.sqlite")
@@ -243,6 +247,7 @@ def _killed_midway(args: list[str], cwd: Path) -> float:
     return moment
 
 
+@pytest.mark.slow
 def test_a_copy_killed_midway_then_run_again_gives_a_whole_verifying_target(
     tmp_path: Path,
 ) -> None:
@@ -285,6 +290,7 @@ def test_a_store_opened_read_only_refuses_a_write(tmp_path: Path) -> None:
         assert ledger.head_version(uuid.UUID(int=11)) == head
 
 
+@pytest.mark.slow
 def test_an_export_killed_midway_leaves_no_archive_and_the_next_one_is_whole(
     tmp_path: Path,
 ) -> None:

@@ -167,6 +167,7 @@ def damaged(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     return store, position
 
 
+@pytest.mark.slow
 def test_every_command_on_the_damaged_session_answers_in_one_line(
     damaged: tuple[Path, int],
 ) -> None:
@@ -191,6 +192,7 @@ def test_sessions_lists_every_session_and_marks_the_damaged_one(
     assert rows[INTACT]["status"] == "complete"
 
 
+@pytest.mark.slow
 def test_intact_sessions_still_give_their_document_and_report(damaged: tuple[Path, int]) -> None:
     """The session with a document shares every answer with the damaged one (both were
     scripted alike): its document is checked when the damage is to an event row."""
@@ -207,6 +209,7 @@ def test_intact_sessions_still_give_their_document_and_report(damaged: tuple[Pat
     assert "<html" in page.read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_report_of_the_damaged_session_writes_its_page_as_of_the_last_intact_event(
     damaged: tuple[Path, int],
 ) -> None:

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from eventsourcing.persistence import (
     DatetimeAsISO,
     JSONTranscoder,
@@ -159,6 +160,7 @@ _PAYLOAD = st.recursive(
 
 @settings(max_examples=300, deadline=None)
 @given(_PAYLOAD)
+@pytest.mark.slow
 def test_texts_are_referred_to_as_the_rule_says(data: Any) -> None:
     for top in (False, True):  # any data, and an event's payload
         got: dict[str, str] = {}

@@ -14,6 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from forge_ledger.errors import StoreUnavailableError
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.testing import FakeOpenAIServer
@@ -35,6 +37,7 @@ def _env(**extra: str) -> dict[str, str]:
     return {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **extra}
 
 
+@pytest.mark.slow
 def test_eight_run_processes_into_one_file_all_finish(
     fake_openai: FakeOpenAIServer, tmp_path: Path,
 ) -> None:
@@ -79,6 +82,7 @@ def _wait_for_session(store: Path, proc: subprocess.Popen[str]) -> str:
     raise AssertionError(f"run ended before recording a session: {proc.stderr}")
 
 
+@pytest.mark.slow
 def test_a_write_lock_held_past_the_wait_exits_75_with_the_resume_hint(
     fake_openai: FakeOpenAIServer, tmp_path: Path,
 ) -> None:
@@ -126,6 +130,7 @@ def test_a_write_lock_held_past_the_wait_exits_75_with_the_resume_hint(
         assert verify_session(ledger, ledger.resolve(full)).ok
 
 
+@pytest.mark.slow
 def test_a_lock_held_before_anything_is_recorded_says_run_again(
     fake_openai: FakeOpenAIServer, tmp_path: Path,
 ) -> None:

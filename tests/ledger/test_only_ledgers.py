@@ -135,6 +135,7 @@ def test_every_command_refuses_a_foreign_file_and_leaves_it_unchanged(
     assert _folder(hostile) == files  # no -wal, no leases, no read model beside it
 
 
+@pytest.mark.slow
 def test_run_and_verify_refuse_it_in_a_real_process(
     hostile: Path, fake_openai: FakeOpenAIServer,
 ) -> None:

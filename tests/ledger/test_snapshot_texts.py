@@ -121,6 +121,7 @@ _JSON = st.recursive(
 
 @settings(max_examples=300, deadline=None)
 @given(_JSON)
+@pytest.mark.slow
 def test_texts_out_of_a_document_and_back_give_it_unchanged(document: Any) -> None:
     """Any document, with any strings under any keys: referring to its long texts and reading
     them back gives the same document, and no long text under a text key stays inline."""

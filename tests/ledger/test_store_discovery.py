@@ -47,6 +47,7 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_a_run_in_a_subfolder_uses_the_projects_store(project: Path) -> None:
     sub = project / "src" / "deep"
     done = _cli("demo", "--latency", "0", "--json", cwd=sub)
@@ -84,6 +85,7 @@ def test_the_environment_beats_discovery_and_store_beats_the_environment(
     assert (doc["rule"], doc["store"]) == ("option", given)
 
 
+@pytest.mark.slow
 def test_with_no_store_anywhere_the_user_level_store_is_used_and_created(tmp_path: Path) -> None:
     """No project, no variable: the platform's user data folder (XDG on Linux), created by the
     first command that writes, and found again from any other folder."""
@@ -121,6 +123,7 @@ def test_with_no_store_anywhere_the_user_level_store_is_used_and_created(tmp_pat
     assert (doc["rule"], doc["store"], doc["exists"]) == ("user", str(expected), True)
 
 
+@pytest.mark.slow
 def test_store_prints_the_store_and_the_rule(project: Path) -> None:
     proc = _cli("store", cwd=project / "src")
     assert proc.returncode == 0, proc.stderr
@@ -130,6 +133,7 @@ def test_store_prints_the_store_and_the_rule(project: Path) -> None:
     assert lines[2] == "file: does not exist yet (a run or the demo creates it)"
 
 
+@pytest.mark.slow
 def test_a_read_with_nothing_found_names_the_store_and_how_it_is_found(tmp_path: Path) -> None:
     proc = _cli("sessions", cwd=tmp_path)
     assert proc.returncode != 0

@@ -12,6 +12,8 @@ import sqlite3
 import threading
 from pathlib import Path
 
+import pytest
+
 from forge_ledger.ledger import Ledger
 
 
@@ -32,6 +34,7 @@ def test_a_new_store_opens_while_another_writer_holds_it(tmp_path: Path) -> None
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+@pytest.mark.slow
 def test_three_openers_of_a_new_store_all_open_it(tmp_path: Path) -> None:
     failures: list[BaseException] = []
     for i in range(20):

@@ -51,6 +51,7 @@ def _run(store: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("fmt", "name"), [(f, name) for f in FORMATS for name in sorted(MANIFESTS[f])]
 )
+@pytest.mark.slow
 def test_command_output_is_unchanged(
     stores: dict[str, Path], tmp_path: Path, fmt: str, name: str
 ) -> None:
@@ -82,6 +83,7 @@ def test_every_session_verifies_and_replays_identically(fmt: str) -> None:
     assert {s["status"] for s in sessions} >= {"converged", "paused"}
 
 
+@pytest.mark.slow
 def test_sessions_reads_the_read_model_only_when_it_is_current(tmp_path: Path) -> None:
     """``sessions`` lists from the read model's summary rows once the projections have caught
     up (same output as from the ledger), and from the ledger as soon as the store moved on."""

@@ -78,6 +78,7 @@ def test_an_empty_sqlite_database_is_not_made_a_store(tmp_path: Path) -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_read_commands_create_no_postgres_schema(tmp_path: Path) -> None:
     schema = f"fl_test_{uuid.uuid4().hex[:12]}"
     url = f"{PG_BASE}?schema={schema}"
@@ -117,6 +118,7 @@ def _store(path: Path) -> BuiltSession:
         return priced_session(ledger, iterations=2, participants=3, clock=FixedStepClock())
 
 
+@pytest.mark.slow
 def test_a_store_in_a_read_only_folder_is_readable(open_dir: Path) -> None:
     folder = open_dir / "archive"
     folder.mkdir()
@@ -194,6 +196,7 @@ def _tamper_vote(path: Path, built: BuiltSession, field: str = "vote.score",
      ["diff", "SELF"]],
     ids=lambda c: "-".join(c),
 )
+@pytest.mark.slow
 def test_printing_a_session_whose_chain_does_not_verify_says_so(
     command: list[str], tmp_path: Path,
 ) -> None:

@@ -279,6 +279,7 @@ def _check_sequence(path: str, n_participants: int, steps: list[tuple[int, bool]
     n_participants=st.integers(2, 4),
     steps=st.lists(st.tuples(st.integers(0, 10_000), st.booleans()), min_size=1, max_size=60),
 )
+@pytest.mark.slow
 def test_state_at_every_position_equals_live_state(
     tmp_path_factory: pytest.TempPathFactory, n_participants: int,
     steps: list[tuple[int, bool]],
@@ -288,6 +289,7 @@ def test_state_at_every_position_equals_live_state(
         event(kind)
 
 
+@pytest.mark.slow
 def test_long_seeded_sequences_cover_every_command(tmp_path: Path) -> None:
     """Long walks (seeded, reproducible) reach what short generated ones rarely do."""
     seen: set[str] = set()

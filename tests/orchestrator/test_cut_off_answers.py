@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from forge_ledger.domain.values import RoundKind, StopReason
 from forge_ledger.engine import MAX_CONTINUATIONS, output_ceiling
 from forge_ledger.ledger import Ledger
@@ -29,6 +31,7 @@ def _synthesis(state: Any) -> Any:
     return rnd
 
 
+@pytest.mark.slow
 def test_a_cut_off_synthesis_is_continued_recorded_and_replayed(
     fake_openai: FakeOpenAIServer, ana_and_ben: list[str], tmp_path: Path,
 ) -> None:
@@ -63,6 +66,7 @@ def test_a_cut_off_synthesis_is_continued_recorded_and_replayed(
     )
 
 
+@pytest.mark.slow
 def test_a_synthesis_still_cut_after_its_continuations_is_marked_truncated(
     fake_openai: FakeOpenAIServer, ana_and_ben: list[str], tmp_path: Path,
 ) -> None:
@@ -103,6 +107,7 @@ def test_a_synthesis_still_cut_after_its_continuations_is_marked_truncated(
     assert console_json("replay", sid, "--store", str(store))["ok"] is True
 
 
+@pytest.mark.slow
 def test_a_cut_off_vote_that_cannot_be_repaired_is_an_abstention_saying_so(
     fake_openai: FakeOpenAIServer, ana_and_ben: list[str], tmp_path: Path,
 ) -> None:
@@ -127,6 +132,7 @@ def test_a_cut_off_vote_that_cannot_be_repaired_is_an_abstention_saying_so(
     assert "cut off at its token limit" in show.stdout
 
 
+@pytest.mark.slow
 def test_a_provider_ignoring_max_tokens_is_stopped_at_the_ceiling(
     fake_openai: FakeOpenAIServer, ana_and_ben: list[str], tmp_path: Path,
 ) -> None:

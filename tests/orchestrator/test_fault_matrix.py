@@ -73,6 +73,7 @@ def _problems(fault: FaultKind, cell: CellResult) -> list[str]:
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
+@pytest.mark.slow
 def test_fault_in_every_round_kind_is_survived_and_replays(
     fault: FaultKind, tmp_path: Path,
 ) -> None:
@@ -103,6 +104,7 @@ def _fallback_problems(fault: FaultKind, cell: CellResult) -> list[str]:
     return problems
 
 
+@pytest.mark.slow
 def test_with_fallback_a_draft_or_synthesis_author_that_keeps_failing_is_replaced(
     tmp_path: Path,
 ) -> None:

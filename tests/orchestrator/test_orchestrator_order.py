@@ -38,6 +38,7 @@ def _draft_requests(server: FakeOpenAIServer) -> list[RecordedRequest]:
     return [r for r in server.requests if "· draft ·" in r.last_user_message]
 
 
+@pytest.mark.slow
 def test_events_follow_participant_order_whatever_the_latencies(
     fake_openai: FakeOpenAIServer, tmp_path: Path,
 ) -> None:
@@ -72,6 +73,7 @@ def test_events_follow_participant_order_whatever_the_latencies(
     assert views[0] == views[1]
 
 
+@pytest.mark.slow
 def test_max_concurrency_one_runs_calls_one_after_another(
     fake_openai: FakeOpenAIServer, tmp_path: Path,
 ) -> None:
@@ -89,6 +91,7 @@ def test_max_concurrency_one_runs_calls_one_after_another(
         assert after.received_at >= before.finished_at
 
 
+@pytest.mark.slow
 def test_first_contributions_are_committed_while_the_round_is_open(
     fake_openai: FakeOpenAIServer, tmp_path: Path,
 ) -> None:

@@ -9,12 +9,15 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from forge_ledger.testing import FakeOpenAIServer
 from support.cli import console_json, run_console
 
 ZERO = "$0.0000"
 
 
+@pytest.mark.slow
 def test_unpriced_calls_are_unpriced_in_every_output(
     ana_and_ben: list[str], tmp_path: Path,
 ) -> None:
@@ -72,6 +75,7 @@ def _tiny_budget(ana_and_ben: list[str], store: Path) -> subprocess.CompletedPro
     )
 
 
+@pytest.mark.slow
 def test_a_budget_below_the_first_calls_worst_case_is_refused_before_recording(
     fake_openai: FakeOpenAIServer, ana_and_ben: list[str], tmp_path: Path,
 ) -> None:

@@ -28,6 +28,7 @@ def _import(store: str) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow
 def test_follower_is_woken_by_a_commit_not_by_its_poll_interval(pg_url: str) -> None:
     _import(pg_url)  # the store exists, with one session
     applied: list[int] = []

@@ -70,6 +70,7 @@ def _count(ledger: Ledger, type_name: str) -> int:
     sessions=st.integers(1, 3),
     batches=st.lists(st.integers(1, 40), min_size=1, max_size=6),
 )
+@pytest.mark.slow
 def test_incremental_catch_up_in_any_batches_equals_rebuild(
     tmp_path_factory: pytest.TempPathFactory, seed: int, sessions: int, batches: list[int],
 ) -> None:

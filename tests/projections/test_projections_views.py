@@ -123,6 +123,7 @@ def test_cli_dissent_and_trail(scripted: tuple[str, Deliberation]) -> None:
     assert "0.90" in res.stdout
 
 
+@pytest.mark.slow
 def test_cli_user_mistakes_are_one_line(tmp_path: Path, scripted: tuple[str, Deliberation]) -> None:
     store, _ = scripted
     for args in (
@@ -246,6 +247,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_datasette_serves_a_canned_query(tmp_path: Path) -> None:
     path, ledger = _built(tmp_path)
     ledger.close()
@@ -313,6 +315,7 @@ def _waiting_follower(store: Path) -> Iterator[subprocess.Popen[str]]:
         follower.communicate(timeout=60)
 
 
+@pytest.mark.slow
 def test_follow_waits_for_a_store_that_does_not_exist_yet(tmp_path: Path) -> None:
     """A follower started before the first session waits for the store, then applies it."""
     store = tmp_path / "later" / "forge-ledger.sqlite"

@@ -8,6 +8,8 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain import RoundKind, SessionStatus
 from forge_ledger.ledger import Ledger
@@ -60,6 +62,7 @@ def _story(ledger: Ledger) -> None:
     child.round(RoundKind.DRAFT, answers={"bob": "the fork's draft"}, close=True).save()
 
 
+@pytest.mark.slow
 def test_rows_after_any_prefix_are_the_rows_written_event_by_event(tmp_path: Path) -> None:
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
         _story(ledger)

@@ -184,6 +184,7 @@ def _both_renderings(path: Path, ids: list[str], monkeypatch: pytest.MonkeyPatch
 @settings(max_examples=4, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(min_value=0, max_value=10_000))
+@pytest.mark.slow
 def test_show_from_the_read_model_prints_what_the_ledger_path_prints(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
     taken: list[bool], seed: int,
@@ -237,6 +238,7 @@ def test_the_first_format_store_and_an_imported_session(tmp_path: Path, taken: l
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_show_from_the_read_model_on_postgresql(pg_url: str, taken: list[bool]) -> None:
     """The read model of a PostgreSQL store (a SQLite file under the forge-ledger home)."""
     ids = _build(pg_url, 2)
@@ -378,6 +380,7 @@ def test_a_damaged_read_model_is_not_read(
     assert taken == [False] * len(ids)
 
 
+@pytest.mark.slow
 def test_a_locked_read_model_is_not_waited_for(
     current: tuple[Path, list[str], dict[str, str]], taken: list[bool],
 ) -> None:

@@ -147,6 +147,7 @@ def test_as_of_an_iteration(audited_store: Path) -> None:
 # --------------------------------------------------------------------------- the page
 
 
+@pytest.mark.slow
 def test_the_page_is_self_contained(page: str, model: ReportModel) -> None:
     tags = _tags(page)
     csp = [dict(a).get("content") for t, a in tags if t == "meta"
@@ -206,6 +207,7 @@ def _replay_bench() -> ModuleType:
     return module
 
 
+@pytest.mark.slow
 def test_a_fifty_round_session_stays_under_5_mb(tmp_path: Path) -> None:
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
         sid = _replay_bench().build_session(ledger, 50)
@@ -226,6 +228,7 @@ def test_a_fifty_round_session_stays_under_5_mb(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the command
 
 
+@pytest.mark.slow
 def test_report_writes_beside_the_store(audited_store: Path, tmp_path: Path) -> None:
     store = tmp_path / "ledger.sqlite"
     store.write_bytes(audited_store.read_bytes())
@@ -247,6 +250,7 @@ def test_report_writes_beside_the_store(audited_store: Path, tmp_path: Path) -> 
     assert f'id="head-hash">{head_2}<' in out.stdout
 
 
+@pytest.mark.slow
 def test_report_user_errors_are_one_line(audited_store: Path, tmp_path: Path) -> None:
     store = str(audited_store)
     bad_iteration = _run("report", str(SID), "--store", store, "--at-iteration", "9")
@@ -265,6 +269,7 @@ def test_report_user_errors_are_one_line(audited_store: Path, tmp_path: Path) ->
     assert "cannot write" in _one_error_line(unwritable.stderr)
 
 
+@pytest.mark.slow
 def test_a_broken_chain_is_reported_in_the_page_and_the_exit_code(
     audited_store: Path, tmp_path: Path,
 ) -> None:
@@ -289,6 +294,7 @@ def test_a_broken_chain_is_reported_in_the_page_and_the_exit_code(
     assert f"broken at event {pos}" in page
 
 
+@pytest.mark.slow
 def test_the_seal_and_its_hmac_are_checked_with_the_key(tmp_path: Path) -> None:
     store = tmp_path / "ledger.sqlite"
     with Ledger(str(store)) as ledger:
@@ -330,6 +336,7 @@ sys.stderr.write(f"\\nEXIT={code} HEAVY={len(heavy)} LITELLM={len(lite)}\\n")
     [(["sessions", "--json"], 0), (["verify", "{sid}"], 0), (["audit", "{sid}", "--json"], 0),
      (["report", "{sid}", "-o", "{out}"], 1)],
 )
+@pytest.mark.slow
 def test_only_report_imports_the_chart_libraries(
     command: list[str], heavy: int, audited_store: Path, tmp_path: Path,
 ) -> None:
@@ -343,6 +350,7 @@ def test_only_report_imports_the_chart_libraries(
     assert "LITELLM=0" in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_report_on_both_stores(store_url: str, tmp_path: Path) -> None:
     with Ledger(store_url) as ledger:
         audited(ledger, SID)
@@ -390,6 +398,7 @@ def demo_page(tmp_path_factory: pytest.TempPathFactory) -> tuple[ReportModel, di
     return m, dict(re.findall(r'<section id="(\w+)".*?>(.*?)</section>', html, re.S))
 
 
+@pytest.mark.slow
 def test_the_influence_graph_draws_the_demos_edge(
     demo_page: tuple[ReportModel, dict[str, str]],
 ) -> None:

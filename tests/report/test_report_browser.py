@@ -97,6 +97,7 @@ def _report(store: Path, out: Path, sid: uuid.UUID = SID) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow
 def test_the_report_in_a_real_browser(browser: Browser, tmp_path: Path) -> None:
     """The four-voices demo's page: its document holds the drafter's sentences and the
     synthesizer's, so a sentence's origin is not the text's author."""
@@ -198,6 +199,7 @@ def test_the_report_in_a_real_browser(browser: Browser, tmp_path: Path) -> None:
     assert visit.errors == []
 
 
+@pytest.mark.slow
 def test_model_text_stays_text_in_the_browser(browser: Browser, tmp_path: Path) -> None:
     store, out = tmp_path / "ledger.sqlite", tmp_path / "report.html"
     with Ledger(str(store)) as ledger:
@@ -219,6 +221,7 @@ def test_model_text_stays_text_in_the_browser(browser: Browser, tmp_path: Path) 
     assert visit.errors == []
 
 
+@pytest.mark.slow
 def test_a_markdown_document_keeps_every_sentence_s_provenance(
     browser: Browser, tmp_path: Path,
 ) -> None:

@@ -9,6 +9,7 @@ import itertools
 import re
 from html.parser import HTMLParser
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -253,6 +254,7 @@ def _numbered(text: str) -> str:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_document.map(_numbered), st.booleans())
+@pytest.mark.slow
 def test_every_word_is_shown_once_in_its_own_sentence(text: str, crlf: bool) -> None:
     _check(text.replace("\n", "\r\n") if crlf else text)
 

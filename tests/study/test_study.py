@@ -118,6 +118,7 @@ def test_the_command_refuses_a_bad_plan_before_recording_anything(tmp_path: Path
 # --------------------------------------------------------------------------- running
 
 
+@pytest.mark.slow
 def test_a_study_of_3_topics_2_variants_2_repeats_runs_to_the_end(tmp_path: Path) -> None:
     plan = load_plan(_plan(tmp_path))
     with Ledger(str(tmp_path / "s.sqlite")) as ledger:
@@ -420,6 +421,7 @@ def test_the_calls_and_wall_time_budgets_stop_new_cells(tmp_path: Path) -> None:
         assert state.count("pending") == 12
 
 
+@pytest.mark.slow
 def test_two_runners_on_one_study_share_its_cells_each_run_once(tmp_path: Path) -> None:
     plan = load_plan(_plan(tmp_path))
     store = str(tmp_path / "s.sqlite")

@@ -155,6 +155,7 @@ def test_a_counterfactual_cell_waits_for_its_parent_cell(tmp_path: Path) -> None
 # --------------------------------------------------------------------------- known answers
 
 
+@pytest.mark.slow
 def test_the_aggregates_find_what_the_study_was_built_to_show(known: Path) -> None:
     tables = study_tables(str(known), "known")
     with Ledger(str(known), create=False) as ledger:
@@ -228,6 +229,7 @@ def test_each_row_is_what_the_session_audit_says(known: Path) -> None:
 # --------------------------------------------------------------------------- bytes
 
 
+@pytest.mark.slow
 def test_exports_and_the_report_are_the_same_bytes_from_the_same_store(
     known: Path, tmp_path: Path
 ) -> None:
@@ -252,6 +254,7 @@ def test_exports_and_the_report_are_the_same_bytes_from_the_same_store(
     assert one.html == two.html
 
 
+@pytest.mark.slow
 def test_the_report_as_of_a_past_event_shows_the_study_then(known: Path, tmp_path: Path) -> None:
     store = str(known)
     then = study_report(store, "known", path=tmp_path / "then.html", at_event=12)
@@ -277,6 +280,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_the_commands_write_exports_and_the_page(known: Path, tmp_path: Path) -> None:
     out = _cli("study", "export", "known", "--store", str(known), "--format", "jsonl")
     assert out.returncode == 0, out.stderr

@@ -55,6 +55,7 @@ def page_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_the_study_report_in_a_real_browser(browser: Browser, page_file: Path) -> None:
     visit = _open(browser, page_file)
     page = visit.page

@@ -172,6 +172,7 @@ def _check_once(store: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- refusals
 
 
+@pytest.mark.slow
 def test_queue_on_a_sqlite_store_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
     store = tmp_path / "s.sqlite"
     plan = _plan(tmp_path, "http://127.0.0.1:9/v1")
@@ -205,6 +206,7 @@ def test_a_worker_that_cannot_reach_postgresql_exits_with_try_again() -> None:
 # --------------------------------------------------------------------------- workers
 
 
+@pytest.mark.slow
 def test_a_planner_and_two_workers_finish_a_study_each_cell_once(
     tmp_path: Path, pg_url: str
 ) -> None:
@@ -224,6 +226,7 @@ def test_a_planner_and_two_workers_finish_a_study_each_cell_once(
     assert len(checked["sessions"]) == 6
 
 
+@pytest.mark.slow
 def test_a_worker_killed_with_9_leaves_its_cells_to_another(tmp_path: Path, pg_url: str) -> None:
     with FakeOpenAIServer(bundled_script("demo"), latency=0.2) as server:
         plan = _plan(tmp_path, server.url)
@@ -265,6 +268,7 @@ def test_the_budget_holds_across_two_workers(tmp_path: Path, pg_url: str) -> Non
     assert sum(s.cost_usd for s in checked["sessions"]) <= 0.07
 
 
+@pytest.mark.slow
 def test_a_call_rate_holds_across_workers_and_ctrl_c_leaves_cells_resumable(
     tmp_path: Path, pg_url: str
 ) -> None:

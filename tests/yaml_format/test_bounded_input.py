@@ -199,6 +199,7 @@ def test_participant_count_bound() -> None:
         b.aggregate.join(extra, at=b.clock.now())
 
 
+@pytest.mark.slow
 def test_cli_bounds_are_one_line_and_write_nothing(tmp_path: Path) -> None:
     store = tmp_path / "s" / "ledger.sqlite"
     long_description = run_console(

@@ -198,6 +198,7 @@ def test_imported_text_is_escaped_when_shown(tmp_path: Path) -> None:
     assert "[bold red]boom[/]" in shown.stdout  # markup shown as text, not applied
 
 
+@pytest.mark.slow
 def test_demo_survives_export_import_export(tmp_path: Path) -> None:
     """The demo, exported to YAML and imported into a fresh store, prints the same document
     and exports to the same bytes."""

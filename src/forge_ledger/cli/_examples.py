@@ -128,6 +128,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "forge-ledger verify --export rate-limiting.yaml",
     ),
     "verify-export": ("forge-ledger verify-export rate-limiting.yaml",),
+    "worker": (
+        "forge-ledger worker --store postgresql://team@db.example.org:5432/ledger",
+        "forge-ledger worker --store postgresql://localhost/ledger -j 8 --grace 30",
+    ),
 }
 """Each command's examples, as typed in a shell (SESSION written as a prefix such as ``3f2a``,
 or ``@``, the latest session); a group's subcommand by its full name (``projections update``)."""
