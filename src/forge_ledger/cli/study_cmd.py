@@ -10,6 +10,7 @@ study by id; ``status``, ``list`` and ``verify`` read. What a study does it does
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +55,8 @@ def study() -> None:
     """Run many sessions from one plan (topics x panels x variants x repeats) under one budget."""
 
 
-def _concurrency(f: Any) -> Any:
+def _concurrency(help: str) -> Callable[[Any], Any]:
+    """``--concurrency/-j``: how many cells one process runs at once."""
     return click.option(
         "--concurrency",
         "-j",
@@ -62,8 +64,11 @@ def _concurrency(f: Any) -> Any:
         default=4,
         show_default=True,
         metavar="N",
-        help="Cells run at once (asyncio tasks sharing one provider and store).",
-    )(f)
+        help=help,
+    )
+
+
+_IN_ONE_PROCESS = "Cells run at once (asyncio tasks sharing one provider and store)."
 
 
 def _quiet(f: Any) -> Any:
@@ -72,7 +77,7 @@ def _quiet(f: Any) -> Any:
 
 @study.command("run")
 @click.argument("plan", type=click.Path(dir_okay=False, path_type=Path))
-@_concurrency
+@_concurrency(_IN_ONE_PROCESS)
 @_quiet
 @click.option(
     "--queue",
@@ -147,7 +152,7 @@ def _queue(ledger: Ledger, ref: str, rates: dict[str, int], *, as_json: bool) ->
 
 @study.command("resume")
 @click.argument("study_ref", metavar="STUDY")
-@_concurrency
+@_concurrency(_IN_ONE_PROCESS)
 @_quiet
 @store_option
 @json_option
@@ -374,15 +379,7 @@ study.add_command(report_cmd)
 
 
 @cli.command("worker")
-@click.option(
-    "--concurrency",
-    "-j",
-    type=click.IntRange(1, 256),
-    default=4,
-    show_default=True,
-    metavar="N",
-    help="Cells this worker runs at once.",
-)
+@_concurrency("Cells this worker runs at once.")
 @click.option(
     "--grace",
     type=click.FloatRange(0, 3600),
