@@ -126,6 +126,54 @@ def test_dropping_the_lone_dissenter_flips_the_outcome(ledger: Ledger) -> None:
     ]
 
 
+BLOCKING = vote_json(False, "strongly_disagree", 10, concerns=["every failed attempt must be kept"])
+
+
+def test_without_the_only_dissenter_the_others_vote_again(ledger: Ledger) -> None:
+    """dave alone objects, strongly. Without him nobody is left to refine, and the vote he
+    spoke in no longer speaks for the panel: the three who stay vote again on the same text.
+    His strong dissent stays open in the log, but no participant holds it, so it blocks nothing."""
+    script = _script()
+    script["carol"] = voice("carol", vote=AGREE)
+    script["dave"] = voice("dave", vote=BLOCKING)
+    orch = _orchestrator(ledger, ScriptedProvider.from_script(script), "p")
+    parent = orch.start(TOPIC, CONFIG, generalists(None, NAMES))
+    asyncio.run(orch.run(parent))
+    assert ledger.state(parent).status is SessionStatus.COMPLETE
+
+    fid = _fork(ledger, parent, without=["dave"])
+    asyncio.run(_orchestrator(ledger, ScriptedProvider.from_script(script), "f").resume(fid))
+    after = ledger.state(fid)
+    assert after.status is SessionStatus.CONVERGED, after.status_reason
+    first_vote = [r for r in after.active_rounds if r.iteration == 1][-1]
+    assert [(r.kind.value, r.iteration) for r in after.active_rounds][-1] == ("convergence", 2)
+    assert [r.kind.value for r in after.active_rounds if r.iteration == 2] == ["convergence"]
+    assert list(after.active_rounds[-1].expected) == ["alice", "bob", "carol"]
+    assert first_vote.kind.value == "convergence"
+    held = [d for d in after.divergences if d.is_open and d.strong]
+    assert [
+        p.participant for d in held for p in d.positions if p.stance.value == "strongly_disagree"
+    ] == ["dave"]
+    assert verify_session(ledger, fid).ok
+    assert replay_session(ledger, fid).ok
+
+
+def test_a_participant_still_present_keeps_a_strong_dissent_blocking(ledger: Ledger) -> None:
+    """The same panel without bob: dave is still here, so his strong dissent still blocks and
+    he still refines; the fork ends as its parent did."""
+    script = _script()
+    script["carol"] = voice("carol", vote=AGREE)
+    script["dave"] = voice("dave", vote=BLOCKING)
+    orch = _orchestrator(ledger, ScriptedProvider.from_script(script), "p")
+    parent = orch.start(TOPIC, CONFIG, generalists(None, NAMES))
+    asyncio.run(orch.run(parent))
+    fid = _fork(ledger, parent, without=["bob"])
+    asyncio.run(_orchestrator(ledger, ScriptedProvider.from_script(script), "f").resume(fid))
+    after = ledger.state(fid)
+    assert after.status is SessionStatus.COMPLETE
+    assert "refinement" in [r.kind.value for r in after.active_rounds if r.iteration == 2]
+
+
 def test_a_fork_without_change_reproduces_its_parent(ledger: Ledger) -> None:
     parent = _run_parent(ledger)
     fid = _fork(ledger, parent)

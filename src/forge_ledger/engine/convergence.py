@@ -25,7 +25,9 @@ Negative overrides count as 0; if every voter weighs 0 the plain mean is used.
 **Converged** iff score ≥ ``convergence_threshold`` AND the number of agreeing voters ≥
 ``min_consensus`` capped at the number of voters (so a two-person session can converge) AND no
 open divergence's strongest stance is ``strongly_disagree`` (a human overrule closes it, and
-a later strong dissent on a topic a human already overruled does not block again).
+a later strong dissent on a topic a human already overruled does not block again). A strong
+dissent blocks while one who holds it strongly is still a participant: when they all left (a
+fork without them), it stays open in the dissent log, but nobody at the table holds it.
 The plain majority (agreeing voters > half of the voters) is always reported beside the
 weighted score, since much of the value of a debate is the vote itself.
 (The conformity rule lives in :mod:`.conformity`.)
@@ -120,6 +122,7 @@ def convergence(state: SessionState, round: RoundState) -> ev.ConvergenceEvaluat
         f"{d.id}: {d.topic}"
         for d in open_after
         if d.strongest is Stance.STRONGLY_DISAGREE
+        and any(state.participant(name) is not None for name in d.strong_holders)
         and not any(same_topic(d.topic, topic) for topic in overruled)
     )
     needed = min(cfg.min_consensus, len(voters))

@@ -29,6 +29,7 @@ idempotent: a round whose divergences (or changes) are already in the state plan
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..domain import events as ev
@@ -58,6 +59,8 @@ class DivergenceView:
     topic: str
     strongest: Stance
     open: bool
+    strong_holders: tuple[str, ...] = ()
+    """Who holds it with ``strongly_disagree``."""
 
 
 def _remarks(r: RoundState) -> list[_Remark]:
@@ -79,6 +82,10 @@ def _remarks(r: RoundState) -> list[_Remark]:
 
 def _strongest(positions: list[DivergentPosition]) -> Stance:
     return min((p.stance for p in positions), key=lambda s: s.rank)
+
+
+def _strong_holders(positions: Iterable[DivergentPosition]) -> tuple[str, ...]:
+    return tuple(p.participant for p in positions if p.stance is Stance.STRONGLY_DISAGREE)
 
 
 def _already_planned(state: SessionState, r: RoundState) -> bool:
@@ -308,12 +315,12 @@ def project_open(state: SessionState, planned: tuple[ev.Payload, ...]) -> list[D
         if isinstance(p, ev.DivergenceResolved | ev.DivergenceWithdrawn | ev.DivergenceOverruled)
     }
     views = [
-        DivergenceView(d.id, d.topic, d.strongest, True)
+        DivergenceView(d.id, d.topic, d.strongest, True, _strong_holders(d.positions))
         for d in state.divergences
         if d.is_open and d.id not in closed
     ]
     views += [
-        DivergenceView(p.divergence_id, p.topic, p.strongest, True)
+        DivergenceView(p.divergence_id, p.topic, p.strongest, True, _strong_holders(p.positions))
         for p in planned
         if isinstance(p, ev.DivergenceDetected)
     ]

@@ -378,11 +378,7 @@ def _after_vote(state: SessionState, vote_round: RoundState, elapsed_secs: float
         )
     dissenters = _dissenters(state, vote_round)
     if not dissenters:
-        return Finish(
-            SessionStatus.COMPLETE,
-            f"not converged (score {score:.2f}) and nobody is left to refine",
-            score,
-        )
+        return _after_dissenters_left(state, vote_round, score, elapsed_secs)
     stop = _budget_stop(state, elapsed_secs, ROUNDS_PER_LATER_ITERATION)
     if stop is not None:
         return stop
@@ -403,6 +399,27 @@ def _after_vote(state: SessionState, vote_round: RoundState, elapsed_secs: float
         depth=depth,
         focus=_focus(state),
         technique=_technique_for(state, iteration + 1),
+    )
+
+
+def _after_dissenters_left(
+    state: SessionState, vote_round: RoundState, score: float, elapsed_secs: float
+) -> Step:
+    """Nobody who disagreed is left to refine. When voters have left since the vote (a fork
+    without them), the vote no longer speaks for the panel: the ones still here vote again on
+    the same text, as a new iteration. Otherwise nothing would change the outcome."""
+    left = [name for name in vote_round.expected if state.participant(name) is None]
+    if not left:
+        return Finish(
+            SessionStatus.COMPLETE,
+            f"not converged (score {score:.2f}) and nobody is left to refine",
+            score,
+        )
+    stop = _budget_stop(state, elapsed_secs, 1)
+    if stop is not None:
+        return stop
+    return StartRound(
+        RoundKind.CONVERGENCE, vote_round.iteration + 1, tuple(state.participant_names)
     )
 
 
