@@ -41,8 +41,8 @@ NEVER_FOR_A_READ = (
     "forge_ledger.yaml_format",
     "forge_ledger.projections.runner",
     "forge_ledger.orchestrator",
-    "forge_ledger.lineage",
-    "forge_ledger.sealing",
+    "forge_ledger.records.lineage",
+    "forge_ledger.records.sealing",
     # the application layer's running, answering and forking side
     "forge_ledger.app.forge",
     "forge_ledger.app.running",
@@ -142,7 +142,9 @@ def test_show_folds_with_the_one_engine_rule_it_shows(tmp_path: Path) -> None:
     assert "EMS" in out
     assert "forge_ledger.engine.ems" in modules
     assert _found(modules, NEVER_FOR_A_READ) == []
-    assert _found(modules, ("forge_ledger.audit", "forge_ledger.app", "forge_ledger.spec")) == []
+    assert _found(modules, (
+        "forge_ledger.audit", "forge_ledger.app", "forge_ledger.records.spec",
+    )) == []
     assert _found(modules, (
         "forge_ledger.engine.convergence", "forge_ledger.engine.conformity",
         "forge_ledger.engine.divergence", "forge_ledger.engine.parsing",
@@ -155,7 +157,7 @@ def test_spec_loads_the_state_and_yaml_but_not_the_lineage(tmp_path: Path) -> No
     matching), the chain check of a written file and the engine are for other options."""
     out, modules = _loaded("spec", "@~1", store=_fixture_store(tmp_path))
     assert out.startswith("---\n")
-    assert "forge_ledger.spec" in modules
+    assert "forge_ledger.records.spec" in modules
     assert _found(modules, NEVER_FOR_A_READ) == []
     assert _found(modules, (
         "forge_ledger.projections.document", "rapidfuzz", "forge_ledger.engine",

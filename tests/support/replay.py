@@ -9,7 +9,7 @@ from uuid import UUID
 from forge_ledger.domain.hashing import chain_hash
 from forge_ledger.ledger import Ledger, RecordedEvent
 from forge_ledger.ledger.texts import resolve
-from forge_ledger.replay import ReplayResult
+from forge_ledger.records.replay import ReplayResult
 from support.store import raw_connection, unpack
 
 

@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import UsageError
-from ..terminal_text import printable
+from ..untrusted.terminal_text import printable
 
 if TYPE_CHECKING:
     from ..domain.state import SessionState

@@ -1,11 +1,11 @@
 """A study plan: topics × panels × variants × repeats under one budget, checked in one pass.
 
-The plan file is YAML (read through :mod:`forge_ledger.bounded_yaml`); files it names
+The plan file is YAML (read through :mod:`forge_ledger.untrusted.bounded_yaml`); files it names
 (participants files, topic files) are relative to the plan's folder. :func:`load_plan` reads
 it and checks everything that can be known before a model is called, collecting every
 problem, one line each, and raising them together as a
-:class:`~forge_ledger.preflight.PreflightError` (nothing is recorded then). The checks on
-participants are the ones ``run`` makes (:func:`~forge_ledger.preflight.check_participants`),
+:class:`~forge_ledger.panel.preflight.PreflightError` (nothing is recorded then). The checks on
+participants are the ones ``run`` makes (:func:`~forge_ledger.panel.preflight.check_participants`),
 applied to every panel as each variant changes it.
 
 What :func:`load_plan` returns is self-contained: the topics and participants are read in,
@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..domain.values import Participant, SessionConfig, Topic
 from ..errors import ConfigError, ForgeLedgerError, InputLimitError, dotted_loc
-from ..preflight import PreflightError, check_participants
+from ..panel.preflight import PreflightError, check_participants
 from .counterfactual import (
     FORK_KEYS,
     MODEL_SWAPS,
@@ -167,7 +167,7 @@ def _hold(
 
 
 def _participants(panel: Sequence[Participant], variant: Mapping[str, Any]) -> list[Participant]:
-    from ..lineage import apply_model_swaps
+    from ..records.lineage import apply_model_swaps
 
     swaps = variant.get(MODEL_SWAPS) or []
     return apply_model_swaps(panel, swaps) if swaps else list(panel)
@@ -239,7 +239,7 @@ def plan_from_document(doc: Any, *, base: Path, name: str = "plan") -> StudyPlan
 def _read_yaml(path: Path, role: str) -> Any:
     import yaml
 
-    from ..bounded_yaml import load_yaml, read_yaml_file
+    from ..untrusted.bounded_yaml import load_yaml, read_yaml_file
 
     try:
         return load_yaml(read_yaml_file(path), name=str(path))
@@ -285,7 +285,7 @@ def _topic(where: str, item: Any, problems: list[str]) -> Iterator[Topic]:
 
 
 def _panel(key: str, file: str, base: Path, problems: list[str]) -> list[Participant]:
-    from ..participants_file import load_participants
+    from ..panel.participants_file import load_participants
 
     try:
         return load_participants(base / file)

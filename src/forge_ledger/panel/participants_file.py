@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from .domain.values import Participant, ParticipantRole, slugify
-from .errors import ConfigError, validation_summary
+from ..domain.values import Participant, ParticipantRole, slugify
+from ..errors import ConfigError, validation_summary
 
 __all__ = ["load_participants", "participants_from_models"]
 
@@ -23,7 +23,7 @@ def load_participants(path: Path, api_base: str | None = None) -> list[Participa
     import yaml
     from pydantic import ValidationError
 
-    from .bounded_yaml import load_yaml, read_yaml_file
+    from ..untrusted.bounded_yaml import load_yaml, read_yaml_file
 
     try:
         doc = load_yaml(read_yaml_file(path), name=str(path))

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from .errors import InputLimitError, UsageError
+from ..errors import InputLimitError, UsageError
 
 __all__ = ["DEFAULT_LIMITS", "YamlLimits", "load_yaml", "read_yaml_file", "yaml_limits"]
 
