@@ -24,6 +24,7 @@ import forge_ledger.cli as cli_package
 from forge_ledger import _lazy
 from forge_ledger.cli import COMMANDS, cli
 from forge_ledger.domain import events as ev
+from forge_ledger.domain.topics import TOPIC_PREFIX
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -212,7 +213,7 @@ def test_a_folded_session_builds_the_models_it_reads(tmp_path: Path) -> None:
 def _recorded_types(store: Path) -> set[str]:
     with sqlite3.connect(store) as con:
         topics = con.execute("SELECT DISTINCT topic FROM stored_events").fetchall()
-    return {t.removeprefix("forge_ledger:") for (t,) in topics if t.startswith("forge_ledger:")}
+    return {t.removeprefix(TOPIC_PREFIX) for (t,) in topics if t.startswith(TOPIC_PREFIX)}
 
 
 @pytest.mark.parametrize("argv", [("sessions",), ("show", "@"), ("log", "@")])
