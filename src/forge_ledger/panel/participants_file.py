@@ -20,19 +20,11 @@ def load_participants(path: Path, api_base: str | None = None) -> list[Participa
 
     ``api_base`` is given to every participant that names none.
     """
-    import yaml
     from pydantic import ValidationError
 
-    from ..untrusted.bounded_yaml import load_yaml, read_yaml_file
+    from ..untrusted.bounded_yaml import load_settings_file
 
-    try:
-        doc = load_yaml(read_yaml_file(path), name=str(path))
-    except OSError as e:
-        raise ConfigError(f"cannot read {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path} is not UTF-8 text", hint="save it as UTF-8") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    doc = load_settings_file(path)
     items = doc.get("participants") if isinstance(doc, dict) else doc
     if not isinstance(items, list) or not items:
         raise ConfigError(

@@ -22,7 +22,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..domain.values import Participant, SessionConfig, Topic
-from ..errors import ConfigError, ForgeLedgerError, InputLimitError, dotted_loc
+from ..errors import ForgeLedgerError, dotted_loc
 from ..panel.preflight import PreflightError, check_participants
 from .counterfactual import (
     FORK_KEYS,
@@ -237,20 +237,9 @@ def plan_from_document(doc: Any, *, base: Path, name: str = "plan") -> StudyPlan
 
 
 def _read_yaml(path: Path, role: str) -> Any:
-    import yaml
+    from ..untrusted.bounded_yaml import load_settings_file
 
-    from ..untrusted.bounded_yaml import load_yaml, read_yaml_file
-
-    try:
-        return load_yaml(read_yaml_file(path), name=str(path))
-    except InputLimitError:
-        raise
-    except OSError as e:
-        raise ConfigError(f"cannot read the {role} file {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path} is not UTF-8 text", hint="save it as UTF-8") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    return load_settings_file(path, role)
 
 
 def _topics(items: Sequence[dict[str, Any]], base: Path, problems: list[str]) -> Iterator[Topic]:
