@@ -141,6 +141,19 @@ class ReportPage:
     path: Path | None
 
 
+@contextlib.contextmanager
+def _report_libraries() -> Iterator[None]:
+    """Around the import of the report's renderer: its libraries (Jinja, the charts) come with
+    the ``report`` extra, and without it the user is told which to install, in one line."""
+    try:
+        yield
+    except ModuleNotFoundError as e:
+        raise ConfigError(
+            f"the report needs the 'report' extra ({e.name} is not installed)",
+            hint="pip install 'forge-ledger[report]'",
+        ) from None
+
+
 def report(
     store: Store,
     session: str | UUID,
@@ -154,13 +167,8 @@ def report(
     """The session as one self-contained HTML page (as of iteration ``at_iteration``), written
     to ``path`` (by default ``reports/`` beside the store) unless ``write`` is false. The page
     says whether the chain verified and the seal checked (its HMAC with ``key``)."""
-    try:
+    with _report_libraries():
         from ..report import gather, render_html
-    except ModuleNotFoundError as e:
-        raise ConfigError(
-            f"the report needs the 'report' extra ({e.name} is not installed)",
-            hint="pip install 'forge-ledger[report]'",
-        ) from None
     with opened(store) as ledger:
         model = gather(
             ledger, session, at_iteration, key=key, checked_at=checked_at or SystemClock().now()
