@@ -69,7 +69,7 @@ from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.texts import TEXT_TABLE
 from forge_ledger.orchestrator import NoWallTime, Orchestrator
 from forge_ledger.providers import ProviderCall
-from forge_ledger.replay import replay_session
+from forge_ledger.records.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer
 
 REPLAY_GOAL_SECS = 1.0

@@ -60,7 +60,7 @@ from forge_ledger.domain.values import RoundKind
 from forge_ledger.ledger import Ledger, RecordedEvent, verify_session
 from forge_ledger.ledger.outputs import store_outputs
 from forge_ledger.ledger.store import resolve_store
-from forge_ledger.replay import replay_session
+from forge_ledger.records.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
 from forge_ledger.yaml_format.export import export_events
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
-from forge_ledger._collector import fewer_collections
+from forge_ledger._collector import raised_gc_threshold
 from forge_ledger.domain import SessionState
 from forge_ledger.domain.events import FIRST_EVENT_TYPES
 from forge_ledger.domain.json_fields import JsonFields
@@ -278,7 +278,7 @@ class ProjectionRunner:
             raise UsageError("batch size must be at least 1")
         total = 0
         batches = 0
-        with fewer_collections():  # the states of every session touched stay in memory
+        with raised_gc_threshold():  # the states of every session touched stay in memory
             while max_batches is None or batches < max_batches:
                 n = self._one_batch(batch_size)
                 total += n

@@ -46,11 +46,11 @@ if TYPE_CHECKING:
         verify_session,
         verify_store,
     )
-    from .lineage import fork
     from .orchestrator import Orchestrator
     from .providers import get_provider
-    from .replay import replay_session
-    from .sealing import seal_session
+    from .records.lineage import fork
+    from .records.replay import replay_session
+    from .records.sealing import seal_session
 
 _LAZY = {
     "ChainBrokenError": "errors",
@@ -80,12 +80,12 @@ _LAZY = {
     "audit_report": "audit",
     "compare_fork": "audit",
     "find_store": "ledger",
-    "fork": "lineage",
+    "fork": "records.lineage",
     "get_provider": "providers",
     "open": "app",
-    "replay_session": "replay",
+    "replay_session": "records.replay",
     "resume_session": "app",
-    "seal_session": "sealing",
+    "seal_session": "records.sealing",
     "start_session": "app",
     "verify_session": "ledger",
     "verify_store": "ledger",

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["BULK_THRESHOLD", "fewer_collections"]
+__all__ = ["BULK_THRESHOLD", "raised_gc_threshold"]
 
 BULK_THRESHOLD = 50_000
 """Net allocations between two runs of the collector during bulk work."""
@@ -34,7 +34,7 @@ _saved: tuple[int, int, int] | None = None
 
 
 @contextmanager
-def fewer_collections() -> Iterator[None]:
+def raised_gc_threshold() -> Iterator[None]:
     """Raise the collector's first threshold for the duration (see the module docstring).
     Nested and concurrent uses share one change, undone when the last of them ends."""
     global _active, _saved

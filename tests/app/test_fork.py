@@ -19,12 +19,12 @@ from forge_ledger.domain.state import SessionState
 from forge_ledger.domain.values import ModelProvider, RoundKind, SessionStatus, Stance
 from forge_ledger.errors import ConfigError, InvariantViolation, UsageError
 from forge_ledger.ledger import Ledger, verify_session
-from forge_ledger.lineage import apply_model_swaps, fork, override_config
 from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.projections.consensus import consensus_trail
 from forge_ledger.projections.dissent import dissent_log
 from forge_ledger.projections.document import fold_lineage
 from forge_ledger.projections.show_view import session_ems
+from forge_ledger.records.lineage import apply_model_swaps, fork, override_config
 from forge_ledger.report._gather import gather
 from forge_ledger.testing import ScriptedProvider, bundled_script
 from support.orchestrator import run_demo_session
@@ -252,7 +252,7 @@ FORK_DIFFERS = {
     "budget_exhausted",
 }
 """What a fork's state at its fork point differs from its parent's in, by design (see
-:mod:`forge_ledger.lineage`); no config or participant is overridden here."""
+:mod:`forge_ledger.records.lineage`); no config or participant is overridden here."""
 
 
 async def _no_sleep(_: float) -> None:

@@ -12,7 +12,7 @@ from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.values import Stance
 from forge_ledger.engine.ems import ems_score
 from forge_ledger.ledger import Ledger
-from forge_ledger.lineage import diff_sessions, fork
+from forge_ledger.records.lineage import diff_sessions, fork
 from support.stories import THREE_ITERATIONS, Iteration, build, continued, play
 
 PARENT = uuid.UUID(int=1)

@@ -35,12 +35,12 @@ from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.state import SessionState
 from forge_ledger.domain.values import DivergenceStatus, SessionStatus, Stance
 from forge_ledger.ledger import Ledger, verify_session
-from forge_ledger.lineage import fork
 from forge_ledger.projections.consensus import consensus_trail
 from forge_ledger.projections.dissent import dissent_log
 from forge_ledger.projections.document import fold_lineage
 from forge_ledger.projections.session_state import fold_events
 from forge_ledger.projections.show_view import session_ems
+from forge_ledger.records.lineage import fork
 from forge_ledger.testing import SessionBuilder
 from support.postgres import PG_BASE, drop_schema
 from support.stories import Iteration, continued, play, story
@@ -50,7 +50,7 @@ FORK_DIFFERS = {
     "budget_exhausted",
 }
 """What a fork's state at its fork point differs from its parent's in, by design (see
-:mod:`forge_ledger.lineage`); this machine overrides no config or participant."""
+:mod:`forge_ledger.records.lineage`); this machine overrides no config or participant."""
 
 SNAPSHOT_INTERVAL = 5
 """Small, so that loads and time travel start from snapshots as often as from the first

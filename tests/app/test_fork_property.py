@@ -1,6 +1,6 @@
 """Property: a fork's state at its first event is its parent's state at the fork position.
 
-Exactly these fields differ, by design (see forge_ledger.lineage's docstring):
+Exactly these fields differ, by design (see forge_ledger.records.lineage's docstring):
 ``id``, ``fork_origin``, ``created_at`` (the fork's identity and time), ``head_hash`` (the
 fork's own chain; its position is the parent's), ``status``/``status_reason`` (paused, "forked"),
 ``seal``/``budget_exhausted`` (cleared), and ``config``/``participants`` when overridden.
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.values import SessionStatus, Stance
 from forge_ledger.ledger import Ledger, verify_session
-from forge_ledger.lineage import fork
+from forge_ledger.records.lineage import fork
 from support.stories import Iteration, build
 
 DIFFERS = {

@@ -26,9 +26,9 @@ from forge_ledger.domain.values import ParticipantRole, SessionConfig, SessionSt
 from forge_ledger.engine.steps import roles_after_leaving, synthesizer
 from forge_ledger.errors import ConfigError, InvariantViolation
 from forge_ledger.ledger import Ledger, verify_session
-from forge_ledger.lineage import fork
 from forge_ledger.orchestrator import Orchestrator
-from forge_ledger.replay import replay_session
+from forge_ledger.records.lineage import fork
+from forge_ledger.records.replay import replay_session
 from forge_ledger.testing import ScriptedProvider
 from support.orchestrator import TOPIC, generalists, voice, vote_json
 

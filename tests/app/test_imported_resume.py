@@ -15,7 +15,7 @@ import yaml
 
 from forge_ledger import app
 from forge_ledger.ledger import Ledger, verify_session
-from forge_ledger.replay import replay_session
+from forge_ledger.records.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer, ScriptedProvider, bundled_script
 from support.cli import assert_one_error_line, one_json, run_cli, write_participants
 from support.orchestrator import generalists

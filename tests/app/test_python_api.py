@@ -15,7 +15,7 @@ from forge_ledger.app import in_progress_session, open
 from forge_ledger.app.demo import DEMO_SCRIPT, demo_participants, demo_topic
 from forge_ledger.domain.values import SessionConfig
 from forge_ledger.ledger import Ledger
-from forge_ledger.preflight import PreflightError
+from forge_ledger.panel.preflight import PreflightError
 from forge_ledger.testing import ScriptedProvider, bundled_script
 
 EXAMPLE = Path(__file__).parents[2] / "docs" / "examples" / "python_api.py"

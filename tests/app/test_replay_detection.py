@@ -28,7 +28,7 @@ from forge_ledger.engine import prompts, steps
 from forge_ledger.ledger import Ledger, RecordedEvent
 from forge_ledger.ledger.verify import verify_session
 from forge_ledger.orchestrator import Orchestrator
-from forge_ledger.replay import ReplayResult, replay_session
+from forge_ledger.records.replay import ReplayResult, replay_session
 from forge_ledger.testing import ScriptedProvider, bundled_script
 from support.orchestrator import offline_demo_participants
 from support.replay import AGREEING_VOTE, first_dissenting_vote, tamper_content

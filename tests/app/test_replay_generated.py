@@ -44,7 +44,7 @@ from forge_ledger.domain.values import (
 from forge_ledger.ledger import Ledger, RecordedEvent
 from forge_ledger.orchestrator import KeyedSeal, NoSeal, Orchestrator
 from forge_ledger.providers import LiteLLMProvider
-from forge_ledger.replay import replay_session
+from forge_ledger.records.replay import replay_session
 from forge_ledger.testing import ScriptedProvider
 from support.replay import assert_identical, recorded_calls
 

@@ -14,7 +14,7 @@ from forge_ledger.clock import FixedStepClock
 from forge_ledger.domain.hashing import keyed_digest
 from forge_ledger.errors import ChainBrokenError, ImportValidationError, InvariantViolation
 from forge_ledger.ledger import Ledger, verify_session
-from forge_ledger.sealing import seal_session, verify_export
+from forge_ledger.records.sealing import seal_session, verify_export
 from support.store import raw_connection, unpack
 from support.stories import THREE_ITERATIONS, build
 

@@ -22,7 +22,7 @@ from forge_ledger.domain.values import RoundKind
 from forge_ledger.engine import review_labels
 from forge_ledger.ledger import Ledger
 from forge_ledger.projections import catch_up, open_views
-from forge_ledger.replay import replay_session
+from forge_ledger.records.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
 from support.orchestrator import run_demo_session
 from support.replay import assert_identical

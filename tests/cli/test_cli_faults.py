@@ -21,7 +21,7 @@ from uuid import UUID
 import pytest
 
 from forge_ledger.ledger import Ledger, verify_session
-from forge_ledger.replay import replay_session
+from forge_ledger.records.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer
 from support.cli import write_participants
 from support.orchestrator import voice

@@ -19,7 +19,7 @@ from forge_ledger.cli import main
 from forge_ledger.domain.values import RoundKind
 from forge_ledger.ledger import Ledger, resolve_store
 from forge_ledger.ledger.outputs import store_outputs
-from forge_ledger.spec import split_spec, write_spec
+from forge_ledger.records.spec import split_spec, write_spec
 from support.stories import BuiltSession, contribution_text, priced_session
 
 

@@ -24,6 +24,7 @@ import forge_ledger.cli as cli_package
 from forge_ledger import _lazy
 from forge_ledger.cli import COMMANDS, cli
 from forge_ledger.domain import events as ev
+from forge_ledger.domain.topics import TOPIC_PREFIX
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -41,8 +42,8 @@ NEVER_FOR_A_READ = (
     "forge_ledger.yaml_format",
     "forge_ledger.projections.runner",
     "forge_ledger.orchestrator",
-    "forge_ledger.lineage",
-    "forge_ledger.sealing",
+    "forge_ledger.records.lineage",
+    "forge_ledger.records.sealing",
     # the application layer's running, answering and forking side
     "forge_ledger.app.forge",
     "forge_ledger.app.running",
@@ -142,7 +143,9 @@ def test_show_folds_with_the_one_engine_rule_it_shows(tmp_path: Path) -> None:
     assert "EMS" in out
     assert "forge_ledger.engine.ems" in modules
     assert _found(modules, NEVER_FOR_A_READ) == []
-    assert _found(modules, ("forge_ledger.audit", "forge_ledger.app", "forge_ledger.spec")) == []
+    assert _found(modules, (
+        "forge_ledger.audit", "forge_ledger.app", "forge_ledger.records.spec",
+    )) == []
     assert _found(modules, (
         "forge_ledger.engine.convergence", "forge_ledger.engine.conformity",
         "forge_ledger.engine.divergence", "forge_ledger.engine.parsing",
@@ -155,7 +158,7 @@ def test_spec_loads_the_state_and_yaml_but_not_the_lineage(tmp_path: Path) -> No
     matching), the chain check of a written file and the engine are for other options."""
     out, modules = _loaded("spec", "@~1", store=_fixture_store(tmp_path))
     assert out.startswith("---\n")
-    assert "forge_ledger.spec" in modules
+    assert "forge_ledger.records.spec" in modules
     assert _found(modules, NEVER_FOR_A_READ) == []
     assert _found(modules, (
         "forge_ledger.projections.document", "rapidfuzz", "forge_ledger.engine",
@@ -210,7 +213,7 @@ def test_a_folded_session_builds_the_models_it_reads(tmp_path: Path) -> None:
 def _recorded_types(store: Path) -> set[str]:
     with sqlite3.connect(store) as con:
         topics = con.execute("SELECT DISTINCT topic FROM stored_events").fetchall()
-    return {t.removeprefix("forge_ledger:") for (t,) in topics if t.startswith("forge_ledger:")}
+    return {t.removeprefix(TOPIC_PREFIX) for (t,) in topics if t.startswith(TOPIC_PREFIX)}
 
 
 @pytest.mark.parametrize("argv", [("sessions",), ("show", "@"), ("log", "@")])

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from forge_ledger.terminal_text import printable
 from forge_ledger.testing import FakeOpenAIServer
+from forge_ledger.untrusted.terminal_text import printable
 from support.cli import write_participants
 
 TOPIC = ("Evil \x1b]0;PWNED\x07title\x1b[2J \u202eright-to-left\u202c \x9b31m :fire:"

@@ -26,7 +26,7 @@ import yaml
 
 from forge_ledger.errors import LeaseHeldError
 from forge_ledger.ledger import Ledger, RecordedEvent, verify_session
-from forge_ledger.replay import replay_session
+from forge_ledger.records.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer
 from support.orchestrator import voice
 

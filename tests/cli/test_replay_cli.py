@@ -32,10 +32,10 @@ from forge_ledger.cli import cli
 from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.values import SessionConfig
 from forge_ledger.ledger import Ledger
-from forge_ledger.lineage import fork
 from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.providers import LiteLLMProvider
-from forge_ledger.replay import replay_session
+from forge_ledger.records.lineage import fork
+from forge_ledger.records.replay import replay_session
 from forge_ledger.testing import ScriptedProvider, bundled_script
 from support.orchestrator import offline_demo_participants
 from support.replay import (

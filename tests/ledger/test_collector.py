@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from forge_ledger._collector import BULK_THRESHOLD, fewer_collections
+from forge_ledger._collector import BULK_THRESHOLD, raised_gc_threshold
 
 
 @pytest.fixture(autouse=True)
@@ -20,20 +20,20 @@ def _host_thresholds() -> Iterator[tuple[int, int, int]]:
 
 
 def test_the_first_threshold_is_raised_during_bulk_work_and_restored_after() -> None:
-    with fewer_collections():
+    with raised_gc_threshold():
         assert gc.get_threshold() == (BULK_THRESHOLD, 10, 10)
     assert gc.get_threshold() == (700, 10, 10)
 
 
 def test_an_error_restores_the_thresholds() -> None:
-    with pytest.raises(KeyError), fewer_collections():
+    with pytest.raises(KeyError), raised_gc_threshold():
         raise KeyError("x")
     assert gc.get_threshold() == (700, 10, 10)
 
 
 def test_nested_bulk_work_restores_once_the_outer_work_ends() -> None:
-    with fewer_collections():
-        with fewer_collections():
+    with raised_gc_threshold():
+        with raised_gc_threshold():
             assert gc.get_threshold()[0] == BULK_THRESHOLD
         assert gc.get_threshold()[0] == BULK_THRESHOLD
     assert gc.get_threshold() == (700, 10, 10)
@@ -43,12 +43,12 @@ def test_overlapping_bulk_work_in_two_threads_restores_when_the_last_ends() -> N
     entered, release = threading.Event(), threading.Event()
 
     def other() -> None:
-        with fewer_collections():
+        with raised_gc_threshold():
             entered.set()
             release.wait(10)
 
     thread = threading.Thread(target=other)
-    with fewer_collections():
+    with raised_gc_threshold():
         thread.start()
         assert entered.wait(10)
     assert gc.get_threshold()[0] == BULK_THRESHOLD  # the other thread is still at work
@@ -60,6 +60,6 @@ def test_overlapping_bulk_work_in_two_threads_restores_when_the_last_ends() -> N
 @pytest.mark.parametrize("tuned", [(0, 10, 10), (200_000, 5, 5)], ids=["disabled", "higher"])
 def test_a_host_that_tuned_the_collector_is_left_alone(tuned: tuple[int, int, int]) -> None:
     gc.set_threshold(*tuned)
-    with fewer_collections():
+    with raised_gc_threshold():
         assert gc.get_threshold() == tuned
     assert gc.get_threshold() == tuned

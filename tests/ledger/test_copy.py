@@ -25,7 +25,7 @@ import pytest
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger, verify_store
-from forge_ledger.sealing import seal_session
+from forge_ledger.records.sealing import seal_session
 from support.stories import THREE_ITERATIONS, build, continued, play
 
 KEY = "archive key"

@@ -309,7 +309,7 @@ def test_postgres_deleted_row(pg_url: str) -> None:
 def _forked(ledger: Ledger, agg: Deliberation) -> tuple[uuid.UUID, int]:
     """A fork of ``agg`` after its first iteration: (fork id, fork point)."""
     from forge_ledger.clock import FixedStepClock, SequentialIds
-    from forge_ledger.lineage import fork
+    from forge_ledger.records.lineage import fork
 
     fid = fork(ledger, agg.id, clock=FixedStepClock(), ids=SequentialIds("f"), at_iteration=1)
     origin = ledger.state(fid).fork_origin
@@ -354,7 +354,7 @@ def test_a_fork_of_a_fork_before_its_fork_point_verifies_through_the_first_paren
     """A fork taken from another fork at a point that fork inherited reads that point in the
     first parent: its chain is checked there, and an edit there breaks it."""
     from forge_ledger.clock import FixedStepClock, SequentialIds
-    from forge_ledger.lineage import fork
+    from forge_ledger.records.lineage import fork
 
     ledger, agg, con = sqlite_ledger
     first, k = _forked(ledger, agg)

@@ -246,7 +246,7 @@ def test_a_second_thread_never_writes_the_other_kind_of_key(tmp_path: Path) -> N
     shutil.copy(Path(__file__).parents[1] / "fixtures" / "store-v2.sqlite", url)
     a_committed, b_read, a_learned = threading.Event(), threading.Event(), threading.Event()
 
-    class Facts(text_write_cache.StoreFacts):
+    class Facts(text_write_cache.KnownStoreContents):
         def __getattribute__(self, name: str) -> Any:
             value = object.__getattribute__(self, name)
             if name in ("tables_ready", "binary_keys") and threading.current_thread().name == "B":
@@ -254,7 +254,7 @@ def test_a_second_thread_never_writes_the_other_kind_of_key(tmp_path: Path) -> N
                 assert a_learned.wait(10)
             return value
 
-        def learn(self, learned: text_write_cache.Learned) -> None:
+        def learn(self, learned: text_write_cache.TransactionFindings) -> None:
             if threading.current_thread().name == "A":
                 a_committed.set()
                 assert b_read.wait(10)
@@ -411,7 +411,7 @@ def test_a_save_in_another_thread_never_makes_a_lost_saves_texts_known(
     note_a = "Thread A's note, long enough to be stored apart from its event. " * 3
     note_b = "Thread B's note, long enough to be stored apart from its event. " * 3
     a_committed, b_inserted, a_learned = threading.Event(), threading.Event(), threading.Event()
-    insert, learn = texts_sqlite._insert_texts, text_write_cache.StoreFacts.learn  # noqa: SLF001
+    insert, learn = texts_sqlite._insert_texts, text_write_cache.KnownStoreContents.learn  # noqa: SLF001
 
     def inserting(c: Any, events: Any, facts: Any, learned: Any) -> None:
         insert(c, events, facts, learned)
@@ -419,7 +419,9 @@ def test_a_save_in_another_thread_never_makes_a_lost_saves_texts_known(
             b_inserted.set()
             assert a_learned.wait(10)  # A's bookkeeping runs inside B's transaction
 
-    def learning(self: text_write_cache.StoreFacts, learned: text_write_cache.Learned) -> None:
+    def learning(
+        self: text_write_cache.KnownStoreContents, learned: text_write_cache.TransactionFindings
+    ) -> None:
         if threading.current_thread().name == "A":
             a_committed.set()
             assert b_inserted.wait(10)
@@ -439,7 +441,7 @@ def test_a_save_in_another_thread_never_makes_a_lost_saves_texts_known(
         mine_a.human_input(author="ada", text=note_a, at=a.clock.now())
         mine_b.human_input(author="ada", text=note_b, at=b.clock.now())
         monkeypatch.setattr(texts_sqlite, "_insert_texts", inserting)
-        monkeypatch.setattr(text_write_cache.StoreFacts, "learn", learning)
+        monkeypatch.setattr(text_write_cache.KnownStoreContents, "learn", learning)
         raised: dict[str, BaseException] = {}
 
         def save(name: str, session: Any) -> None:

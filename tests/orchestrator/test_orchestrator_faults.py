@@ -20,7 +20,7 @@ from forge_ledger.domain.values import ParticipantRole, SessionConfig
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.providers import LiteLLMProvider
-from forge_ledger.replay import replay_session
+from forge_ledger.records.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer, ScriptedProvider
 from support.orchestrator import (
     draft_text,

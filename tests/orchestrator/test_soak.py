@@ -26,7 +26,7 @@ import pytest
 from forge_ledger.domain.values import SessionConfig
 from forge_ledger.ledger import Ledger
 from forge_ledger.orchestrator import Orchestrator
-from forge_ledger.replay import replay_session
+from forge_ledger.records.replay import replay_session
 from forge_ledger.testing import ScriptedProvider
 from support.fault_matrix import base_script, cell_participants
 from support.orchestrator import TOPIC

@@ -11,7 +11,7 @@ import pytest
 from forge_ledger.domain.values import ModelResponse, Participant, RoundKind, TokenCount
 from forge_ledger.ledger import Ledger
 from forge_ledger.providers import LiteLLMProvider, Provider, ProviderCallError
-from forge_ledger.replay import ReplayProvider
+from forge_ledger.records.replay import ReplayProvider
 from forge_ledger.testing import FakeOpenAIServer, ScriptedProvider, SessionBuilder
 from support.provider_contract import FAILURES, PRICE, ProviderContract, fake_server_script
 

@@ -23,7 +23,7 @@ import yaml
 
 from forge_ledger.app.studies import SESSIONS
 from forge_ledger.ledger import Ledger, verify_session
-from forge_ledger.preflight import PreflightError
+from forge_ledger.panel.preflight import PreflightError
 from forge_ledger.study import (
     StudyRun,
     StudyStream,

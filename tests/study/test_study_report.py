@@ -24,7 +24,7 @@ from forge_ledger.app.study_reports import study_export, study_report, study_tab
 from forge_ledger.audit import audit_report
 from forge_ledger.audit.metrics import session_row
 from forge_ledger.ledger import Ledger
-from forge_ledger.preflight import PreflightError
+from forge_ledger.panel.preflight import PreflightError
 from forge_ledger.study import StudyRun, StudyStream, load_plan, plan_study, run_cell, run_study
 from forge_ledger.study.summary import summarize
 from support.study_sessions import known_plan, record_known_study

@@ -48,7 +48,7 @@ from forge_ledger.domain.values import (
 from forge_ledger.ledger import Ledger, RecordedEvent, verify_session
 from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.providers import LiteLLMProvider
-from forge_ledger.replay import replay_session
+from forge_ledger.records.replay import replay_session
 from forge_ledger.testing import FakeOpenAIServer
 from support.orchestrator import PRICE, TOPIC, voice, vote_json
 

@@ -7,9 +7,10 @@ from datetime import datetime
 from uuid import UUID
 
 from forge_ledger.domain.hashing import chain_hash
+from forge_ledger.domain.topics import TOPIC_PREFIX
 from forge_ledger.ledger import Ledger, RecordedEvent
 from forge_ledger.ledger.texts import resolve
-from forge_ledger.replay import ReplayResult
+from forge_ledger.records.replay import ReplayResult
 from support.store import raw_connection, unpack
 
 
@@ -87,7 +88,7 @@ def tamper_content(url: str, sid: UUID, position: int, content: str, *, rehash: 
                 state["hash"] = chain_hash(
                     session_id=str(sid),
                     position=version,
-                    type_name=topic.removeprefix("forge_ledger:"),
+                    type_name=topic.removeprefix(TOPIC_PREFIX),
                     timestamp=datetime.fromisoformat(state["timestamp"]["_data_"]),
                     data=resolve(state["data"], texts.texts),
                     prev_hash=state["prev_hash"],

@@ -34,7 +34,7 @@ from forge_ledger.domain.values import (
     Topic,
 )
 from forge_ledger.ledger import Ledger
-from forge_ledger.lineage import fork
+from forge_ledger.records.lineage import fork
 from forge_ledger.study import StudyRun, plan_from_document, plan_study
 from forge_ledger.study import events as sev
 from forge_ledger.study.cells import session_calls

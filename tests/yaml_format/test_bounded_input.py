@@ -19,7 +19,6 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from forge_ledger.bounded_yaml import DEFAULT_LIMITS, YamlLimits, load_yaml, yaml_limits
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.domain.values import (
     MAX_CONSTRAINTS,
@@ -33,6 +32,7 @@ from forge_ledger.domain.values import (
 from forge_ledger.errors import InputLimitError, InvariantViolation, StoreError, UsageError
 from forge_ledger.ledger import Ledger
 from forge_ledger.testing import SessionBuilder
+from forge_ledger.untrusted.bounded_yaml import DEFAULT_LIMITS, YamlLimits, load_yaml, yaml_limits
 from support.cli import run_console
 from support.hostile_inputs import (
     BILLION_LAUGHS,

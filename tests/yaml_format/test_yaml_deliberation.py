@@ -19,7 +19,7 @@ from forge_ledger.clock import FixedStepClock, SequentialIds
 from forge_ledger.domain.values import Mode, SessionStatus, file_status, status_from_file
 from forge_ledger.errors import ImportValidationError
 from forge_ledger.ledger import Ledger
-from forge_ledger.spec import split_spec
+from forge_ledger.records.spec import split_spec
 from forge_ledger.yaml_format import export_events, import_session
 from support.stories import FEATURE_AUTH_NAMES, feature_auth
 

@@ -29,7 +29,7 @@ def log_notice(message: str) -> None:
 def autosaver(ledger: Ledger, warn: Warn = log_warning) -> Callable[[SessionState], None]:
     """A checkpoint hook writing the YAML export and the document file of a session; a failed
     write is told through ``warn`` and never stops the deliberation."""
-    from ..spec import write_spec
+    from ..records.spec import write_spec
     from ..yaml_format import autosave
 
     def save(state: SessionState) -> None:

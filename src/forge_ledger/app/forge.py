@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ..audit import AuditReport
     from ..ledger.copying import CopiedSession
     from ..providers import Provider
-    from ..replay import ReplayResult
+    from ..records.replay import ReplayResult
     from ..study.state import StudyState
     from .interventions import JumpSummary
     from .records import ReportPage

@@ -9,8 +9,8 @@ from uuid import UUID
 from ..clock import Clock, SystemClock
 from ..domain.state import SessionState
 from ..domain.values import Participant
-from ..lineage import apply_model_swaps
-from ..participants_file import load_participants, participants_from_models
+from ..panel.participants_file import load_participants, participants_from_models
+from ..records.lineage import apply_model_swaps
 from .stores import Store, opened
 
 __all__ = [
@@ -47,7 +47,7 @@ def update_participants(
     reason: str = "participants updated",
     clock: Clock | None = None,
 ) -> SessionState | None:
-    """Change models (``NAME=MODEL``, see :func:`~forge_ledger.lineage.apply_model_swaps`)
+    """Change models (``NAME=MODEL``, see :func:`~forge_ledger.records.lineage.apply_model_swaps`)
     and endpoints (``api_base`` for every participant) before the session goes on.
 
     Each change is a ``ParticipantUpdated`` event carrying ``reason``, so a replay sees

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..audit import AuditReport
     from ..audit.counterfactual import ForkComparison
     from ..ledger.copying import CopiedSession
-    from ..replay import ReplayResult
+    from ..records.replay import ReplayResult
     from ..report import ReportModel
 
 __all__ = [
@@ -60,8 +60,8 @@ def fork(
 ) -> UUID:
     """A new session from ``session`` as of the end of iteration ``at_iteration`` or event
     ``at_event`` (its head when neither is given), left paused, ``without`` the participants
-    named there; see :func:`forge_ledger.lineage.fork`."""
-    from .. import lineage
+    named there; see :func:`forge_ledger.records.lineage.fork`."""
+    from ..records import lineage
 
     with opened(store) as ledger:
         return lineage.fork(
@@ -83,7 +83,7 @@ def seal(
 ) -> ChainReport:
     """Verify the chain of a finished session and append its seal (an HMAC of the root hash
     with ``key``); returns the chain as sealed."""
-    from ..sealing import seal_session
+    from ..records.sealing import seal_session
 
     with opened(store) as ledger:
         return seal_session(ledger, session, clock=clock or SystemClock(), key=key)
@@ -109,7 +109,7 @@ def audit(store: Store, session: str | UUID) -> AuditReport:
 def replay(store: Store, session: str | UUID) -> ReplayResult:
     """The session re-run against its recorded answers, compared event by event (no model
     is called, nothing is written)."""
-    from ..replay import replay_session
+    from ..records.replay import replay_session
 
     with opened(store) as ledger:
         return replay_session(ledger, session)
@@ -126,7 +126,7 @@ def export(store: Store, session: str | UUID, *, path: Path | None = None) -> Pa
 def spec(store: Store, session: str | UUID, *, path: Path | None = None) -> Path:
     """Write the session's document file, under its header (to ``path``, by default beside
     the store)."""
-    from ..spec import write_spec
+    from ..records.spec import write_spec
 
     with opened(store) as ledger:
         return write_spec(ledger, ledger.state(session), path=path)
@@ -139,6 +139,19 @@ class ReportPage:
     model: ReportModel
     html: str
     path: Path | None
+
+
+@contextlib.contextmanager
+def _report_libraries() -> Iterator[None]:
+    """Around the import of the report's renderer: its libraries (Jinja, the charts) come with
+    the ``report`` extra, and without it the user is told which to install, in one line."""
+    try:
+        yield
+    except ModuleNotFoundError as e:
+        raise ConfigError(
+            f"the report needs the 'report' extra ({e.name} is not installed)",
+            hint="pip install 'forge-ledger[report]'",
+        ) from None
 
 
 def report(
@@ -154,13 +167,8 @@ def report(
     """The session as one self-contained HTML page (as of iteration ``at_iteration``), written
     to ``path`` (by default ``reports/`` beside the store) unless ``write`` is false. The page
     says whether the chain verified and the seal checked (its HMAC with ``key``)."""
-    try:
+    with _report_libraries():
         from ..report import gather, render_html
-    except ModuleNotFoundError as e:
-        raise ConfigError(
-            f"the report needs the 'report' extra ({e.name} is not installed)",
-            hint="pip install 'forge-ledger[report]'",
-        ) from None
     with opened(store) as ledger:
         model = gather(
             ledger, session, at_iteration, key=key, checked_at=checked_at or SystemClock().now()

@@ -121,7 +121,7 @@ def check_start(
     allow_unpriced: bool = False,
     provider_given: bool = False,
 ) -> list[str]:
-    """The pre-flight of a new session: raise :class:`~forge_ledger.preflight.PreflightError`
+    """The pre-flight of a new session: raise :class:`~forge_ledger.panel.preflight.PreflightError`
     listing every problem; return the warnings about the panel that do not stop it (a panel
     of one).
 
@@ -131,7 +131,7 @@ def check_start(
     runs this; a caller that must know before it creates anything (the CLI, before it creates a
     store) runs it first.
     """
-    from ..preflight import PreflightError, check_participants, check_session, panel_warnings
+    from ..panel.preflight import PreflightError, check_participants, check_session, panel_warnings
 
     if provider_given:
         problems = check_session(config, participants, given)
@@ -240,7 +240,7 @@ def _prepare(
 ) -> None:
     """The participant changes a resume makes before the session goes on; with
     ``check_added`` the added participants' keys and URLs are checked before they join."""
-    from ..preflight import check_participants
+    from ..panel.preflight import check_participants
     from .demo import restarted_demo_server
 
     state = ledger.state(sid)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from uuid import UUID
 
 from ..errors import ConfigError
-from .records import _write, report, report_file_name
+from .records import _report_libraries, _write, report, report_file_name
 from .stores import Store, opened
 
 if TYPE_CHECKING:
@@ -148,13 +148,8 @@ def study_report(
     """The study as one self-contained HTML page at ``path`` (as of its event ``at_event``);
     with ``sessions``, each cell's session report too, beside it under the name the page
     links to."""
-    try:
+    with _report_libraries():
         from ..report._study import render_study_html
-    except ModuleNotFoundError as e:
-        raise ConfigError(
-            f"the report needs the 'report' extra ({e.name} is not installed)",
-            hint="pip install 'forge-ledger[report]'",
-        ) from None
     with opened(store, create=False) as ledger:
         state = _state(ledger, study, at_event)
         at = f" --at-event {at_event}" if at_event is not None else ""

@@ -20,7 +20,7 @@ import click
 
 from .. import __version__
 from ..errors import ArgumentError, ForgeLedgerError, RunInterrupted, exit_interrupted
-from ..terminal_text import printable
+from ..untrusted.terminal_text import printable
 
 __all__ = ["COMMANDS", "cli", "main"]
 

@@ -8,12 +8,11 @@ non-zero exit, never a traceback. Nothing here imports litellm.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console, ConsoleOptions, RenderableType
@@ -22,7 +21,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import UsageError
-from ..terminal_text import printable
+from ..untrusted.terminal_text import printable
+from ._streams import ForwardingStream
 
 if TYPE_CHECKING:
     from ..domain.state import SessionState
@@ -146,33 +146,14 @@ def print_markdown(text: str, console: Console | None = None) -> None:
     con.file.flush()
 
 
-class _Printable(io.TextIOBase):
+class _Printable(ForwardingStream):
     """A text stream that writes to ``target`` what :func:`printable` makes of each write
     (newlines kept): it escapes character by character, so how a text is split into writes
     changes nothing."""
 
-    def __init__(self, target: TextIO) -> None:
-        self._target = target
-
     def write(self, text: str) -> int:
         self._target.write(printable(text, multiline=True))
         return len(text)
-
-    def flush(self) -> None:
-        self._target.flush()
-
-    def isatty(self) -> bool:
-        return self._target.isatty()
-
-    def fileno(self) -> int:
-        return self._target.fileno()
-
-    @property
-    def encoding(self) -> Any:  # type: ignore[override]
-        return getattr(self._target, "encoding", "utf-8")
-
-    def writable(self) -> bool:
-        return True
 
 
 @contextlib.contextmanager

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import io
 import os
 import signal
 import sys
@@ -23,6 +22,8 @@ import warnings
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, TextIO, TypeVar
+
+from ._streams import ForwardingStream
 
 __all__ = [
     "QuietWhenClosed",
@@ -103,12 +104,12 @@ def abandoned_calls_are_quiet() -> None:
     )
 
 
-class QuietWhenClosed(io.TextIOBase):
+class QuietWhenClosed(ForwardingStream):
     """A text stream that forwards to ``target`` until a write fails because the reader went
     away (``BrokenPipeError``, a closed file); from then on it drops everything."""
 
     def __init__(self, target: TextIO) -> None:
-        self._target = target
+        super().__init__(target)
         self.closed_by_reader = False
 
     def write(self, text: str) -> int:
@@ -140,16 +141,6 @@ class QuietWhenClosed(io.TextIOBase):
         with contextlib.suppress(ValueError, OSError):
             return self._target.isatty()
         return False
-
-    def fileno(self) -> int:
-        return self._target.fileno()
-
-    @property
-    def encoding(self) -> Any:  # type: ignore[override]
-        return getattr(self._target, "encoding", "utf-8")
-
-    def writable(self) -> bool:
-        return True
 
 
 @contextlib.contextmanager

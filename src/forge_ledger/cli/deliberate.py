@@ -276,7 +276,7 @@ def _participants(
     models: tuple[str, ...], participants_file: Path | None, api_base: str | None,
     prices: tuple[str, ...],
 ) -> list[Participant]:
-    from ..preflight import apply_prices, parse_price
+    from ..panel.preflight import apply_prices, parse_price
 
     if participants_file is not None:
         participants = load_participants(participants_file, api_base)

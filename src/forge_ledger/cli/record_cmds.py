@@ -39,7 +39,7 @@ from ._integrity import check_chain
 if TYPE_CHECKING:
 
     from ..audit.counterfactual import ForkComparison
-    from ..lineage import IterationPoint, SessionDiff
+    from ..records.lineage import IterationPoint, SessionDiff
 
 # Each command imports what it alone uses (the audit, the lineage, sealing) when it runs: an
 # audit does not load what a fork needs, nor the reverse.
@@ -223,7 +223,7 @@ def diff(a: str, b: str, store: str | None, as_json: bool) -> None:
     open dissent on each side.
     """
     from ..app.records import fork_comparison
-    from ..lineage import diff_sessions
+    from ..records.lineage import diff_sessions
 
     with open_ledger(store, create=False) as ledger:
         ia, ib = check_chain(ledger, a), check_chain(ledger, b)
@@ -315,8 +315,8 @@ def verify_export_cmd(file: str, store: str | None, as_json: bool) -> None:
     Recomputes the session's hash chain, checks the export's 'ledger:' block against the
     stored seal (and its HMAC when FORGE_LEDGER_HMAC_KEY is set). Exits 1 on a mismatch.
     """
-    from ..sealing import verify_export
-    from ..spec import read_front_matter, verify_spec
+    from ..records.sealing import verify_export
+    from ..records.spec import read_front_matter, verify_spec
 
     key = hmac_key()
     is_document = read_front_matter(Path(file)) is not None

@@ -34,7 +34,7 @@ def replay(session: str | None, all_sessions: bool, store: str | None, as_json: 
     """Replay SESSION (or --all) deterministically; report the first difference."""
     from ..app.records import replay as replay_session
     from ..errors import UsageError
-    from ..replay import ReplayResult
+    from ..records.replay import ReplayResult
 
     if bool(session) == all_sessions:
         raise UsageError("give either a SESSION or --all")
@@ -71,7 +71,7 @@ def replay(session: str | None, all_sessions: bool, store: str | None, as_json: 
 
 
 def _print(result: object) -> None:
-    from ..replay import ReplayResult
+    from ..records.replay import ReplayResult
 
     assert isinstance(result, ReplayResult)
     short = result.session_id[:8]

@@ -112,7 +112,13 @@ def spec_cmd(
     """Print SESSION's document: the latest synthesis (before any, the latest draft or
     response) exactly as written, under a header saying whether it was agreed."""
     # the document's lineage and diff load only for --provenance and --diff
-    from ..spec import provenance_json, render_provenance, render_spec, spec_header, write_spec
+    from ..records.spec import (
+        provenance_json,
+        render_provenance,
+        render_spec,
+        spec_header,
+        write_spec,
+    )
 
     if diff_to and diff is None:
         raise UsageError(f"unexpected argument {diff_to[0]}", hint="give one SESSION")

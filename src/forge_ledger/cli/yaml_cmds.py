@@ -11,9 +11,9 @@ import click
 
 from ..app.interventions import back
 from ..app.records import export
-from ..bounded_yaml import read_yaml_file
 from ..clock import SystemClock, UuidIds
 from ..errors import UsageError
+from ..untrusted.bounded_yaml import read_yaml_file
 from ..yaml_format import cleanup as cleanup_exports
 from ..yaml_format import import_session
 from . import cli
@@ -111,7 +111,7 @@ def cleanup_cmd(
     (never events)."""
     from ..ledger import resolve_store
     from ..ledger.outputs import store_outputs
-    from ..spec import cleanup_specs
+    from ..records.spec import cleanup_specs
 
     now = SystemClock().now()
     if directory is not None:

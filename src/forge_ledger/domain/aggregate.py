@@ -24,6 +24,7 @@ from . import events as ev
 from .fold import apply_event, begin
 from .hashing import GENESIS, chain_hash
 from .state import SessionState
+from .topics import TOPIC_PREFIX, topic_for
 from .values import (
     MAX_PARTICIPANTS,
     MIN_DELIBERATING,
@@ -43,14 +44,7 @@ from .values import (
 
 __all__ = ["AGGREGATE_TOPIC", "Deliberation", "event_class_for", "known_topic", "topic_for"]
 
-AGGREGATE_TOPIC = "forge_ledger:Deliberation"
-
-
-_TOPIC_PREFIX = "forge_ledger:"
-
-
-def topic_for(type_name: str) -> str:
-    return f"{_TOPIC_PREFIX}{type_name}"
+AGGREGATE_TOPIC = topic_for("Deliberation")
 
 
 class Deliberation(Aggregate):
@@ -741,6 +735,6 @@ def event_class_for(type_name: str) -> type[Deliberation.Event]:
 def known_topic(topic: str) -> None:
     """Make the event class a stored event's ``topic`` names, if it names one of ours, so that
     eventsourcing can resolve the topic when it decodes the event."""
-    type_name = topic.removeprefix(_TOPIC_PREFIX)
+    type_name = topic.removeprefix(TOPIC_PREFIX)
     if type_name != topic and type_name in ev.EVENT_TYPES:
         event_class_for(type_name)

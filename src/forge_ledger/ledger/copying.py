@@ -34,8 +34,8 @@ from eventsourcing.persistence import IntegrityError, StoredEvent
 from eventsourcing.persistence import PersistenceError as _PersistenceError
 
 from ..domain import events as ev
-from ..domain.aggregate import topic_for
 from ..domain.json_fields import JsonFields
+from ..domain.topics import topic_for
 from ..errors import ConcurrencyConflictError, SessionNotFoundError, StoreError, UsageError
 from .compression import unpack
 from .failures import first_line

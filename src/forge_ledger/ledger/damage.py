@@ -21,13 +21,14 @@ from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
 
+from ..domain.topics import topic_for
 from ..errors import ForgeLedgerError, SessionDamagedError
 from .compression import NewerFormatError, unpack
 from .texts import Lookup, resolve
 
 __all__ = ["first_damage"]
 
-_FORKED = "forge_ledger:SessionForked"
+_FORKED = topic_for("SessionForked")
 """The event a fork begins with, at its fork point's position (its positions continue its
 parent's)."""
 

@@ -23,7 +23,7 @@ from eventsourcing.persistence import (
     PersistenceError as _PersistenceError,
 )
 
-from .._collector import fewer_collections
+from .._collector import raised_gc_threshold
 from ..domain import events as ev
 from ..domain.aggregate import Deliberation
 from ..domain.state import ContributionState, SessionState, after_iteration
@@ -222,7 +222,7 @@ class Ledger:
     def get(self, session_id: str | UUID, *, version: int | None = None) -> Deliberation:
         sid = self.resolve(session_id) if isinstance(session_id, str) else session_id
         try:
-            with fewer_collections():  # a load may fold thousands of events into a large state
+            with raised_gc_threshold():  # a load may fold thousands of events into a large state
                 agg: Any = self.app.repository.get(sid, version=version, projector_func=project)
         except Exception as e:  # AggregateNotFoundError and persistence errors
             if type(e).__name__ == "AggregateNotFoundError":
@@ -531,7 +531,7 @@ class Ledger:
         wanted = set(positions)
         aggregate: Any = None
         events: Iterable[Any] = self.app.repository.event_store.get(session_id, lte=max(wanted))
-        with fewer_collections():
+        with raised_gc_threshold():
             for event in events:
                 aggregate = event.mutate(aggregate)
                 if event.originator_version in wanted:

@@ -8,9 +8,9 @@ from typing import Any
 from uuid import UUID
 
 from ..domain import events as ev
-from ..domain.aggregate import topic_for
 from ..domain.json_fields import JsonFields
 from ..domain.state import SessionState
+from ..domain.topics import topic_for
 from ..errors import (
     SessionDamagedError,
 )

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from ..domain.topics import TOPIC_PREFIX
 from ..errors import ConfigError, StoreError, StoreMissingError
 
 __all__ = [
@@ -312,7 +313,6 @@ FORMAT_VERSION = 1
 LEDGER_TABLES = frozenset({"stored_events", "stored_snapshots", "forge_texts", "forge_text_quotes"})
 """Every table a SQLite ledger has ever held: a file without the marker is a ledger only if it
 holds no other (and its events are ours)."""
-_TOPIC_PREFIX = "forge_ledger:"
 
 
 @dataclass(frozen=True)
@@ -528,7 +528,7 @@ def _recognise(path: Path, con: sqlite3.Connection, names: set[str], app_id: int
             ).fetchall()
         except sqlite3.DatabaseError:  # a table without rowid: not the ledger's
             ends = [("",)]
-        ours = all(isinstance(t, str) and t.startswith(_TOPIC_PREFIX) for (t,) in ends)
+        ours = all(isinstance(t, str) and t.startswith(TOPIC_PREFIX) for (t,) in ends)
     if not ours:
         raise StoreError(
             f"{path} is a SQLite file but not a forge-ledger store (no ledger marker, and "

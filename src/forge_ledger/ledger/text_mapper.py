@@ -14,6 +14,7 @@ from eventsourcing.persistence import Mapper, StoredEvent
 from eventsourcing.utils import get_topic
 
 from ..domain.aggregate import known_topic
+from ..domain.topics import TOPIC_PREFIX
 from .compression import StateCompressor, TopLevelTranscoder, unpack
 from .quotes import QuotedAnswers
 from .texts import PROMPT_REF, REF_KEY, REF_PATTERN, Lookup, externalise, with_texts
@@ -23,7 +24,6 @@ __all__ = ["StoredEventWithTexts", "TextMapper", "dictionaries_of", "quote_lists
 _WINDOW = 256
 """Events whose texts are read together (a few hundred texts: well inside the text cache)."""
 _CACHE_SIZE = 4096
-_PREFIX = "forge_ledger:"
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ class TextMapper(Mapper[Any]):
             wanted = {
                 m.group(2).decode("ascii")
                 for stored_event, plain in window
-                if stored_event.topic.startswith(_PREFIX) and REF_KEY in plain
+                if stored_event.topic.startswith(TOPIC_PREFIX) and REF_KEY in plain
                 for m in REF_PATTERN.finditer(plain)
             }
             if wanted:
@@ -162,7 +162,7 @@ class TextMapper(Mapper[Any]):
             yield self._decoded(stored_event, plain)
 
     def _decoded(self, stored_event: StoredEvent, plain: bytes) -> Any:
-        if stored_event.topic.startswith(_PREFIX):
+        if stored_event.topic.startswith(TOPIC_PREFIX):
             known_topic(stored_event.topic)
             if self.lookup is not None:
                 plain = self._inline(plain)

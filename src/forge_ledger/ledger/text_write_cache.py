@@ -6,18 +6,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["KnowsStore", "Learned", "StoreFacts", "learned_in"]
+__all__ = ["KnownStoreContents", "RemembersStoreContents", "TransactionFindings", "findings_in"]
 
 
 _KNOWN_MAX = 65_536
 """Addresses a writer remembers as stored (64 characters each); past that it starts over."""
-_LEARNED = "_forge_learned"
-"""The keyword under which a save's :class:`Learned` travels down to its transaction (the
-recorders pass their keywords through to the insert)."""
+_FINDINGS = "_forge_learned"
+"""The keyword under which a save's :class:`TransactionFindings` travels down to its
+transaction (the recorders pass their keywords through to the insert)."""
 
 
 @dataclass
-class Learned:
+class TransactionFindings:
     """What one transaction found out about the store: true once it commits."""
 
     tables: bool = False
@@ -25,14 +25,15 @@ class Learned:
     texts: set[str] = field(default_factory=set)
 
 
-def learned_in(kwargs: dict[str, Any]) -> Learned:
-    """The :class:`Learned` of the save in progress (a throwaway one if it has none)."""
-    found = kwargs.get(_LEARNED)
-    return found if isinstance(found, Learned) else Learned()
+def findings_in(kwargs: dict[str, Any]) -> TransactionFindings:
+    """The :class:`TransactionFindings` of the save in progress (a throwaway one if it has
+    none)."""
+    found = kwargs.get(_FINDINGS)
+    return found if isinstance(found, TransactionFindings) else TransactionFindings()
 
 
 @dataclass
-class StoreFacts:
+class KnownStoreContents:
     """What a writer knows its store holds already, so that a save does not ask again: the
     text table exists, and these texts are stored. Each save asked both (``CREATE TABLE IF
     NOT EXISTS`` and a ``SELECT``): about a tenth of an append's cost, for answers most of
@@ -40,10 +41,10 @@ class StoreFacts:
 
     Only a committed write counts. A transaction that rolled back (another writer appended
     first) stored nothing, not even a table it created. What a save finds out travels with
-    that save (:class:`Learned`), never through shared state: a writer used from several
-    threads must not take another save's texts for stored before that save commits. Texts
-    are never deleted, so what a committed write stored stays true; texts another process
-    stored are merely asked about.
+    that save (:class:`TransactionFindings`), never through shared state: a writer used from
+    several threads must not take another save's texts for stored before that save commits.
+    Texts are never deleted, so what a committed write stored stays true; texts another
+    process stored are merely asked about.
     """
 
     tables_ready: bool = False
@@ -57,8 +58,8 @@ class StoreFacts:
     ) -> Sequence[int] | None:
         """``insert(stored_events, …)`` (one transaction), then what it found out, if it
         committed."""
-        learned = Learned()
-        ids = insert(stored_events, **{**kwargs, _LEARNED: learned})
+        learned = TransactionFindings()
+        ids = insert(stored_events, **{**kwargs, _FINDINGS: learned})
         self.learn(learned)
         return ids
 
@@ -69,7 +70,7 @@ class StoreFacts:
         reaches the code that creates the table."""
         return {a: t for a, t in texts if a not in self.stored}
 
-    def learn(self, learned: Learned) -> None:
+    def learn(self, learned: TransactionFindings) -> None:
         """Call once the transaction that found ``learned`` out has committed."""
         if learned.tables and not self.tables_ready:
             # In this order: a save in another thread reads ``tables_ready`` first, and then
@@ -81,13 +82,13 @@ class StoreFacts:
         self.stored |= learned.texts
 
 
-class KnowsStore:
+class RemembersStoreContents:
     """A recorder that writes texts, with what its committed saves found out (its facts)."""
 
-    _facts: StoreFacts | None = None
+    _facts: KnownStoreContents | None = None
 
     @property
-    def facts(self) -> StoreFacts:
+    def facts(self) -> KnownStoreContents:
         if self._facts is None:
-            self._facts = StoreFacts()
+            self._facts = KnownStoreContents()
         return self._facts

@@ -169,10 +169,10 @@ def _text_value(key: str, value: Any, texts: dict[str, str]) -> Any:
     """``value`` (under ``key``) with its text in place if it is a reference."""
     if not _refers(key, value):
         return _substitute(value, texts)
-    return _referred(key, value[_REF], texts)
+    return _referenced_value(key, value[_REF], texts)
 
 
-def _referred(key: str, address: str, texts: dict[str, str]) -> Any:
+def _referenced_value(key: str, address: str, texts: dict[str, str]) -> Any:
     """What a reference under ``key`` stands for: the text at ``address``, or under an object
     key the object it holds."""
     if key in OBJECT_TEXTS:
@@ -232,7 +232,7 @@ def with_texts(plain: bytes, lookup: Lookup) -> bytes:
     texts = _all_found(lookup, addresses)
 
     def text(m: re.Match[bytes]) -> bytes:
-        value = _referred(m.group(1).decode("ascii"), m.group(2).decode("ascii"), texts)
+        value = _referenced_value(m.group(1).decode("ascii"), m.group(2).decode("ascii"), texts)
         body = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
         return b'"' + m.group(1) + b'":' + body.encode("utf-8")
 

@@ -18,13 +18,13 @@ from psycopg.pq import ConnStatus, ExecStatus
 from psycopg.sql import SQL, Identifier
 
 from .text_mapper import texts_of
-from .text_write_cache import KnowsStore, Learned, learned_in
+from .text_write_cache import RemembersStoreContents, TransactionFindings, findings_in
 from .texts import TEXT_TABLE
 
 __all__ = ["TextsPostgresRecorder", "TextsPostgresSnapshotRecorder"]
 
 
-class _WritesTexts(KnowsStore):
+class _WritesTexts(RemembersStoreContents):
     """The text table of a PostgreSQL store, written in the caller's transaction."""
 
     datastore: Any
@@ -48,10 +48,10 @@ class _WritesTexts(KnowsStore):
         )
 
     def _texts_to_write(self, stored_events: Sequence[StoredEvent]) -> dict[str, str]:
-        """The texts of ``stored_events`` a save must write (:meth:`StoreFacts.unknown`)."""
+        """The texts of ``stored_events`` a save must write (:meth:`KnownStoreContents.unknown`)."""
         return self.facts.unknown(texts_of(stored_events))
 
-    def _insert_texts(self, curs: Any, texts: dict[str, str], learned: Learned) -> None:
+    def _insert_texts(self, curs: Any, texts: dict[str, str], learned: TransactionFindings) -> None:
         """``texts`` (from :meth:`_texts_to_write`), in the caller's transaction."""
         if not texts:
             return
@@ -98,7 +98,7 @@ class TextsPostgresRecorder(_WritesTexts, PostgresApplicationRecorder):
         skips the rest of the query and the transaction is rolled back here. The first save
         of texts into a store without a text table creates it, under a lock, as before.
         """
-        learned = learned_in(kwargs)
+        learned = findings_in(kwargs)
         texts = self._texts_to_write(stored_events)
         with self.datastore.get_connection() as conn:
             curs = psycopg.ClientCursor(conn)
@@ -224,5 +224,5 @@ class TextsPostgresSnapshotRecorder(_WritesTexts, PostgresAggregateRecorder):
         self, stored_events: Sequence[StoredEvent], texts: dict[str, str], **kwargs: Any
     ) -> None:
         with self.datastore.transaction(commit=True) as curs:
-            self._insert_texts(curs, texts, learned_in(kwargs))
+            self._insert_texts(curs, texts, findings_in(kwargs))
             self._insert_stored_events(curs, stored_events, **kwargs)

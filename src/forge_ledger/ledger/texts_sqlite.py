@@ -23,15 +23,20 @@ from .text_bodies import (
     unquoted,
 )
 from .text_mapper import dictionaries_of, texts_of
-from .text_write_cache import KnowsStore, Learned, StoreFacts, learned_in
+from .text_write_cache import (
+    KnownStoreContents,
+    RemembersStoreContents,
+    TransactionFindings,
+    findings_in,
+)
 from .texts import TEXT_TABLE
 
 __all__ = ["TextsSQLiteRecorder", "TextsSQLiteSnapshotRecorder", "WritesTexts"]
 
 
-class WritesTexts(KnowsStore, SQLiteAggregateRecorder):
+class WritesTexts(RemembersStoreContents, SQLiteAggregateRecorder):
     """Writes the texts of the events it inserts in the same transaction, asking the store
-    only what a committed write has not already told it (:class:`StoreFacts`)."""
+    only what a committed write has not already told it (:class:`KnownStoreContents`)."""
 
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
@@ -56,7 +61,7 @@ class WritesTexts(KnowsStore, SQLiteAggregateRecorder):
             pool.put_connection(conn)
 
     def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
-        _insert_texts(c, stored_events, self.facts, learned_in(kwargs))
+        _insert_texts(c, stored_events, self.facts, findings_in(kwargs))
         return super()._insert_events(c, stored_events, **kwargs)
 
 
@@ -120,7 +125,10 @@ class TextsSQLiteSnapshotRecorder(WritesTexts):
 
 
 def _insert_texts(
-    c: Any, stored_events: Sequence[StoredEvent], facts: StoreFacts, learned: Learned
+    c: Any,
+    stored_events: Sequence[StoredEvent],
+    facts: KnownStoreContents,
+    learned: TransactionFindings,
 ) -> None:
     """The texts of ``stored_events`` not stored yet, in the caller's transaction."""
     texts = dict(texts_of(stored_events))

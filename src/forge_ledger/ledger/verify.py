@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from ..domain import events as ev
 from ..domain.hashing import GENESIS, chain_hash, seal_hmac
 from ..domain.json_fields import JsonFields
+from ..domain.topics import TOPIC_PREFIX, topic_for
 from ..errors import StoreError
 from .compression import NewerFormatError, unpack
 from .failures import first_line, store_failure
@@ -40,7 +41,6 @@ from .texts import resolve
 
 __all__ = ["ChainReport", "verify_session", "verify_snapshots", "verify_store"]
 
-_PREFIX = "forge_ledger:"
 
 
 @dataclass
@@ -159,7 +159,7 @@ def _first_position(position: int, topic: str, state: dict[str, Any] | None) -> 
     """Where a session's chain begins: at 1, or for a fork at its fork point, whose position
     its first event takes (a fork's positions continue its parent's; see
     ``Deliberation.fork``). A fork recorded before that began at 1, and still verifies."""
-    if topic != f"{_PREFIX}SessionForked" or state is None:
+    if topic != topic_for("SessionForked") or state is None:
         return 1
     data = state.get("data")
     raw = data.get("origin") if isinstance(data, dict) else None
@@ -230,9 +230,9 @@ def _checked_event(
     what is wrong with it."""
     if state is None:
         return f"stored event cannot be decoded ({error})"
-    if not topic.startswith(_PREFIX):
+    if not topic.startswith(TOPIC_PREFIX):
         return f"unexpected event topic {topic!r}"
-    type_name = topic[len(_PREFIX) :]
+    type_name = topic[len(TOPIC_PREFIX) :]
     try:
         stored_prev = state["prev_hash"]
         stored_hash = state["hash"]

@@ -14,7 +14,7 @@
 A counterfactual cell (:mod:`.counterfactual`) waits for its parent cell: while the parent
 may still finish, :func:`run_cell` answers None (ask again later); a paused parent leaves it
 pending (it runs once the parent is resumed and done); a failed parent fails it. Its session
-is a fork of the parent's (:func:`forge_ledger.lineage.fork`) under the assigned id, then
+is a fork of the parent's (:func:`forge_ledger.records.lineage.fork`) under the assigned id, then
 resumed like any other; what it spends, for the budget, is what the fork spent after the
 fork point.
 """
@@ -264,7 +264,7 @@ def _fork(run: StudyRun, cell: CellState, sid: UUID) -> None:
     """Fork the parent cell's session for ``cell`` under ``sid``: at the end of the variant's
     iteration, with its one change, its share of the budget on top of what the parent had
     spent by then."""
-    from ..lineage import fork
+    from ..records.lineage import fork
 
     assert cell.spec.parent is not None
     parent = run.state.cells[cell.spec.parent]

@@ -12,7 +12,7 @@ Each of its cells forks the session of the parent variant's cell with the same t
 and repeat, as of the end of iteration ``at_iteration`` (1 by default), with one change:
 ``without`` drops a participant, ``models`` swaps models, any session setting overrides the
 parent's; ``leave_one_out: true`` makes one cell per participant of the panel, each dropping
-that one. The fork is made by :func:`forge_ledger.lineage.fork` (``fork --without``), then
+that one. The fork is made by :func:`forge_ledger.records.lineage.fork` (``fork --without``), then
 resumed like any cell's session. A counterfactual cell runs only once its parent cell is done.
 
 Pure: these functions read the plan, never the store.

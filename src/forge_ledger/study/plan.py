@@ -1,11 +1,11 @@
 """A study plan: topics × panels × variants × repeats under one budget, checked in one pass.
 
-The plan file is YAML (read through :mod:`forge_ledger.bounded_yaml`); files it names
+The plan file is YAML (read through :mod:`forge_ledger.untrusted.bounded_yaml`); files it names
 (participants files, topic files) are relative to the plan's folder. :func:`load_plan` reads
 it and checks everything that can be known before a model is called, collecting every
 problem, one line each, and raising them together as a
-:class:`~forge_ledger.preflight.PreflightError` (nothing is recorded then). The checks on
-participants are the ones ``run`` makes (:func:`~forge_ledger.preflight.check_participants`),
+:class:`~forge_ledger.panel.preflight.PreflightError` (nothing is recorded then). The checks on
+participants are the ones ``run`` makes (:func:`~forge_ledger.panel.preflight.check_participants`),
 applied to every panel as each variant changes it.
 
 What :func:`load_plan` returns is self-contained: the topics and participants are read in,
@@ -22,8 +22,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..domain.values import Participant, SessionConfig, Topic
-from ..errors import ConfigError, ForgeLedgerError, InputLimitError, dotted_loc
-from ..preflight import PreflightError, check_participants
+from ..errors import ForgeLedgerError, dotted_loc
+from ..panel.preflight import PreflightError, check_participants
 from .counterfactual import (
     FORK_KEYS,
     MODEL_SWAPS,
@@ -167,7 +167,7 @@ def _hold(
 
 
 def _participants(panel: Sequence[Participant], variant: Mapping[str, Any]) -> list[Participant]:
-    from ..lineage import apply_model_swaps
+    from ..records.lineage import apply_model_swaps
 
     swaps = variant.get(MODEL_SWAPS) or []
     return apply_model_swaps(panel, swaps) if swaps else list(panel)
@@ -237,20 +237,9 @@ def plan_from_document(doc: Any, *, base: Path, name: str = "plan") -> StudyPlan
 
 
 def _read_yaml(path: Path, role: str) -> Any:
-    import yaml
+    from ..untrusted.bounded_yaml import load_settings_file
 
-    from ..bounded_yaml import load_yaml, read_yaml_file
-
-    try:
-        return load_yaml(read_yaml_file(path), name=str(path))
-    except InputLimitError:
-        raise
-    except OSError as e:
-        raise ConfigError(f"cannot read the {role} file {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path} is not UTF-8 text", hint="save it as UTF-8") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    return load_settings_file(path, role)
 
 
 def _topics(items: Sequence[dict[str, Any]], base: Path, problems: list[str]) -> Iterator[Topic]:
@@ -285,7 +274,7 @@ def _topic(where: str, item: Any, problems: list[str]) -> Iterator[Topic]:
 
 
 def _panel(key: str, file: str, base: Path, problems: list[str]) -> list[Participant]:
-    from ..participants_file import load_participants
+    from ..panel.participants_file import load_participants
 
     try:
         return load_participants(base / file)

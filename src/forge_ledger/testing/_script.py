@@ -20,8 +20,8 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..bounded_yaml import load_yaml, read_yaml_file
 from ..errors import ConfigError, dotted_loc, validation_summary
+from ..untrusted.bounded_yaml import load_yaml, read_yaml_file
 
 __all__ = [
     "Fault",

@@ -1,6 +1,6 @@
 """Import: a YAML session file (v1.0 or v1.2) becomes a session of events.
 
-The file is read with the bounded safe loader (:mod:`forge_ledger.bounded_yaml`),
+The file is read with the bounded safe loader (:mod:`forge_ledger.untrusted.bounded_yaml`),
 migrated, then validated; any error names the field's path and line and nothing is
 written. The session is then built through the ``Deliberation`` aggregate (so its
 invariants hold) and saved in one transaction:
@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import yaml
 from pydantic import ValidationError
 
-from ..bounded_yaml import load_yaml
 from ..clock import Clock, IdSource
 from ..domain import Deliberation
 from ..domain import events as ev
@@ -29,6 +28,7 @@ from ..domain.json_fields import JsonFields
 from ..domain.values import SessionConfig, Topic
 from ..errors import ImportValidationError, Loc, validation_summary
 from ..ledger import Ledger
+from ..untrusted.bounded_yaml import load_yaml
 from .lines import format_path, line_of, path_lines
 from .migrate import migrate
 from .schema import Extension, SessionFile

@@ -17,11 +17,11 @@ from uuid import UUID
 
 import yaml
 
-from ..bounded_yaml import load_yaml, read_yaml_file
 from ..domain.json_fields import JsonFields
 from ..errors import InputLimitError, UsageError
 from ..ledger import Ledger
 from ..ledger.outputs import store_outputs, write_output
+from ..untrusted.bounded_yaml import load_yaml, read_yaml_file
 from .schema import SLUG_RE
 
 __all__ = [

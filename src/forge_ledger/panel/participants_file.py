@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from .domain.values import Participant, ParticipantRole, slugify
-from .errors import ConfigError, validation_summary
+from ..domain.values import Participant, ParticipantRole, slugify
+from ..errors import ConfigError, validation_summary
 
 __all__ = ["load_participants", "participants_from_models"]
 
@@ -20,19 +20,11 @@ def load_participants(path: Path, api_base: str | None = None) -> list[Participa
 
     ``api_base`` is given to every participant that names none.
     """
-    import yaml
     from pydantic import ValidationError
 
-    from .bounded_yaml import load_yaml, read_yaml_file
+    from ..untrusted.bounded_yaml import load_settings_file
 
-    try:
-        doc = load_yaml(read_yaml_file(path), name=str(path))
-    except OSError as e:
-        raise ConfigError(f"cannot read {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path} is not UTF-8 text", hint="save it as UTF-8") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    doc = load_settings_file(path)
     items = doc.get("participants") if isinstance(doc, dict) else doc
     if not isinstance(items, list) or not items:
         raise ConfigError(

@@ -23,12 +23,12 @@ from uuid import UUID
 
 import yaml
 
-from .bounded_yaml import load_yaml, read_yaml_file
-from .clock import Clock
-from .domain.hashing import seal_hmac
-from .domain.json_fields import JsonFields
-from .errors import ChainBrokenError, ImportValidationError
-from .ledger import ChainReport, Ledger, verify_session
+from ..clock import Clock
+from ..domain.hashing import seal_hmac
+from ..domain.json_fields import JsonFields
+from ..errors import ChainBrokenError, ImportValidationError
+from ..ledger import ChainReport, Ledger, verify_session
+from ..untrusted.bounded_yaml import load_yaml, read_yaml_file
 
 __all__ = ["ExportReport", "check_stored_chain", "seal_session", "verify_export"]
 
@@ -98,7 +98,7 @@ Exporter = Callable[[Ledger, UUID], str]
 
 def _fresh_export(ledger: Ledger, session_id: UUID) -> str:
     """A fresh YAML export of the stored session, to compare a file's content with."""
-    from .yaml_format import export_events
+    from ..yaml_format import export_events
 
     return export_events(list(ledger.events(session_id)))
 

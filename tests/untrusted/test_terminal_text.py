@@ -1,4 +1,5 @@
-"""The one rule for untrusted text on a terminal (:func:`forge_ledger.terminal_text.printable`)."""
+"""The one rule for untrusted text on a terminal
+(:func:`forge_ledger.untrusted.terminal_text.printable`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import unicodedata
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forge_ledger.terminal_text import printable
+from forge_ledger.untrusted.terminal_text import printable
 
 _OBEYED = {"Cc", "Cs"}  # controls and lone surrogates
 _BIDI = {"\u061c", "\u200e", "\u200f", *map(chr, range(0x202A, 0x202F)),

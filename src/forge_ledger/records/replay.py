@@ -27,15 +27,15 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from .domain import events as ev
-from .domain.aggregate import Deliberation, event_class_for
-from .domain.json_fields import JsonFields
-from .domain.state import SessionState
-from .domain.values import ModelResponse, Participant, Price
-from .errors import ForgeLedgerError
-from .ledger import Ledger, RecordedEvent
-from .orchestrator import NoSeal, NoWallTime, Orchestrator
-from .providers import ProviderCall, ProviderCallError
+from ..domain import events as ev
+from ..domain.aggregate import Deliberation, event_class_for
+from ..domain.json_fields import JsonFields
+from ..domain.state import SessionState
+from ..domain.values import ModelResponse, Participant, Price
+from ..errors import ForgeLedgerError
+from ..ledger import Ledger, RecordedEvent
+from ..orchestrator import NoSeal, NoWallTime, Orchestrator
+from ..providers import ProviderCall, ProviderCallError
 
 __all__ = [
     "ReplayDifference",

@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from .domain.values import SessionStatus
-from .errors import ImportValidationError
-from .ledger.outputs import store_outputs, write_output
+from ..domain.values import SessionStatus
+from ..errors import ImportValidationError
+from ..ledger.outputs import store_outputs, write_output
 
 if TYPE_CHECKING:
-    from .domain.state import SessionState
-    from .ledger import Ledger
-    from .projections.document import Answer, ContributionRef, DocumentLineage
+    from ..domain.state import SessionState
+    from ..ledger import Ledger
+    from ..projections.document import Answer, ContributionRef, DocumentLineage
+    from ..yaml_format.storage import CleanupItem
     from .sealing import ExportReport
-    from .yaml_format.storage import CleanupItem
 
 # Printing a document needs the state and YAML only: the lineage, the chain check and the
 # file clean-up load when their function runs.
@@ -155,7 +155,7 @@ def spec_path(ledger: Ledger, state: SessionState, directory: Path | None = None
         doc = read_front_matter(path)
         return doc is not None and doc.get("session_id") == state.id
 
-    from .yaml_format.storage import session_file_path
+    from ..yaml_format.storage import session_file_path
 
     return session_file_path(target, state.slug, ".md", state.id, owns)
 
@@ -310,7 +310,7 @@ def cleanup_specs(
     directory: Path, *, now: datetime, days: int = 30, dry_run: bool = False
 ) -> list[CleanupItem]:
     """Remove document files of finished sessions not updated for ``days`` days."""
-    from .yaml_format.storage import remove_finished
+    from ..yaml_format.storage import remove_finished
 
     return remove_finished(directory, "*.md", _finished_spec, now=now, days=days,
                            dry_run=dry_run)

@@ -27,9 +27,16 @@ from typing import Any
 
 import yaml
 
-from .errors import InputLimitError, UsageError
+from ..errors import ConfigError, InputLimitError, UsageError
 
-__all__ = ["DEFAULT_LIMITS", "YamlLimits", "load_yaml", "read_yaml_file", "yaml_limits"]
+__all__ = [
+    "DEFAULT_LIMITS",
+    "YamlLimits",
+    "load_settings_file",
+    "load_yaml",
+    "read_yaml_file",
+    "yaml_limits",
+]
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -163,3 +170,20 @@ def load_yaml(text: str, *, name: str, limits: YamlLimits | None = None) -> Any:
         raise _too_big(name, "text is too large", lim.max_bytes, ENV_MAX_BYTES)
     _scan(text, name, lim)
     return yaml.load(text, Loader=_Loader)  # a SafeLoader: plain data only
+
+
+def load_settings_file(path: Path, role: str | None = None) -> Any:
+    """A YAML file a person wrote to set something up (a participants file, a study plan, a
+    topics file), read and loaded within the bounds. A file that cannot be read, is not UTF-8
+    or is not YAML raises a one-line :class:`~forge_ledger.errors.ConfigError` naming it
+    (``role``: "plan" says "the plan file"); a crossed bound raises
+    :class:`~forge_ledger.errors.InputLimitError`."""
+    try:
+        return load_yaml(read_yaml_file(path), name=str(path))
+    except OSError as e:
+        named = f"the {role} file {path}" if role else str(path)
+        raise ConfigError(f"cannot read {named}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not UTF-8 text", hint="save it as UTF-8") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None

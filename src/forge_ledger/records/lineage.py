@@ -34,20 +34,20 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .clock import Clock, IdSource, SystemClock, UuidIds
-from .domain.aggregate import Deliberation
-from .domain.state import SessionState
-from .domain.values import ModelProvider, Participant, RoundKind, SessionConfig, Stance
-from .engine.ems import ems_score
-from .engine.steps import roles_after_leaving
-from .errors import (
+from ..clock import Clock, IdSource, SystemClock, UuidIds
+from ..domain.aggregate import Deliberation
+from ..domain.state import SessionState
+from ..domain.values import ModelProvider, Participant, RoundKind, SessionConfig, Stance
+from ..engine.ems import ems_score
+from ..engine.steps import roles_after_leaving
+from ..errors import (
     ConfigError,
     InvariantViolation,
     SessionNotFoundError,
     UsageError,
     validation_summary,
 )
-from .ledger import Ledger
+from ..ledger import Ledger
 
 __all__ = [
     "IterationPoint",

@@ -28,8 +28,8 @@ from datetime import UTC, datetime
 from urllib.parse import urlparse
 from uuid import UUID
 
-from .domain.values import MAX_PARTICIPANTS, Participant, Price, SessionConfig, Topic
-from .errors import ConfigError
+from ..domain.values import MAX_PARTICIPANTS, Participant, Price, SessionConfig, Topic
+from ..errors import ConfigError
 
 __all__ = [
     "PreflightError",
@@ -130,7 +130,7 @@ def _url_problems(participants: Sequence[Participant]) -> list[str]:
 
 
 def _key_problem(p: Participant) -> str | None:
-    from .providers import ProviderCallError, missing_keys
+    from ..providers import ProviderCallError, missing_keys
 
     try:
         keys = missing_keys(p)
@@ -147,7 +147,7 @@ def _key_problem(p: Participant) -> str | None:
 
 
 def _price_problem(p: Participant) -> str | None:
-    from .providers import table_price
+    from ..providers import table_price
 
     if p.price is not None or table_price(p.model) is not None:
         return None
@@ -242,9 +242,9 @@ def _first_call_problem(
     """A budget below what the orchestrator reserves for the session's first call would
     refuse every call: the session would be recorded, call no model and end with no
     document. Said here instead, with the least budget that lets the first call be made."""
-    from .domain.aggregate import Deliberation
-    from .engine import first_call
-    from .providers import resolve_price, table_price
+    from ..domain.aggregate import Deliberation
+    from ..engine import first_call
+    from ..providers import resolve_price, table_price
 
     if config.max_cost_usd <= 0:
         return None  # reported as such by check_session
