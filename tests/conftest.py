@@ -30,7 +30,7 @@ os.environ.setdefault("FORGE_LEDGER_HOME", tempfile.mkdtemp(prefix="forge-ledger
 settings.register_profile("forge-ledger", deadline=None)
 settings.load_profile("forge-ledger")
 
-pytest_plugins = ["forge_ledger.testing.pytest_plugin"]
+pytest_plugins = ["forge_ledger.testing.pytest_plugin", "support.browser"]
 
 @pytest.fixture(autouse=True)
 def _own_user_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -323,3 +323,22 @@ def test_cli_refuses_an_unknown_name_in_one_line(
     assert err.count("\n") == 1
     assert "no participant named 'erin'" in err
     assert "Traceback" not in err
+
+
+def test_a_forks_export_tells_the_iterations_it_inherited(ledger: Ledger, tmp_path: Any) -> None:
+    """The fork is its parent up to the fork point, in its YAML file too: the history lists
+    the parent's iteration 1, as the parent's own file does, then the fork's own."""
+    import yaml
+
+    from forge_ledger.yaml_format import write_export
+
+    parent = _run_parent(ledger)
+    fid = _fork(ledger, parent, without=["dave"])
+    _resume(ledger, fid)
+    mine = yaml.safe_load(write_export(ledger, fid, path=tmp_path / "f.yaml").read_text())
+    theirs = yaml.safe_load(write_export(ledger, parent, path=tmp_path / "p.yaml").read_text())
+    history = mine["session"]["history"]
+    assert [h["iteration"] for h in history] == [1, 2]
+    assert history[0] == theirs["session"]["history"][0]
+    assert mine["session"]["iteration"] == 2
+    assert [e.position for e in ledger.history(fid)] == list(range(1, ledger.head_version(fid) + 1))

@@ -12,81 +12,25 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from forge_ledger.ledger import Ledger
 from forge_ledger.projections.document import fold_lineage
+from support.browser import CONSOLE_SCRIPT, open_page
 from support.cli import console_demo
 from support.stories import HOSTILE_DOC, IMG, MARKDOWN_DOC, SCRIPT, hostile, markdown
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Route
+    from playwright.sync_api import Browser, Page
 
     from forge_ledger.projections.document import DocumentLineage
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-default-apps", "--disable-extensions", "--metrics-recording-only",
-]
-CONSOLE_SCRIPT = str(Path(sys.executable).parent / "forge-ledger")
 SID = uuid.UUID(int=21)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
-@dataclass
-class Visit:
-    page: Page
-    url: str
-    errors: list[str] = field(default_factory=list)
-    requests: list[str] = field(default_factory=list)
-    blocked: list[str] = field(default_factory=list)
-
-
-def _open(browser: Browser, path: Path) -> Visit:
-    """Load the file with every non-file request aborted and everything recorded."""
-    context = browser.new_context(viewport={"width": 1200, "height": 900})
-    page = context.new_page()
-    visit = Visit(page=page, url=path.resolve().as_uri())
-
-    def route(r: Route) -> None:
-        if r.request.url.startswith("file://"):
-            r.continue_()
-        else:
-            visit.blocked.append(r.request.url)
-            r.abort()
-
-    def console(m: ConsoleMessage) -> None:
-        if m.type == "error":
-            visit.errors.append(m.text)
-
-    def request(r: Request) -> None:
-        visit.requests.append(r.url)
-
-    context.route("**/*", route)
-    page.on("console", console)
-    page.on("pageerror", lambda e: visit.errors.append(f"page error: {e}"))
-    page.on("request", request)
-    page.goto(visit.url, wait_until="load")
-    return visit
 
 
 def _report(store: Path, out: Path, sid: uuid.UUID = SID) -> None:
@@ -108,7 +52,7 @@ def test_the_report_in_a_real_browser(browser: Browser, tmp_path: Path) -> None:
     _report(store, out, sid)
     lineage = fold_lineage(state)
     assert lineage.source is not None
-    visit = _open(browser, out)
+    visit = open_page(browser, out)
     page = visit.page
 
     assert visit.errors == []
@@ -205,7 +149,7 @@ def test_model_text_stays_text_in_the_browser(browser: Browser, tmp_path: Path) 
     with Ledger(str(store)) as ledger:
         hostile(ledger, SID)
     _report(store, out)
-    visit = _open(browser, out)
+    visit = open_page(browser, out)
     page = visit.page
     assert visit.errors == []  # a script or handler blocked by the page's policy would log one
     assert page.title().startswith(f"Rate limits {SCRIPT}")
@@ -235,7 +179,7 @@ def test_a_markdown_document_keeps_every_sentence_s_provenance(
     _report(store, out)
     lineage = fold_lineage(state)
     assert lineage.text == MARKDOWN_DOC
-    visit = _open(browser, out)
+    visit = open_page(browser, out)
     page = visit.page
     assert visit.errors == []
     assert visit.requests == [visit.url]

@@ -15,16 +15,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 from playwright.sync_api import expect
-from test_report_browser import CONSOLE_SCRIPT, _open, browser
 
 from forge_ledger.ledger import Ledger
+from support.browser import CONSOLE_SCRIPT, open_page
 from support.study_sessions import known_plan, record_known_study
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
-
-__all__ = ["browser"]
-
 
 @pytest.fixture(scope="module")
 def page_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -57,7 +54,7 @@ def page_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow
 def test_the_study_report_in_a_real_browser(browser: Browser, page_file: Path) -> None:
-    visit = _open(browser, page_file)
+    visit = open_page(browser, page_file)
     page = visit.page
     assert visit.errors == []
     assert visit.requests == [visit.url]

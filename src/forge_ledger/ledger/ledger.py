@@ -453,6 +453,17 @@ class Ledger:
             origin = self.inherited_from(session_id, position)
         return session_id, list(self.events(session_id, upto=position))
 
+    def history(self, session_id: UUID) -> list[RecordedEvent]:
+        """Every event a session sees, from position 1: for a fork, the events it inherited
+        (its parent's history up to the fork point), then its own."""
+        own = list(self.events(session_id))
+        first = own[0].position if own else 1
+        origin = self.inherited_from(session_id, first - 1) if first > 1 else None
+        if origin is None:
+            return own
+        inherited = self.history(UUID(origin.parent_id))
+        return [*(e for e in inherited if e.position < first), *own]
+
     def prompt(self, session_id: str | UUID, contribution: ContributionState) -> list[ChatMessage]:
         """The exact prompt of a recorded answer, read from the event that recorded it.
 

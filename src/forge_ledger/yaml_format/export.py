@@ -77,18 +77,16 @@ class _Fold:
     def apply(self, event: EventLike) -> None:
         payload = ev.payload_class(event.type).model_validate(event.data)
         at = event.timestamp
-        self.state = (
-            fold(
-                self.state,
-                payload,
-                session_id=event.session_id,
-                position=event.position,
-                at=at,
+        if self.state is None or isinstance(payload, ev.SessionForked):
+            # a fork's first event holds its state (its parent's at the fork point): the
+            # parent's past before it only adds the iteration entries the fork inherited
+            self.state = fold(
+                None, payload, session_id=event.session_id, position=event.position, at=at,
                 hash_=event.hash,
             )
-            if self.state is None
-            else self._fold_next(event, payload)
-        )
+            self.finalize_live()
+        else:
+            self.state = self._fold_next(event, payload)
         self.last_at = at
 
     def _fold_next(self, event: EventLike, payload: ev.Payload) -> SessionState:

@@ -90,8 +90,7 @@ def write_export(
     sid = ledger.resolve(session_id) if isinstance(session_id, str) else session_id
     from .export import export_events  # the export format, for an export only (not a spec)
 
-    events = list(ledger.events(sid))
-    text = export_events(events)
+    text = export_events(ledger.history(sid))  # a fork's file tells its inherited rounds too
     if path is None:
         doc = yaml.safe_load(text)
         target_dir = directory if directory is not None else store_outputs(ledger.location).exports
