@@ -398,7 +398,8 @@ class SessionState(_State):
         """The state as JSON with every answer's text inline (``response.content``), as a
         fork's ``SessionForked`` carries it: the fork stays self-contained, and the ledger
         stores those texts by reference like any event's (``content`` is a text key)."""
-        data = self.model_dump(mode="json")
+        self.answer_addresses()  # every answer read first: an error raised while reading one
+        data = self.model_dump(mode="json")  # reaches the caller as it is, not as pydantic's
         for r, rd in zip(self.rounds, data["rounds"], strict=True):
             for c, cd in zip(r.contributions, rd["contributions"], strict=True):
                 del cd["answer_sha256"]
