@@ -18,10 +18,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forge_ledger import SystemClock, UuidIds
-from forge_ledger.domain.blocks import BLOCK_SINK
+from forge_ledger.domain.state import ContributionState
 from forge_ledger.domain.values import Critique, RoundKind, Suggestion
 from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger, texts, verify_session
+from forge_ledger.ledger.snapshot_blocks import BLOCK_SINK
+from forge_ledger.ledger.snapshot_states import StoredContribution
 from forge_ledger.ledger.texts import object_text, with_texts
 from forge_ledger.testing import SessionBuilder
 from forge_ledger.yaml_format import import_session
@@ -139,8 +141,8 @@ def test_a_critique_shaped_value_in_free_form_data_is_kept_as_it_is(tmp_path: An
     (nor hash as recorded)."""
     block = (
         "ledger:\n  critique:\n"
-        "    strengths: [\"The repository pattern keeps the domain testable and the"
-        " persistence swappable, as the panel agreed\"]\n"
+        '    strengths: ["The repository pattern keeps the domain testable and the'
+        ' persistence swappable, as the panel agreed"]\n'
         "    weaknesses: [It adds a layer]\n    score: 70\n"
     )
     fixture = Path(__file__).parents[1] / "fixtures" / "seed_panel.yaml"
@@ -151,8 +153,10 @@ def test_a_critique_shaped_value_in_free_form_data_is_kept_as_it_is(tmp_path: An
     with Ledger(path, create=False) as ledger:
         imported = next(e for e in ledger.events(sid) if e.type == "SessionImported")
         assert imported.data["ledger"]["critique"] == {
-            "strengths": ["The repository pattern keeps the domain testable and the persistence"
-                          " swappable, as the panel agreed"],
+            "strengths": [
+                "The repository pattern keeps the domain testable and the persistence"
+                " swappable, as the panel agreed"
+            ],
             "weaknesses": ["It adds a layer"],
             "score": 70,
         }
@@ -202,6 +206,12 @@ _CRITIQUES = st.builds(
 )
 
 
+def _stored(contribution: ContributionState, context: dict[str, Any] | None) -> str:
+    """A contribution as a stored state writes it."""
+    serializer = StoredContribution.__pydantic_serializer__
+    return serializer.to_json(contribution, exclude_defaults=True, context=context).decode()
+
+
 class _Sink:
     """A snapshot's sink of parsed texts (the ledger's keeps its blocks too)."""
 
@@ -222,28 +232,27 @@ def test_a_stored_state_refers_to_a_critique_by_its_events_text(critique: Critiq
     b.answer("p1", "review").critique("p1", critique)
     contribution = b.state.rounds[-1].contributions[-1]
     sink = _Sink()
-    stored = contribution.model_dump_json(exclude_defaults=True, context={BLOCK_SINK: sink})
+    stored = _stored(contribution, {BLOCK_SINK: sink})
     back = type(contribution).model_validate_json(with_texts(stored.encode(), lambda _: sink.texts))
     assert back.critique == critique
     event_texts: dict[str, str] = {}
-    event = texts.externalise({"critique": critique.model_dump(mode="json")}, event_texts,
-                              objects=True)
+    event = texts.externalise(
+        {"critique": critique.model_dump(mode="json")}, event_texts, objects=True
+    )
     assert sink.texts == event_texts
     by_reference = event["critique"] != critique.model_dump(mode="json")
     assert ('"sha256"' in stored) == by_reference
 
 
 def test_a_contribution_without_a_critique_is_stored_as_before() -> None:
-    """The critique's serializer sits on the model, so ``exclude_defaults`` still leaves out
-    a contribution's absent critique: blocks without critiques keep the addresses earlier
-    versions gave them, and their snapshots compare byte for byte."""
+    """``exclude_defaults`` still leaves out a contribution's absent critique in the stored
+    layout: blocks without critiques keep the addresses earlier versions gave them, and their
+    snapshots compare byte for byte."""
     b = SessionBuilder().start("Plain", participants=NAMES)
     b.round(RoundKind.DRAFT, iteration=1, participants=["p0"]).answer("p0", "a draft")
     contribution = b.state.rounds[-1].contributions[-1]
     for context in (None, {BLOCK_SINK: _Sink()}):
-        assert "critique" not in contribution.model_dump_json(
-            exclude_defaults=True, context=context
-        )
+        assert "critique" not in _stored(contribution, context)
 
 
 def test_verify_checks_the_texts_of_a_snapshot_laid_out_by_an_older_version(

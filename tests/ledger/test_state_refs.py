@@ -19,6 +19,7 @@ from forge_ledger.domain.values import RoundKind
 from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.compression import unpack, unpack_text
+from forge_ledger.ledger.snapshot_states import StoredState
 from forge_ledger.ledger.texts import TEXT_TABLE
 from forge_ledger.testing import SessionBuilder
 from support.store import raw_connection, snapshot_rows
@@ -103,7 +104,7 @@ def _rewrite_snapshots_inline(path: Path) -> int:
         for oid, version, blob in rows.fetchall():
             outer = json.loads(unpack(blob))
             box = outer["state"]["state"]
-            state = SessionState.load(box["_data_"], fallback=_StoreTexts(path))
+            state = StoredState.load(box["_data_"], fallback=_StoreTexts(path))
             box["_data_"] = json.dumps(state.model_dump_with_answers())
             short.update(a for a in state.answer_addresses() if len(state.text_pool.text(a)) < 96)
             conn.execute(

@@ -11,12 +11,11 @@ import json
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from . import events as ev
-from .blocks import BLOCK_LOADER, BlockList, BlockLoader
 from .texts import TextPool, TextSource, text_address
 from .values import (
     NO_TOKENS,
@@ -55,7 +54,6 @@ class _State(BaseModel):
 
 
 _EMPTY = text_address("")
-T = TypeVar("T")
 
 
 def after_iteration(round_iteration: int, iteration: int) -> bool:
@@ -133,9 +131,7 @@ class RoundState(_State):
     status: RoundStatus = RoundStatus.IN_PROGRESS
     expected: list[str]
     targets: dict[str, str] = Field(default_factory=dict)
-    contributions: BlockList[ContributionState] = Field(default_factory=BlockList)
-    """In blocks a restored state decodes when read (:class:`~forge_ledger.domain.blocks.
-    BlockList`): a round may hold thousands."""
+    contributions: list[ContributionState] = Field(default_factory=list)
     abstained: list[str] = Field(default_factory=list)
     started_position: int
     started_at: datetime
@@ -263,11 +259,9 @@ def answers_apart(data: dict[str, Any], pool: TextPool) -> dict[str, Any]:
 
 
 def _each(items: Any, change: Callable[[Any], Any]) -> Any:
-    """``items`` (a list, or a stored block list: its inline items) each changed."""
+    """``items`` each changed (anything but a list as it is)."""
     if isinstance(items, list):
         return [change(item) for item in items]
-    if isinstance(items, dict) and isinstance(items.get("tail"), list):
-        return {**items, "tail": [change(item) for item in items["tail"]]}
     return items
 
 
@@ -280,16 +274,6 @@ def _answer_apart(pool: TextPool, c: Any) -> Any:
         c["response"] = {k: v for k, v in response.items() if k != "content"}
         c["answer_sha256"] = pool.add(str(response["content"]))
     return c
-
-
-class RecordList(BlockList[T]):
-    """A list of a session's larger records (rounds, evaluations, human inputs…), in blocks
-    of 16: a round holds its contributions inline while they are fewer than a block of them,
-    so a block of rounds is about as large as one of contributions, and a session records far
-    fewer of the others than of rounds."""
-
-    __slots__ = ()
-    size = 16
 
 
 class SessionState(_State):
@@ -309,24 +293,20 @@ class SessionState(_State):
     status: SessionStatus = SessionStatus.INITIALIZED
     status_reason: str = ""
     participants: list[Participant] = Field(default_factory=list)
-    rounds: RecordList[RoundState] = Field(default_factory=RecordList)
-    """In blocks a restored state decodes when read, as a round's contributions are: a
-    snapshot names the blocks, so successive snapshots store an unchanged block once."""
-    failures: RecordList[CallFailure] = Field(default_factory=RecordList)
-    """Grows with the session, as ``convergence``, ``human_inputs``, ``asked`` and
-    ``rewinds`` do: kept in blocks too, and a snapshot stores each block of them once."""
+    rounds: list[RoundState] = Field(default_factory=list)
+    failures: list[CallFailure] = Field(default_factory=list)
     divergences: list[DivergenceState] = Field(default_factory=list)
-    convergence: RecordList[ConvergenceResult] = Field(default_factory=RecordList)
-    human_inputs: RecordList[HumanInput] = Field(default_factory=RecordList)
+    convergence: list[ConvergenceResult] = Field(default_factory=list)
+    human_inputs: list[HumanInput] = Field(default_factory=list)
     pending_questions: list[str] = Field(default_factory=list)
     fault: ev.PauseFault | None = None
     """The provider fault the session is paused on (None when not paused by a fault)."""
     resumed_position: int = 0
     """Position of the latest ``SessionResumed``: failures before it no longer count as giving
     up, so a resumed round gets a fresh set of attempts."""
-    asked: RecordList[tuple[int, list[str]]] = Field(default_factory=RecordList)
+    asked: list[tuple[int, list[str]]] = Field(default_factory=list)
     techniques: list[Technique] = Field(default_factory=list)
-    rewinds: RecordList[Rewind] = Field(default_factory=RecordList)
+    rewinds: list[Rewind] = Field(default_factory=list)
     budget_exhausted: dict[str, Any] | None = None
     fork_origin: ev.ForkOrigin | None = None
     seal: dict[str, Any] | None = None
@@ -350,7 +330,7 @@ class SessionState(_State):
     def __eq__(self, other: object) -> bool:
         """Equal fields are equal states: the text pool is a cache of what the answers'
         addresses name (a restored state reads from the store what a folded one holds)."""
-        if type(other) is not type(self):
+        if not isinstance(other, SessionState):
             return NotImplemented
         return self.__dict__ == other.__dict__
 
@@ -362,15 +342,13 @@ class SessionState(_State):
         data: str | bytes | dict[str, Any],
         fallback: TextSource | None = None,
         *,
-        blocks: BlockLoader | None = None,
         inline: bool = False,
+        context: dict[str, Any] | None = None,
     ) -> SessionState:
-        """A stored state (a snapshot's JSON, a fork's copy), its answers read from ``fallback``
-        and the blocks of its lists from ``blocks`` (when it names them, as a snapshot does);
-        with ``inline``, a state written with its texts inline (see :func:`answers_apart`).
-        """
+        """A state as JSON (a fork's copy, a test's), its answers read from ``fallback``; with
+        ``inline``, a state written with its texts inline (see :func:`answers_apart`).
+        ``context`` is pydantic's validation context, for a subclass's fields."""
         pool = TextPool(fallback)
-        context: dict[str, Any] = {} if blocks is None else {BLOCK_LOADER: blocks}
         if inline:
             data = answers_apart(json.loads(data) if not isinstance(data, dict) else data, pool)
         if isinstance(data, dict):
@@ -408,12 +386,11 @@ class SessionState(_State):
         """A recorded answer as the :class:`ModelResponse` it was (accounting and text)."""
         return c.response.with_content(self.answer(c))
 
-    def answer_addresses(self, *, loaded: bool = False) -> list[str]:
-        """Addresses of every answer the state refers to, in recorded order (no repeats); with
-        ``loaded``, only of the contributions a restored state has decoded so far."""
+    def answer_addresses(self) -> list[str]:
+        """Addresses of every answer the state refers to, in recorded order (no repeats)."""
         seen: dict[str, None] = {}
-        for r in self.rounds.loaded() if loaded else self.rounds:
-            for c in r.contributions.loaded() if loaded else r.contributions:
+        for r in self.rounds:
+            for c in r.contributions:
                 seen[c.answer_sha256] = None
         return list(seen)
 
@@ -421,8 +398,8 @@ class SessionState(_State):
         """The state as JSON with every answer's text inline (``response.content``), as a
         fork's ``SessionForked`` carries it: the fork stays self-contained, and the ledger
         stores those texts by reference like any event's (``content`` is a text key)."""
-        self.answer_addresses()  # reads every block first: a missing one is a StoreError here
-        data = self.model_dump(mode="json")  # (raised while serializing, pydantic wraps it)
+        self.answer_addresses()  # every answer read first: an error raised while reading one
+        data = self.model_dump(mode="json")  # reaches the caller as it is, not as pydantic's
         for r, rd in zip(self.rounds, data["rounds"], strict=True):
             for c, cd in zip(r.contributions, rd["contributions"], strict=True):
                 del cd["answer_sha256"]

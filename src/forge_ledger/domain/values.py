@@ -15,14 +15,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializationInfo,
     SerializerFunctionWrapHandler,
     field_validator,
     model_serializer,
     model_validator,
 )
-
-from .blocks import BLOCK_SINK
 
 __all__ = [
     "MAX_CONSTRAINTS",
@@ -541,17 +538,6 @@ class Critique(Value):
     weaknesses: tuple[str, ...] = ()
     suggestions: tuple[Suggestion, ...] = ()
     score: Annotated[int, Field(ge=0, le=100)] = 50
-
-    @model_serializer(mode="wrap")
-    def _stored(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
-        """In a stored state (a :data:`~.blocks.BLOCK_SINK` in the context), by reference to
-        its JSON, as its ``CritiqueRecorded`` event holds it: its strengths and weaknesses
-        repeat its answer's prose, which a snapshot would otherwise hold again. (On the model,
-        not on a field that holds it: a field's serializer keeps a ``None`` that
-        ``exclude_defaults`` should leave out.)"""
-        sink = info.context.get(BLOCK_SINK) if isinstance(info.context, dict) else None
-        ref = None if sink is None else sink.refer(self.model_dump_json())
-        return handler(self) if ref is None else ref
 
 
 class Opinion(Value):

@@ -22,7 +22,7 @@ from eventsourcing.sqlite import SQLiteFactory
 from eventsourcing.utils import resolve_topic
 
 from ..domain.aggregate import Deliberation
-from .snapshot_states import SessionStateAsJson, SnapshotTextsMapper
+from .snapshot_states import SessionStateAsJson, SnapshotTextsMapper, StoredState
 from .text_mapper import TextMapper
 
 __all__ = ["LedgerApp", "StateEventStore", "WindowedEventStore", "project", "snapshot_due"]
@@ -78,6 +78,9 @@ class LedgerApp(Application[UUID]):
         super().register_transcodings(transcoder)
         self.state_transcoding = SessionStateAsJson()
         transcoder.register(self.state_transcoding)
+        # a restored state (a StoredState) is stored again the same way: the transcoder
+        # looks a transcoding up by the exact type of the value
+        transcoder.types[StoredState] = self.state_transcoding
 
     def construct_mapper(self) -> Mapper[UUID]:
         """Texts by reference (see :mod:`forge_ledger.ledger.texts`); on SQLite, states
@@ -164,7 +167,7 @@ def snapshot_due(version: int, interval: int) -> bool:
     storage grow with the square of the session. Time travel then folded up to half the
     distance back to the previous rung: 80 ms at the median of a 10,000-event session. A
     snapshot now names the blocks of rounds and contributions it shares with the ones before
-    (:class:`~forge_ledger.domain.blocks.BlockList`) and holds only what changed since, so
+    (:mod:`~forge_ledger.ledger.snapshot_blocks`) and holds only what changed since, so
     each costs about as much as the events it follows, and keeping all of them bounds every
     fold to ``interval`` events.
     """

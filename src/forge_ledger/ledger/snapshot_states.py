@@ -2,7 +2,9 @@
 
 A snapshot carries the pydantic session state as one JSON string whose long texts and shared
 blocks are stored apart, by address (:mod:`forge_ledger.ledger.texts`); a restored state reads
-them back from the store's texts when asked.
+them back from the store's texts when asked. What is stored in blocks, and which parsed values
+by reference, is said once, by :class:`StoredState`: the domain's models with those fields
+marked, read and written in the stored layout (:mod:`.snapshot_blocks`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from enum import Enum
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 from eventsourcing.domain import Snapshot
 from eventsourcing.persistence import (
@@ -23,15 +25,30 @@ from eventsourcing.persistence import (
     StoredEvent,
     Transcoding,
 )
-from pydantic import BaseModel
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    WrapSerializer,
+)
 
-from ..domain.blocks import BLOCK_SINK, unreadable_block
-from ..domain.state import SessionState
+from ..domain.state import (
+    CallFailure,
+    ContributionState,
+    ConvergenceResult,
+    HumanInput,
+    Rewind,
+    RoundState,
+    SessionState,
+)
 from ..domain.texts import missing_text, text_address
+from ..domain.values import Critique
 from ..errors import (
     StoreError,
 )
 from .failures import store_failure
+from .snapshot_blocks import BLOCK_LOADER, BLOCK_SINK, InBlocks, loaded, unreadable_block
 from .text_mapper import StoredEventWithTexts, TextMapper
 from .texts import (
     Lookup,
@@ -45,7 +62,11 @@ __all__ = [
     "BlockTexts",
     "SessionStateAsJson",
     "SnapshotTextsMapper",
+    "StoredContribution",
+    "StoredRound",
+    "StoredState",
     "StoredTexts",
+    "loaded_answer_addresses",
 ]
 
 _BATCH = 64
@@ -60,6 +81,95 @@ never matches inside a string, where every quote is escaped."""
 _REMEMBERED_BLOCKS = 1024
 """Blocks a ledger remembers as stored (:class:`BlockEncodings`): a 10,000-answer round
 fills 157; one forgotten is only encoded again."""
+
+
+_ANSWERS = 64
+"""Answers per block of a round's contributions. A time travel decodes the block of the list
+it appends to: 64 answers decode in about half a millisecond, and a 10,000-answer round names
+157 blocks."""
+
+_RECORDS = 16
+"""Records per block of a session's larger lists (rounds, evaluations, human inputs…): a
+round holds its answers inline while they are fewer than a block of them, so a block of
+rounds is about as large as one of answers, and a session records far fewer of the others
+than of rounds."""
+
+
+def _by_reference(
+    value: Critique, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+) -> Any:
+    """A critique in a stored state, by reference to its JSON, as its ``CritiqueRecorded``
+    event holds it: its strengths and weaknesses repeat its answer's prose, which a snapshot
+    would otherwise hold again."""
+    sink = info.context.get(BLOCK_SINK) if isinstance(info.context, dict) else None
+    ref = None if sink is None else sink.refer(value.model_dump_json())
+    return handler(value) if ref is None else ref
+
+
+class StoredContribution(ContributionState):
+    """An answer as a stored state writes it (read back as the domain's own)."""
+
+    critique: Annotated[Critique, WrapSerializer(_by_reference)] | None = None
+
+
+class StoredRound(RoundState):
+    """A round as a stored state holds it: its answers in blocks. A restored state's rounds
+    are of this class, and equal to the domain's rounds of the same values."""
+
+    contributions: Annotated[
+        list[ContributionState], InBlocks(_ANSWERS, written=StoredContribution)
+    ] = Field(default_factory=list)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RoundState):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+
+class StoredState(SessionState):
+    """The session state as a snapshot stores it: its long lists in blocks (a restored state
+    decodes a block when one of its items is read), each critique by reference. Written from
+    any :class:`SessionState` (:func:`stored_json`); a restored state is of this class."""
+
+    rounds: Annotated[list[RoundState], InBlocks(_RECORDS, StoredRound)] = Field(
+        default_factory=list
+    )
+    failures: Annotated[list[CallFailure], InBlocks(_RECORDS)] = Field(default_factory=list)
+    convergence: Annotated[list[ConvergenceResult], InBlocks(_RECORDS)] = Field(
+        default_factory=list
+    )
+    human_inputs: Annotated[list[HumanInput], InBlocks(_RECORDS)] = Field(default_factory=list)
+    asked: Annotated[list[tuple[int, list[str]]], InBlocks(_RECORDS)] = Field(default_factory=list)
+    rewinds: Annotated[list[Rewind], InBlocks(_RECORDS)] = Field(default_factory=list)
+
+
+def stored_json(state: SessionState, sink: Any) -> str:
+    """``state`` as a snapshot stores it, its blocks and long values written to ``sink`` (a
+    :class:`~.snapshot_blocks.BlockSink`)."""
+    document = StoredState.__pydantic_serializer__.to_json(
+        state, exclude_defaults=True, context={BLOCK_SINK: sink}
+    )
+    return document.decode("utf-8")
+
+
+def restored_state(
+    document: bytes, blocks: Callable[[str], bytes] | None, *, inline: bool = False
+) -> StoredState:
+    """A snapshot's state, the blocks of its lists read from ``blocks`` when first needed;
+    with ``inline``, one written with its texts inline (see
+    :func:`~forge_ledger.domain.state.answers_apart`)."""
+    context = {} if blocks is None else {BLOCK_LOADER: blocks}
+    return StoredState.load(document, inline=inline, context=context)  # type: ignore[return-value]
+
+
+def loaded_answer_addresses(state: SessionState) -> list[str]:
+    """Addresses of the answers of the contributions a restored state has decoded so far (of
+    every answer of a folded one), in recorded order, no repeats."""
+    seen: dict[str, None] = {}
+    for r in loaded(state.rounds):
+        for c in loaded(r.contributions):
+            seen[c.answer_sha256] = None
+    return list(seen)
 
 
 class StoredTexts:
@@ -104,7 +214,7 @@ class StoredTexts:
         Only answers of contributions decoded already are read ahead (reading ahead must not
         decode the rest of a restored state); an address not seen yet means more were."""
         if self._order is None or address not in self._order:
-            self._addresses = state.answer_addresses(loaded=True)
+            self._addresses = loaded_answer_addresses(state)
             self._order = {a: i for i, a in enumerate(self._addresses)}
         start = self._order.get(address)
         if start is None:
@@ -131,7 +241,6 @@ def _immutable(value: Any) -> bool:
 class _Encoded(NamedTuple):
     """A block as stored: its items, each with its fields then, and its texts."""
 
-    items: list[Any]
     objects: tuple[Any, ...]
     fields: list[dict[str, Any]]
     texts: dict[str, str]
@@ -147,6 +256,8 @@ class BlockEncodings:
     never change (a contribution's do): its items are then the same objects with the same
     fields, or the block is encoded again. A snapshot of a live session holds every block of
     its long lists, so encoding them all again made each snapshot cost as much as the state.
+    A block is known by its first item (a list the fold builds gives its blocks as new lists
+    each time), which the remembered block holds, so its identity is not reused meanwhile.
     """
 
     def __init__(self, limit: int = _REMEMBERED_BLOCKS) -> None:
@@ -155,15 +266,15 @@ class BlockEncodings:
 
     def unchanged(self, items: list[Any]) -> _Encoded | None:
         """The stored block of ``items`` if their values are the ones it was stored with."""
-        known = self._known.get(id(items))
-        if known is None or known.items is not items or len(items) != len(known.objects):
+        known = self._known.get(id(items[0])) if items else None
+        if known is None or len(items) != len(known.objects):
             return None
         if not all(map(operator.is_, items, known.objects)):
             return None
         return known if [item.__dict__ for item in items] == known.fields else None
 
     def remember(self, items: list[Any], texts: dict[str, str], address: str) -> None:
-        if not all(
+        if not items or not all(
             isinstance(item, BaseModel) and _immutable(tuple(item.__dict__.values()))
             for item in items
         ):
@@ -171,11 +282,11 @@ class BlockEncodings:
         if len(self._known) >= self._limit:
             del self._known[next(iter(self._known))]
         fields = [dict(item.__dict__) for item in items]
-        self._known[id(items)] = _Encoded(items, tuple(items), fields, texts, address)
+        self._known[id(items[0])] = _Encoded(tuple(items), fields, texts, address)
 
 
 class BlockTexts:
-    """The :class:`~forge_ledger.domain.blocks.BlockSink` of a snapshot being encoded: each
+    """The :class:`~.snapshot_blocks.BlockSink` of a snapshot being encoded: each
     block becomes one stored text (its long texts referred to, as the state's are), added to
     the texts the snapshot recorder writes with the snapshot.
 
@@ -240,10 +351,7 @@ class SessionStateAsJson(Transcoding):
 
     def encode(self, obj: SessionState) -> str:
         texts: dict[str, str] = {}
-        sink = BlockTexts(texts, self._blocks)
-        document = refer_to_texts(
-            obj.model_dump_json(exclude_defaults=True, context={BLOCK_SINK: sink}), texts
-        )
+        document = refer_to_texts(stored_json(obj, BlockTexts(texts, self._blocks)), texts)
         self._encoded.texts = texts
         return document
 
@@ -260,15 +368,15 @@ class SessionStateAsJson(Transcoding):
         lookup = self.lookup
         blocks = None if lookup is None else partial(_stored_block, lookup, reads)
         inline = _INLINE_TEXTS.search(document) is not None
-        state = SessionState.load(document, blocks=blocks, inline=inline)
+        state = restored_state(document, blocks, inline=inline)
         if lookup is not None:
             state.text_pool.fallback = StoredTexts(lookup, state)
         return state
 
 
 def _stored_block(lookup: Lookup, reads: Lookup, address: str) -> bytes:
-    """The JSON of a block of a restored state (:class:`~forge_ledger.domain.blocks.
-    BlockList`), its long texts read back; a block altered in the store is refused."""
+    """The JSON of a block of a restored state (:class:`~.snapshot_blocks.BlockList`), its
+    long texts read back; a block altered in the store is refused."""
     found = lookup([address]).get(address)
     if found is None or text_address(found) != address:
         raise unreadable_block(address, "that the store does not hold intact")
@@ -302,7 +410,7 @@ class SnapshotTextsMapper(TextMapper):
         if not isinstance(held, SessionState):
             return stored
         texts = self.states.encoded_texts() if self.states is not None else {}
-        texts.update(held.text_pool.held(held.answer_addresses(loaded=True)))
+        texts.update(held.text_pool.held(loaded_answer_addresses(held)))
         if not texts:
             return stored
         return StoredEventWithTexts.of(stored, texts)

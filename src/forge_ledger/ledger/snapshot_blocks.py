@@ -1,10 +1,11 @@
-"""A list kept in fixed blocks, which a stored state names by address and decodes on demand.
+"""A stored state's long lists, kept in fixed blocks that a snapshot names by address.
 
 Restoring a state decodes only what its reader reads: a time travel in a long session needs
-the last few answers, not the accounting of every answer ever recorded. A :class:`BlockList`
-keeps its items in blocks of a fixed size by position. A stored state writes each block as
-its own text, content-addressed, and names it by address; a restored list decodes a block the
-first time one of its items is read.
+the last few answers, not the accounting of every answer ever recorded. A snapshot writes a
+long list (a field marked :class:`InBlocks` in :mod:`.snapshot_states`) in blocks of a fixed
+size by position, each block its own content-addressed text named by its address; a restored
+state holds the list as a :class:`BlockList`, which decodes a block the first time one of its
+items is read. The domain sees a mutable sequence of its values and knows nothing of this.
 
 Blocks never move: block *k* holds items ``k × size`` up to the next block, and only the
 last one may be short. That is what lets the same items give the same block, and so the
@@ -12,19 +13,21 @@ same address, in every snapshot that holds them: the sink that stores a block ke
 per address, so successive snapshots share the blocks whose values did not change.
 
 What a block holds is decided when it is written, from its values: a block decoded (or built
-by the fold) is encoded again for every state stored, since its items may have been changed
-in place; a block never decoded cannot have been, and keeps the address it was read from.
-Nothing here does I/O: the reader (:data:`BLOCK_LOADER` in the validation context) and the
-writer (:class:`BlockSink` in the serialization context) come from the ledger.
+by the fold, in a plain list) is encoded again for every state stored, since its items may
+have been changed in place; a block never decoded cannot have been, and keeps the address it
+was read from. Nothing here does I/O: the reader (:data:`BLOCK_LOADER` in the validation
+context) and the writer (:class:`BlockSink` in the serialization context) come from
+:mod:`.snapshot_states`.
 """
 
 from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable, Iterable, Iterator, MutableSequence
+from collections.abc import Callable, Iterable, Iterator, MutableSequence, Sequence
+from dataclasses import dataclass
 from functools import partial
-from typing import Any, ClassVar, Generic, Protocol, TypeVar, overload
+from typing import Any, Protocol, TypeVar, get_args, overload
 
 from pydantic import GetCoreSchemaHandler, TypeAdapter, ValidationError
 from pydantic_core import core_schema
@@ -37,6 +40,8 @@ __all__ = [
     "BlockList",
     "BlockLoader",
     "BlockSink",
+    "InBlocks",
+    "loaded",
     "unreadable_block",
 ]
 
@@ -59,7 +64,7 @@ _ADDRESS = re.compile(r"^[0-9a-f]{64}$")
 
 class BlockSink(Protocol):
     """Where a state being stored writes its blocks, and the long parsed values it holds by
-    reference (a critique: see ``Critique``)."""
+    reference (a critique: see :mod:`.snapshot_states`)."""
 
     def refer(self, text: str) -> Any:
         """What stands for the value whose JSON is ``text`` in the stored state: a reference
@@ -83,18 +88,15 @@ class _Block:
         self.address = address
 
 
-class BlockList(MutableSequence[T], Generic[T]):
-    """A list whose items live in blocks of :attr:`size`, decoded when first read (see the
-    module's docstring). It compares equal to a list with the same items."""
+class BlockList(MutableSequence[T]):
+    """A restored list whose items live in blocks of ``size``, decoded when first read (see
+    the module's docstring). It compares equal to a list with the same items."""
 
-    __slots__ = ("_blocks", "_codec", "_len", "_load")
+    __slots__ = ("_blocks", "_codec", "_len", "_load", "size")
     __hash__ = None  # type: ignore[assignment]
-    size: ClassVar[int] = 64
-    """Items per block. A time travel decodes the block of the list it appends to: 64 small
-    items decode in about half a millisecond, and a 10,000-item list names 157 blocks. A
-    list of large items (rounds, which hold their short lists inline) uses smaller blocks."""
 
-    def __init__(self, items: Iterable[T] = ()) -> None:
+    def __init__(self, items: Iterable[T] = (), size: int = 64) -> None:
+        self.size = size
         self._blocks: list[_Block] = []
         self._len = 0
         self._load: BlockLoader | None = None
@@ -209,7 +211,7 @@ class BlockList(MutableSequence[T], Generic[T]):
 
     def _copy(self, copy_block: Callable[[_Block], _Block]) -> BlockList[T]:
         """A copy sharing what is immutable: the stored blocks not decoded yet."""
-        out: BlockList[T] = type(self)()
+        out: BlockList[T] = BlockList(size=self.size)
         out._blocks = [copy_block(b) for b in self._blocks]
         out._len, out._load, out._codec = self._len, self._load, self._codec
         return out
@@ -244,53 +246,97 @@ class BlockList(MutableSequence[T], Generic[T]):
             raise _damaged(address, f"it holds {len(items)} items, not {b.size}")
         return items
 
-    def _stored(self, sink: BlockSink, codec: TypeAdapter[list[T]]) -> dict[str, Any]:
-        """The list as stored: the addresses of its full blocks (each decoded one encoded and
-        written to ``sink``, which keeps one text per address), the items of its short last
-        block inline, and its length. The short block changes with nearly every append, so as
-        a text of its own it would be stored again by every snapshot and shared by none."""
-        addresses: list[str] = []
-        tail: Any = []
-        context = {BLOCK_SINK: sink}
+    def written_blocks(self) -> Iterator[tuple[list[Any] | None, str | None]]:
+        """Each block as a stored state writes it: its items, or (never decoded) its address."""
         for b in self._blocks:
-            if b.items is None:  # never decoded, so unchanged: the text it was read from
-                addresses.append(b.address or "")
-            elif b.size < self.size:
-                tail = codec.dump_python(
-                    b.items, mode="json", exclude_defaults=True, context=context
-                )
-            else:
-                addresses.append(sink.store(b.items, partial(_json, codec, b.items, context)))
-        return {"blocks": addresses, "tail": tail, "count": self._len}
+            yield b.items, b.address
 
     @classmethod
-    def _restored(
-        cls, data: dict[str, Any], load: BlockLoader | None, codec: TypeAdapter[list[T]]
+    def restored(
+        cls,
+        data: dict[str, Any],
+        size: int,
+        load: BlockLoader | None,
+        codec: TypeAdapter[list[T]],
     ) -> BlockList[T]:
         """The list from its stored form (validated already, the inline items too)."""
         addresses: list[str] = data["blocks"]
         tail: list[T] = data["tail"]
         count: int = data["count"]
-        if len(tail) >= cls.size or count != cls.size * len(addresses) + len(tail):
+        if len(tail) >= size or count != size * len(addresses) + len(tail):
             raise ValueError("a stored block list names its full blocks and holds the rest")
         if addresses and load is None:
             raise ValueError("a state with stored blocks loads through the ledger")
-        out = cls()
-        out._blocks = [_Block(None, cls.size, a) for a in addresses]
+        out: BlockList[T] = cls(size=size)
+        out._blocks = [_Block(None, size, a) for a in addresses]
         if tail:
             out._blocks.append(_Block(tail, len(tail)))
         out._len, out._load, out._codec = count, load, codec
         return out
 
-    @classmethod
+
+def loaded(items: Sequence[T]) -> Iterable[T]:
+    """The items of ``items`` a restored state has decoded so far (all of a plain list)."""
+    return items.loaded() if isinstance(items, BlockList) else items
+
+
+def _blocks_of(items: Sequence[T], size: int) -> Iterator[tuple[list[Any] | None, str | None]]:
+    """``items`` by blocks of ``size``: each block's items, or the address of one never
+    decoded (a restored list's)."""
+    if isinstance(items, BlockList):
+        yield from items.written_blocks()
+        return
+    plain = items if isinstance(items, list) else list(items)
+    for i in range(0, len(plain), size):
+        yield plain[i : i + size], None
+
+
+def _stored(
+    items: Sequence[Any], size: int, sink: BlockSink, codec: TypeAdapter[list[Any]]
+) -> dict[str, Any]:
+    """The list as stored: the addresses of its full blocks (each decoded one encoded and
+    written to ``sink``, which keeps one text per address), the items of its short last
+    block inline, and its length. The short block changes with nearly every append, so as
+    a text of its own it would be stored again by every snapshot and shared by none."""
+    addresses: list[str] = []
+    tail: Any = []
+    context = {BLOCK_SINK: sink}
+    for block, address in _blocks_of(items, size):
+        if block is None:  # never decoded, so unchanged: the text it was read from
+            addresses.append(address or "")
+        elif len(block) < size:
+            tail = codec.dump_python(block, mode="json", exclude_defaults=True, context=context)
+        else:
+            addresses.append(sink.store(block, partial(_json, codec, block, context)))
+    return {"blocks": addresses, "tail": tail, "count": len(items)}
+
+
+@dataclass(frozen=True)
+class InBlocks:
+    """Marks a list field of a stored state (``Annotated[list[X], InBlocks(size)]``) as
+    written in blocks of ``size`` when a :data:`BLOCK_SINK` is in the serialization context,
+    and read from that stored form as a :class:`BlockList`; a plain list of items is read
+    and written as one, so the field takes the state's own layout too.
+
+    ``items`` is the type the items are read as (the annotation's by default), ``written``
+    the one they are written as (``items`` by default): a stored form may write a value by
+    reference that the domain's own model writes inline."""
+
+    size: int
+    items: Any = None
+    written: Any = None
+
     def __get_pydantic_core_schema__(
-        cls, source: Any, handler: GetCoreSchemaHandler
+        self, source: Any, handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
         """A list of items, or the stored form (full blocks' addresses, the short last
         block's items, the length), whose items pydantic-core validates in the same pass."""
-        args = getattr(source, "__args__", None) or (Any,)
-        codec: TypeAdapter[list[Any]] = TypeAdapter(list[args[0]])  # type: ignore[valid-type]
-        items_schema = core_schema.list_schema(handler.generate_schema(args[0]))
+        read = self.items if self.items is not None else (get_args(source) or (Any,))[0]
+        written = self.written if self.written is not None else read
+        size = self.size
+        codec: TypeAdapter[list[Any]] = TypeAdapter(list[read])  # type: ignore[valid-type]
+        writer: TypeAdapter[list[Any]] = TypeAdapter(list[written])  # type: ignore[valid-type]
+        items_schema = core_schema.list_schema(handler.generate_schema(read))
         stored_schema = core_schema.typed_dict_schema(
             {
                 "blocks": core_schema.typed_dict_field(
@@ -306,33 +352,33 @@ class BlockList(MutableSequence[T], Generic[T]):
             value: Any,
             inner: core_schema.ValidatorFunctionWrapHandler,
             info: core_schema.ValidationInfo,
-        ) -> BlockList[Any]:
+        ) -> Any:
             if isinstance(value, BlockList):
                 return value
             valid = inner(value)
             if isinstance(valid, dict):
                 context = info.context if isinstance(info.context, dict) else {}
-                return cls._restored(valid, context.get(BLOCK_LOADER), codec)
-            out: BlockList[Any] = cls(valid)
-            out._codec = codec
-            return out
+                return BlockList.restored(valid, size, context.get(BLOCK_LOADER), codec)
+            return valid
 
         def serialize(
-            value: BlockList[Any],
+            value: Any,
             inner: core_schema.SerializerFunctionWrapHandler,
             info: core_schema.SerializationInfo,
         ) -> Any:
             context = info.context if isinstance(info.context, dict) else {}
             sink = context.get(BLOCK_SINK)
             if sink is not None:
-                return value._stored(sink, codec)
-            return inner(list(value))
+                return _stored(value, size, sink, writer)
+            return inner(value if type(value) is list else list(value))
 
         return core_schema.with_info_wrap_validator_function(
             validate,
             core_schema.union_schema([items_schema, stored_schema]),
             serialization=core_schema.wrap_serializer_function_ser_schema(
-                serialize, info_arg=True, schema=items_schema
+                serialize,
+                info_arg=True,
+                schema=core_schema.list_schema(handler.generate_schema(written)),
             ),
         )
 

@@ -1,9 +1,9 @@
-"""Session state in blocks: a list stored as blocks by address, decoded when read.
+"""The ledger's encoding of a state's long lists: stored as blocks by address, decoded when read.
 
-The rule these tests hold: a stored :class:`BlockList` restores to the list it was, reads no
-block until one of its items is read, and what a stored block holds is decided when it is
-written, from its values: a change in place is stored without anyone telling the list, and a
-block whose values did not change keeps its address.
+The rule these tests hold: a list field marked :class:`InBlocks` restores to the list it was
+(a :class:`BlockList`), reads no block until one of its items is read, and what a stored block
+holds is decided when it is written, from its values: a change in place is stored without
+anyone telling the list, and a block whose values did not change keeps its address.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import sqlite3
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any
 
 import pytest
 from eventsourcing.persistence import OperationalError
@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from forge_ledger.domain.blocks import BLOCK_LOADER, BLOCK_SINK, BlockList
 from forge_ledger.domain.fold import fold
 from forge_ledger.domain.state import SessionState
 from forge_ledger.domain.texts import text_address
@@ -30,22 +29,19 @@ from forge_ledger.domain.values import Participant, RoundKind, SessionStatus, St
 from forge_ledger.errors import StoreError
 from forge_ledger.ledger import Ledger, store_failure
 from forge_ledger.ledger.compression import unpack_text
-from forge_ledger.ledger.snapshot_states import BlockEncodings, BlockTexts
+from forge_ledger.ledger.snapshot_blocks import BLOCK_LOADER, BLOCK_SINK, BlockList, InBlocks
+from forge_ledger.ledger.snapshot_states import (
+    BlockEncodings,
+    BlockTexts,
+    restored_state,
+    stored_json,
+)
 from forge_ledger.testing import SessionBuilder
 from support.cli import assert_one_error_line, run_cli
 from support.stories import random_sessions
 
-T = TypeVar("T")
-
-
-class Small(BlockList[T]):
-    """Blocks of four, so short lists cross several blocks."""
-
-    __slots__ = ()
-    size = 4
-
-
-SMALL = TypeAdapter(Small[int])
+SMALL = TypeAdapter(Annotated[list[int], InBlocks(4)])
+"""Blocks of four, so short lists cross several blocks."""
 
 
 class Sink:
@@ -99,7 +95,8 @@ def test_a_block_list_behaves_as_a_list_through_stores_and_restores(
     start: list[int], ops: list[tuple[Any, ...]]
 ) -> None:
     sink = Sink()
-    blocks: Small[int] = SMALL.validate_python(start)
+    blocks = sink.restore(SMALL, sink.dump(SMALL, start))
+    assert isinstance(blocks, BlockList)
     plain = list(start)
     for op in ops:
         if op[0] == "append":
@@ -131,7 +128,7 @@ def test_a_block_list_behaves_as_a_list_through_stores_and_restores(
 
 def test_a_restored_list_reads_a_block_only_when_one_of_its_items_is_read() -> None:
     sink = Sink()
-    stored = sink.dump(SMALL, SMALL.validate_python(list(range(18))))
+    stored = sink.dump(SMALL, list(range(18)))
     restored = sink.restore(SMALL, stored)
     assert sink.reads == []
     assert len(restored) == 18
@@ -150,8 +147,8 @@ def test_a_change_in_place_is_stored_without_being_reported() -> None:
     """Nothing tells the list that an item changed: the stored block is its values' now."""
     sink = Sink()
     items = [[i] for i in range(12)]
-    adapter = TypeAdapter(Small[list[int]])
-    blocks = adapter.validate_python(items)
+    adapter = TypeAdapter(Annotated[list[list[int]], InBlocks(4)])
+    blocks = adapter.validate_python(items)  # a plain list, as the fold builds
     first = sink.dump(adapter, blocks)
     assert len(sink.texts) == 3
     assert sink.dump(adapter, blocks) == first  # the same values: the same addresses
@@ -171,7 +168,7 @@ def test_a_restored_list_names_its_blocks_without_encoding_them() -> None:
     """A block never decoded cannot have changed: it is named by the address it was read
     from. One decoded is encoded again, and unchanged it has the same address."""
     sink = Sink()
-    stored = sink.dump(SMALL, SMALL.validate_python(list(range(12))))
+    stored = sink.dump(SMALL, list(range(12)))
     restored = sink.restore(SMALL, stored)
     count = len(sink.stored)
     assert sink.dump(SMALL, restored) == stored
@@ -189,7 +186,7 @@ def test_a_block_read_while_pydantic_serializes_fails_as_the_store_error() -> No
     """pydantic wraps what a serializer raises; the ledger's mapping of read failures (what a
     command prints) finds our error inside."""
     sink = Sink()
-    restored = sink.restore(SMALL, sink.dump(SMALL, SMALL.validate_python(list(range(9)))))
+    restored = sink.restore(SMALL, sink.dump(SMALL, list(range(9))))
     for address in sink.texts:
         sink.texts[address] = "[]"  # damaged: no items
     with pytest.raises(PydanticSerializationError) as caught:
@@ -202,7 +199,7 @@ def test_a_block_read_while_pydantic_serializes_fails_as_the_store_error() -> No
 def test_a_list_remembers_no_block_as_stored() -> None:
     """A store that fails after encoding leaves nothing behind: the next one is given every
     block again, nested blocks included (a list of lists of blocks)."""
-    outer_adapter = TypeAdapter(Small[Small[int]])
+    outer_adapter = TypeAdapter(Annotated[list[Annotated[list[int], InBlocks(4)]], InBlocks(4)])
     lists = outer_adapter.validate_python([list(range(i, i + 5)) for i in range(9)])
     failed = Sink()
     failed.dump(outer_adapter, lists)  # the state was not stored
@@ -214,9 +211,9 @@ def test_a_list_remembers_no_block_as_stored() -> None:
 
 def test_a_copy_stores_the_values_it_shares() -> None:
     sink = Sink()
-    adapter = TypeAdapter(Small[list[int]])
-    blocks = adapter.validate_python([[i] for i in range(8)])
-    sink.dump(adapter, blocks)
+    adapter = TypeAdapter(Annotated[list[list[int]], InBlocks(4)])
+    blocks = sink.restore(adapter, sink.dump(adapter, [[i] for i in range(8)]))
+    assert list(blocks) == [[i] for i in range(8)]  # every block decoded
     twin = copy.copy(blocks)
     blocks[1].append(7)  # the item is shared by both lists
     restored = sink.restore(adapter, sink.dump(adapter, twin))
@@ -234,7 +231,7 @@ def test_a_copy_stores_the_values_it_shares() -> None:
 )
 def test_a_damaged_block_is_one_store_error(document: str, why: str) -> None:
     sink = Sink()
-    restored = sink.restore(SMALL, sink.dump(SMALL, SMALL.validate_python(list(range(9)))))
+    restored = sink.restore(SMALL, sink.dump(SMALL, list(range(9))))
     address = next(iter(sink.texts))
     sink.texts[address] = document
     with pytest.raises(StoreError, match=rf"block \({address[:12]}\) that is damaged: .*{why}"):
@@ -256,7 +253,7 @@ def test_a_malformed_stored_list_does_not_validate(stored: dict[str, Any]) -> No
 
 
 def test_stored_blocks_load_only_through_a_loader() -> None:
-    stored = Sink().dump(SMALL, SMALL.validate_python(list(range(9))))
+    stored = Sink().dump(SMALL, list(range(9)))
     with pytest.raises(ValidationError, match="loads through the ledger"):
         SMALL.validate_json(stored)
 
@@ -303,7 +300,7 @@ def _dump_counting(adapter: TypeAdapter[Any], value: Any, sink: BlockTexts) -> t
 def test_the_ledger_encodes_again_only_blocks_whose_values_changed() -> None:
     """A block of items whose fields never change in place is known from its values: the
     same items with the same fields are not encoded again, and any change is."""
-    adapter = TypeAdapter(Small[Flat])
+    adapter = TypeAdapter(Annotated[list[Flat], InBlocks(4)])
     items = adapter.validate_python([{"n": i} for i in range(12)])
     encodings = BlockEncodings()
     first_texts: dict[str, str] = {}
@@ -331,7 +328,7 @@ def _texts_of(adapter: TypeAdapter[Any], value: Any, encodings: BlockEncodings) 
 
 
 def test_items_that_can_change_in_place_are_always_encoded() -> None:
-    adapter = TypeAdapter(Small[Tagged])
+    adapter = TypeAdapter(Annotated[list[Tagged], InBlocks(4)])
     items = adapter.validate_python([{"tags": [str(i)]} for i in range(8)])
     encodings = BlockEncodings()
     first, encoded = _dump_counting(adapter, items, BlockTexts({}, encodings))
@@ -346,7 +343,7 @@ def test_items_that_can_change_in_place_are_always_encoded() -> None:
 
 
 def test_a_forgotten_block_is_encoded_again() -> None:
-    adapter = TypeAdapter(Small[Flat])
+    adapter = TypeAdapter(Annotated[list[Flat], InBlocks(4)])
     items = adapter.validate_python([{"n": i} for i in range(12)])
     encodings = BlockEncodings(limit=2)
     first, encoded = _dump_counting(adapter, items, BlockTexts({}, encodings))
@@ -405,7 +402,7 @@ def _every_kind_of_change(ledger: Ledger, pad: int = 0) -> uuid.UUID:
 def _fresh(state: SessionState) -> str:
     """The stored form of ``state`` computed from nothing: no block remembered as stored."""
     again = SessionState.model_validate(state.model_dump())
-    return again.model_dump_json(context={BLOCK_SINK: Sink()})
+    return stored_json(again, Sink())
 
 
 def _assert_every_change_is_stored(ledger: Ledger, session_id: uuid.UUID) -> int:
@@ -421,9 +418,9 @@ def _assert_every_change_is_stored(ledger: Ledger, session_id: uuid.UUID) -> int
             at=e.timestamp,
             hash_=e.hash,
         )
-        kept = state.model_dump_json(context={BLOCK_SINK: sink})
+        kept = stored_json(state, sink)
         assert kept == _fresh(state), f"a stale block after {e.type} at {e.position}"
-        assert SessionState.load(kept, blocks=sink.load) == state
+        assert restored_state(kept.encode(), sink.load) == state
         checked += 1
     return checked
 
@@ -480,7 +477,7 @@ def test_time_travel_through_shared_blocks_gives_the_folded_state(store_url: str
         assert newest.originator_version > head - 30
         held = newest.state["state"]
         whole = len(held.model_dump_json(exclude_defaults=True))
-        stored = held.model_dump_json(exclude_defaults=True, context={BLOCK_SINK: Sink()})
+        stored = stored_json(held, Sink())
         assert len(stored) < whole / 2
 
 
@@ -564,7 +561,7 @@ def _snapshotted_session(url: str) -> tuple[uuid.UUID, str]:
         assert ledger.app.snapshots is not None
         newest = next(iter(ledger.app.snapshots.get(b.id, desc=True, limit=1)))
         held: SessionState = newest.state["state"]  # type: ignore[attr-defined]
-        stored = json.loads(held.model_dump_json(context={BLOCK_SINK: Sink()}))
+        stored = json.loads(stored_json(held, Sink()))
         address: str = stored["rounds"]["blocks"][0]  # named by the snapshot, not decoded
         return b.id, address
 
