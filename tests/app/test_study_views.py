@@ -54,7 +54,7 @@ def _stored(value: Any) -> Any:
     return canonical_json(value) if isinstance(value, list) else value
 
 
-def _assert_rows_are_the_export(store: Path, db: Database, study: str) -> int:
+def _assert_rows_are_the_export(store: Path | str, db: Database, study: str) -> int:
     """Each exported row is one row of the read model with the same values, and no more."""
     checked = 0
     for table, view, key in (
@@ -116,11 +116,11 @@ def _provider() -> ScriptedProvider:
 
 
 def test_a_study_cut_off_and_resumed_shows_its_new_cells_as_a_rebuild_does(
-    tmp_path: Path,
+    tmp_path: Path, store_url: str
 ) -> None:
     plan = known_plan(tmp_path, topics=1, repeats=2)
-    store = tmp_path / "s.sqlite"
-    with Ledger(str(store)) as ledger:
+    store = store_url
+    with Ledger(store) as ledger:
         db = open_views(tmp_path / "v.sqlite")
         study_id = plan_study(ledger, plan)
         update_study_views(ledger, db)
@@ -211,3 +211,36 @@ def test_projections_update_and_rebuild_keep_the_study_tables(tmp_path: Path) ->
     assert res.exit_code == 0, res.output
     assert _dump(db) == first
     assert UUID(first["studies"][0][0])
+
+
+def test_datasette_shows_every_cell_and_the_metrics_of_a_study(tmp_path: Path) -> None:
+    from datasette.app import Datasette
+
+    from forge_ledger.cli.browse import datasette_metadata
+
+    plan = known_plan(tmp_path, topics=1, repeats=1)
+    store = tmp_path / "s.sqlite"
+    with Ledger(str(store)) as ledger:
+        record_known_study(ledger, plan)
+        views = store_outputs(ledger.location).views
+        update_study_views(ledger, open_views(views))
+    ds = Datasette([str(views)], metadata=datasette_metadata(views))
+    base = f"/{views.name.removesuffix('.sqlite').replace('.', '~2E')}"
+
+    async def get(path: str) -> Any:
+        response = await ds.client.get(f"{base}/{path}")
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    cells = asyncio.run(get("study_cells.json?_shape=array"))  # ordered by id
+    with Ledger(str(store), create=False) as ledger:
+        state = StudyStream(ledger).state("known")
+    assert [(c["cell"], c["status"]) for c in cells] == sorted(
+        (c.spec.id, c.status) for c in state.cells.values()
+    )
+    joined = asyncio.run(get("study_cells_with_metrics.json?_shape=array&study=known"))
+    exported = study_export(str(store), "known", table="sessions", fmt="jsonl").decode()
+    rows = [json.loads(line) for line in exported.splitlines()]
+    assert [(r["cell"], r["converged"], r["rounds"]) for r in joined] == [
+        (r["cell"], int(r["converged"]), r["rounds"]) for r in rows
+    ]
