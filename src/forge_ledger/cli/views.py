@@ -166,7 +166,8 @@ def _run(store: str | None, *, rebuild: str | None, everything: bool, batch_size
 @json_option
 def projections_rebuild(name: str | None, batch_size: int, store: str | None,
                         as_json: bool) -> None:
-    """Empty NAME (default: every projection) and refold it from the first event."""
+    """Empty NAME (default: every projection and the study tables) and refold it from the
+    first event (NAME ``study_tables`` computes the study tables again)."""
     n = _run(store, rebuild=name, everything=name is None, batch_size=batch_size)
     if as_json:
         emit_json({"rebuilt": name or "all", "events": n})
