@@ -244,3 +244,32 @@ def test_datasette_shows_every_cell_and_the_metrics_of_a_study(tmp_path: Path) -
     assert [(r["cell"], r["converged"], r["rounds"]) for r in joined] == [
         (r["cell"], int(r["converged"]), r["rounds"]) for r in rows
     ]
+
+
+def test_a_finished_cell_whose_session_moves_is_read_again_with_its_forks(tmp_path: Path) -> None:
+    from forge_ledger.app.records import seal
+
+    plan = known_plan(tmp_path, topics=1, repeats=1)
+    store = tmp_path / "s.sqlite"
+    with Ledger(str(store)) as ledger:
+        record_known_study(ledger, plan)
+        db = open_views(tmp_path / "v.sqlite")
+        update_study_views(ledger, db)
+        parent = db.execute(
+            "SELECT session_id FROM study_cells WHERE cell = 't1/trio/base/1'"
+        ).fetchone()[0]
+    # rows gone stale: the parent's, a fork's, and a cell whose session does not move
+    db.execute("UPDATE study_sessions SET rounds = -1")
+    db.conn.commit()
+    seal(str(store), parent, key=b"k" * 32)  # one more event in the parent's session
+    with Ledger(str(store), create=False) as ledger:
+        assert update_study_views(ledger, db) == 1
+    stale = dict(db.execute("SELECT cell, rounds FROM study_sessions").fetchall())
+    assert stale.pop("t1/trio/strict/1") == -1  # not read again: nothing of it moved
+    assert all(r > 0 for r in stale.values())
+    assert set(stale) == {
+        "t1/trio/base/1",
+        "t1/trio/loo-ana/1",
+        "t1/trio/loo-ben/1",
+        "t1/trio/loo-dave/1",
+    }

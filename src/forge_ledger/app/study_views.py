@@ -212,7 +212,12 @@ class StudyViews:
             study_head = self.stream.log_head()
             sessions_head = self.ledger.max_notification_id()
             moved = self.stream.changed_studies(after=study_at, upto=study_head)
-            touched = self.ledger.notified_sessions(after=sessions_at, upto=sessions_head)
+            # from zero every study is read whole: which sessions moved does not matter then
+            touched = (
+                self.ledger.notified_sessions(after=sessions_at, upto=sessions_head)
+                if study_at
+                else set()
+            )
             dirty = dict.fromkeys([*moved, *self._studies_of(touched)])
             for study_id in dirty:
                 self._refresh(self.stream.state(study_id), touched, new_events=study_id in moved)
