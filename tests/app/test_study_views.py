@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import pytest
 from click.testing import CliRunner
 from sqlite_utils import Database
 
@@ -273,3 +278,54 @@ def test_a_finished_cell_whose_session_moves_is_read_again_with_its_forks(tmp_pa
         "t1/trio/loo-ben/1",
         "t1/trio/loo-dave/1",
     }
+
+
+def _positions_in(views: Path) -> dict[str, int]:
+    try:
+        with sqlite3.connect(f"{views.as_uri()}?mode=ro", uri=True, timeout=1) as conn:
+            return dict(conn.execute("SELECT name, position FROM _projections").fetchall())
+    except sqlite3.Error:
+        return {}  # not created yet, or its schema not yet applied
+
+
+@pytest.mark.slow
+def test_a_follower_applies_a_study_recorded_while_it_runs(tmp_path: Path) -> None:
+    plan = known_plan(tmp_path, topics=1, repeats=1)
+    store = tmp_path / "s.sqlite"
+    Ledger(str(store)).close()
+    follower = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "forge_ledger",
+            "projections",
+            "update",
+            "--follow",
+            "--interval",
+            "0.1",
+            "--store",
+            str(store),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert follower.stderr is not None
+        assert follower.stderr.readline().startswith("following ")
+        with Ledger(str(store)) as ledger:
+            record_known_study(ledger, plan)
+            heads = {
+                STUDY_LOG: StudyStream(ledger).log_head(),
+                SESSIONS_LOG: ledger.max_notification_id(),
+            }
+        views = store.with_name("s.views.sqlite")
+        deadline = time.monotonic() + 120
+        while {k: _positions_in(views).get(k) for k in heads} != heads:
+            assert follower.poll() is None, follower.communicate()
+            assert time.monotonic() < deadline, "the follower never applied the study"
+            time.sleep(0.1)
+    finally:
+        follower.send_signal(signal.SIGINT)
+        follower.communicate(timeout=60)
+    _assert_rows_are_the_export(store, Database(views), "known")
