@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlite_utils import Database, Migrations
 
-__all__ = ["MIGRATIONS", "TABLE_KEYS", "migrate"]
+__all__ = ["MIGRATIONS", "STUDY_SCHEMA", "TABLE_KEYS", "migrate"]
 
 MIGRATIONS = Migrations("forge-ledger-views")
 
@@ -268,6 +268,76 @@ def m006_participants_left(db: Database) -> None:
     """The position a participant left a fork at (``fork --without``); NULL while it takes
     part. ``show`` lists only those who take part."""
     db["participants"].add_column("left_position", int)  # type: ignore[union-attr]
+
+
+STUDY_SCHEMA: dict[str, dict[str, Any]] = {
+    "studies": {
+        "columns": {
+            "id": str, "name": str, "status": str, "stopped": str, "cells": int, "pending": int,
+            "running": int, "paused": int, "done": int, "failed": int, "spent_usd": float,
+            "calls": int, "budget_json": str, "events": int, "head_hash": str,
+            "planned_at": str, "updated_at": str,
+        },
+    },
+    "study_cells": {
+        "columns": {
+            "id": str, "study_id": str, "cell": str, "topic": int, "panel": str, "variant": str,
+            "arm": str, "repeat": int, "parent_cell": str, "without": str, "status": str,
+            "session_id": str, "parent_id": str, "outcome": str, "reason": str,
+            "cost_usd": float, "calls": int,
+        },
+        "fks": [("study_id", "studies", "id"), ("session_id", "sessions", "id")],
+        "indexes": (("study_id",), ("session_id",)),
+    },
+    "study_sessions": {
+        "columns": {
+            "id": str, "study_id": str, "study": str, "cell": str, "topic": str, "panel": str,
+            "variant": str, "repeat": int, "session_id": str, "title": str, "status": str,
+            "iterations": int, "rounds": int, "cost_usd": float, "input_tokens": int,
+            "output_tokens": int, "tokens": int, "converged": int, "first_vote_majority": int,
+            "final_vote_majority": int, "first_majority_is_final": int, "stance_changes": int,
+            "conformity_flags": int, "conformity_rate": float, "dissents_opened": int,
+            "dissents_resolved": int, "dissents_overruled": int, "dissents_withdrawn": int,
+            "dissents_open": int, "self_preference": float, "parent_id": str,
+            "fork_iteration": int, "without": str, "similarity_to_parent": float,
+            "outcome_changed": int,
+        },
+        "fks": [
+            ("study_id", "studies", "id"),
+            ("session_id", "sessions", "id"),
+            ("parent_id", "sessions", "id"),
+        ],
+        "indexes": (("study_id", "variant"), ("session_id",)),
+    },
+    "study_participants": {
+        "columns": {
+            "id": str, "study_id": str, "study": str, "cell": str, "topic": str, "panel": str,
+            "variant": str, "repeat": int, "session_id": str, "participant": str, "model": str,
+            "calls": int, "failed_calls": int, "cost_usd": float, "input_tokens": int,
+            "output_tokens": int, "votes": int, "first_stance": str, "final_stance": str,
+            "final_agrees": int, "stance_changes": int, "conformity_flags": int,
+            "dissents_held": int, "self_preference": float,
+        },
+        "fks": [("study_id", "studies", "id"), ("session_id", "sessions", "id")],
+        "indexes": (("study_id", "participant"), ("session_id",)),
+    },
+}
+"""The study tables: each study, its cells, and ``study export``'s two tables (the columns
+after ``session_id``/``study_id`` are the export's, in its order; a yes/no is 0/1, a list
+JSON text). Filled by ``forge_ledger.app.study_views``, not by a projection of this package:
+the rows are the audit's, which sits above the projections."""
+
+for _name in STUDY_SCHEMA:
+    TABLE_KEYS[_name] = "id"
+
+
+@MIGRATIONS(name="m007_studies")
+def m007_studies(db: Database) -> None:
+    """The study tables (:data:`STUDY_SCHEMA`): ``studies``, ``study_cells`` (every cell,
+    planned or not), ``study_sessions`` and ``study_participants`` (``study export``'s rows)."""
+    for name, spec in STUDY_SCHEMA.items():
+        _table(db, name, spec["columns"], fks=spec.get("fks", []),
+               indexes=spec.get("indexes", ()))
 
 
 def migrate(db: Database) -> None:

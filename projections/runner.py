@@ -49,6 +49,7 @@ __all__ = [
     "open_views",
     "rebuild",
     "status",
+    "write_transaction",
 ]
 
 
@@ -131,6 +132,23 @@ def _migrate_locked(db: Database) -> None:
         db.conn.rollback()
         raise
     db.conn.commit()
+
+
+def write_transaction(db: Database) -> Any:
+    """One ``BEGIN IMMEDIATE`` transaction on the read model, committed on success and rolled
+    back on any error: view rows and their tracking positions commit together or not at all."""
+
+    class _Tx:
+        def __enter__(self) -> None:
+            db.conn.execute("BEGIN IMMEDIATE")
+
+        def __exit__(self, exc_type: object, *rest: object) -> None:
+            if exc_type is None:
+                db.conn.commit()
+            else:
+                db.conn.rollback()
+
+    return _Tx()
 
 
 @dataclass(frozen=True)
@@ -297,34 +315,26 @@ class ProjectionRunner:
         stop: Callable[[], bool] = lambda: False,
         on_batch: Callable[[int], None] | None = None,
         wait: Callable[[float], None] = time.sleep,
+        also: Callable[[], int] = lambda: 0,
     ) -> None:
         """Long-lived follower: catch up, then ``wait(interval)``, repeat until ``stop()``.
 
         ``wait`` sleeps by default (polling); a store that can signal new events (PostgreSQL's
         LISTEN/NOTIFY, ``Ledger.event_waiter``) passes a wait that returns as soon as another
-        process commits, so the read model follows within milliseconds.
+        process commits, so the read model follows within milliseconds. ``also`` runs after
+        each catch-up (tables kept by a layer above this one: the study tables) and answers
+        how much it applied; nothing applied by either, the follower waits.
         """
         while not stop():
             n = self.catch_up(batch_size=batch_size)
+            n += also()
             if n and on_batch is not None:
                 on_batch(n)
             if not n:
                 wait(interval)
 
     def _transaction(self) -> Any:
-        db = self.db
-
-        class _Tx:
-            def __enter__(self) -> None:
-                db.conn.execute("BEGIN IMMEDIATE")
-
-            def __exit__(self, exc_type: object, *rest: object) -> None:
-                if exc_type is None:
-                    db.conn.commit()
-                else:
-                    db.conn.rollback()
-
-        return _Tx()
+        return write_transaction(self.db)
 
     def _state_before(self, event: EventLike) -> SessionState | None:
         """The session's state just before ``event``, as cheaply as possible.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -252,6 +253,16 @@ def _progress(store: Path) -> Counter[str] | None:
         return None
 
 
+def _views_after_update(store: Path) -> list[str]:
+    """``projections update`` on ``store``, then the status of each cell in its read model."""
+    done = subprocess.run(
+        _cli("projections", "update"), env=_env(store), capture_output=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr.decode()[-800:]
+    with sqlite3.connect(store.with_name("s.views.sqlite")) as views:
+        return [s for (s,) in views.execute("SELECT status FROM study_cells ORDER BY rowid")]
+
+
 @pytest.mark.slow
 def test_kill_9_mid_study_then_run_again_finishes_every_cell_once(tmp_path: Path) -> None:
     store = tmp_path / "s.sqlite"
@@ -279,6 +290,9 @@ def test_kill_9_mid_study_then_run_again_finishes_every_cell_once(tmp_path: Path
         cut = _progress(store)
         assert cut is not None
         assert cut["CellFinished"] < 12
+        before = _views_after_update(store)
+        assert before.count("done") == cut["CellFinished"]
+        assert len(before) == 12  # every cell, run or not
         again = subprocess.run(
             _cli("study", "run", str(plan), "-j", "3", "--json"),
             env=_env(store),
@@ -315,6 +329,17 @@ def test_kill_9_mid_study_then_run_again_finishes_every_cell_once(tmp_path: Path
         timeout=60,
     )
     assert json.loads(status.stdout)["status"] == "finished"
+    assert _views_after_update(store) == ["done"] * 12  # the cells run after the kill too
+    exported = subprocess.run(
+        _cli("study", "export", "anonymity", "--format", "jsonl"),
+        env=_env(store),
+        capture_output=True,
+        timeout=60,
+    )
+    rows = [json.loads(line) for line in exported.stdout.decode().splitlines()]
+    views = sqlite3.connect(store.with_name("s.views.sqlite"))
+    kept = dict(views.execute("SELECT cell, cost_usd FROM study_sessions").fetchall())
+    assert kept == {r["cell"]: r["cost_usd"] for r in rows}
 
 
 def test_the_library_runs_a_plan_given_as_a_dict(

@@ -200,7 +200,7 @@ def _outcome(state: StudyState, *, as_json: bool) -> None:
     if as_json:
         emit_json(state.summary())
     else:
-        _print_summary(state)
+        _print_summary(state.summary())
     if state.stopped:
         err_console.print(Text("stopped: ", style="yellow") + shown(state.stopped))
     if state.count("paused") or (state.count("running") and not state.stopped):
@@ -212,18 +212,18 @@ def _outcome(state: StudyState, *, as_json: bool) -> None:
         )
 
 
-def _print_summary(state: StudyState) -> None:
-    s = state.summary()
-    click.echo(f"study {state.id} · {printable(state.name)} · {state.status}")
+def _print_summary(s: dict[str, Any]) -> None:
+    """The study's two summary lines, from :meth:`~forge_ledger.study.StudyState.summary`."""
+    click.echo(f"study {s['study_id']} · {printable(s['name'])} · {s['status']}")
+    budget = _budget_text(s["budget"].get("usd"))
     click.echo(
         f"cells {s['cells']}: {s['done']} done, {s['failed']} failed, {s['paused']} paused, "
         f"{s['running']} cut off, {s['pending']} not started · cost "
-        f"{money(state.spent_usd)}{_budget_text(state)} · calls {state.calls}"
+        f"{money(s['spent_usd'])}{budget} · calls {s['calls']}"
     )
 
 
-def _budget_text(state: StudyState) -> str:
-    usd = state.plan.budget.usd
+def _budget_text(usd: float | None) -> str:
     return f" of ${usd:g}" if usd is not None else ""
 
 
@@ -255,7 +255,8 @@ def _render(progress: Progress) -> Group:
     counts = progress.counts()
     head = Text(f"study {s.id[:8]} · ") + shown(s.name)
     line = " · ".join(f"{n} {k}" for k, n in counts.items()) + f" · of {len(s.cells)} cells"
-    money_line = f"cost {money(progress.spent_usd)}{_budget_text(s)} · calls {s.calls}"
+    budget = _budget_text(s.plan.budget.usd)
+    money_line = f"cost {money(progress.spent_usd)}{budget} · calls {s.calls}"
     left = progress.time_left_secs
     if left is not None:
         money_line += f" · time left {int(left) // 60}m{int(left) % 60:02d}s"
@@ -284,36 +285,40 @@ def _render(progress: Progress) -> Group:
 @store_option
 @json_option
 def status_cmd(study_ref: str, at_event: int | None, store: str | None, as_json: bool) -> None:
-    """Every cell of STUDY: its status, session, outcome, cost and calls."""
-    from ..study import StudyStream
+    """Every cell of STUDY: its status, session, outcome, cost and calls.
+
+    Read from the read model's study tables when they are current for the study (as
+    ``projections update`` or ``browse`` leave them), else from the study's events."""
+    from ..app.study_views import study_status
 
     with open_ledger(store, create=False) as ledger:
-        state = StudyStream(ledger).state(study_ref, at_event=at_event)
-        jobs = _jobs(ledger, state.id) if at_event is None else {}
+        view = study_status(ledger, study_ref, at_event=at_event)
+        s = view.summary
+        jobs = _jobs(ledger, s["study_id"]) if at_event is None else {}
     if as_json:
-        cells = [{**c.as_json(), "job": jobs.get(c.spec.id)} for c in state.cells.values()]
+        cells = [{**c, "job": jobs.get(c["cell"])} for c in view.cells]
         counts = {k: sum(1 for j in jobs.values() if j == k) for k in ("queued", "taken")}
-        emit_json({**state.summary(), "jobs": counts, "cells": cells})
+        emit_json({**s, "jobs": counts, "cells": cells})
         return
-    _print_summary(state)
+    _print_summary(s)
     if jobs:
         taken = sum(1 for j in jobs.values() if j == "taken")
         click.echo(f"jobs: {len(jobs) - taken} queued, {taken} taken by a worker")
-    if state.stopped:
-        err_console.print(Text("stopped: ", style="yellow") + shown(state.stopped))
+    if s["stopped"]:
+        err_console.print(Text("stopped: ", style="yellow") + shown(s["stopped"]))
     table = Table(title_justify="left")
     for col in ("cell", "status", "job", "session", "outcome", "cost", "calls"):
         table.add_column(col, justify="right" if col in ("cost", "calls") else "left")
-    for c in state.cells.values():
+    for c in view.cells:
         add_row(
             table,
-            c.spec.id,
-            c.status,
-            jobs.get(c.spec.id, ""),
-            (c.session_id or "")[:8],
-            c.outcome or c.reason,
-            money(c.cost_usd),
-            str(c.calls),
+            c["cell"],
+            c["status"],
+            jobs.get(c["cell"], ""),
+            (c["session_id"] or "")[:8],
+            c["outcome"] or c["reason"] or "",
+            money(c["cost_usd"]),
+            str(c["calls"]),
         )
     print_table(table)
 

@@ -21,6 +21,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from ..app.study_views import SESSIONS_LOG, STUDY_LOG, StudyViews
 from ..errors import StoreMissingError
 from ..ledger import Ledger, resolve_store
 from ..ledger.outputs import store_outputs
@@ -62,7 +63,7 @@ def projections_status(store: str | None, as_json: bool) -> None:
         path = store_outputs(ledger.location).views
         db = open_views(path, lock_timeout=lock_timeout())
         try:
-            rows = ProjectionRunner(ledger, db).status()
+            rows = [*ProjectionRunner(ledger, db).status(), *StudyViews(ledger, db).status()]
         finally:
             db.close()
     if as_json:
@@ -122,14 +123,21 @@ def _run(store: str | None, *, rebuild: str | None, everything: bool, batch_size
         db = open_views(store_outputs(ledger.location).views, lock_timeout=lock_timeout())
         try:
             runner = ProjectionRunner(ledger, db)
-            n: int
+            studies = StudyViews(ledger, db)
+            n = 0
             with _progress(runner, rebuilding=everything or rebuild is not None) as advance:
-                if everything or rebuild is not None:
+                if rebuild in (SESSIONS_LOG, STUDY_LOG):
+                    studies.rebuild()
+                elif everything or rebuild is not None:
                     n = runner.rebuild(
                         [rebuild] if rebuild else None, batch_size=batch_size, on_batch=advance
                     )
+                    if everything:
+                        studies.rebuild()
                 else:
                     n = runner.catch_up(batch_size=batch_size, on_batch=advance)
+            if not everything and rebuild is None:
+                studies.catch_up()
             if follow:
                 err_console.print(
                     f"following {printable(ledger.location.display)} (Ctrl-C stops)"
@@ -141,6 +149,7 @@ def _run(store: str | None, *, rebuild: str | None, everything: bool, batch_size
                         batch_size=batch_size,
                         on_batch=lambda k: err_console.print(f"applied {k} events"),
                         wait=waiter or time.sleep,
+                        also=studies.catch_up,
                     )
                 finally:
                     if waiter is not None:
@@ -157,7 +166,8 @@ def _run(store: str | None, *, rebuild: str | None, everything: bool, batch_size
 @json_option
 def projections_rebuild(name: str | None, batch_size: int, store: str | None,
                         as_json: bool) -> None:
-    """Empty NAME (default: every projection) and refold it from the first event."""
+    """Empty NAME (default: every projection and the study tables) and refold it from the
+    first event (NAME ``study_tables`` computes the study tables again)."""
     n = _run(store, rebuild=name, everything=name is None, batch_size=batch_size)
     if as_json:
         emit_json({"rebuilt": name or "all", "events": n})

@@ -595,6 +595,22 @@ class Ledger:
     def max_notification_id(self) -> int:
         return int(self.app.recorder.max_notification_id() or 0)
 
+    def notified_sessions(self, *, after: int, upto: int) -> set[str]:
+        """The sessions with an event in the global log's notifications ``after`` < id ≤
+        ``upto``, read without decoding the events (a follower that only asks *which*
+        sessions moved)."""
+        found: set[str] = set()
+        start = after
+        while start < upto:
+            rows = self.app.recorder.select_notifications(
+                start=start, limit=1000, stop=upto, inclusive_of_start=False
+            )
+            if not rows:
+                break
+            found.update(str(r.originator_id) for r in rows)
+            start = int(rows[-1].id)
+        return found
+
     # ------------------------------------------------------------------ sessions
 
     def session_ids(self) -> list[UUID]:

@@ -150,6 +150,13 @@ class StudyStream:
                 hash=body["hash"],
             )
 
+    def head(self, study_id: UUID) -> tuple[int, str]:
+        """The position and hash of the study's last event, read without folding it."""
+        rows = self._call(self.recorder.select_events, study_id, desc=True, limit=1)
+        if not rows:
+            return 0, GENESIS
+        return int(rows[0].originator_version), str(json.loads(rows[0].state)["hash"])
+
     def state(self, study: str | UUID, *, at_event: int | None = None) -> StudyState:
         """The study's state now, or as of its event ``at_event``."""
         sid = self.resolve(study)
@@ -171,6 +178,31 @@ class StudyStream:
                 return ids
             ids.extend(UUID(str(r.originator_id)) for r in rows)
             start = int(rows[-1].id)
+
+    def log_head(self) -> int:
+        """The last notification id of the study log (0 when no study was ever recorded): the
+        position a follower of every study (the read model's study tables) tracks."""
+        head = self._call(self.recorder.max_notification_id)
+        return int(head or 0) if not isinstance(head, list) else 0
+
+    def changed_studies(self, *, after: int, upto: int) -> list[UUID]:
+        """The studies with an event in the study log's notifications ``after`` < id ≤ ``upto``,
+        in the order of their first such event."""
+        seen: dict[UUID, None] = {}
+        start = after
+        while start < upto:
+            rows = self._call(
+                self.recorder.select_notifications,
+                start,
+                500,
+                stop=upto,
+                inclusive_of_start=False,
+            )
+            if not rows:
+                break
+            seen.update((UUID(str(r.originator_id)), None) for r in rows)
+            start = int(rows[-1].id)
+        return list(seen)
 
     def resolve(self, ref: str | UUID) -> UUID:
         """A full id or a unique prefix of one, or the study's name (its newest study)."""

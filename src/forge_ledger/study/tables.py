@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from ..domain.recorded import EventLike
     from ..ledger import Ledger
 
-__all__ = ["StudyTables", "cell_events", "study_tables"]
+__all__ = ["CellRows", "StudyTables", "cell_events", "cell_rows", "study_tables"]
 
 
 @dataclass(frozen=True)
@@ -82,27 +82,50 @@ def _labels(state: StudyState, cell: CellState) -> dict[str, str | int | None]:
     }
 
 
-def _rows(
-    ledger: Ledger, state: StudyState
-) -> Iterator[tuple[SessionMetrics, list[ParticipantMetrics], str]]:
+@dataclass(frozen=True)
+class CellRows:
+    """One cell's rows, with what its counterfactual children compare against."""
+
+    session: SessionMetrics
+    participants: list[ParticipantMetrics]
+    slug: str
+    events: list[EventLike]
+    audit: AuditReport
+
+
+def cell_rows(
+    ledger: Ledger, state: StudyState, cell: CellState, parent: CellRows | None = None
+) -> CellRows | None:
+    """The cell's session row and participant rows as the study stood (None when it has no
+    session yet); ``parent``: the parent cell's rows, for a counterfactual cell's comparison."""
     from ..audit import audit_report, compare_fork
     from ..audit.metrics import participant_rows, session_row
     from ..projections import fold_events
 
-    read: dict[str, tuple[list[EventLike], AuditReport]] = {}  # a parent is read once
+    events = cell_events(ledger, state, cell)
+    if not events:
+        return None
+    audit = audit_report(events)
+    comparison = None
+    if parent is not None:
+        comparison = compare_fork(parent.events, events, audits=(parent.audit, audit))
+    labels = _labels(state, cell)
+    return CellRows(
+        session=session_row(audit, comparison, **labels),
+        participants=participant_rows(audit, **labels),
+        slug=fold_events(events[:1]).slug,
+        events=events,
+        audit=audit,
+    )
+
+
+def _rows(ledger: Ledger, state: StudyState) -> Iterator[CellRows]:
+    read: dict[str, CellRows] = {}  # a parent is read once
     for cell in state.cells.values():
-        events = cell_events(ledger, state, cell)
-        if not events:
-            continue
-        audit = audit_report(events)
-        read[cell.spec.id] = (events, audit)
-        comparison = None
-        parent = read.get(cell.spec.parent or "")
-        if parent is not None:
-            comparison = compare_fork(parent[0], events, audits=(parent[1], audit))
-        labels = _labels(state, cell)
-        slug = fold_events(events[:1]).slug
-        yield session_row(audit, comparison, **labels), participant_rows(audit, **labels), slug
+        rows = cell_rows(ledger, state, cell, read.get(cell.spec.parent or ""))
+        if rows is not None:
+            read[cell.spec.id] = rows
+            yield rows
 
 
 def study_tables(ledger: Ledger, state: StudyState) -> StudyTables:
@@ -110,10 +133,10 @@ def study_tables(ledger: Ledger, state: StudyState) -> StudyTables:
     sessions: list[SessionMetrics] = []
     people: list[ParticipantMetrics] = []
     slugs: dict[str, str] = {}
-    for row, rows, slug in _rows(ledger, state):
-        sessions.append(row)
-        people += rows
-        slugs[row.session_id] = slug
+    for rows in _rows(ledger, state):
+        sessions.append(rows.session)
+        people += rows.participants
+        slugs[rows.session.session_id] = rows.slug
     return StudyTables(
         study_id=state.id,
         name=state.name,
