@@ -10,18 +10,23 @@ compressed with the dictionary), and one whose tables hold no event yet.
 from __future__ import annotations
 
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from forge_ledger.errors import StoreMissingError
 from forge_ledger.ledger import Ledger
-from forge_ledger.ledger.head import sqlite_head
+from forge_ledger.ledger.head import sqlite_head as _sqlite_head
+from forge_ledger.ledger.store import resolve_store
 from forge_ledger.projections.current import store_head
 from forge_ledger.testing import SessionBuilder
 from support.stories import random_sessions
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def sqlite_head(path: Path) -> tuple[int, tuple[str, int, str] | None] | None:
+    return _sqlite_head(resolve_store(str(path)))
 
 
 def _ledgers_head(path: Path) -> tuple[int, tuple[str, int, str] | None]:
@@ -61,6 +66,18 @@ def test_a_store_with_no_event_yet(tmp_path: Path) -> None:
     assert sqlite_head(path) == (0, None) == _ledgers_head(path)
 
 
-def test_a_missing_store_is_refused_as_the_ledger_refuses_it(tmp_path: Path) -> None:
-    with pytest.raises(StoreMissingError):
-        sqlite_head(tmp_path / "none.sqlite")
+def test_what_the_ledger_refuses_is_no_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A missing file, a file that is no ledger, and a store the ledger's settings refuse:
+    the ledger, opened next, says what is wrong."""
+    assert sqlite_head(tmp_path / "none.sqlite") is None
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as con:
+        con.execute("CREATE TABLE stored_events (originator_id, originator_version, state)")
+    assert sqlite_head(other) is None
+    path = tmp_path / "store.sqlite"
+    shutil.copy(FIXTURES / "store-v2.sqlite", path)
+    assert sqlite_head(path) is not None
+    monkeypatch.setenv("FORGE_LEDGER_LOCK_TIMEOUT", "soon")
+    assert sqlite_head(path) is None

@@ -54,9 +54,7 @@ def listed_from_read_model(store: str | None) -> tuple[list[SessionSummary], str
     """Every session and the store's printable name, from the read model of a SQLite store
     when it is current; None when the ledger must be read instead."""
     location = resolve_store(store)
-    if location.kind != "sqlite" or location.path is None:
-        return None
-    head = sqlite_head(location.path)
+    head = sqlite_head(location)
     if head is None:
         return None
     rows = current_summaries(store_outputs(location).views, *head)

@@ -7,8 +7,8 @@ through eventsourcing (:func:`forge_ledger.projections.current.store_head`), whi
 loading the event classes, the domain's models and the application; listing sessions from the
 read model needs none of them, so the newest stored row is read here with one query and its
 state decoded as the mapper does (:func:`~.compression.unpack`, then JSON). Anything this
-cannot read (no such table, a row it cannot decode) is no answer: the caller then opens the
-ledger, which says what is wrong.
+cannot read (no such table, a row it cannot decode) or that the ledger would refuse is no
+answer: the caller then opens the ledger, which says what is wrong.
 """
 
 from __future__ import annotations
@@ -16,27 +16,33 @@ from __future__ import annotations
 import json
 import sqlite3
 import zlib
-from pathlib import Path
 from uuid import UUID
 
+from ..errors import ForgeLedgerError
 from .compression import unpack
-from .store import SqliteAccess, check_sqlite_file, sqlite_uri
+from .store import SqliteAccess, StoreLocation, check_sqlite_file, sqlite_uri
 
 __all__ = ["sqlite_head"]
 
 
-def sqlite_head(path: Path) -> tuple[int, tuple[str, int, str] | None] | None:
-    """The store's last notification id and (session id, position, hash) of its event (None
-    for an empty store), as ``store_head`` over the ledger gives them; None when the file
-    cannot say.
+def sqlite_head(location: StoreLocation) -> tuple[int, tuple[str, int, str] | None] | None:
+    """The last notification id of the SQLite store at ``location`` and (session id,
+    position, hash) of its event (None for an empty store), as ``store_head`` over the ledger
+    gives them; None when the file cannot say.
 
-    The file is checked as the ledger checks it before opening it (a missing file or one that
-    is not a ledger raises the same error), then opened read-only: a reader writes nothing.
+    Whatever the ledger would refuse before opening the store (its settings, a missing file,
+    one that is not a ledger) is no answer here either: the caller then opens the ledger,
+    which refuses it with its own error. The file is opened read-only: a reader writes
+    nothing.
     """
-    check_sqlite_file(path, create=False)
+    if location.kind != "sqlite" or location.path is None:
+        return None
     try:
-        conn = sqlite3.connect(sqlite_uri(path, SqliteAccess.READ_ONLY), uri=True, timeout=1)
-    except sqlite3.Error:
+        location.eventsourcing_env()
+        check_sqlite_file(location.path, create=False)
+        uri = sqlite_uri(location.path, SqliteAccess.READ_ONLY)
+        conn = sqlite3.connect(uri, uri=True, timeout=1)
+    except (ForgeLedgerError, sqlite3.Error, OSError):
         return None
     try:
         row = conn.execute(
