@@ -283,6 +283,17 @@ def test_a_lazy_package_offers_each_name_it_lists(package: str) -> None:
         _ = module.no_such_name
 
 
+def test_the_domain_package_offers_every_value_type_it_does_not_import() -> None:
+    """``forge_ledger.domain`` lists the value types' names itself (importing them would
+    define every model for a listing that needs none): the list must be the module's."""
+    import forge_ledger.domain as domain
+    from forge_ledger.domain import values
+
+    assert set(values.__all__) <= set(domain.__all__)
+    for name in values.__all__:
+        assert getattr(domain, name) is getattr(values, name), name
+
+
 def test_a_value_named_as_its_module_stays_the_value() -> None:
     """``engine.convergence`` is the function, whether the package or its module loaded
     first, in a fresh interpreter (each order once)."""
