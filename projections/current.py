@@ -13,19 +13,16 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from uuid import UUID
 
-from .base import EventLike
-from .show_view import (
-    ContributionLine,
-    RoundView,
-    SessionView,
-    convergence_from_json,
-    dissent_from_json,
-)
+if TYPE_CHECKING:
+    from .base import EventLike
+    from .show_view import SessionView
 
 __all__ = [
+    "READ_MODEL_NAME",
+    "READ_MODEL_VERSION",
     "SUMMARY_COLUMNS",
     "Mark",
     "StoreHead",
@@ -35,6 +32,12 @@ __all__ = [
     "store_head",
 ]
 
+
+READ_MODEL_NAME = "read_model"
+READ_MODEL_VERSION = 5
+"""The read-model projection's name and version (:class:`~.read_model.ReadModelProjection`
+takes them from here): a reader checks them without loading the projection's fold and its
+models."""
 
 SUMMARY_COLUMNS = (
     "id",
@@ -99,13 +102,10 @@ def _is_current(conn: sqlite3.Connection, head: int, marks: Iterable[Mark]) -> b
     restored from a backup and written again (the same positions, other events) is not
     current.
     """
-    from .read_model import ReadModelProjection  # its fold's models, only once a file is there
-
     row = conn.execute(
-        "SELECT version, position FROM _projections WHERE name = ?",
-        [ReadModelProjection.name],
+        "SELECT version, position FROM _projections WHERE name = ?", [READ_MODEL_NAME]
     ).fetchone()
-    if row is None or int(row[0]) != ReadModelProjection.version or int(row[1]) != head:
+    if row is None or int(row[0]) != READ_MODEL_VERSION or int(row[1]) != head:
         return False
     return all(
         conn.execute(
@@ -206,6 +206,14 @@ _VIEW_COLUMNS = (
 def _view_rows(conn: sqlite3.Connection, sid: str) -> SessionView:
     """The session's ``show`` rows (``sessions``, ``participants``, ``rounds``,
     ``round_lines``) as a :class:`SessionView`."""
+    from .show_view import (  # a view's types and EMS: only for showing one session
+        ContributionLine,
+        RoundView,
+        SessionView,
+        convergence_from_json,
+        dissent_from_json,
+    )
+
     row = conn.execute(
         f"SELECT {', '.join(_VIEW_COLUMNS)} FROM sessions WHERE id = ?", [sid]
     ).fetchone()

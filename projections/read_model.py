@@ -21,6 +21,7 @@ from forge_ledger.domain.state import ContributionState
 from forge_ledger.domain.values import Participant
 
 from .base import EventLike, Op, Patch, Projection, Put, links
+from .current import READ_MODEL_NAME, READ_MODEL_VERSION
 from .show_view import (
     contribution_line,
     convergence_json,
@@ -114,11 +115,12 @@ class ReadModelProjection(Projection):
     one line per contribution) and writes a fork's inherited rounds, so ``show`` can read a
     session from here when the read model is current. Version 3: a vote's line gives its
     stance and reason. Version 4: the line of an answer cut off at its token limit says so.
-    Version 5: a vote whose score contradicts its stance says so on its line.
+    Version 5: a vote whose score contradicts its stance says so on its line. (The number
+    is :data:`~.current.READ_MODEL_VERSION`, which readers check.)
     """
 
-    name = "read_model"
-    version = 5
+    name = READ_MODEL_NAME
+    version = READ_MODEL_VERSION
     tables = (
         "sessions", "participants", "rounds", "contributions", "critiques", "suggestions",
         "votes", "costs", "round_lines",

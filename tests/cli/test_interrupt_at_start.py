@@ -36,7 +36,7 @@ _CTRL_C_WHILE_LOADING = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("module", ["forge_ledger.cli", "forge_ledger.cli.read", "pydantic"])
+@pytest.mark.parametrize("module", ["forge_ledger.cli", "forge_ledger.cli.listing", "rich.table"])
 def test_ctrl_c_while_the_command_line_loads_prints_one_line_and_exits_130(
     tmp_path: Path, module: str
 ) -> None:

@@ -68,7 +68,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "run": ("deliberate", "run", "Run a deliberation on TOPIC with the given participants."),
     "seal": ("record_cmds", "seal",
              "Verify the chain of a finished SESSION and close it with a seal."),
-    "sessions": ("read", "sessions", "List the sessions in the store (newest last)."),
+    "sessions": ("listing", "sessions", "List the sessions in the store (newest last)."),
     "show": ("read", "show",
              "Show SESSION (full id or unique prefix), now or as of a past point."),
     "spec": ("spec_cmd", "spec_cmd", "Print SESSION's document: the latest synthesis (before any, "

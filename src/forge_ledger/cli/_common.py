@@ -25,6 +25,8 @@ from ..untrusted.terminal_text import printable
 from ._streams import ForwardingStream
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from ..domain.state import SessionState
     from ..ledger import Ledger
 
@@ -48,6 +50,7 @@ __all__ = [
     "shown",
     "store_option",
     "to_terminal",
+    "when",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -241,6 +244,11 @@ def open_ledger(store: str | None, *, create: bool = False) -> Ledger:
     from ..ledger import Ledger  # the event store, its models: loaded by commands that read it
 
     return Ledger(store, create=create)
+
+
+def when(t: datetime) -> str:
+    """A time as the tables show it, to the second."""
+    return t.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def emit_json(doc: Any) -> None:

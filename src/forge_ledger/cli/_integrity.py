@@ -10,12 +10,15 @@ ends it with one line naming the first bad position and exit code 1, as ``verify
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 import click
 
 from ..errors import ChainBrokenError
-from ..ledger import Ledger, verify_session
+
+if TYPE_CHECKING:
+    from ..ledger import Ledger
 
 __all__ = ["chain_broken", "check_chain", "found_chain_break", "raise_chain_break"]
 
@@ -25,6 +28,8 @@ _found: list[ChainBrokenError] = []
 
 def check_chain(ledger: Ledger, session: str | UUID) -> UUID:
     """Verify ``session``'s chain; remember a break for the end of the command. Returns its id."""
+    from ..ledger import verify_session  # the group's callback imports this module for any command
+
     sid = ledger.resolve(session)
     report = verify_session(ledger, sid)
     if not report.ok:

@@ -1,4 +1,4 @@
-"""Read-side commands: ``sessions``, ``show``, ``log`` and ``verify``.
+"""Read-side commands: ``show``, ``log`` and ``verify`` (``sessions`` is :mod:`.listing`).
 
 These commands only read the ledger (opened with ``create=False``, so a mistyped ``--store``
 never leaves an empty database behind) and never import litellm: they must stay fast and work
@@ -8,7 +8,7 @@ earlier event, iteration or time) or, for the present, reads the read model's ro
 current (the same :class:`~forge_ledger.projections.SessionView` either way), ``log`` prints
 them as stored, ``verify`` recomputes the hash chain.
 
-The JSON documents built here (:func:`session_summary_json`, :func:`session_json`, and
+The JSON documents built here (:func:`session_json`, and
 each event's :meth:`~forge_ledger.ledger.RecordedEvent.as_json` for ``log --json``) are the
 stable, scriptable face of the ledger; the rich tables are for people and may change.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -27,18 +26,15 @@ from rich.text import Text
 
 from ..domain import events as ev
 from ..domain.state import ContributionState, DivergenceState, RoundState, SessionState
-from ..domain.values import SessionStatus
 from ..errors import ChainBrokenError, UsageError
-from ..ledger import ChainReport, Ledger, RecordedEvent, SessionSummary
+from ..ledger import ChainReport, Ledger, RecordedEvent
 from ..ledger import verify_store as _verify_store
 from ..ledger.outputs import store_outputs
 from ..projections import (
     SessionView,
     current_session_view,
-    current_summaries,
     session_ems,
     session_view,
-    store_head,
 )
 from ..projections.show_view import preview as _preview
 from . import cli
@@ -57,6 +53,7 @@ from ._common import (
     printable,
     shown,
     store_option,
+    when,
 )
 from ._integrity import chain_broken, check_chain
 
@@ -64,8 +61,6 @@ __all__ = [
     "HMAC_KEY_ENV",
     "log",
     "session_json",
-    "session_summary_json",
-    "sessions",
     "show",
     "verify",
 ]
@@ -78,34 +73,6 @@ _LOG_OMITS = ("session_id", "notification_id")
 
 
 # --------------------------------------------------------------------------- JSON documents
-
-
-def _summaries(ledger: Ledger) -> list[SessionSummary]:
-    """From the read model when it is current (one query), else from the ledger (every
-    session's state loaded)."""
-    head, last = store_head(ledger)
-    rows = current_summaries(store_outputs(ledger.location).views, head, last)
-    if rows is None:
-        return ledger.summaries()
-    return [
-        SessionSummary(
-            id=r["id"],
-            slug=r["slug"],
-            title=r["title"],
-            status=r["status"],
-            iteration=int(r["iteration"]),
-            events=int(r["events"]),
-            created=datetime.fromisoformat(r["created_at"]),
-            updated=datetime.fromisoformat(r["updated_at"]),
-            parent_id=r["parent_id"],
-        )
-        for r in rows
-    ]
-
-
-def session_summary_json(summary: SessionSummary) -> dict[str, Any]:
-    """One row of ``sessions --json``."""
-    return summary.as_json()
 
 
 def _contribution_json(state: SessionState, c: ContributionState) -> dict[str, Any]:
@@ -222,10 +189,6 @@ def session_json(state: SessionState, *, ems: int | None) -> dict[str, Any]:
 # --------------------------------------------------------------------------- helpers
 
 
-def _when(t: datetime) -> str:
-    return t.strftime("%Y-%m-%d %H:%M:%S")
-
-
 def _resolve_types(types: Sequence[str]) -> set[str]:
     """``--type`` values → exact event type names (case-insensitive); unknown names refused."""
     by_lower = {name.lower(): name for name in ev.EVENT_TYPES}
@@ -242,92 +205,6 @@ def _resolve_types(types: Sequence[str]) -> set[str]:
             raise UsageError(f"unknown event type {t!r} for --type", hint=hint)
         chosen.add(name)
     return chosen
-
-
-# --------------------------------------------------------------------------- sessions
-
-
-_STATUSES = (*(s.value for s in SessionStatus), "damaged")
-
-
-def _chosen(rows: list[SessionSummary], status: tuple[str, ...], since: Any, search: str | None,
-            limit: int | None) -> list[SessionSummary]:
-    """The sessions the filters keep, still oldest first; ``limit`` keeps the newest N."""
-    words = (search or "").lower()
-    kept = [s for s in rows
-            if (not status or s.status in status)
-            and (since is None or s.updated >= since)
-            and (words in s.title.lower() or words in s.slug)]
-    return kept[-limit:] if limit else kept
-
-
-@cli.command()
-@click.option("--status", "status", multiple=True, type=click.Choice(_STATUSES),
-              help="Only sessions with this status (repeat for several).")
-@click.option("--since", default=None, metavar="ISO",
-              help="Only sessions updated at or after this time (no zone: local time).")
-@click.option("--search", default=None, metavar="TEXT",
-              help="Only sessions whose title or slug contains TEXT (any case).")
-@click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Only the N most recently started of those.")
-@click.option("--study", default=None, metavar="STUDY",
-              help="Only the sessions of this study (id, prefix or name), with their cells.")
-@store_option
-@json_option
-def sessions(status: tuple[str, ...], since: str | None, search: str | None, limit: int | None,
-             study: str | None, store: str | None, as_json: bool) -> None:
-    """List the sessions in the store (newest last)."""
-    after = parse_iso(since, "--since") if since is not None else None
-    of_study: dict[str, dict[str, Any]] = {}
-    with open_ledger(store, create=False) as ledger:
-        rows = _summaries(ledger)
-        if study is not None:
-            from ..study import StudyStream
-
-            of_study = StudyStream(ledger).sessions_of(study)
-            rows = [s for s in rows if s.id in of_study]
-        rows = _chosen(rows, status, after, search, limit)
-        location = printable(ledger.location.display)
-    if as_json:
-        emit_json([{**session_summary_json(s), **of_study.get(s.id, {})} for s in rows])
-        _end_if_damaged(rows)
-        return
-    if not rows:
-        which = " match those filters" if status or since or search else ""
-        err_console.print(f"no sessions{which} in {location}", markup=False)
-        return
-    forks = any(s.parent_id for s in rows)
-    table = Table(title=f"Sessions in {location}", title_justify="left")
-    columns = ["id", "status", "iter", "events", "updated", *(["parent"] if forks else []),
-               *(["cell"] if of_study else []), "title"]
-    for col in columns:
-        table.add_column(
-            col,
-            justify="right" if col in ("iter", "events") else "left",
-            no_wrap=col != "title",
-        )
-    for s in rows:
-        cells = [s.id[:8], s.status, str(s.iteration), str(s.events), _when(s.updated)[:16]]
-        if forks:
-            cells.append((s.parent_id or "")[:8])
-        if of_study:
-            cells.append(of_study[s.id]["cell"])
-        add_row(table, *cells, s.title)
-    print_table(table)
-    _end_if_damaged(rows)
-
-
-def _end_if_damaged(rows: list[SessionSummary]) -> None:
-    """Once every session is listed (a damaged one as of its last intact event), the first
-    damaged one is the command's one error line, and its exit code."""
-    damaged = [s for s in rows if s.damaged]
-    if damaged:
-        more = f" ({len(damaged) - 1} more session(s) damaged)" if len(damaged) > 1 else ""
-        short = damaged[0].id[:8]
-        raise ChainBrokenError(
-            f"session {short} is damaged {damaged[0].damaged}{more}",
-            hint=f"restore the store from a backup; 'forge-ledger verify {short}' checks it",
-        )
 
 
 # --------------------------------------------------------------------------- show
@@ -392,7 +269,7 @@ def _print_session(view: SessionView, *, as_of: str | None) -> None:
     status = view.status + (f" — {view.status_reason}" if view.status_reason else "")
     add_row(header, "Status", status)
     add_row(header, "Phase", f"{view.phase}, iteration {view.iteration}")
-    add_row(header, "As of", f"event {view.version} ({_when(view.updated_at)})"
+    add_row(header, "As of", f"event {view.version} ({when(view.updated_at)})"
                    + (f", selected by {as_of}" if as_of else ""))
     add_row(header, "EMS", f"{view.ems}/100 (maturity: critique scores, suggestions answered, "
             "consensus, dissent closed; see show --help)")
@@ -480,7 +357,7 @@ def log(session: str, types: tuple[str, ...], store: str | None, as_json: bool) 
         table.add_column(col, justify="right" if col == "pos" else "left")
     for e in events:
         add_row(table,
-            str(e.position), _when(e.timestamp), e.type, _event_summary(e), e.hash[:12]
+            str(e.position), when(e.timestamp), e.type, _event_summary(e), e.hash[:12]
         )
     print_table(table)
 

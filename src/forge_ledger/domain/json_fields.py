@@ -16,14 +16,13 @@ is.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import fields, is_dataclass
 from datetime import datetime
 from pathlib import PurePath
 from types import EllipsisType, MappingProxyType
 from typing import Any, ClassVar
-
-from pydantic import BaseModel
 
 __all__ = ["JsonFields", "Key", "fields_json", "json_value"]
 
@@ -38,7 +37,7 @@ def json_value(value: Any) -> Any:
         return as_json()
     if is_dataclass(value) and not isinstance(value, type):
         return fields_json(value)
-    if isinstance(value, BaseModel):
+    if _is_model(value):
         return value.model_dump(mode="json")
     if isinstance(value, list | tuple):
         return [json_value(v) for v in value]
@@ -47,6 +46,13 @@ def json_value(value: Any) -> Any:
     if isinstance(value, PurePath):
         return str(value)
     return value
+
+
+def _is_model(value: Any) -> bool:
+    """``value`` is a pydantic model. A process that made none has not loaded pydantic's models
+    module, and a listing of plain rows must not load it just to find that out."""
+    models = sys.modules.get("pydantic.main")
+    return models is not None and isinstance(value, models.BaseModel)
 
 
 def _expanded(obj: Any, keys: Sequence[Key] | None) -> list[str]:

@@ -21,6 +21,8 @@ from pydantic import (
     model_validator,
 )
 
+from .status import SessionStatus
+
 __all__ = [
     "MAX_CONSTRAINTS",
     "MAX_CONSTRAINT_CHARS",
@@ -72,33 +74,6 @@ class Value(BaseModel):
 
 # --------------------------------------------------------------------------- enums
 
-
-class SessionStatus(StrEnum):
-    INITIALIZED = "initialized"
-    IN_PROGRESS = "in_progress"
-    PAUSED = "paused"
-    CONVERGED = "converged"
-    COMPLETE = "complete"
-    ABORTED = "aborted"
-    TIMED_OUT = "timed_out"
-
-    @property
-    def terminal(self) -> bool:
-        return self in _TERMINAL
-
-    @property
-    def can_continue(self) -> bool:
-        return not self.terminal
-
-
-_TERMINAL = frozenset(
-    {
-        SessionStatus.CONVERGED,
-        SessionStatus.COMPLETE,
-        SessionStatus.ABORTED,
-        SessionStatus.TIMED_OUT,
-    }
-)
 
 FileStatus = Literal["in_progress", "completed", "abandoned"]
 """A session's status in the YAML session file's vocabulary (the seed's three words)."""

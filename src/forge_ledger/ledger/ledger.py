@@ -25,7 +25,7 @@ from eventsourcing.persistence import (
 
 from .._collector import raised_gc_threshold
 from ..domain import events as ev
-from ..domain.aggregate import Deliberation
+from ..domain.aggregate import Deliberation, topic_for
 from ..domain.state import ContributionState, SessionState, after_iteration
 from ..domain.text import clip
 from ..domain.texts import text_address
@@ -45,7 +45,7 @@ from .damage import first_damage
 from .eventsourcing_app import LedgerApp, project
 from .failures import first_line, store_failure
 from .records import RecordedEvent, as_recorded
-from .session_list import CREATED_TOPICS, SessionSummary, summary
+from .session_list import SessionSummary, summary
 from .sqlite_writes import is_busy
 from .store import (
     SqliteAccess,
@@ -64,6 +64,10 @@ if TYPE_CHECKING:
     from .postgres import EventWaiter
 
 __all__ = ["Ledger"]
+
+
+_CREATED_TOPICS = tuple(topic_for(t) for t in ev.FIRST_EVENT_TYPES)
+"""The topics a session's first event can have: one notification per session."""
 
 
 class Ledger:
@@ -618,7 +622,7 @@ class Ledger:
         start = 0
         while True:
             rows = self.app.recorder.select_notifications(
-                start=start, limit=500, topics=CREATED_TOPICS, inclusive_of_start=False
+                start=start, limit=500, topics=_CREATED_TOPICS, inclusive_of_start=False
             )
             if not rows:
                 return ids

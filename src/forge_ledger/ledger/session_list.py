@@ -1,23 +1,22 @@
-"""The session list: which sessions a store holds and how ``sessions`` summarises each."""
+"""How ``sessions`` summarises a session: from its state here, from the read model's rows in
+:mod:`forge_ledger.projections.current` (which the read-model projection wrote from the same
+state). Nothing here loads the domain's models: a listing from the read model needs none."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from ..domain import events as ev
 from ..domain.json_fields import JsonFields
-from ..domain.state import SessionState
-from ..domain.topics import topic_for
-from ..errors import (
-    SessionDamagedError,
-)
 
-__all__ = ["CREATED_TOPICS", "SessionSummary", "summary"]
+if TYPE_CHECKING:
+    from ..domain.state import SessionState
+    from ..errors import SessionDamagedError
 
-CREATED_TOPICS = tuple(topic_for(t) for t in ev.FIRST_EVENT_TYPES)
+__all__ = ["SessionSummary", "summary", "summary_from_row"]
 
 
 @dataclass(frozen=True)
@@ -73,4 +72,21 @@ def summary(
         updated=s.updated_at,
         parent_id=s.fork_origin.parent_id if s.fork_origin else None,
         damaged=marked,
+    )
+
+
+def summary_from_row(row: Mapping[str, Any]) -> SessionSummary:
+    """A session as ``sessions`` lists it, from its read-model ``sessions`` row (the columns of
+    :data:`forge_ledger.projections.current.SUMMARY_COLUMNS`), which the read-model projection
+    wrote from the session's state as :func:`summary` reads it."""
+    return SessionSummary(
+        id=row["id"],
+        slug=row["slug"],
+        title=row["title"],
+        status=row["status"],
+        iteration=int(row["iteration"]),
+        events=int(row["events"]),
+        created=datetime.fromisoformat(row["created_at"]),
+        updated=datetime.fromisoformat(row["updated_at"]),
+        parent_id=row["parent_id"],
     )
