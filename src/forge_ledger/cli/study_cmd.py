@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Group
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -228,16 +228,18 @@ def _budget_text(usd: float | None) -> str:
 
 
 class _Display:
-    """One live display for the whole study (on a terminal): cells by status, the cost
-    against the budget, the time left, and the cells running now."""
+    """One live display for the whole study (on a terminal, stderr unless ``console`` says
+    otherwise): cells by status, the cost against the budget, the time left, and the cells
+    running now."""
 
-    def __init__(self, *, enabled: bool) -> None:
+    def __init__(self, *, enabled: bool, console: Console | None = None) -> None:
         self.enabled = enabled
+        self.console = console or err_console
         self._live: Live | None = None
 
     def __enter__(self) -> _Display:
         if self.enabled:
-            self._live = Live(console=err_console, refresh_per_second=4, transient=False)
+            self._live = Live(console=self.console, refresh_per_second=4, transient=False)
             self._live.__enter__()
         return self
 

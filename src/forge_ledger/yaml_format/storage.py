@@ -82,17 +82,20 @@ def export_path(directory: Path, slug: str, yaml_id: str, ledger_id: str) -> Pat
 
 
 def write_export(
-    ledger: Ledger, session_id: str | UUID, *, directory: Path | None = None,
+    ledger: Ledger,
+    session_id: str | UUID,
+    *,
+    directory: Path | None = None,
     path: Path | None = None,
 ) -> Path:
     """Export a session to ``path`` (or its file in ``directory``, by default the store's
     exports directory: ``ledger.outputs.store_outputs``); atomic replace."""
     sid = ledger.resolve(session_id) if isinstance(session_id, str) else session_id
-    from .export import export_events  # the export format, for an export only (not a spec)
+    from .export import dump_document, session_document  # the export format, for an export
 
-    text = export_events(ledger.history(sid))  # a fork's file tells its inherited rounds too
+    doc = session_document(ledger.history(sid))  # a fork's file tells its inherited rounds too
+    text = dump_document(doc)  # the file's name comes from the document, not from re-reading it
     if path is None:
-        doc = yaml.safe_load(text)
         target_dir = directory if directory is not None else store_outputs(ledger.location).exports
         path = export_path(target_dir, doc["session"]["slug"], doc["session"]["id"], str(sid))
     return write_output(path, text)
@@ -173,5 +176,6 @@ def cleanup(
 ) -> list[CleanupItem]:
     """Remove exports of completed/abandoned sessions whose ``updated`` is older than
     ``days``. Files that are not session exports, in progress, or undated are kept."""
-    return remove_finished(directory, "*.yaml", _finished_export, now=now, days=days,
-                           dry_run=dry_run)
+    return remove_finished(
+        directory, "*.yaml", _finished_export, now=now, days=days, dry_run=dry_run
+    )
