@@ -106,3 +106,33 @@ def test_a_stale_read_model_is_not_read(tmp_path: Path, taken: list[bool]) -> No
     with Ledger(str(path), create=False) as ledger:
         store_outputs(ledger.location).views.unlink()
     assert _list(path, "--json") == (code, out, "")  # what the ledger alone lists
+
+
+def test_a_session_run_leaves_the_read_model_current(tmp_path: Path, taken: list[bool]) -> None:
+    """The command that records a session brings the read model beside its store up to date
+    when the session stops, so the next listing reads the read model, and lists what the
+    ledger lists."""
+    import forge_ledger
+    from forge_ledger import FixedStepClock, Participant, SequentialIds, SessionConfig, Topic
+    from forge_ledger.testing import ScriptedProvider
+
+    path = tmp_path / "store.sqlite"
+    panel = [
+        Participant(name=name, model=f"openai/{name}", role=role)
+        for name, role in (
+            ("alice", "drafter"), ("bob", "critic"), ("carol", "synthesizer"),
+            ("dave", "devils_advocate"),
+        )
+    ]
+    provider = ScriptedProvider.from_script("four-voices")
+    with forge_ledger.open(
+        path, clock=FixedStepClock(), ids=SequentialIds(), provider=provider
+    ) as forge:
+        state = forge.start(Topic(title="Retries"), panel, SessionConfig(max_rounds=12))
+    assert state.status.terminal
+    code, out, _ = _list(path, "--json")
+    assert (code, taken) == (0, [True])
+    assert [s["events"] for s in json.loads(out)] == [state.version]
+    with Ledger(str(path), create=False) as ledger:
+        store_outputs(ledger.location).views.unlink()
+    assert _list(path, "--json") == (code, out, "")

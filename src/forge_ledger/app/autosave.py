@@ -8,9 +8,10 @@ from collections.abc import Callable
 from uuid import UUID
 
 from ..domain.state import SessionState
+from ..domain.values import SessionStatus
 from ..ledger import Ledger
 
-__all__ = ["Warn", "autosaver", "log_notice", "log_warning"]
+__all__ = ["Warn", "autosaver", "keep_views_current", "log_notice", "log_warning"]
 
 Warn = Callable[[str], None]
 """Where a problem that must not stop a session is told (the CLI prints it on stderr)."""
@@ -37,7 +38,28 @@ def autosaver(ledger: Ledger, warn: Warn = log_warning) -> Callable[[SessionStat
             autosave(ledger, UUID(state.id))
             if state.document_source is not None:
                 write_spec(ledger, state)
+            if state.status.terminal or state.status is SessionStatus.PAUSED:
+                keep_views_current(ledger)
         except Exception as e:  # an export problem must never stop a deliberation
             warn(f"autosave failed: {e}")
 
     return save
+
+
+def keep_views_current(ledger: Ledger) -> None:
+    """Bring the read model beside a SQLite store up to date when a session stops, so that
+    ``sessions`` and ``show`` answer from it at once; the command that wrote the events
+    pays for it, not the next read. A PostgreSQL store's read model is left to
+    ``projections update``, which may run elsewhere."""
+    if ledger.location.kind != "sqlite":
+        return
+    from forge_ledger.projections import ProjectionRunner, open_views
+
+    from ..ledger.outputs import store_outputs
+    from ..ledger.store import lock_timeout
+
+    db = open_views(store_outputs(ledger.location).views, lock_timeout=lock_timeout())
+    try:
+        ProjectionRunner(ledger, db).catch_up()
+    finally:
+        db.close()
