@@ -21,10 +21,10 @@ def test_startup_bench_quick_prints_one_json_document() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)  # exactly one document: json.loads refuses trailing data
-    assert set(doc) >= {"quick", "turns", "baseline", "commands", "read_model", "goals_met"}
+    assert set(doc) >= {"quick", "turns", "baseline", "commands", "folding", "goals_met"}
     assert doc["quick"] is True
     assert set(doc["commands"]) == {"--help", "sessions", "show S", "spec S", "audit S"}
     for figures in doc["commands"].values():
         assert set(figures) >= {"wall_s", "cpu_s", "wall_ratio", "cpu_ratio", "goal", "met"}
         assert figures["wall_s"] > 0
-    assert set(doc["read_model"]) == {"sessions, read model current", "show S, read model current"}
+    assert set(doc["folding"]) == {"sessions, folding", "show S, folding"}
