@@ -490,6 +490,12 @@ class Ledger:
         recorder = cast(TextsSQLiteRecorder, self.app.recorder)  # or TextsPostgresRecorder
         return recorder.select_texts(addresses)
 
+    def quote_lists(self, addresses: Sequence[str]) -> dict[str, list[str]]:
+        """The answers each of these texts is stored packed against (absent: stored on its
+        own); a copy packs them so in its target."""
+        recorder = cast(TextsSQLiteRecorder, self.app.recorder)  # or TextsPostgresRecorder
+        return recorder.select_quote_lists(addresses)
+
     def intact_texts(self, addresses: Sequence[str]) -> dict[str, str]:
         """:meth:`texts`, leaving out a text that does not hash to its address (altered in
         the store): what sessions are read with, so an altered text fails the read as a

@@ -91,6 +91,21 @@ class TextsSQLiteRecorder(WritesTexts, SQLiteApplicationRecorder):
             out.update(unquoted(quoting, self.select_texts(wanted, _depth=_depth + 1)))
         return out
 
+    def select_quote_lists(self, addresses: Sequence[str]) -> dict[str, list[str]]:
+        """The answers each of these texts is stored packed against (address → their
+        addresses, in dictionary order); a text stored on its own is absent. What a copy
+        packs the texts against in its target, as their writer did."""
+        rows: list[tuple[str, bytes, int, str | None]] = []
+        unique = sorted(set(addresses))
+        with self.datastore.transaction(commit=False) as c:
+            binary = self._binary_keys(c)
+            if binary is None:
+                return {}
+            lists = self._has_quote_lists(c)
+            for i in range(0, len(unique), 500):
+                rows += _select_rows(c, unique[i : i + 500], binary=binary, quote_lists=lists)
+        return {address: members for address, _, members in by_kind(rows)[1]}
+
     def _binary_keys(self, c: Any) -> bool | None:
         if self._binary is None:
             self._binary = binary_keys(c)
