@@ -25,10 +25,11 @@ from forge_ledger.domain.values import (
     SessionStatus,
 )
 from forge_ledger.ledger import Ledger, texts, verify_session
+from forge_ledger.ledger.migrate import QUOTES_TABLE
 from forge_ledger.ledger.quotes import RECENT, RecentAnswers, pack_with, unpack_with
-from forge_ledger.ledger.text_bodies import DICTIONARIES_TABLE, quoting_body
+from forge_ledger.ledger.text_bodies import quoting_body
 from forge_ledger.testing import SessionBuilder
-from support.store import raw_connection, text_bodies
+from support.store import as_format_1_with_quote_lists, raw_connection, text_bodies
 
 SID = uuid.UUID("00000000-0000-4000-8000-0000000000ab")
 _WORDS = [
@@ -108,7 +109,7 @@ def test_a_prompt_is_stored_against_the_answer_it_quotes(sqlite_url: str) -> Non
     assert len(bodies[prompt]) < alone / 5, (len(bodies[prompt]), alone)
     with raw_connection(sqlite_url) as con:  # the quote lists' table of earlier stores
         tables = {n for (n,) in con.execute("SELECT name FROM sqlite_master")}
-    assert DICTIONARIES_TABLE not in tables
+    assert QUOTES_TABLE not in tables
 
 
 def test_parsed_reasoning_is_a_reference_packed_against_its_answer(sqlite_url: str) -> None:
@@ -159,43 +160,20 @@ def test_a_damaged_quote_list_is_reported(sqlite_url: str, damage: str) -> None:
 
 
 def test_texts_with_their_quote_lists_in_a_table_read_as_before(sqlite_url: str) -> None:
-    """A store written before the lists were held in the bodies: the same payloads, the same
-    verification, and a lost list is reported."""
+    """A store of format 1 that keeps its quote lists in a table of their own: the same
+    payloads, the same verification, and a lost list is reported."""
     agg, parts = _build()
     written = [dict(e.data) for e in agg.pending_events if hasattr(e, "data")]
     with Ledger(sqlite_url) as ledger:
         ledger.save(agg)
-    with raw_connection(sqlite_url) as con:  # such stores keyed texts by their hex digests
-        con.executescript(
-            f"CREATE TABLE hex_keyed (sha256 TEXT PRIMARY KEY, body NOT NULL);"
-            f"INSERT INTO hex_keyed SELECT address(sha256), body FROM {texts.TEXT_TABLE};"
-            f"DROP TABLE {texts.TEXT_TABLE};"
-            f"ALTER TABLE hex_keyed RENAME TO {texts.TEXT_TABLE};"
-        )
-        con.execute(
-            f"CREATE TABLE {DICTIONARIES_TABLE} "
-            "(sha256 TEXT PRIMARY KEY, members TEXT NOT NULL) WITHOUT ROWID"
-        )
-    moved = 0
-    for address, body in text_bodies(sqlite_url).items():
-        split = quoting_body(body)
-        if split is None:
-            continue
-        _set_body(sqlite_url, address, split[1])
-        with raw_connection(sqlite_url) as con:
-            con.execute(
-                f"INSERT INTO {DICTIONARIES_TABLE} VALUES (?, ?)",
-                (address, json.dumps(split[0])),
-            )
-        moved += 1
-    assert moved >= 3  # two prompts, and the reasoning of the votes
+    assert as_format_1_with_quote_lists(sqlite_url) >= 3  # two prompts, the votes' reasoning
     assert _payloads(sqlite_url) == written
     with Ledger(sqlite_url, create=False) as ledger:
         assert verify_session(ledger, SID).ok
     a = agg.state.participant_names[0]
     prompt = texts.text_address(parts[f"prompt/{a}"])
     with raw_connection(sqlite_url) as con:
-        con.execute(f"DELETE FROM {DICTIONARIES_TABLE} WHERE sha256 = ?", (prompt,))
+        con.execute(f"DELETE FROM {QUOTES_TABLE} WHERE sha256 = ?", (prompt,))
     with Ledger(sqlite_url, create=False) as ledger:
         report = verify_session(ledger, SID)
     assert not report.ok

@@ -52,7 +52,6 @@ from .store import (
     StoreLocation,
     check_sqlite_file,
     lock_timeout,
-    mark_ledger,
     resolve_store,
     sqlite_uri,
 )
@@ -88,14 +87,12 @@ class Ledger:
         self.location = store if isinstance(store, StoreLocation) else resolve_store(store)
         self.read_only = read_only
         self._closed = False
-        self._unmarked = False
         env = self.location.eventsourcing_env()
         if self.location.kind == "sqlite":
             assert self.location.path is not None
             found = check_sqlite_file(self.location.path, create=create and not read_only)
             access = SqliteAccess.READ_ONLY if read_only else found.access
             self.read_only = access == SqliteAccess.READ_ONLY
-            self._unmarked = not found.marked
             env["SQLITE_DBNAME"] = sqlite_uri(self.location.path, access)
             env["CREATE_TABLE"] = "y" if access == SqliteAccess.CREATE else "n"
             if not found.has_snapshots:
@@ -188,9 +185,6 @@ class Ledger:
             if is_busy(e):
                 raise self._busy(aggregates) from None
             raise StoreError(f"cannot write to {self.location.display}: {first_line(e)}") from None
-        if self._unmarked and self.location.path is not None:
-            mark_ledger(self.location.path)  # a ledger made before the marker: its next write
-            self._unmarked = False
 
     def _busy(self, aggregates: Sequence[Deliberation]) -> StoreUnavailableError:
         """The write lock stayed with another process past the lock wait: nothing of this

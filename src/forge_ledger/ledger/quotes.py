@@ -87,7 +87,7 @@ def members_of(quotes: Sequence[str], texts: dict[str, str]) -> list[str]:
             continue
         out.append(address)
         size += len(text.encode("utf-8"))
-        if size >= _DICTIONARY_BYTES or len(out) == 255:
+        if size >= _DICTIONARY_BYTES:
             break
     return out
 
