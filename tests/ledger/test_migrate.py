@@ -194,3 +194,41 @@ def test_a_store_of_a_newer_format_is_refused_untouched(tmp_path: Path) -> None:
     assert _digest(path) == before
     with pytest.raises(StoreError, match="upgrade forge-ledger"):
         migrate_store(resolve_store(str(path)), dry_run=True)
+
+
+@pytest.fixture(scope="module")
+def migrated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A migrated copy of each golden store."""
+    out: dict[str, Path] = {}
+    for fmt in FORMATS:
+        out[fmt] = _copy(fmt, tmp_path_factory.mktemp(f"migrated-{fmt}"))
+        assert migrate_store(resolve_store(str(out[fmt]))).steps
+    return out
+
+
+MANIFESTS = {
+    f: json.loads((FIXTURES / f"store-{f}" / "manifest.json").read_text()) for f in FORMATS
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("fmt", "name"), [(f, n) for f in FORMATS for n in sorted(MANIFESTS[f])])
+def test_every_golden_output_is_unchanged_after_migrating(
+    migrated: dict[str, Path], tmp_path: Path, fmt: str, name: str
+) -> None:
+    store, golden = migrated[fmt], FIXTURES / f"store-{fmt}"
+    entry = MANIFESTS[fmt][name]
+    target = tmp_path / name
+    args = [a.format(output=target) for a in entry["args"]]
+    proc = subprocess.run(
+        [sys.executable, "-m", "forge_ledger", *args, "--store", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == entry["exit"], proc.stderr
+    if entry.get("writes"):
+        assert target.read_bytes() == (golden / name).read_bytes()
+    else:
+        assert proc.stdout.replace(str(store), STORE_MARK) == (golden / name).read_text("utf-8")
