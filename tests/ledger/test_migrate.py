@@ -232,3 +232,33 @@ def test_every_golden_output_is_unchanged_after_migrating(
         assert target.read_bytes() == (golden / name).read_bytes()
     else:
         assert proc.stdout.replace(str(store), STORE_MARK) == (golden / name).read_text("utf-8")
+
+
+@pytest.mark.postgres
+def test_a_postgres_store_records_its_format_and_migrate_records_it_in_an_older_one(
+    pg_url: str,
+) -> None:
+    from forge_ledger.ledger.postgres import EVENTS_TABLE, connect, pg_format
+
+    location = resolve_store(pg_url)
+    with Ledger(pg_url) as ledger:
+        ledger.save(_quoting_session(uuid.uuid4())[0])
+    with contextlib.closing(connect(location)) as conn:
+        assert pg_format(conn, location.schema) == FORMAT_VERSION
+        conn.execute(f'COMMENT ON TABLE "{location.schema}".{EVENTS_TABLE} IS NULL')
+        assert pg_format(conn, location.schema) == 0  # as stores made before recorded it
+    dry = migrate_store(location, dry_run=True)
+    assert dry.steps == [f"record format {FORMAT_VERSION} (was 0)"]
+    with contextlib.closing(connect(location)) as conn:
+        assert pg_format(conn, location.schema) == 0
+    assert migrate_store(location).steps == dry.steps
+    assert migrate_store(location).steps == []
+    with contextlib.closing(connect(location)) as conn:
+        conn.execute(
+            f'COMMENT ON TABLE "{location.schema}".{EVENTS_TABLE} '
+            f"IS 'forge-ledger format {FORMAT_VERSION + 1}'"
+        )
+    with pytest.raises(StoreError, match="upgrade forge-ledger"):
+        Ledger(pg_url, create=False)
+    with pytest.raises(StoreError, match="upgrade forge-ledger"):
+        migrate_store(location)

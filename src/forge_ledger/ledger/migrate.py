@@ -1,6 +1,8 @@
-"""The store's format version, and the one step that brings an older SQLite store to it.
+"""The store's format version, and the one step that brings an older store to it.
 
-A SQLite ledger records its format in its header (``PRAGMA user_version``, beside the marker
+A PostgreSQL store records its format as the comment on its events table (``postgres``); its
+layout has not changed, so migrating one only records the format. A SQLite ledger records its
+format in its header (``PRAGMA user_version``, beside the marker
 ``PRAGMA application_id``, see :mod:`.store`). Format :data:`~.store.FORMAT_VERSION` (2) is:
 the marker; a ``forge_texts`` table keyed by each digest's 32 bytes; a prompt's quote list at
 the start of its body. Older stores differ in ways no hash covers (the hash chain covers each
@@ -37,7 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import StoreError, StoreUnavailableError
+from ..errors import StoreError, StoreMissingError, StoreUnavailableError
 from .store import (
     FORMAT_VERSION,
     StoreLocation,
@@ -45,6 +47,7 @@ from .store import (
     inspection_uri,
     lock_timeout,
     marker_pragmas,
+    newer_format,
 )
 from .text_bodies import QUOTING, QUOTING_MAX
 from .texts import TEXT_TABLE
@@ -238,11 +241,9 @@ def migrate_store(
 ) -> Migration:
     """Bring the store at ``location`` to the current format, in one transaction (an
     interrupted migration leaves the store as it was); with ``dry_run``, say what that would
-    do and change nothing. A store of the current format is left untouched. PostgreSQL
-    stores have had one layout (texts keyed by their hex digests, never packed): nothing to
-    do."""
+    do and change nothing. A store of the current format is left untouched."""
     if location.kind != "sqlite" or location.path is None:
-        return Migration(location.display, FORMAT_VERSION, FORMAT_VERSION, dry_run=dry_run)
+        return _migrate_postgres(location, dry_run=dry_run, progress=progress)
     path = location.path
     check_sqlite_file(path, create=False)  # refuses what is not a ledger, or a newer one
     if dry_run:  # read as a read-only command reads: nothing is written, nothing made beside
@@ -264,6 +265,39 @@ def migrate_store(
     except sqlite3.OperationalError as e:
         raise _not_migrated(location, e) from None
     return Migration(location.display, version, FORMAT_VERSION, steps)
+
+
+def _migrate_postgres(
+    location: StoreLocation, *, dry_run: bool, progress: Callable[[str], None] | None
+) -> Migration:
+    """PostgreSQL stores have had one layout (texts keyed by their hex digests, never packed):
+    migrating one records its format, which stores made before it was recorded lack."""
+    from .postgres import EVENTS_TABLE, connect, pg_format, record_pg_format
+
+    conn = connect(location)
+    try:
+        tables = conn.execute(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
+            (location.schema, EVENTS_TABLE),
+        ).fetchall()
+        if not tables:
+            raise StoreMissingError(
+                f"no ledger at {location.display}", hint="pass --store with a ledger's URL"
+            )
+        version = pg_format(conn, location.schema)
+        if version > FORMAT_VERSION:
+            raise newer_format(location.display, version)
+        steps = (
+            [] if version == FORMAT_VERSION else [f"record format {FORMAT_VERSION} (was {version})"]
+        )
+        if steps and not dry_run:
+            record_pg_format(conn, location.schema)
+            for step in steps:
+                if progress is not None:
+                    progress(step)
+    finally:
+        conn.close()
+    return Migration(location.display, version, FORMAT_VERSION, steps, dry_run)
 
 
 def _not_migrated(location: StoreLocation, e: sqlite3.OperationalError) -> StoreError:

@@ -44,6 +44,7 @@ __all__ = [
     "inspection_uri",
     "lock_timeout",
     "marker_pragmas",
+    "newer_format",
     "resolve_store",
     "sqlite_uri",
     "user_home",
@@ -482,17 +483,22 @@ def _check_tables(path: Path, *, create: bool) -> set[str]:
     except sqlite3.DatabaseError as e:
         raise StoreError(f"{path} cannot be read as SQLite: {e}") from None
     if marked and version > FORMAT_VERSION:
-        raise StoreError(
-            f"{path} is a ledger of format {version}; this forge-ledger reads format "
-            f"{FORMAT_VERSION} and older",
-            hint="upgrade forge-ledger to open it",
-        )
+        raise newer_format(str(path), version)
     if not names and not create:
         raise StoreMissingError(  # no ledger yet: a store being created passes through this
             f"{path} is an empty SQLite database, not a forge-ledger store",
             hint="pass --store with the path of a ledger file",
         )
     return names
+
+
+def newer_format(store: str, version: int) -> StoreError:
+    """The refusal of a store of a newer format than this code reads (left untouched)."""
+    return StoreError(
+        f"{store} is a ledger of format {version}; this forge-ledger reads format "
+        f"{FORMAT_VERSION} and older",
+        hint="upgrade forge-ledger to open it",
+    )
 
 
 def inspection_uri(path: Path) -> str:
