@@ -19,15 +19,18 @@ once, and ``forge-ledger migrate`` does it on demand (:func:`migrate_store`). Un
 store is read through :func:`old_text_rows`, which gives its texts as the current layout has
 them, and changes nothing: a command that only reads never writes.
 
-Kept as they are, because converting them would change what a hash covers:
+Kept as they are:
 
-- events stored with their texts inline (format 0 stores): the chain covers the decoded
-  payload, so they could be rewritten with references, but reading them needs no branch
-  (a short text is inline in every format);
-- forks recorded before a fork's positions continued its parent's (``ForkOrigin.continues_at``):
-  a position is part of every event's hash;
+- forks recorded before a fork's positions continued its parent's (``ForkOrigin.continues_at``,
+  read by ``verify`` and the iteration ends): a position is part of every event's hash, so
+  renumbering them would break the chain;
 - ``ContributionRecorded`` payloads of schema version 1 (``domain.events.UPCASTERS``): the
-  hash covers the payload as recorded.
+  hash covers the payload as recorded;
+- events stored with their texts inline (format 0 stores): the chain covers the decoded
+  payload, so they could be given references, but reading them takes no branch (a short text
+  is inline in every format), so there is nothing to gain;
+- snapshots laid out by older versions: no hash covers them, but the snapshot layout is
+  being replaced; until then they are read as ``snapshot_states`` and ``verify`` read them.
 """
 
 from __future__ import annotations
