@@ -262,3 +262,17 @@ def test_a_postgres_store_records_its_format_and_migrate_records_it_in_an_older_
         Ledger(pg_url, create=False)
     with pytest.raises(StoreError, match="upgrade forge-ledger"):
         migrate_store(location)
+
+
+def test_a_damaged_quote_list_stops_the_migration_before_anything_changes(tmp_path: Path) -> None:
+    """A migration never drops a row, even one already unreadable: it refuses, in one line."""
+    url, sid = str(tmp_path / "damaged.sqlite"), uuid.uuid4()
+    with Ledger(url) as ledger:
+        ledger.save(_quoting_session(sid)[0])
+    assert as_format_1_with_quote_lists(url) == 1
+    with sqlite3.connect(url) as con:
+        con.execute(f"UPDATE {QUOTES_TABLE} SET members = 'not a list'")
+    before = _digest(Path(url))
+    with pytest.raises(StoreError, match="damaged key or quote list"):
+        migrate_store(resolve_store(url))
+    assert _digest(Path(url)) == before

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -145,6 +146,14 @@ def upgrade(c: Any, progress: Callable[[str], None] | None = None) -> list[str]:
 def _rewrite_texts(c: Any, *, with_lists: bool) -> None:
     """The text table again, keyed by bytes, each body in the current layout."""
     rows = old_text_rows(c, None, with_lists=with_lists)
+    stored = _all(c, f"SELECT count(*) FROM {TEXT_TABLE}")[0][0]
+    damaged = [a for a, _, _ in rows if not _ADDRESS.fullmatch(a)]
+    if len(rows) != stored or damaged:  # never lose a row, even one already unreadable
+        raise StoreError(
+            f"cannot migrate: {stored - len(rows) + len(damaged)} stored text(s) have a damaged "
+            "key or quote list; nothing was changed",
+            hint="find the sessions they belong to with 'forge-ledger verify'",
+        )
     c.execute(f"ALTER TABLE {TEXT_TABLE} RENAME TO {TEXT_TABLE}_old")
     c.execute(TEXT_DDL)
     c.executemany(
@@ -204,15 +213,10 @@ def _with_list(packed: bytes, members: str) -> bytes | None:
 
 
 def _valid(addresses: Sequence[str]) -> list[str]:
-    return [a for a in dict.fromkeys(addresses) if len(a) == 64 and _is_hex(a)]
+    return [a for a in dict.fromkeys(addresses) if _ADDRESS.fullmatch(a)]
 
 
-def _is_hex(text: str) -> bool:
-    try:
-        bytes.fromhex(text)
-    except ValueError:
-        return False
-    return text == text.lower()
+_ADDRESS = re.compile("[0-9a-f]{64}")
 
 
 @dataclass
