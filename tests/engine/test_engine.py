@@ -229,6 +229,43 @@ def test_build_messages_is_deterministic_and_uses_state_at_round_start() -> None
             assert ev.prompt_hash(rebuilt) == c.prompt_hash
 
 
+def test_a_prompt_names_the_answers_it_quotes() -> None:
+    """Each answer whose text (or parsed value) a prompt takes in is among its quotes, and
+    nothing else: the draft a critique reviews, every answer a synthesis merges."""
+    agg, clock = start(3)
+    drive(agg, scripted(vote=lambda _r, n: "disagree" if n == "P1" else "agree"), clock)
+    state = agg.state
+    kinds: set[RoundKind] = set()
+    for r in state.rounds:
+        for c in r.contributions:
+            prompt = engine.build_prompt(state, r, c.participant)
+            assert prompt.messages == engine.build_messages(state, r, c.participant)
+            assert len(set(prompt.quotes)) == len(prompt.quotes)
+            text = prompt.messages[1].content
+            for address in prompt.quotes:
+                answered = next(
+                    a for rr in state.rounds for a in rr.contributions if a.answer_sha256 == address
+                )
+                assert (
+                    answered.critique
+                    or answered.opinion
+                    or answered.vote
+                    or (state.answer(answered).strip() in text)
+                )
+            if r.kind is RoundKind.DRAFT:
+                assert prompt.quotes == ()
+            else:
+                kinds.add(r.kind)
+                assert prompt.quotes
+            if r.kind is RoundKind.CRITIQUE:
+                target = r.targets[c.participant]
+                draft = next(x for x in state.rounds if x.kind is RoundKind.DRAFT)
+                own = draft.contribution_of(target)
+                assert own is not None
+                assert prompt.quotes == (own.answer_sha256,)
+    assert {RoundKind.CRITIQUE, RoundKind.SYNTHESIS, RoundKind.CONVERGENCE} <= kinds
+
+
 def test_system_prompt_carries_role_mode_and_persona_for_synthesis() -> None:
     cfg = SessionConfig(mode=Mode.PANEL, persona=Persona.SPARRING)
     roles = (ParticipantRole.DOMAIN_EXPERT, ParticipantRole.SYNTHESIZER)

@@ -14,7 +14,7 @@ import zlib
 from datetime import datetime
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forge_ledger.domain import events as ev
@@ -25,10 +25,11 @@ from forge_ledger.domain.values import (
     SessionStatus,
 )
 from forge_ledger.ledger import Ledger, texts, verify_session
-from forge_ledger.ledger.quotes import RECENT, QuotedAnswers, pack_with, unpack_with
-from forge_ledger.ledger.text_bodies import DICTIONARIES_TABLE, quoting_body
+from forge_ledger.ledger.migrate import QUOTES_TABLE
+from forge_ledger.ledger.quotes import RECENT, RecentAnswers, pack_with, unpack_with
+from forge_ledger.ledger.text_bodies import quoting_body
 from forge_ledger.testing import SessionBuilder
-from support.store import raw_connection, text_bodies
+from support.store import as_format_1_with_quote_lists, raw_connection, text_bodies
 
 SID = uuid.UUID("00000000-0000-4000-8000-0000000000ab")
 _WORDS = [
@@ -67,7 +68,12 @@ def _build() -> tuple[Deliberation, dict[str, str]]:
             targets={first: second, second: first})
     for who, other in ((first, second), (second, first)):
         prompts[who] = f"## Draft by {other} to critique\n\n{drafts[other]}\n\nReview it."
-        b.answer(who, _prose(f"critique/{who}", 60), messages=_asked(prompts[who]))
+        b.answer(
+            who,
+            _prose(f"critique/{who}", 60),
+            messages=_asked(prompts[who]),
+            quotes=[texts.text_address(drafts[other])],
+        )
     b.close_round()
     b.round(RoundKind.CONVERGENCE, iteration=1, participants=[first, second])
     for who in (first, second):
@@ -103,7 +109,7 @@ def test_a_prompt_is_stored_against_the_answer_it_quotes(sqlite_url: str) -> Non
     assert len(bodies[prompt]) < alone / 5, (len(bodies[prompt]), alone)
     with raw_connection(sqlite_url) as con:  # the quote lists' table of earlier stores
         tables = {n for (n,) in con.execute("SELECT name FROM sqlite_master")}
-    assert DICTIONARIES_TABLE not in tables
+    assert QUOTES_TABLE not in tables
 
 
 def test_parsed_reasoning_is_a_reference_packed_against_its_answer(sqlite_url: str) -> None:
@@ -154,43 +160,20 @@ def test_a_damaged_quote_list_is_reported(sqlite_url: str, damage: str) -> None:
 
 
 def test_texts_with_their_quote_lists_in_a_table_read_as_before(sqlite_url: str) -> None:
-    """A store written before the lists were held in the bodies: the same payloads, the same
-    verification, and a lost list is reported."""
+    """A store of format 1 that keeps its quote lists in a table of their own: the same
+    payloads, the same verification, and a lost list is reported."""
     agg, parts = _build()
     written = [dict(e.data) for e in agg.pending_events if hasattr(e, "data")]
     with Ledger(sqlite_url) as ledger:
         ledger.save(agg)
-    with raw_connection(sqlite_url) as con:  # such stores keyed texts by their hex digests
-        con.executescript(
-            f"CREATE TABLE hex_keyed (sha256 TEXT PRIMARY KEY, body NOT NULL);"
-            f"INSERT INTO hex_keyed SELECT address(sha256), body FROM {texts.TEXT_TABLE};"
-            f"DROP TABLE {texts.TEXT_TABLE};"
-            f"ALTER TABLE hex_keyed RENAME TO {texts.TEXT_TABLE};"
-        )
-        con.execute(
-            f"CREATE TABLE {DICTIONARIES_TABLE} "
-            "(sha256 TEXT PRIMARY KEY, members TEXT NOT NULL) WITHOUT ROWID"
-        )
-    moved = 0
-    for address, body in text_bodies(sqlite_url).items():
-        split = quoting_body(body)
-        if split is None:
-            continue
-        _set_body(sqlite_url, address, split[1])
-        with raw_connection(sqlite_url) as con:
-            con.execute(
-                f"INSERT INTO {DICTIONARIES_TABLE} VALUES (?, ?)",
-                (address, json.dumps(split[0])),
-            )
-        moved += 1
-    assert moved >= 3  # two prompts, and the reasoning of the votes
+    assert as_format_1_with_quote_lists(sqlite_url) >= 3  # two prompts, the votes' reasoning
     assert _payloads(sqlite_url) == written
     with Ledger(sqlite_url, create=False) as ledger:
         assert verify_session(ledger, SID).ok
     a = agg.state.participant_names[0]
     prompt = texts.text_address(parts[f"prompt/{a}"])
     with raw_connection(sqlite_url) as con:
-        con.execute(f"DELETE FROM {DICTIONARIES_TABLE} WHERE sha256 = ?", (prompt,))
+        con.execute(f"DELETE FROM {QUOTES_TABLE} WHERE sha256 = ?", (prompt,))
     with Ledger(sqlite_url, create=False) as ledger:
         report = verify_session(ledger, SID)
     assert not report.ok
@@ -214,45 +197,36 @@ def test_an_altered_quoted_answer_is_reported(sqlite_url: str) -> None:
     assert report.position <= 7  # at the draft itself, before any prompt quoting it
 
 
-def test_the_quoted_answers_are_found_by_looking() -> None:
-    quotes = QuotedAnswers()
-    answers = [_prose(f"answer/{i}") for i in range(5)]
-    for text in answers:
-        quotes.remember(text)
-    middle = answers[2][len(answers[2]) // 3 : 2 * len(answers[2]) // 3]
-    prompt = f"Intro.\n{answers[3]}\nA field quoted: {middle}\nEnd."
-    expected = [(texts.text_address(answers[i]), answers[i]) for i in (3, 2)]
-    assert quotes.quoted_in(prompt) == expected
-    assert quotes.quoted_in("short") == []
-    assert quotes.quoted_in(_prose("unrelated")) == []
+def test_a_prompt_is_packed_only_against_the_answers_its_event_names(sqlite_url: str) -> None:
+    """Quoting is told, not found: the same prompt, its quotes not given, is stored on its own
+    (and still reads back whole)."""
+    b = SessionBuilder()
+    b.start("Ledger test topic", participants=["p0", "p1"], session_id=SID)
+    first, second = b.names
+    draft = _prose("draft")
+    b.round(RoundKind.DRAFT, iteration=1, participants=[first])
+    b.answer(first, draft)
+    b.close_round()
+    b.round(RoundKind.CRITIQUE, iteration=1, participants=[second], targets={second: first})
+    prompt = f"## Draft to critique\n\n{draft}\n\nReview it."
+    b.answer(second, _prose("critique", 60), messages=_asked(prompt))
+    agg = b.aggregate
+    with Ledger(sqlite_url) as ledger:
+        ledger.save(agg)
+        assert verify_session(ledger, SID).ok
+    assert quoting_body(text_bodies(sqlite_url)[texts.text_address(prompt)]) is None
 
 
-@settings(max_examples=80, deadline=None)
-@given(st.lists(st.one_of(st.integers(0, 40), st.none()), max_size=400))
-@example(steps=[i * 7 % 41 for i in range(300)] + [None] + [i % 9 for i in range(200)])
-@example(steps=[*range(32), *[32] * 97, None])  # the queue overflows holding 33 distinct
-def test_queued_answers_are_the_ones_remembered_one_by_one(steps: list[int | None]) -> None:
-    """Remembering only queues an answer; what a prompt is then matched against is exactly
-    the last RECENT distinct answers, newest first, as if each had been taken in at once
-    (a step is an answer remembered, or None: a prompt written)."""
-    pool = [_prose(f"answer/{i}", words=40) for i in range(41)]  # 32 fit in zlib's window
-    everything = "\n".join(pool)
-    quotes = QuotedAnswers()
-    reference: dict[str, str] = {}
-    for step in steps:
-        if step is None:
-            found = quotes.quoted_in(everything)
-            assert found == [(texts.text_address(t), t) for t in reversed(reference.values())]
-            continue
-        quotes.remember(pool[step])
-        address = texts.text_address(pool[step])
-        reference.pop(address, None)
-        reference[address] = pool[step]
-        while len(reference) > RECENT:
-            del reference[next(iter(reference))]
-    assert quotes.quoted_in(everything) == [
-        (texts.text_address(t), t) for t in reversed(reference.values())
-    ]
+def test_recent_answers_keep_the_last_ones_remembered() -> None:
+    answers = RecentAnswers()
+    pool = [_prose(f"answer/{i}", words=10) for i in range(RECENT + 5)]
+    for text in pool:
+        answers.remember(text)
+    answers.remember(pool[0])  # remembered again: recent again
+    kept = [t for t in pool if answers.holds(texts.text_address(t))]
+    assert kept == [pool[0], *pool[-(RECENT - 1) :]]
+    assert answers.get(texts.text_address(pool[-1])) == pool[-1]
+    assert answers.get(texts.text_address(pool[1])) is None
 
 
 @settings(max_examples=60, deadline=None)

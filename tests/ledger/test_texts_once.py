@@ -209,25 +209,26 @@ def test_a_new_sqlite_store_keys_texts_by_the_digests_bytes(tmp_path: Path) -> N
     assert len(_text_rows(url)) == 9
 
 
-def test_a_store_keyed_by_hex_digests_keeps_its_keys(tmp_path: Path) -> None:
-    """The v2 fixture keys its texts by their hex digests: a new session stores its texts under
-    the same kind of key, and every session still verifies. A writer that knows nothing yet
-    (another process) then saves a session with the same texts: it finds them stored (a
-    lookup with the wrong kind of key would miss them and store each again, under the other
-    kind)."""
+def test_a_store_keyed_by_hex_digests_is_rekeyed_by_its_first_write(tmp_path: Path) -> None:
+    """The v2 fixture keys its texts by their hex digests: reading it changes nothing; its
+    first write brings it to the current format (every text under its digest's bytes, the same
+    text), after which a new session's texts are stored once, and every session verifies."""
     url = str(tmp_path / "v2.sqlite")
     shutil.copy(Path(__file__).parents[1] / "fixtures" / "store-v2.sqlite", url)
     before = text_bodies(url)
     assert _key_types(url) == [("text", 64)]
     with Ledger(url, create=False) as ledger:
         old = ledger.session_ids()
+        assert all(verify_session(ledger, sid).ok for sid in old)
+    assert text_bodies(url) == before
+    with Ledger(url, create=False) as ledger:
         ledger.save(_build())
         assert all(verify_session(ledger, sid).ok for sid in [*old, SID])
         assert [e.data for e in ledger.events(SID)] == [
             dict(e.data) for e in _build().pending_events if hasattr(e, "data")
         ]
     after = text_bodies(url)
-    assert _key_types(url) == [("text", 64)]
+    assert _key_types(url) == [("blob", 32)]
     assert before.items() <= after.items()
     assert len(after) == len(before) + 9
     again = uuid.uuid4()
@@ -235,57 +236,6 @@ def test_a_store_keyed_by_hex_digests_keeps_its_keys(tmp_path: Path) -> None:
         ledger.save(_build(again))
         assert verify_session(ledger, again).ok
     assert text_bodies(url) == after
-
-
-def test_a_second_thread_never_writes_the_other_kind_of_key(tmp_path: Path) -> None:
-    """A writer learns the kind of key its store uses with its first committed save. Thread B
-    saves while thread A's save has committed but A has not yet recorded what it learned: B
-    must see either nothing learned (and ask the store) or all of it, never the table
-    known ready with the default kind of key (bytes, in a store keyed by hex digests)."""
-    url = str(tmp_path / "v2.sqlite")
-    shutil.copy(Path(__file__).parents[1] / "fixtures" / "store-v2.sqlite", url)
-    a_committed, b_read, a_learned = threading.Event(), threading.Event(), threading.Event()
-
-    class Facts(text_write_cache.KnownStoreContents):
-        def __getattribute__(self, name: str) -> Any:
-            value = object.__getattribute__(self, name)
-            if name in ("tables_ready", "binary_keys") and threading.current_thread().name == "B":
-                b_read.set()  # B is reading the facts: A learns now, between B's two reads
-                assert a_learned.wait(10)
-            return value
-
-        def learn(self, learned: text_write_cache.TransactionFindings) -> None:
-            if threading.current_thread().name == "A":
-                a_committed.set()
-                assert b_read.wait(10)
-                super().learn(learned)
-                a_learned.set()
-                return
-            super().learn(learned)
-
-    sa, sb = uuid.uuid4(), uuid.uuid4()
-    with Ledger(url, create=False) as ledger:
-        ledger.app.recorder._facts = Facts()  # noqa: SLF001
-        errors: list[BaseException] = []
-
-        def save(sid: uuid.UUID) -> None:
-            try:  # each thread its own answers: B has texts A did not store
-                ledger.save(_build(sid, variant=threading.current_thread().name))
-            except BaseException as e:  # reported below
-                errors.append(e)
-
-        a = threading.Thread(target=save, args=(sa,), name="A")
-        a.start()
-        assert a_committed.wait(10)
-        b = threading.Thread(target=save, args=(sb,), name="B")
-        b.start()
-        a.join(20)
-        b.join(20)
-        assert not errors
-    assert _key_types(url) == [("text", 64)]
-    with Ledger(url, create=False) as ledger:
-        assert verify_session(ledger, sa).ok
-        assert verify_session(ledger, sb).ok
 
 
 @pytest.mark.postgres

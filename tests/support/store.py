@@ -10,14 +10,24 @@ valid stored form too.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from typing import Any
 
 from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.compression import unpack, unpack_text
+from forge_ledger.ledger.migrate import QUOTES_TABLE
+from forge_ledger.ledger.text_bodies import quoting_body
 from forge_ledger.ledger.texts import TEXT_TABLE
 
-__all__ = ["event_rows", "raw_connection", "snapshot_rows", "text_bodies", "unpack"]
+__all__ = [
+    "as_format_1_with_quote_lists",
+    "event_rows",
+    "raw_connection",
+    "snapshot_rows",
+    "text_bodies",
+    "unpack",
+]
 
 
 
@@ -42,6 +52,33 @@ def text_bodies(path: str) -> dict[str, bytes]:
     with raw_connection(path) as con:
         rows = con.execute(f"SELECT address(sha256), CAST(body AS BLOB) FROM {TEXT_TABLE}")
         return {a: bytes(b) for a, b in rows}
+
+
+def as_format_1_with_quote_lists(path: str) -> int:
+    """Lay a SQLite store out as format 1 stores could be: texts keyed by their hex digests,
+    quote lists in a table of their own (``forge_text_quotes``); the number of lists moved."""
+    with raw_connection(path) as con:
+        con.executescript(
+            f"CREATE TABLE hex_keyed (sha256 TEXT PRIMARY KEY, body NOT NULL);"
+            f"INSERT INTO hex_keyed SELECT address(sha256), body FROM {TEXT_TABLE};"
+            f"DROP TABLE {TEXT_TABLE};"
+            f"ALTER TABLE hex_keyed RENAME TO {TEXT_TABLE};"
+            f"CREATE TABLE {QUOTES_TABLE} "
+            "(sha256 TEXT PRIMARY KEY, members TEXT NOT NULL) WITHOUT ROWID;"
+            "PRAGMA user_version = 1;"
+        )
+    moved = 0
+    for address, body in text_bodies(path).items():
+        split = quoting_body(body)
+        if split is None:
+            continue
+        with raw_connection(path) as con:
+            con.execute(f"UPDATE {TEXT_TABLE} SET body = ? WHERE sha256 = ?", (split[1], address))
+            con.execute(
+                f"INSERT INTO {QUOTES_TABLE} VALUES (?, ?)", (address, json.dumps(split[0]))
+            )
+        moved += 1
+    return moved
 
 
 def snapshot_rows(store_url: str, ledger: Ledger) -> list[tuple[int, bytes]]:

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
         start,
         start_session,
     )
-    from .stores import Store, opened
+    from .stores import Store, migrate, opened
 
 __getattr__, __dir__ = _lazy.exports(
     __name__,
@@ -85,7 +85,7 @@ __getattr__, __dir__ = _lazy.exports(
             "start",
             "start_session",
         ),
-        "stores": ("Store", "opened"),
+        "stores": ("Store", "migrate", "opened"),
     },
 )
 
@@ -107,6 +107,7 @@ __all__ = [
     "fork_comparison",
     "in_progress_session",
     "load_participants",
+    "migrate",
     "open",
     "opened",
     "overrule",

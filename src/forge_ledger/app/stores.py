@@ -9,12 +9,16 @@ program that runs several opens a :class:`~forge_ledger.ledger.Ledger` once (or 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import TypeAlias
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, TypeAlias
 
 from ..ledger import Ledger
+from ..ledger.store import resolve_store
 
-__all__ = ["Store", "opened"]
+if TYPE_CHECKING:
+    from ..ledger.migrate import Migration
+
+__all__ = ["Store", "migrate", "opened"]
 
 Store: TypeAlias = "Ledger | str | None"
 """An opened ledger, or where to open one (a path, a ``postgresql://`` URL, ``None``)."""
@@ -30,3 +34,15 @@ def opened(store: Store, *, create: bool = False) -> Iterator[Ledger]:
         return
     with Ledger(store, create=create) as ledger:
         yield ledger
+
+
+def migrate(
+    store: Store, *, dry_run: bool = False, progress: Callable[[str], None] | None = None
+) -> Migration:
+    """Bring ``store`` to the current format in one transaction (its first write would do it
+    too); with ``dry_run``, only say what that would do. Idempotent: a store of the current
+    format is left untouched. ``progress`` is told each step done."""
+    from ..ledger.migrate import migrate_store
+
+    location = store.location if isinstance(store, Ledger) else resolve_store(store)
+    return migrate_store(location, dry_run=dry_run, progress=progress)

@@ -57,6 +57,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "import": ("yaml_cmds", "import_cmd", "Import a YAML session file (v1.0 or v1.2) as a new "
                "session; a bad file writes nothing."),
     "log": ("read", "log", "Print SESSION's events in order (full id or unique prefix)."),
+    "migrate": ("migrate_cmd", "migrate_cmd", "Bring the store to the current format; the "
+                "sessions and their hashes are unchanged."),
     "projections": ("views", "projections", "Read-model projections (SQLite file beside the "
                     "store, browsable with Datasette)."),
     "replay": ("replay_cmd", "replay",

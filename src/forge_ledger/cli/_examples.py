@@ -47,6 +47,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "import": ("forge-ledger import rate-limiting.yaml",),
     "log": ("forge-ledger log 3f2a", "forge-ledger log @ --json"),
+    "migrate": ("forge-ledger migrate --dry-run", "forge-ledger migrate --store old.sqlite"),
     "projections": (
         "forge-ledger projections status",
         "forge-ledger projections update --follow",

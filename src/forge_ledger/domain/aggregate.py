@@ -63,6 +63,10 @@ class Deliberation(Aggregate):
         data: dict[str, Any]
         prev_hash: str
         hash: str
+        quotes: ClassVar[tuple[str, ...]] = ()
+        """The answers (their texts' addresses) this event's texts quote, set on an event as it
+        is recorded and never stored or hashed: the ledger stores a prompt or a parsed value
+        packed against them. An event read back has none."""
 
         def payload(self) -> ev.Payload:
             return ev.payload_class(self.TYPE).model_validate(self.data)
@@ -207,7 +211,7 @@ class Deliberation(Aggregate):
 
     # ------------------------------------------------------------------ recording
 
-    def _record(self, payload: ev.Payload, at: datetime) -> None:
+    def _record(self, payload: ev.Payload, at: datetime, quotes: Sequence[str] = ()) -> None:
         data = payload.model_dump(mode="json")
         prev = self.state.head_hash
         digest = chain_hash(
@@ -223,6 +227,8 @@ class Deliberation(Aggregate):
             self.trigger_event(
                 event_class_for(payload.TYPE), timestamp=at, data=data, prev_hash=prev, hash=digest
             )
+            if quotes:
+                object.__setattr__(self.pending_events[-1], "quotes", tuple(quotes))
         finally:
             self.__dict__.pop("_fresh_payload", None)
 
@@ -318,7 +324,10 @@ class Deliberation(Aggregate):
         at: datetime,
         attempt: int = 1,
         purpose: str = "answer",
+        quotes: Sequence[str] = (),
     ) -> None:
+        """``quotes``: the answers the prompt quotes (``engine.Prompt.quotes``), passed on to
+        the ledger with the event (:attr:`Event.quotes`)."""
         self._require_live("record a contribution")
         r = self._require_open_round(round, "contribute to")
         self._require_member(participant)
@@ -345,6 +354,7 @@ class Deliberation(Aggregate):
                 purpose=purpose,
             ),
             at,
+            quotes,
         )
 
     def record_failure(self, failure: ev.ProviderCallFailed, *, at: datetime) -> None:
@@ -372,7 +382,9 @@ class Deliberation(Aggregate):
         if c.critique is not None:
             raise InvariantViolation(f"{participant!r} already has a critique in round {round}")
         self._record(
-            ev.CritiqueRecorded(round=round, participant=participant, critique=critique), at
+            ev.CritiqueRecorded(round=round, participant=participant, critique=critique),
+            at,
+            (c.answer_sha256,),
         )
 
     def record_opinion(
@@ -382,18 +394,26 @@ class Deliberation(Aggregate):
         _, c = self._require_contribution(round, participant, "record an opinion in")
         if c.opinion is not None:
             raise InvariantViolation(f"{participant!r} already has an opinion in round {round}")
-        self._record(ev.OpinionRecorded(round=round, participant=participant, opinion=opinion), at)
+        self._record(
+            ev.OpinionRecorded(round=round, participant=participant, opinion=opinion),
+            at,
+            (c.answer_sha256,),
+        )
 
     def record_vote(
         self, *, round: int, participant: str, vote: ConvergenceVote, at: datetime
     ) -> None:
         self._require_live("record a vote")
-        r, _ = self._require_contribution(round, participant, "vote in")
+        r, answered = self._require_contribution(round, participant, "vote in")
         if r.kind is not RoundKind.CONVERGENCE:
             raise InvariantViolation(f"round {round} is a {r.kind.value} round, not a vote")
         if any(c.vote is not None for c in r.contributions if c.participant == participant):
             raise InvariantViolation(f"{participant!r} already voted in round {round}")
-        self._record(ev.VoteRecorded(round=round, participant=participant, vote=vote), at)
+        self._record(
+            ev.VoteRecorded(round=round, participant=participant, vote=vote),
+            at,
+            (answered.answer_sha256,),
+        )
 
     def record_parse_failure(
         self, *, round: int, participant: str, expected: str, error: str, at: datetime

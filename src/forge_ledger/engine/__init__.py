@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from .needs import answers_needed, fallback_author, round_shortfall
     from .outcomes import after_round
     from .parsing import ParsedOutput, output_schema, parse_output
-    from .prompts import build_messages, header, repair_messages
+    from .prompts import Prompt, build_messages, build_prompt, header, repair_messages
     from .steps import (
         AskHuman,
         BudgetStop,
@@ -111,7 +111,7 @@ __getattr__, __dir__ = _lazy.exports(__name__, {
     "needs": ("answers_needed", "fallback_author", "round_shortfall"),
     "outcomes": ("after_round",),
     "parsing": ("ParsedOutput", "output_schema", "parse_output"),
-    "prompts": ("build_messages", "header", "repair_messages"),
+    "prompts": ("Prompt", "build_messages", "build_prompt", "header", "repair_messages"),
     "steps": (
         "AskHuman",
         "BudgetStop",
@@ -136,6 +136,7 @@ __all__ = [
     "FirstCall",
     "Influence",
     "ParsedOutput",
+    "Prompt",
     "StanceChange",
     "StartRound",
     "Step",
@@ -143,6 +144,7 @@ __all__ = [
     "answers_needed",
     "budget_allows",
     "build_messages",
+    "build_prompt",
     "conformity_flags",
     "continuation_allowance",
     "continuation_messages",

@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pydantic import BaseModel
 
@@ -40,6 +41,7 @@ from ..domain.values import (
     Critique,
     DivergenceStatus,
     Mode,
+    Opinion,
     Participant,
     ParticipantRole,
     Persona,
@@ -50,7 +52,15 @@ from .anonymity import label_for
 from .parsing import output_schema
 from .techniques import get_technique
 
-__all__ = ["build_messages", "header", "repair_messages", "schema_text", "text_under_vote"]
+__all__ = [
+    "Prompt",
+    "build_messages",
+    "build_prompt",
+    "header",
+    "repair_messages",
+    "schema_text",
+    "text_under_vote",
+]
 
 _MODE_TEXT: dict[Mode, str] = {
     Mode.STANDARD: (
@@ -150,11 +160,29 @@ def _answer(r: RoundState, name: str) -> ContributionState | None:
     return None if c is None or name in r.abstained else c
 
 
-def _critique_text(state: SessionState, c: ContributionState) -> str:
-    cr = c.critique
-    if cr is None:
-        return state.answer(c).strip()
-    return _render_critique(cr)
+class _Quoting:
+    """The answers a prompt quotes, noted as the prompt takes them in: a critique or an
+    opinion rendered from its parsed value quotes its answer's prose too."""
+
+    def __init__(self, state: SessionState) -> None:
+        self.state = state
+        self.quoted: dict[str, None] = {}
+
+    def answer(self, c: ContributionState) -> str:
+        self.quoted[c.answer_sha256] = None
+        return self.state.answer(c)
+
+    def critique(self, c: ContributionState) -> str:
+        if c.critique is None:
+            return self.answer(c).strip()
+        self.quoted[c.answer_sha256] = None
+        return _render_critique(c.critique)
+
+    def opinion(self, c: ContributionState) -> str:
+        if c.opinion is None:
+            return self.answer(c).strip()
+        self.quoted[c.answer_sha256] = None
+        return _opinion_text(c.opinion)
 
 
 def _render_critique(cr: Critique) -> str:
@@ -171,10 +199,7 @@ def _render_critique(cr: Critique) -> str:
     return "\n".join(lines)
 
 
-def _opinion_text(state: SessionState, c: ContributionState) -> str:
-    o = c.opinion
-    if o is None:
-        return state.answer(c).strip()
+def _opinion_text(o: Opinion) -> str:
     lines = [f"Stance: {o.stance.value}"]
     if o.reasoning:
         lines.append(f"Reasoning: {o.reasoning}")
@@ -252,7 +277,8 @@ def _section(title: str, body: Sequence[str]) -> list[str]:
 # --------------------------------------------------------------------------- per round kind
 
 
-def _draft(state: SessionState, round: RoundState, _name: str) -> list[str]:
+def _draft(q: _Quoting, round: RoundState, _name: str) -> list[str]:
+    state = q.state
     return [
         _topic(state.topic),
         *_earlier_history(state, round),
@@ -283,11 +309,12 @@ def _earlier_history(state: SessionState, round: RoundState) -> list[str]:
     ]
 
 
-def _critique(state: SessionState, round: RoundState, name: str) -> list[str]:
+def _critique(q: _Quoting, round: RoundState, name: str) -> list[str]:
+    state = q.state
     target = round.targets.get(name, "")
     draft_round = _latest(_before(state, round), RoundKind.DRAFT)
     c = _answer(draft_round, target) if draft_round is not None and target else None
-    draft = state.answer(c) if c is not None else "(the draft is missing)"
+    draft = q.answer(c) if c is not None else "(the draft is missing)"
     label = label_for(state, target) if target else None
     if label is not None:
         target = label
@@ -303,7 +330,8 @@ def _critique(state: SessionState, round: RoundState, name: str) -> list[str]:
     ]
 
 
-def _response(state: SessionState, round: RoundState, name: str) -> list[str]:
+def _response(q: _Quoting, round: RoundState, name: str) -> list[str]:
+    state = q.state
     before = _before(state, round)
     crit_round = _latest(before, RoundKind.CRITIQUE)
     received: list[str] = []
@@ -316,12 +344,12 @@ def _response(state: SessionState, round: RoundState, name: str) -> list[str]:
             if c is None:
                 continue
             k += 1
-            received += [f"### Reviewer {k}", _critique_text(state, c)]
+            received += [f"### Reviewer {k}", q.critique(c)]
     draft_round = _latest(before, RoundKind.DRAFT)
     own = _answer(draft_round, name) if draft_round is not None else None
     return [
         _topic(state.topic),
-        *_section("Your draft", [state.answer(own) if own else "(missing)"]),
+        *_section("Your draft", [q.answer(own) if own else "(missing)"]),
         *_section("Critiques of your draft", received or ["(none)"]),
         *_json_request(
             RoundKind.RESPONSE,
@@ -333,14 +361,15 @@ def _response(state: SessionState, round: RoundState, name: str) -> list[str]:
     ]
 
 
-def _synthesis(state: SessionState, round: RoundState, _name: str) -> list[str]:
+def _synthesis(q: _Quoting, round: RoundState, _name: str) -> list[str]:
+    state = q.state
     before = _before(state, round)
     body: list[str] = [_topic(state.topic)]
     current = [r for r in before if r.iteration == round.iteration]
     previous = _latest([r for r in before if r.iteration < round.iteration], RoundKind.SYNTHESIS)
     if previous is not None:
         c = _answer(previous, previous.expected[0])
-        body += _section("Previous synthesis", [state.answer(c) if c else "(missing)"])
+        body += _section("Previous synthesis", [q.answer(c) if c else "(missing)"])
     for r in current:
         items: list[str] = []
         for p in r.expected:
@@ -348,12 +377,11 @@ def _synthesis(state: SessionState, round: RoundState, _name: str) -> list[str]:
             if c is None:
                 continue
             if r.kind is RoundKind.DRAFT:
-                items += [f"### Draft by {p}", state.answer(c)]
+                items += [f"### Draft by {p}", q.answer(c)]
             elif r.kind is RoundKind.CRITIQUE:
-                items += [f"### Critique by {p} of {r.targets.get(p, '?')}'s draft",
-                          _critique_text(state, c)]
+                items += [f"### Critique by {p} of {r.targets.get(p, '?')}'s draft", q.critique(c)]
             elif r.kind in (RoundKind.RESPONSE, RoundKind.REFINEMENT):
-                items += [f"### {p}", _opinion_text(state, c)]
+                items += [f"### {p}", q.opinion(c)]
         title = {
             RoundKind.DRAFT: "Drafts",
             RoundKind.CRITIQUE: "Critiques",
@@ -376,7 +404,8 @@ def _synthesis(state: SessionState, round: RoundState, _name: str) -> list[str]:
     return body
 
 
-def _refinement(state: SessionState, round: RoundState, name: str) -> list[str]:
+def _refinement(q: _Quoting, round: RoundState, name: str) -> list[str]:
+    state = q.state
     before = _before(state, round)
     synth = _latest(before, RoundKind.SYNTHESIS)
     c = _answer(synth, synth.expected[0]) if synth is not None else None
@@ -385,6 +414,7 @@ def _refinement(state: SessionState, round: RoundState, name: str) -> list[str]:
     if vote_round is not None:
         v = _answer(vote_round, name)
         if v is not None and v.vote is not None:
+            q.quoted[v.answer_sha256] = None
             stance = v.vote.effective_stance.value
             own.append(f"Your vote: {stance}. {v.vote.reasoning}".rstrip())
             own += [f"- {x}" for x in v.vote.concerns]
@@ -395,7 +425,7 @@ def _refinement(state: SessionState, round: RoundState, name: str) -> list[str]:
     ]
     return [
         _topic(state.topic),
-        *_section("Current synthesis", [state.answer(c) if c else "(missing)"]),
+        *_section("Current synthesis", [q.answer(c) if c else "(missing)"]),
         *_section("Your concerns", own or ["(none recorded)"]),
         *_section("Open divergences you are part of", mine),
         *(["", f"Focus on: {round.focus}"] if round.focus else []),
@@ -416,14 +446,15 @@ def text_under_vote(state: SessionState, round: RoundState) -> ContributionState
     return _answer(synth, synth.expected[0]) if synth is not None else None
 
 
-def _convergence(state: SessionState, round: RoundState, _name: str) -> list[str]:
+def _convergence(q: _Quoting, round: RoundState, _name: str) -> list[str]:
+    state = q.state
     c = text_under_vote(state, round)
     anonymous = state.config.anonymize
     label = label_for(state, c.participant) if c is not None else None
     title = f"Proposed final text ({label})" if label else "Proposed final text"
     return [
         _topic(state.topic),
-        *_section(title, [state.answer(c) if c else "(missing)"]),
+        *_section(title, [q.answer(c) if c else "(missing)"]),
         *_section("Open dissent", _open_dissent(state, round.started_position, anonymous)),
         *_json_request(
             RoundKind.CONVERGENCE,
@@ -445,18 +476,36 @@ _BUILDERS = {
 }
 
 
-def build_messages(
-    state: SessionState, round: RoundState, participant: str
-) -> tuple[ChatMessage, ...]:
-    """System and user messages for ``participant`` in ``round`` (see module docstring)."""
+@dataclass(frozen=True)
+class Prompt:
+    """A call's messages and the answers they quote (their texts' addresses, in the order the
+    prompt takes them in): the ledger stores the prompt against those answers, told rather
+    than left to find them."""
+
+    messages: tuple[ChatMessage, ...]
+    quotes: tuple[str, ...] = ()
+
+
+def build_prompt(state: SessionState, round: RoundState, participant: str) -> Prompt:
+    """System and user messages for ``participant`` in ``round`` (see module docstring), with
+    the answers the user message quotes."""
     p = state.participant(participant) or Participant(
         name=participant, model="unknown", role=ParticipantRole.GENERALIST
     )
-    lines = [header(round), *_BUILDERS[round.kind](state, round, participant)]
-    return (
+    q = _Quoting(state)
+    lines = [header(round), *_BUILDERS[round.kind](q, round, participant)]
+    messages = (
         ChatMessage(role="system", content=_system(state, round, p)),
         ChatMessage(role="user", content="\n".join(lines)),
     )
+    return Prompt(messages, tuple(q.quoted))
+
+
+def build_messages(
+    state: SessionState, round: RoundState, participant: str
+) -> tuple[ChatMessage, ...]:
+    """:func:`build_prompt`'s messages alone."""
+    return build_prompt(state, round, participant).messages
 
 
 def repair_messages(

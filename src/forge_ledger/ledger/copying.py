@@ -40,9 +40,8 @@ from ..errors import ConcurrencyConflictError, SessionNotFoundError, StoreError,
 from .compression import unpack
 from .failures import first_line
 from .ledger import Ledger
-from .quotes import QuotedAnswers
 from .store import StoreLocation
-from .text_mapper import StoredEventWithTexts, quote_lists
+from .text_mapper import StoredEventWithTexts
 from .texts import referenced
 from .verify import verify_session
 
@@ -238,34 +237,21 @@ def _as_stored_by(source: Ledger, target: Ledger, rows: Sequence[StoredEvent]) -
             f"{source.location.display}",
             hint="check it with 'forge-ledger verify'",
         )
-    quoted = _quoted(payloads, texts) if target.location.kind == "sqlite" else {}
+    quoted = _quoted(source, texts) if target.location.kind == "sqlite" else {}
     if stored and texts:
         stored[0] = StoredEventWithTexts.of(stored[0], texts, quoted)
     return stored
 
 
-def _quoted(payloads: Sequence[Any], texts: dict[str, str]) -> dict[str, list[str]]:
-    """The answers each text quotes, found as a save finds them (:func:`quote_lists`, the
-    events in order): a SQLite target then packs each prompt against the answers it quotes,
-    as the writer of the events did. The quoted answers are added to ``texts``."""
-    quotes = QuotedAnswers()
-    out: dict[str, list[str]] = {}
-    for data in payloads:
-        own = {a: texts[a] for a in referenced(data)}
-        answer = _answer(data, texts)
-        out.update(quote_lists(quotes, answer, own))
-        texts.update(own)
-        if isinstance(answer, str):
-            quotes.remember(answer)
-    return out
-
-
-def _answer(data: Any, texts: dict[str, str]) -> Any:
-    """The text of the answer an event records (its response's content), if it has one."""
-    response = data.get("response") if isinstance(data, dict) else None
-    content = response.get("content") if isinstance(response, dict) else None
-    refers = referenced({"content": content})
-    return texts.get(refers[0]) if refers else content
+def _quoted(source: Ledger, texts: dict[str, str]) -> dict[str, list[str]]:
+    """The answers each text is packed against in the source: a SQLite target packs it so
+    too. The quoted answers are added to ``texts`` (read from the source if need be); a text
+    whose answers cannot be read is stored on its own."""
+    lists = source.quote_lists(list(texts))
+    wanted = sorted({m for members in lists.values() for m in members} - texts.keys())
+    if wanted:
+        texts.update(source.texts(wanted))
+    return {a: ms for a, ms in lists.items() if all(m in texts for m in ms)}
 
 
 def write_archive(

@@ -52,7 +52,6 @@ from .store import (
     StoreLocation,
     check_sqlite_file,
     lock_timeout,
-    mark_ledger,
     resolve_store,
     sqlite_uri,
 )
@@ -92,14 +91,12 @@ class Ledger:
         self.location = store if isinstance(store, StoreLocation) else resolve_store(store)
         self.read_only = read_only
         self._closed = False
-        self._unmarked = False
         env = self.location.eventsourcing_env()
         if self.location.kind == "sqlite":
             assert self.location.path is not None
             found = check_sqlite_file(self.location.path, create=create and not read_only)
             access = SqliteAccess.READ_ONLY if read_only else found.access
             self.read_only = access == SqliteAccess.READ_ONLY
-            self._unmarked = not found.marked
             env["SQLITE_DBNAME"] = sqlite_uri(self.location.path, access)
             env["CREATE_TABLE"] = "y" if access == SqliteAccess.CREATE else "n"
             if not found.has_snapshots:
@@ -192,9 +189,6 @@ class Ledger:
             if is_busy(e):
                 raise self._busy(aggregates) from None
             raise StoreError(f"cannot write to {self.location.display}: {first_line(e)}") from None
-        if self._unmarked and self.location.path is not None:
-            mark_ledger(self.location.path)  # a ledger made before the marker: its next write
-            self._unmarked = False
 
     def _busy(self, aggregates: Sequence[Deliberation]) -> StoreUnavailableError:
         """The write lock stayed with another process past the lock wait: nothing of this
@@ -504,6 +498,12 @@ class Ledger:
                 return reopened.texts(addresses)
         recorder = cast(TextsSQLiteRecorder, self.app.recorder)  # or TextsPostgresRecorder
         return recorder.select_texts(addresses)
+
+    def quote_lists(self, addresses: Sequence[str]) -> dict[str, list[str]]:
+        """The answers each of these texts is stored packed against (absent: stored on its
+        own); a copy packs them so in its target."""
+        recorder = cast(TextsSQLiteRecorder, self.app.recorder)  # or TextsPostgresRecorder
+        return recorder.select_quote_lists(addresses)
 
     def intact_texts(self, addresses: Sequence[str]) -> dict[str, str]:
         """:meth:`texts`, leaving out a text that does not hash to its address (altered in

@@ -23,21 +23,26 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import StoreError, StoreMissingError
-from .store import StoreLocation
+from .store import FORMAT_VERSION, StoreLocation, newer_format
 
 __all__ = [
     "EVENTS_TABLE",
     "SNAPSHOTS_TABLE",
     "EventWaiter",
     "PgReadiness",
+    "connect",
     "notify_channel",
+    "pg_format",
     "postgres_guard",
+    "record_pg_format",
 ]
 
 EVENTS_TABLE = "forgeledger_events"
 SNAPSHOTS_TABLE = "forgeledger_snapshots"
 CONNECT_TIMEOUT_S = 5
 _LOCK_NAMESPACE = "forge-ledger:create-store:"
+_FORMAT_NOTE = "forge-ledger format "
+"""How a PostgreSQL store records its format: the comment on its events table."""
 
 
 class PgReadiness:
@@ -48,7 +53,7 @@ class PgReadiness:
         self.has_snapshots = has_snapshots
 
 
-def _connect(loc: StoreLocation) -> Any:
+def connect(loc: StoreLocation) -> Any:
     try:
         import psycopg
     except ImportError:  # pragma: no cover - depends on the extra
@@ -91,6 +96,24 @@ def _hint_for(e: BaseException) -> str:
     return "check the URL and that PostgreSQL is running"
 
 
+def pg_format(conn: Any, schema: str) -> int:
+    """The format a store records (the comment on its events table); 0 for a store made
+    before it was recorded."""
+    row = conn.execute(
+        "SELECT obj_description(to_regclass(%s), 'pg_class')", (f'"{schema}".{EVENTS_TABLE}',)
+    ).fetchone()
+    note = str(row[0]) if row and row[0] else ""
+    number = note.removeprefix(_FORMAT_NOTE)
+    return int(number) if note.startswith(_FORMAT_NOTE) and number.isdigit() else 0
+
+
+def record_pg_format(conn: Any, schema: str) -> None:
+    """Record the current format in the store (see :func:`pg_format`)."""
+    conn.execute(
+        f"COMMENT ON TABLE \"{schema}\".{EVENTS_TABLE} IS '{_FORMAT_NOTE}{FORMAT_VERSION}'"
+    )
+
+
 def _existing_tables(conn: Any, schema: str) -> set[str]:
     rows = conn.execute(
         "SELECT table_name FROM information_schema.tables "
@@ -110,10 +133,12 @@ def postgres_guard(
     the ledger's tables is refused with one line. When the store exists no lock is taken
     and eventsourcing is told not to create anything.
     """
-    conn = _connect(loc)
+    conn = connect(loc)
     try:
         tables = _existing_tables(conn, loc.schema)
         ready = EVENTS_TABLE in tables and (SNAPSHOTS_TABLE in tables or not snapshots)
+        if EVENTS_TABLE in tables and (version := pg_format(conn, loc.schema)) > FORMAT_VERSION:
+            raise newer_format(loc.display, version)
         if ready or not create:
             if EVENTS_TABLE not in tables:
                 raise StoreMissingError(
@@ -130,6 +155,8 @@ def postgres_guard(
             tables = _existing_tables(conn, loc.schema)
             missing = EVENTS_TABLE not in tables or (snapshots and SNAPSHOTS_TABLE not in tables)
             yield PgReadiness(create_tables=missing, has_snapshots=True)
+            if EVENTS_TABLE not in tables:  # made just now, by the caller
+                record_pg_format(conn, loc.schema)
         finally:
             conn.execute(
                 "SELECT pg_advisory_unlock(hashtextextended(%s, 0))",
@@ -156,7 +183,7 @@ class EventWaiter:
 
     def __init__(self, loc: StoreLocation) -> None:
         self.channel = notify_channel(loc)
-        self.conn = _connect(loc)
+        self.conn = connect(loc)
         table = f'"{loc.schema}"."{EVENTS_TABLE}"'
         function = f'"{loc.schema}"."forgeledger_notify"'
         lock = (_LOCK_NAMESPACE + loc.schema,)

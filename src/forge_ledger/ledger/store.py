@@ -42,8 +42,10 @@ __all__ = [
     "check_sqlite_file",
     "find_project",
     "find_store",
+    "inspection_uri",
     "lock_timeout",
-    "mark_ledger",
+    "marker_pragmas",
+    "newer_format",
     "resolve_store",
     "sqlite_uri",
     "user_home",
@@ -308,8 +310,9 @@ APPLICATION_ID = 0x464C_4447
 """The ledger's marker: SQLite's application id (``PRAGMA application_id``, the header's bytes
 68-71, which ``file(1)`` reads), "FLDG". Written when a ledger is created; a ledger made
 before the marker existed gains it on its next write."""
-FORMAT_VERSION = 1
-"""The ledger's format version, beside the marker (``PRAGMA user_version``)."""
+FORMAT_VERSION = 2
+"""The ledger's format version, beside the marker (``PRAGMA user_version``); older stores are
+brought to it by :mod:`.migrate`."""
 LEDGER_TABLES = frozenset({"stored_events", "stored_snapshots", "forge_texts", "forge_text_quotes"})
 """Every table a SQLite ledger has ever held: a file without the marker is a ledger only if it
 holds no other (and its events are ours)."""
@@ -317,13 +320,11 @@ holds no other (and its events are ours)."""
 
 @dataclass(frozen=True)
 class SqliteCheck:
-    """What :func:`check_sqlite_file` found: how to open the file, whether it has the
-    snapshots table (a store made without snapshots is read without them, not altered), and
-    whether it carries the ledger's marker yet (``marked``; else its next write adds it)."""
+    """What :func:`check_sqlite_file` found: how to open the file, and whether it has the
+    snapshots table (a store made without snapshots is read without them, not altered)."""
 
     access: str
     has_snapshots: bool = True
-    marked: bool = True
 
 
 def check_sqlite_file(path: Path, *, create: bool) -> SqliteCheck:
@@ -359,14 +360,14 @@ def check_sqlite_file(path: Path, *, create: bool) -> SqliteCheck:
         _write_ahead_logged(path)
         return SqliteCheck(SqliteAccess.CREATE)
     _check_header(path, size)
-    names, marked = _check_tables(path, create=create)
+    names = _check_tables(path, create=create)
     snapshots = "stored_snapshots" in names
     if writable:
         access = SqliteAccess.CREATE if create else SqliteAccess.READ_WRITE
-        return SqliteCheck(access, has_snapshots=snapshots or create, marked=marked)
+        return SqliteCheck(access, has_snapshots=snapshots or create)
     if create:
         raise _read_only(path)
-    return SqliteCheck(SqliteAccess.READ_ONLY, has_snapshots=snapshots, marked=marked)
+    return SqliteCheck(SqliteAccess.READ_ONLY, has_snapshots=snapshots)
 
 
 _WAL_RETRIES = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.0, 1.0)
@@ -398,19 +399,19 @@ def _write_ahead_logged(path: Path) -> None:
             time.sleep(delay)
 
 
+def marker_pragmas() -> tuple[tuple[str, int], tuple[str, int]]:
+    """The header fields that mark a ledger and record its format, with their values."""
+    return ("application_id", APPLICATION_ID), ("user_version", FORMAT_VERSION)
+
+
 def _mark(con: sqlite3.Connection) -> None:
-    """Write the ledger's marker and format version (:data:`APPLICATION_ID`) unless the file
-    carries them; both live in the header, so this is one small write."""
+    """Mark a new (or empty) ledger file and record its format; both live in the header, so
+    this is one small write. A file that carries the marker is a ledger already: an older one
+    is brought to the current format by its first write (:mod:`.migrate`)."""
     if con.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
-        con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        con.execute(f"PRAGMA user_version = {FORMAT_VERSION}")
+        for name, value in marker_pragmas():
+            con.execute(f"PRAGMA {name} = {value}")
         con.commit()
-
-
-def mark_ledger(path: Path) -> None:
-    """Give a ledger made before the marker existed its marker (on its first write since)."""
-    with contextlib.closing(sqlite3.connect(path, timeout=lock_timeout())) as con:
-        _mark(con)
 
 
 def _read_only(path: Path) -> StoreError:
@@ -460,11 +461,12 @@ def _damaged(path: Path, why: str) -> StoreError:
     )
 
 
-def _check_tables(path: Path, *, create: bool) -> tuple[set[str], bool]:
-    """The file's tables, and whether it carries the marker; anything but a ledger (or, for
-    ``create``, an empty SQLite database) is refused. Read-only: the file is left as it is."""
+def _check_tables(path: Path, *, create: bool) -> set[str]:
+    """The file's tables; anything but a ledger (or, for ``create``, an empty SQLite
+    database), or a ledger of a newer format, is refused. Read-only: the file is left as it
+    is."""
     try:
-        con = sqlite3.connect(_inspection_uri(path), uri=True)
+        con = sqlite3.connect(inspection_uri(path), uri=True)
         try:
             names = {
                 str(r[0]) for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")
@@ -481,20 +483,25 @@ def _check_tables(path: Path, *, create: bool) -> tuple[set[str], bool]:
     except sqlite3.DatabaseError as e:
         raise StoreError(f"{path} cannot be read as SQLite: {e}") from None
     if marked and version > FORMAT_VERSION:
-        raise StoreError(
-            f"{path} is a ledger of format {version}; this forge-ledger reads format "
-            f"{FORMAT_VERSION} and older",
-            hint="upgrade forge-ledger to open it",
-        )
+        raise newer_format(str(path), version)
     if not names and not create:
         raise StoreMissingError(  # no ledger yet: a store being created passes through this
             f"{path} is an empty SQLite database, not a forge-ledger store",
             hint="pass --store with the path of a ledger file",
         )
-    return names, marked
+    return names
 
 
-def _inspection_uri(path: Path) -> str:
+def newer_format(store: str, version: int) -> StoreError:
+    """The refusal of a store of a newer format than this code reads (left untouched)."""
+    return StoreError(
+        f"{store} is a ledger of format {version}; this forge-ledger reads format "
+        f"{FORMAT_VERSION} and older",
+        hint="upgrade forge-ledger to open it",
+    )
+
+
+def inspection_uri(path: Path) -> str:
     """How the file is opened to see what it is, creating nothing beside it.
 
     A read-only connection to a WAL-mode file makes its ``-wal`` and ``-shm`` files when they

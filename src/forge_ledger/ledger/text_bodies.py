@@ -1,29 +1,21 @@
-"""How a text's body and key are stored on SQLite: on its own (compressed when that is smaller), or
-packed against the answers it quotes, with the quoted answers' addresses ahead of it (and, for
-texts written before those lists were held in the bodies, in a table of their own).
+"""How a text's body is stored on SQLite: on its own (compressed when that is smaller), or
+packed against the answers it quotes, with the quoted answers' addresses ahead of it. (Older
+layouts are read, and converted, by :mod:`.migrate`.)
 """
 
 from __future__ import annotations
 
-import json
-import re
 import zlib
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable
 
 from .compression import pack_text, unpack_text
 from .quotes import pack_with, unpack_with
-from .texts import TEXT_TABLE
 
 __all__ = [
-    "DICTIONARIES_TABLE",
     "QUOTING",
-    "address_of",
-    "binary_keys",
+    "QUOTING_MAX",
     "body_of",
     "by_kind",
-    "key_of",
-    "keys_of",
     "quoting_body",
     "readable",
     "unquoted",
@@ -31,20 +23,15 @@ __all__ = [
 
 
 def by_kind(
-    rows: Iterable[tuple[str, bytes, int, str | None]],
+    rows: Iterable[tuple[str, bytes, int]],
 ) -> tuple[list[tuple[str, bytes, int]], list[tuple[str, bytes, list[str]]]]:
     """The rows of texts stored on their own, and those packed against the answers they
     quote (address, packed text, quoted answers' addresses). A body whose quote list is
-    damaged is in neither, and is then reported as missing or unreadable."""
+    cut short is in neither, and is then reported as missing or unreadable."""
     plain: list[tuple[str, bytes, int]] = []
     quoting: list[tuple[str, bytes, list[str]]] = []
-    for address, body, compressed, members in rows:
-        if members is not None:
-            try:
-                quoting.append((address, body, list(map(str, json.loads(members)))))
-            except (ValueError, TypeError):  # a damaged list: the text is unreadable
-                continue
-        elif compressed and body[:1] == QUOTING:
+    for address, body, compressed in rows:
+        if compressed and body[:1] == QUOTING:
             split = quoting_body(body)
             if split is not None:
                 quoting.append((address, split[1], split[0]))
@@ -83,12 +70,10 @@ def body_of(text: str, quoted: list[str] | None, texts: dict[str, str]) -> str |
     """A text's stored body: packed against the answers it quotes, or on its own.
 
     Packed, it begins with :data:`QUOTING`, the number of quoted answers (one byte) and
-    their addresses (32 bytes each), in dictionary order. These lists used to be rows of a
-    table of their own (``forge_text_quotes``, still read): a 64-character key and a JSON
-    list of 64-character addresses per text, about a tenth of a store's file.
+    their addresses (32 bytes each), in dictionary order.
     """
     if quoted:
-        quoted = quoted[:255]
+        quoted = quoted[:QUOTING_MAX]
         members = b"".join(bytes.fromhex(a) for a in quoted)
         packed = pack_with(text, [texts[m] for m in quoted])
         return QUOTING + bytes([len(quoted)]) + members + packed
@@ -111,33 +96,5 @@ def readable(rows: Iterable[tuple[str, bytes, int]]) -> dict[str, str]:
 QUOTING = b"\x01"
 """The first byte of a body packed against the answers it quotes (a compressed body begins
 with zlib's 0x78, and a plain one is TEXT)."""
-DICTIONARIES_TABLE = "forge_text_quotes"
-"""Texts written before their quote lists were held in their bodies: (address, the quoted
-answers' addresses as a JSON list, in dictionary order). No longer written."""
-
-
-def binary_keys(c: Any) -> bool | None:
-    """Whether the store's text table is keyed by the digests' 32 bytes; False for a table keyed
-    by their 64 hexadecimal characters (stores written before, which keep that key, and every
-    PostgreSQL store); None if the store has no text table."""
-    c.execute(f"SELECT upper(type) FROM pragma_table_info('{TEXT_TABLE}') WHERE name = 'sha256'")
-    rows = c.fetchall()
-    return None if not rows else rows[0][0] == "BLOB"
-
-
-def key_of(address: str, binary: bool) -> str | bytes:
-    """A text's key in a store keyed as ``binary`` says (an address is 64 hex digits)."""
-    return bytes.fromhex(address) if binary else address
-
-
-def keys_of(addresses: Sequence[str], binary: bool) -> list[str | bytes]:
-    """The keys of ``addresses`` (one that is not a digest's hex cannot be stored: left out)."""
-    return [key_of(a, binary) for a in addresses if _ADDRESS.fullmatch(a)]
-
-
-def address_of(key: str | bytes) -> str:
-    """A stored key as an address (64 lowercase hex digits)."""
-    return key.hex() if isinstance(key, bytes) else key
-
-
-_ADDRESS = re.compile("[0-9a-f]{64}")
+QUOTING_MAX = 255
+"""The most answers a body's quote list holds (its count is one byte)."""

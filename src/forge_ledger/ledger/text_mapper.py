@@ -16,7 +16,7 @@ from eventsourcing.utils import get_topic
 from ..domain.aggregate import known_topic
 from ..domain.topics import TOPIC_PREFIX
 from .compression import StateCompressor, TopLevelTranscoder, unpack
-from .quotes import QuotedAnswers
+from .quotes import MIN_PACKED, RecentAnswers, members_of
 from .texts import PROMPT_REF, REF_KEY, REF_PATTERN, Lookup, externalise, with_texts
 
 __all__ = ["StoredEventWithTexts", "TextMapper", "dictionaries_of", "quote_lists", "texts_of"]
@@ -69,10 +69,11 @@ class TextMapper(Mapper[Any]):
             transcoder=TopLevelTranscoder(transcoder),
             compressor=StateCompressor(write=compress),
         )
-        self.quotes = QuotedAnswers()
+        self.answers = RecentAnswers()
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
-        state = vars(domain_event)
+        state = dict(vars(domain_event))
+        quotes: tuple[str, ...] = state.pop("quotes", ())
         data = state.get("data")
         if not isinstance(data, dict) or not type(domain_event).__module__.startswith(
             "forge_ledger"
@@ -82,7 +83,7 @@ class TextMapper(Mapper[Any]):
         stored_data = externalise(data, texts, objects=True)
         if not texts:
             return self._stored(domain_event, state)
-        dictionaries = self._dictionaries(data, texts)
+        dictionaries = self._dictionaries(data, texts, quotes)
         self._remember_answer(data)
         return StoredEventWithTexts.of(
             self._stored(domain_event, {**state, "data": stored_data}), texts, dictionaries
@@ -111,16 +112,26 @@ class TextMapper(Mapper[Any]):
             state=self.compressor.compress(body) if self.compressor else body,
         )
 
-    def _dictionaries(self, data: dict[str, Any], texts: dict[str, str]) -> dict[str, list[str]]:
+    def _dictionaries(
+        self, data: dict[str, Any], texts: dict[str, str], quotes: Sequence[str]
+    ) -> dict[str, list[str]]:
+        """The answers each text of the event is packed against: those its event says it
+        quotes, read from the recent answers or else the store."""
+        if not quotes:
+            return {}
         response = data.get("response")
         answer = response.get("content") if isinstance(response, dict) else None
-        return quote_lists(self.quotes, answer, texts)
+        known = {a: t for a in quotes if (t := self.answers.get(a)) is not None}
+        missing = [a for a in quotes if a not in known]
+        if missing and self.lookup is not None:
+            known.update(self.cached_lookup(missing))
+        return quote_lists(self.answers, answer, texts, {a: known[a] for a in quotes if a in known})
 
     def _remember_answer(self, data: dict[str, Any]) -> None:
         response = data.get("response")
         content = response.get("content") if isinstance(response, dict) else None
         if isinstance(content, str):
-            self.quotes.remember(content)
+            self.answers.remember(content)
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         return self._decoded(stored_event, unpack(stored_event.state))
@@ -199,20 +210,22 @@ class TextMapper(Mapper[Any]):
         return found
 
 
-def quote_lists(quotes: QuotedAnswers, answer: Any, texts: dict[str, str]) -> dict[str, list[str]]:
+def quote_lists(
+    answers: RecentAnswers, answer: Any, texts: dict[str, str], quoted: dict[str, str]
+) -> dict[str, list[str]]:
     """For each long text of an event but its own ``answer`` (a prompt, the reasoning or
-    critique parsed from an answer), the recent answers it quotes; those are added to
-    ``texts`` so they are certainly stored with it. A text that is itself a recent answer
-    (a parsed critique may be its answer's very text) is stored on its own: packed, it
-    would make every text packed against it a chain of reads."""
+    critique parsed from an answer), the ``quoted`` answers (address → text) it is packed
+    against; those are added to ``texts`` so they are certainly stored with it. A text that is
+    itself a recent answer (a parsed critique may be its answer's very text) is stored on its
+    own: packed, it would make every text packed against it a chain of reads."""
     out: dict[str, list[str]] = {}
     for address, text in list(texts.items()):
-        if text == answer or quotes.holds(address):
+        if text == answer or len(text) < MIN_PACKED or answers.holds(address):
             continue
-        quoted = [(a, t) for a, t in quotes.quoted_in(text) if a != address]
-        if quoted:
-            out[address] = [a for a, _ in quoted]
-            texts.update(quoted)
+        members = [a for a in members_of(list(quoted), quoted) if a != address]
+        if members:
+            out[address] = members
+            texts.update((a, quoted[a]) for a in members)
     return out
 
 

@@ -21,7 +21,6 @@ class TransactionFindings:
     """What one transaction found out about the store: true once it commits."""
 
     tables: bool = False
-    binary_keys: bool = True
     texts: set[str] = field(default_factory=set)
 
 
@@ -48,9 +47,7 @@ class KnownStoreContents:
     """
 
     tables_ready: bool = False
-    binary_keys: bool = True
-    """Whether the SQLite text table is keyed by the digests' bytes: known once
-    ``tables_ready``, and read only then (PostgreSQL keys texts by their hex digests)."""
+    """Whether the text table is there (on SQLite: the store is of the current format)."""
     stored: set[str] = field(default_factory=set)
 
     def inserting(
@@ -72,10 +69,7 @@ class KnownStoreContents:
 
     def learn(self, learned: TransactionFindings) -> None:
         """Call once the transaction that found ``learned`` out has committed."""
-        if learned.tables and not self.tables_ready:
-            # In this order: a save in another thread reads ``tables_ready`` first, and then
-            # ``binary_keys`` only if it is set.
-            self.binary_keys = learned.binary_keys
+        if learned.tables:
             self.tables_ready = True
         if len(self.stored) + len(learned.texts) > _KNOWN_MAX:
             self.stored.clear()

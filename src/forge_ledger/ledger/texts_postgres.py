@@ -168,6 +168,10 @@ class TextsPostgresRecorder(_WritesTexts, PostgresApplicationRecorder):
                 return {}
             return {row["sha256"]: row["body"] for row in curs.fetchall()}
 
+    def select_quote_lists(self, _addresses: Sequence[str]) -> dict[str, list[str]]:
+        """None: PostgreSQL stores each text whole (compressed by TOAST), never packed."""
+        return {}
+
 
 def _row(literal: Callable[[Any], bytes], *values: Any) -> bytes:
     """One row of a VALUES list, its values as SQL literals."""

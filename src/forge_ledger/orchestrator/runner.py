@@ -79,6 +79,7 @@ class _Answer:
     prompt_hash: str
     response: ModelResponse
     purpose: str
+    quotes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -285,7 +286,8 @@ class Orchestrator:
                 continue
             participant = state.participant(name)
             assert participant is not None
-            messages = engine.build_messages(basis, rnd, name)
+            prompt = engine.build_prompt(basis, rnd, name)
+            messages = prompt.messages
             max_tokens = participant.max_tokens or state.config.max_tokens
             price = self.provider.price(participant)
             calls = plan.calls_needed
@@ -294,7 +296,16 @@ class Orchestrator:
                 outcomes[name] = self._budget_refusal(state, rnd, name, plan, need, reserved)
                 continue
             reserved += need
-            turn = _Turn(rnd, participant, max_tokens, schema, limiter, deadline, state.config)
+            turn = _Turn(
+                rnd,
+                participant,
+                max_tokens,
+                schema,
+                limiter,
+                deadline,
+                state.config,
+                quotes=prompt.quotes,
+            )
             turns.append((turn, plan, messages))
         spare = state.config.max_cost_usd - state.cost_usd - reserved
         for turn, plan, messages in turns:
@@ -488,7 +499,9 @@ class Orchestrator:
                 await self._sleep(retry_delay(attempt - first + 1, e))
                 attempt += 1
                 continue
-            out.actions.append(_Answer(attempt, messages, call, phash, response, purpose))
+            out.actions.append(
+                _Answer(attempt, messages, call, phash, response, purpose, turn.quotes)
+            )
             self._turn_over(turn, response.tokens, response.cost_usd)
             return response, attempt + 1
 
@@ -584,6 +597,7 @@ class Orchestrator:
                 prompt_hash=action.prompt_hash,
                 response=action.response,
                 purpose=action.purpose,
+                quotes=action.quotes,
                 at=at,
             )
         elif isinstance(action, _Parsed):
@@ -753,6 +767,8 @@ class _Turn:
     config: SessionConfig
     continuations: int = 0
     """Continuation calls the round's budget leaves this turn (engine.continuation_allowance)."""
+    quotes: tuple[str, ...] = ()
+    """The answers its prompt quotes (``engine.Prompt.quotes``), recorded with each call."""
 
 
 @dataclass(frozen=True)
