@@ -33,11 +33,20 @@ class _KeepingPackage(ModuleType):
 
 
 def exports(
-    package: str, where: Mapping[str, Iterable[str]], *, values: Iterable[str] = ()
+    package: str,
+    where: Mapping[str, Iterable[str]],
+    *,
+    values: Iterable[str] = (),
+    rest: str | None = None,
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` of ``package`` whose names ``where`` lists by the
     submodule that holds them (a submodule's own name among them stands for the submodule,
     unless ``values`` names it: then it stands for the submodule's attribute of that name).
+
+    ``rest`` names a submodule that offers every other name of the package: its own
+    ``__all__`` lists them, so no second list goes stale. It loads on the first name the map
+    does not hold, or when the package's ``__all__`` or ``dir()`` is asked for (the package
+    then defines ``__all__`` for type checkers only).
 
     A name is looked up once: its value is then set on the package itself."""
     if any(isinstance(names, str) for names in [*where.values(), values]):
@@ -49,16 +58,25 @@ def exports(
         module_object.__class__ = _KeepingPackage
         object.__setattr__(module_object, "_kept", kept)
 
+    def rest_names() -> list[str]:
+        if rest is None:
+            return []
+        return list(importlib.import_module(f"{package}.{rest}").__all__)
+
     def __getattr__(name: str) -> Any:
-        module = home.get(name)
-        if module is None:
+        if name == "__all__" and rest is not None:
+            value: Any = list(dict.fromkeys([*home, *rest_names()]))
+        elif name in home:
+            found = importlib.import_module(f"{package}.{home[name]}")
+            value = found if name == home[name] and name not in kept else getattr(found, name)
+        elif not name.startswith("_") and name in rest_names():
+            value = getattr(importlib.import_module(f"{package}.{rest}"), name)
+        else:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        found = importlib.import_module(f"{package}.{module}")
-        value = found if name == module and name not in kept else getattr(found, name)
         setattr(sys.modules[package], name, value)
         return value
 
     def __dir__() -> list[str]:
-        return sorted({*vars(sys.modules[package]), *home})
+        return sorted({*vars(sys.modules[package]), *home, *rest_names()})
 
     return __getattr__, __dir__

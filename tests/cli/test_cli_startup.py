@@ -287,8 +287,8 @@ def test_a_lazy_package_offers_each_name_it_lists(package: str) -> None:
 
 
 def test_the_domain_package_offers_every_value_type_it_does_not_import() -> None:
-    """``forge_ledger.domain`` lists the value types' names itself (importing them would
-    define every model for a listing that needs none): the list must be the module's."""
+    """``forge_ledger.domain`` offers the names ``values.__all__`` lists, and lists them in
+    its own ``__all__``."""
     import forge_ledger.domain as domain
     from forge_ledger.domain import values
 
@@ -318,3 +318,19 @@ def test_a_value_named_as_its_module_stays_the_value() -> None:
 def test_a_lazy_map_refuses_a_bare_string() -> None:
     with pytest.raises(TypeError):
         _lazy.exports("forge_ledger.engine", {"steps": "next_step"})
+
+
+@pytest.mark.parametrize("ask", ["domain.Topic", "domain.__all__"])
+def test_the_domain_package_loads_the_value_types_only_when_asked_for_them(ask: str) -> None:
+    """Importing ``forge_ledger.domain`` or asking it for a name of another module leaves the
+    value types unloaded; a value type's name, or the package's ``__all__``, loads them (in a
+    fresh interpreter)."""
+    probe = (
+        "import sys\n"
+        "import forge_ledger.domain as domain\n"
+        "loaded = lambda: 'forge_ledger.domain.values' in sys.modules\n"
+        "assert domain.canonical_json and not loaded()\n"
+        f"{ask}\n"
+        "assert loaded()\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=120)

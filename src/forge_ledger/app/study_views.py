@@ -335,6 +335,10 @@ _STUDY_KEYS = (
     "events",
     "planned_at",
 )
+"""The ``studies`` columns a summary shows, in its order."""
+
+_SUMMARY_NAMES = {"id": "study_id", "budget_json": "budget"}
+"""The columns a summary gives under another name (the budget parsed from its JSON)."""
 
 
 @dataclass(frozen=True)
@@ -378,26 +382,10 @@ def _from_tables(path: Path, study_id: str, head: tuple[int, str]) -> StudyStatu
         return None
     finally:
         conn.close()
-    s["study_id"], s["budget"] = s["id"], json.loads(s["budget_json"])
-    order = (
-        "study_id",
-        "name",
-        "status",
-        "stopped",
-        "cells",
-        "pending",
-        "running",
-        "paused",
-        "done",
-        "failed",
-        "spent_usd",
-        "calls",
-        "budget",
-        "events",
-        "planned_at",
-    )
+    summary = {_SUMMARY_NAMES.get(k, k): s[k] for k in _STUDY_KEYS}
+    summary["budget"] = json.loads(summary["budget"])
     return StudyStatus(
-        summary={k: s[k] for k in order},
+        summary=summary,
         cells=[dict(zip(_CELL_KEYS, c, strict=True)) for c in cells],
         from_read_model=True,
     )
