@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -26,6 +27,7 @@ import yaml
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.study import StudyStream
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
+from support.tcp_proxy import CuttableProxy
 
 pytestmark = pytest.mark.postgres
 
@@ -302,6 +304,78 @@ def test_a_call_rate_holds_across_workers_and_ctrl_c_leaves_cells_resumable(
     status = _status(pg_url)  # the cut-off cells wait in the queue, resumable
     cells = json.dumps(status["cells"])
     assert status["jobs"]["queued"] == status["running"] + status["pending"], cells
+
+
+def _via(url: str, port: int) -> str:
+    """``url`` reaching its server through 127.0.0.1:``port`` (a proxy)."""
+    parts = urlsplit(url)
+    user = f"{parts.username}@" if parts.username else ""
+    return parts._replace(netloc=f"{user}127.0.0.1:{port}").geturl()
+
+
+@pytest.mark.slow
+def test_a_worker_that_loses_postgresql_exits_75_and_another_finishes_its_cells(
+    tmp_path: Path, pg_url: str
+) -> None:
+    server_at = urlsplit(pg_url)
+    with (
+        FakeOpenAIServer(bundled_script("demo"), latency=0.2) as server,
+        CuttableProxy((server_at.hostname or "127.0.0.1", server_at.port or 5432)) as proxy,
+    ):
+        plan = _plan(tmp_path, server.url)
+        _queue(plan, pg_url)
+        with _workers(_via(pg_url, proxy.port), tmp_path, 1) as procs:
+            _wait(pg_url, lambda s: s["running"] >= 2, procs, 120)
+            proxy.cut()  # every connection dropped, every reconnect refused
+            # Bounded: it used to wait in the connection pool, each call tried ten times.
+            procs[0].wait(timeout=45)
+            said = _said(procs[0], tmp_path, procs)
+        assert procs[0].returncode == 75, said[-1500:]
+        lines = said.strip().splitlines()
+        assert len(lines) == 1, said[-1500:]
+        assert lines[0].startswith("error: lost the connection to PostgreSQL"), lines
+        cut = _status(pg_url)
+        assert cut["running"] >= 1
+        assert cut["done"] < 6
+        with _workers(pg_url, tmp_path, 1) as procs:
+            _wait(pg_url, lambda s: s["status"] == "finished" and _drained(s), procs, 240)
+            _stop(procs[0], tmp_path, procs)
+    checked = _check_once(pg_url)
+    assert checked["state"].count("done") == 6
+    assert len(checked["sessions"]) == 6
+    assert all(s.status.terminal for s in checked["sessions"])
+
+
+def test_the_store_watch_says_lost_once_when_postgresql_stays_silent(pg_url: str) -> None:
+    import threading
+
+    import psycopg
+
+    from forge_ledger.ledger.store import resolve_store
+    from forge_ledger.study.queue import conninfo
+    from forge_ledger.study.watch import StoreWatch
+
+    server_at = urlsplit(pg_url)
+    with CuttableProxy((server_at.hostname or "127.0.0.1", server_at.port or 5432)) as proxy:
+        lost: list[BaseException] = []
+        said = threading.Event()
+
+        def on_lost(e: BaseException) -> None:
+            lost.append(e)
+            said.set()
+
+        info = conninfo(resolve_store(_via(pg_url, proxy.port)))
+        watch = StoreWatch(info, on_lost, probe_secs=0.1, lost_secs=0.5)
+        watch.start()
+        try:
+            assert not said.wait(1.5)  # it answers: not lost
+            assert proxy.accepted == 1  # one connection, asked again and again
+            proxy.cut()
+            assert said.wait(60)
+        finally:
+            watch.stop()
+    assert len(lost) == 1
+    assert isinstance(lost[0], psycopg.OperationalError)
 
 
 # --------------------------------------------------------------------------- the rate rule

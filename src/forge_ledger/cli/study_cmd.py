@@ -20,7 +20,13 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import ChainBrokenError, RunInterrupted, SessionPausedError, UsageError
+from ..errors import (
+    ChainBrokenError,
+    RunInterrupted,
+    SessionPausedError,
+    StoreUnavailableError,
+    UsageError,
+)
 from . import cli
 from ._common import (
     add_row,
@@ -450,7 +456,11 @@ def worker_cmd(concurrency: int, grace: float, quiet: bool, store: str | None) -
 
     reachable(resolve_store(store))
     with open_ledger(store, create=False) as ledger:
-        asyncio.run(go(ledger))
+        try:
+            asyncio.run(go(ledger))
+        except StoreUnavailableError:
+            abandoned_calls_are_quiet()  # the calls cut off with the store are redone
+            raise
     if interrupted:
         raise RunInterrupted(
             "interrupted; the worker's cut-off cells are back in the queue",
