@@ -271,6 +271,33 @@ def test_the_budget_holds_across_two_workers(tmp_path: Path, pg_url: str) -> Non
 
 
 @pytest.mark.slow
+def test_the_calls_budget_holds_across_two_workers_while_cells_run(
+    tmp_path: Path, pg_url: str
+) -> None:
+    calls = 20  # six cells of about 13 calls each would make about 78
+    with FakeOpenAIServer(bundled_script("demo"), latency=0.05) as server:
+        plan = _plan(tmp_path, server.url, budget={"calls": calls})
+        _queue(plan, pg_url)
+        with _workers(pg_url, tmp_path, 2) as procs:
+            _wait(pg_url, lambda s: s["status"] == "stopped" and _drained(s), procs, 180)
+            for p in procs:
+                _stop(p, tmp_path, procs)
+        made = len(server.requests)
+    assert 0 < made <= calls
+    checked = _check_once(pg_url)
+    state = checked["state"]
+    assert state.stopped == f"the study's budget of {calls} calls is spent ({calls} made)"
+    assert state.count("paused") >= 1  # cut short by the budget, resumable
+    assert state.count("done") < 6
+    assert state.calls <= made  # what the cells recorded: no refused call counted
+    refused = [f for s in checked["sessions"] for f in s.failures if f.error_type == "budget_calls"]
+    assert refused
+    assert all("calls is spent" in f.message for f in refused)
+    status = _status(pg_url)
+    assert status["stopped"] == state.stopped
+
+
+@pytest.mark.slow
 def test_a_call_rate_holds_across_workers_and_ctrl_c_leaves_cells_resumable(
     tmp_path: Path, pg_url: str
 ) -> None:

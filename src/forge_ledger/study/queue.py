@@ -30,9 +30,10 @@ from procrastinate.retry import BaseRetryStrategy
 
 from ..errors import StoreError, StoreUnavailableError, UsageError
 from ..providers import preload_client
+from . import events as sev
 from ._sessions import SessionFunctions, SessionHooks
 from .cells import StudyRun, run_cell
-from .rates import CREATE_TABLE, RateLimited, RateReservations
+from .rates import CREATE_TABLE, RateLimited, RateReservations, StudyCalls
 from .runner import finished_event, unfinished_cells
 from .state import StudyState
 from .watch import StoreWatch
@@ -248,8 +249,14 @@ class Worker:
     async def _run_cell(self, study: str, cell: str, rates: dict[str, int]) -> str:
         run = StudyRun(self.ledger, UUID(study))
         provider: Any = self.provider
-        if rates and self._reservations is not None:
-            provider = RateLimited(self.provider, self._reservations, rates)
+        limited: RateLimited | None = None
+        if self._reservations is not None:
+            counted = StudyCalls(run.state.id, run.state.plan.budget, run.state.calls)
+            limited = RateLimited(self.provider, self._reservations, rates, study=counted)
+            if limited.study is not None:
+                _stop_study(run, await self._reservations.spent(counted))
+            if rates or limited.study is not None:
+                provider = limited
         busy = any(c.status == "running" and c.spec.id != cell for c in run.state.cells.values())
         done = await run_cell(
             run,
@@ -259,6 +266,8 @@ class Worker:
             hooks=self.hooks,
             may_wait=busy,
         )
+        if limited is not None and limited.refused:
+            _stop_study(run, limited.refused)
         if done is None:
             raise CellNotReady(f"cell {cell} waits for money a running cell holds")
         if done.status == "running" and not run.state.stopped:
@@ -366,6 +375,12 @@ class Worker:
             for job in _only_ours(jobs):
                 with contextlib.suppress(Exception):  # another worker put it back first
                     await app.job_manager.retry_job(job)
+
+
+def _stop_study(run: StudyRun, why: str | None) -> None:
+    """Record that the study starts no more cells, and why (once)."""
+    if why:
+        run.record(lambda s: None if s.stopped else sev.StudyStopped(reason=why))
 
 
 def _only_ours(jobs: Iterable[Any]) -> list[Any]:
