@@ -22,37 +22,18 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import yaml
 
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.study import StudyStream
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
+from support.study_plans import write_plan
 from support.tcp_proxy import CuttableProxy
 
 pytestmark = pytest.mark.postgres
 
-PRICE = {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}
-
 
 def _plan(tmp_path: Path, url: str, **changes: Any) -> Path:
-    people = [
-        {"name": n, "model": f"openai/{n}", "api_base": url, "price": PRICE}
-        for n in ("ana", "ben", "cleo")
-    ]
-    (tmp_path / "trio.yaml").write_text(yaml.safe_dump({"participants": people}), "utf-8")
-    doc: dict[str, Any] = {
-        "name": "workers",
-        "topics": [{"title": "Retry policy"}, {"title": "Cache layout"}, {"title": "Log format"}],
-        "panels": {"trio": "trio.yaml"},
-        "variants": {"named": {}, "anonymous": {"anonymize": True}},
-        "repeats": 1,
-        "session": {"max_rounds": 6},
-        "budget": {"usd": 5},
-    }
-    doc.update(changes)
-    path = tmp_path / "plan.yaml"
-    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
-    return path
+    return write_plan(tmp_path, url, **{"name": "workers", **changes})
 
 
 def _cli(*args: str) -> list[str]:
