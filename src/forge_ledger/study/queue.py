@@ -10,7 +10,10 @@ finished. A cell that must wait (for money a running cell holds, or for its sess
 held by another process) raises :class:`CellNotReady`, and procrastinate runs the job again
 a little later. Each worker hands back to the queue the jobs of workers whose heartbeat
 stopped (procrastinate's stalled-job API), so a worker killed with ``kill -9`` leaves its
-cells to the others.
+cells to the others. A worker whose PostgreSQL stops answering (:mod:`.watch`) closes its
+connections, cuts its running cells off at once and ends (exit 75): nothing it could not
+store is lost, and another worker takes its jobs back. Before each model call a worker
+reserves the call against the per-model rates and the study's calls budget (:mod:`.rates`).
 """
 
 from __future__ import annotations
