@@ -26,72 +26,19 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import yaml
+from study_setup import FakeServer, log, write_plan
 
 from forge_ledger.app.studies import SESSIONS
 from forge_ledger.ledger import Ledger
 from forge_ledger.study import load_plan, plan_study, run_study
 
-PRICE = {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}
 
-
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-class _Server:
-    """``forge-ledger fake-server`` in a child process, with a latency before every reply."""
-
-    def __init__(self, latency: float) -> None:
-        exe = Path(sys.executable).with_name("forge-ledger")
-        self.proc = subprocess.Popen(
-            [str(exe), "fake-server", "--latency", str(latency)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        self.url = self.proc.stdout.readline().strip()
-        if not self.url.startswith("http"):
-            self.stop()
-            raise SystemExit("the fake server did not start")
-
-    def cpu_secs(self) -> float:
-        """The server's CPU time so far (it shares the cores with the client)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
-
-
-def _plan(folder: Path, url: str, name: str, repeats: int) -> Path:
-    people = [
-        {"name": n, "model": f"openai/{n}", "api_base": url, "price": PRICE}
-        for n in ("ana", "ben", "cleo")
-    ]
-    (folder / "trio.yaml").write_text(yaml.safe_dump({"participants": people}), "utf-8")
-    plan = {
-        "name": name,
-        "topics": [{"title": "Retry policy for the ingest service"}],
-        "panels": {"trio": "trio.yaml"},
-        "repeats": repeats,
-        "session": {"max_rounds": 8},
-    }
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(plan), "utf-8")
-    return path
-
-
-def _measure(server: _Server, store: Path, plan: Path, concurrency: int) -> dict[str, float]:
+def _measure(server: FakeServer, store: Path, plan: Path, concurrency: int) -> dict[str, float]:
     from forge_ledger.providers import get_provider
 
     async def go() -> int:
@@ -126,21 +73,21 @@ def main() -> None:
     sessions, concurrency, latency = args.sessions, args.concurrency, args.latency
     if args.quick:
         sessions, concurrency, latency = 4, 2, 0.05
-    server = _Server(latency)
+    server = FakeServer(latency)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
-            _log("warm-up: one session (imports, first connections)")
-            _measure(server, folder / "warm.sqlite", _plan(folder, server.url, "warm", 1), 1)
-            _log("one session alone")
+            log("warm-up: one session (imports, first connections)")
+            _measure(server, folder / "warm.sqlite", write_plan(folder, server.url, "warm", 1), 1)
+            log("one session alone")
             alone = _measure(
-                server, folder / "alone.sqlite", _plan(folder, server.url, "alone", 1), 1
+                server, folder / "alone.sqlite", write_plan(folder, server.url, "alone", 1), 1
             )
-            _log(f"{sessions} sessions at --concurrency {concurrency}")
+            log(f"{sessions} sessions at --concurrency {concurrency}")
             many = _measure(
                 server,
                 folder / "study.sqlite",
-                _plan(folder, server.url, "many", sessions),
+                write_plan(folder, server.url, "many", sessions),
                 concurrency,
             )
     finally:

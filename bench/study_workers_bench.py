@@ -25,7 +25,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -33,65 +32,15 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import yaml
+from study_setup import BENCH_PG, FakeServer, forge_ledger_exe, log, pg_schema, write_plan
 
 from forge_ledger.ledger import Ledger
 from forge_ledger.study import StudyState, StudyStream, load_plan, plan_study
 from forge_ledger.study.queue import queue_cells
 
-PRICE = {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}
-BASE = os.environ.get("FORGE_LEDGER_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def _exe() -> str:
-    return str(Path(sys.executable).with_name("forge-ledger"))
-
-
-class _Server:
-    """``forge-ledger fake-server`` in a child process, with a latency before every reply."""
-
-    def __init__(self, latency: float) -> None:
-        self.proc = subprocess.Popen(
-            [_exe(), "fake-server", "--latency", str(latency)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        self.url = self.proc.stdout.readline().strip()
-        if not self.url.startswith("http"):
-            self.stop()
-            raise SystemExit("the fake server did not start")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
-
-
-def _plan(folder: Path, url: str, cells: int, name: str = "scale-out") -> Path:
-    people = [
-        {"name": n, "model": f"openai/{n}", "api_base": url, "price": PRICE}
-        for n in ("ana", "ben", "cleo")
-    ]
-    (folder / "trio.yaml").write_text(yaml.safe_dump({"participants": people}), "utf-8")
-    plan = {
-        "name": name,
-        "topics": [{"title": "Retry policy for the ingest service"}],
-        "panels": {"trio": "trio.yaml"},
-        "repeats": cells,
-        "session": {"max_rounds": 8},
-    }
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(plan), "utf-8")
-    return path
-
 
 def _registered(schema: str) -> int:
-    with psycopg.connect(BASE, autocommit=True) as conn:
+    with psycopg.connect(BENCH_PG, autocommit=True) as conn:
         row = conn.execute(
             "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s "
             "AND table_name = 'procrastinate_workers'",
@@ -113,40 +62,37 @@ def _run(ledger: Ledger, study_id: uuid.UUID) -> StudyState:
 
 
 def _measure(plan: Path, warm: Path, workers: int, concurrency: int) -> dict[str, Any]:
-    schema = f"fl_bench_{uuid.uuid4().hex[:10]}"
-    url = f"{BASE}?schema={schema}"
-    env = {**os.environ, "FORGE_LEDGER_STORE": url, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        with Ledger(url) as ledger:
-            study_id = plan_study(ledger, load_plan(plan))
-            procs = [
-                subprocess.Popen(
-                    [_exe(), "worker", "-j", str(concurrency), "--quiet"],
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-                for _ in range(workers)
-            ]
-            while _registered(schema) < workers:
-                if any(p.poll() is not None for p in procs):
-                    raise SystemExit("a worker ended before it took jobs")
-                time.sleep(0.1)
-            _log(f"  warm-up: {workers * concurrency} cells (each worker's first calls)")
-            _run(ledger, plan_study(ledger, load_plan(warm)))
-            _log("  measured")
-            began = time.perf_counter()
-            state = _run(ledger, study_id)
-            wall = time.perf_counter() - began
-            return {"wall_secs": round(wall, 3), "done": state.count("done")}
-    finally:
-        for p in procs:
-            p.send_signal(signal.SIGINT)
-        for p in procs:
-            p.wait(timeout=60)
-        with psycopg.connect(BASE, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    with pg_schema() as (schema, url):
+        env = {**os.environ, "FORGE_LEDGER_STORE": url, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            with Ledger(url) as ledger:
+                study_id = plan_study(ledger, load_plan(plan))
+                procs = [
+                    subprocess.Popen(
+                        [forge_ledger_exe(), "worker", "-j", str(concurrency), "--quiet"],
+                        env=env,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                    for _ in range(workers)
+                ]
+                while _registered(schema) < workers:
+                    if any(p.poll() is not None for p in procs):
+                        raise SystemExit("a worker ended before it took jobs")
+                    time.sleep(0.1)
+                log(f"  warm-up: {workers * concurrency} cells (each worker's first calls)")
+                _run(ledger, plan_study(ledger, load_plan(warm)))
+                log("  measured")
+                began = time.perf_counter()
+                state = _run(ledger, study_id)
+                wall = time.perf_counter() - began
+                return {"wall_secs": round(wall, 3), "done": state.count("done")}
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGINT)
+            for p in procs:
+                p.wait(timeout=60)
 
 
 def main() -> None:
@@ -159,16 +105,16 @@ def main() -> None:
     cells, concurrency, latency = args.cells, args.concurrency, args.latency
     if args.quick:
         cells, concurrency, latency = 4, 1, 0.05
-    server = _Server(latency)
+    server = FakeServer(latency)
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            plan = _plan(Path(tmp), server.url, cells)
-            _log(f"one worker, {cells} cells, {concurrency} at a time")
+            plan = write_plan(Path(tmp), server.url, "scale-out", cells)
+            log(f"one worker, {cells} cells, {concurrency} at a time")
             one = _measure(
-                plan, _plan(Path(tmp), server.url, concurrency, "warm-1"), 1, concurrency
+                plan, write_plan(Path(tmp), server.url, "warm-1", concurrency), 1, concurrency
             )
-            _log("two workers")
-            warm = _plan(Path(tmp), server.url, 2 * concurrency, "warm-2")
+            log("two workers")
+            warm = write_plan(Path(tmp), server.url, "warm-2", 2 * concurrency)
             two = _measure(plan, warm, 2, concurrency)
     finally:
         server.stop()

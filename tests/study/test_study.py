@@ -34,37 +34,11 @@ from forge_ledger.study import (
     run_study,
 )
 from forge_ledger.testing import FakeOpenAIServer, ScriptedProvider, bundled_script
-
-PRICE = {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}
-LOOPBACK = "http://127.0.0.1:9/v1"
-
-
-def _panel(
-    path: Path, url: str, *, priced: bool = True, names: tuple[str, ...] = ("ana", "ben", "cleo")
-) -> Path:
-    people = [
-        {"name": n, "model": f"openai/{n}", "api_base": url, **({"price": PRICE} if priced else {})}
-        for n in names
-    ]
-    path.write_text(yaml.safe_dump({"participants": people}), encoding="utf-8")
-    return path
+from support.study_plans import LOOPBACK, write_panel, write_plan
 
 
 def _plan(tmp_path: Path, url: str = LOOPBACK, **changes: Any) -> Path:
-    _panel(tmp_path / "trio.yaml", url)
-    doc: dict[str, Any] = {
-        "name": "anonymity",
-        "topics": [{"title": "Retry policy"}, {"title": "Cache layout"}, {"title": "Log format"}],
-        "panels": {"trio": "trio.yaml"},
-        "variants": {"named": {}, "anonymous": {"anonymize": True}},
-        "repeats": 2,
-        "session": {"max_rounds": 6},
-        "budget": {"usd": 5},
-    }
-    doc.update(changes)
-    path = tmp_path / "plan.yaml"
-    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
-    return path
+    return write_plan(tmp_path, url, **{"name": "anonymity", "repeats": 2, **changes})
 
 
 def _provider() -> ScriptedProvider:
@@ -82,7 +56,7 @@ def _types(ledger: Ledger, study_id: UUID) -> Counter[tuple[str, str]]:
 
 
 def test_a_bad_plan_says_every_problem_on_its_own_line(tmp_path: Path) -> None:
-    _panel(tmp_path / "cheap.yaml", LOOPBACK, priced=False, names=("ana", "ben"))
+    write_panel(tmp_path / "cheap.yaml", LOOPBACK, priced=False, names=("ana", "ben"))
     plan = _plan(
         tmp_path,
         panels={"gone": "missing.yaml", "cheap": "cheap.yaml"},

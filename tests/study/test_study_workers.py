@@ -19,38 +19,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
-import yaml
 
 from forge_ledger.ledger import Ledger, verify_session
 from forge_ledger.study import StudyStream
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
+from support.study_plans import write_plan
+from support.tcp_proxy import CuttableProxy
 
 pytestmark = pytest.mark.postgres
 
-PRICE = {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}
-
 
 def _plan(tmp_path: Path, url: str, **changes: Any) -> Path:
-    people = [
-        {"name": n, "model": f"openai/{n}", "api_base": url, "price": PRICE}
-        for n in ("ana", "ben", "cleo")
-    ]
-    (tmp_path / "trio.yaml").write_text(yaml.safe_dump({"participants": people}), "utf-8")
-    doc: dict[str, Any] = {
-        "name": "workers",
-        "topics": [{"title": "Retry policy"}, {"title": "Cache layout"}, {"title": "Log format"}],
-        "panels": {"trio": "trio.yaml"},
-        "variants": {"named": {}, "anonymous": {"anonymize": True}},
-        "repeats": 1,
-        "session": {"max_rounds": 6},
-        "budget": {"usd": 5},
-    }
-    doc.update(changes)
-    path = tmp_path / "plan.yaml"
-    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
-    return path
+    return write_plan(tmp_path, url, **{"name": "workers", **changes})
 
 
 def _cli(*args: str) -> list[str]:
@@ -269,6 +252,33 @@ def test_the_budget_holds_across_two_workers(tmp_path: Path, pg_url: str) -> Non
 
 
 @pytest.mark.slow
+def test_the_calls_budget_holds_across_two_workers_while_cells_run(
+    tmp_path: Path, pg_url: str
+) -> None:
+    calls = 20  # six cells of about 13 calls each would make about 78
+    with FakeOpenAIServer(bundled_script("demo"), latency=0.05) as server:
+        plan = _plan(tmp_path, server.url, budget={"calls": calls})
+        _queue(plan, pg_url)
+        with _workers(pg_url, tmp_path, 2) as procs:
+            _wait(pg_url, lambda s: s["status"] == "stopped" and _drained(s), procs, 180)
+            for p in procs:
+                _stop(p, tmp_path, procs)
+        made = len(server.requests)
+    assert 0 < made <= calls
+    checked = _check_once(pg_url)
+    state = checked["state"]
+    assert state.stopped == f"the study's budget of {calls} calls is spent ({calls} made)"
+    assert state.count("paused") >= 1  # cut short by the budget, resumable
+    assert state.count("done") < 6
+    assert state.calls <= made  # what the cells recorded: no refused call counted
+    refused = [f for s in checked["sessions"] for f in s.failures if f.error_type == "budget_calls"]
+    assert refused
+    assert all("calls is spent" in f.message for f in refused)
+    status = _status(pg_url)
+    assert status["stopped"] == state.stopped
+
+
+@pytest.mark.slow
 def test_a_call_rate_holds_across_workers_and_ctrl_c_leaves_cells_resumable(
     tmp_path: Path, pg_url: str
 ) -> None:
@@ -302,6 +312,78 @@ def test_a_call_rate_holds_across_workers_and_ctrl_c_leaves_cells_resumable(
     status = _status(pg_url)  # the cut-off cells wait in the queue, resumable
     cells = json.dumps(status["cells"])
     assert status["jobs"]["queued"] == status["running"] + status["pending"], cells
+
+
+def _via(url: str, port: int) -> str:
+    """``url`` reaching its server through 127.0.0.1:``port`` (a proxy)."""
+    parts = urlsplit(url)
+    user = f"{parts.username}@" if parts.username else ""
+    return parts._replace(netloc=f"{user}127.0.0.1:{port}").geturl()
+
+
+@pytest.mark.slow
+def test_a_worker_that_loses_postgresql_exits_75_and_another_finishes_its_cells(
+    tmp_path: Path, pg_url: str
+) -> None:
+    server_at = urlsplit(pg_url)
+    with (
+        FakeOpenAIServer(bundled_script("demo"), latency=0.2) as server,
+        CuttableProxy((server_at.hostname or "127.0.0.1", server_at.port or 5432)) as proxy,
+    ):
+        plan = _plan(tmp_path, server.url)
+        _queue(plan, pg_url)
+        with _workers(_via(pg_url, proxy.port), tmp_path, 1) as procs:
+            _wait(pg_url, lambda s: s["running"] >= 2, procs, 120)
+            proxy.cut()  # every connection dropped, every reconnect refused
+            # Bounded: it used to wait in the connection pool, each call tried ten times.
+            procs[0].wait(timeout=45)
+            said = _said(procs[0], tmp_path, procs)
+        assert procs[0].returncode == 75, said[-1500:]
+        lines = said.strip().splitlines()
+        assert len(lines) == 1, said[-1500:]
+        assert lines[0].startswith("error: lost the connection to PostgreSQL"), lines
+        cut = _status(pg_url)
+        assert cut["running"] >= 1
+        assert cut["done"] < 6
+        with _workers(pg_url, tmp_path, 1) as procs:
+            _wait(pg_url, lambda s: s["status"] == "finished" and _drained(s), procs, 240)
+            _stop(procs[0], tmp_path, procs)
+    checked = _check_once(pg_url)
+    assert checked["state"].count("done") == 6
+    assert len(checked["sessions"]) == 6
+    assert all(s.status.terminal for s in checked["sessions"])
+
+
+def test_the_store_watch_says_lost_once_when_postgresql_stays_silent(pg_url: str) -> None:
+    import threading
+
+    import psycopg
+
+    from forge_ledger.ledger.store import resolve_store
+    from forge_ledger.study.queue import conninfo
+    from forge_ledger.study.watch import StoreWatch
+
+    server_at = urlsplit(pg_url)
+    with CuttableProxy((server_at.hostname or "127.0.0.1", server_at.port or 5432)) as proxy:
+        lost: list[BaseException] = []
+        said = threading.Event()
+
+        def on_lost(e: BaseException) -> None:
+            lost.append(e)
+            said.set()
+
+        info = conninfo(resolve_store(_via(pg_url, proxy.port)))
+        watch = StoreWatch(info, on_lost, probe_secs=0.1, lost_secs=0.5)
+        watch.start()
+        try:
+            assert not said.wait(1.5)  # it answers: not lost
+            assert proxy.accepted == 1  # one connection, asked again and again
+            proxy.cut()
+            assert said.wait(60)
+        finally:
+            watch.stop()
+    assert len(lost) == 1
+    assert isinstance(lost[0], psycopg.OperationalError)
 
 
 # --------------------------------------------------------------------------- the rate rule

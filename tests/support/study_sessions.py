@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-import yaml
-
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.domain.values import (
     Price,
@@ -40,19 +38,15 @@ from forge_ledger.study import events as sev
 from forge_ledger.study.cells import session_calls
 from forge_ledger.study.plan import CellSpec, StudyPlan
 from forge_ledger.testing import SessionBuilder
+from support.study_plans import LOOPBACK, write_panel
 
 __all__ = ["NAMES", "known_plan", "record_known_study"]
 
 NAMES = ("ana", "ben", "dave")
-PRICE = {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}
 
 
 def known_plan(folder: Path, *, topics: int = 4, repeats: int = 5, forks: bool = True) -> StudyPlan:
-    people = [
-        {"name": n, "model": f"openai/{n}", "api_base": "http://127.0.0.1:9/v1", "price": PRICE}
-        for n in NAMES
-    ]
-    (folder / "trio.yaml").write_text(yaml.safe_dump({"participants": people}), encoding="utf-8")
+    write_panel(folder / "trio.yaml", LOOPBACK, names=NAMES)
     variants: dict[str, Any] = {"base": {}, "strict": {"convergence_threshold": 0.95}}
     if forks:
         variants["loo"] = {"fork_of": "base", "at_iteration": 1, "leave_one_out": True}

@@ -1,5 +1,5 @@
 """Studies from the application layer: plan one, run it, continue it (the CLI's ``study run``
-and ``study resume``, a worker, a notebook).
+and ``study resume``, a notebook), or take queued cells as a worker (``forge-ledger worker``).
 
 A study's cells run through :data:`SESSIONS`, the same :func:`~.running.start_session` and
 :func:`~.running.resume_session` every other entry point calls, so a cell gets the pre-flight,
@@ -10,12 +10,14 @@ knows the shape of those functions (:class:`~forge_ledger.study._sessions.Sessio
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+import signal
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from ..errors import UsageError
+from ..errors import UsageError, exit_interrupted
 from ..study._sessions import SessionHooks
 from ..study.plan import StudyPlan, load_plan, plan_from_document
 from ..study.runner import Progress, plan_study, run_study
@@ -29,8 +31,9 @@ if TYPE_CHECKING:
     from ..domain.values import Participant, SessionConfig, Topic
     from ..ledger import Ledger
     from ..providers import Provider
+    from ..study.queue import Worker
 
-__all__ = ["SESSIONS", "as_plan", "continue_study", "run_plan", "study"]
+__all__ = ["SESSIONS", "as_plan", "continue_study", "run_plan", "run_worker", "study"]
 
 
 class _AssignedId:
@@ -156,3 +159,86 @@ def study(
         "study() cannot run inside a running event loop",
         hint="in a notebook, use: await forge_ledger.app.studies.run_plan(store, plan)",
     )
+
+
+async def run_worker(
+    store: Store,
+    *,
+    provider: Provider | None = None,
+    concurrency: int = 4,
+    grace_secs: float = 10.0,
+    hmac_key: bytes | None = None,
+    on_cell: Callable[[str, str], Any] | None = None,
+    on_stopping: Callable[[], Any] | None = None,
+    signals: bool = False,
+) -> bool:
+    """Take queued study cells from the PostgreSQL ``store`` and run them until stopped;
+    returns whether a signal stopped it.
+
+    Each cell runs through :data:`SESSIONS`, as in ``study run``. ``on_cell(cell, status)``
+    hears of each cell that ends here. With ``signals`` (a process's main thread), the first
+    SIGINT or SIGTERM stops taking jobs and gives running cells ``grace_secs`` to end
+    (``on_stopping`` hears of it), a second leaves at once; from a notebook, cancel the task
+    instead. A store that cannot be reached, or is lost while it runs, raises
+    :class:`~forge_ledger.errors.StoreUnavailableError` (try again: nothing is lost). A
+    provider made here is closed here.
+    """
+    from ..ledger import Ledger
+    from ..ledger.store import resolve_store
+    from ..providers import get_provider
+    from ..study.queue import Worker, reachable
+
+    location = store.location if isinstance(store, Ledger) else resolve_store(store)
+    if location.kind != "postgres":
+        raise UsageError(
+            "a worker needs a PostgreSQL store",
+            hint="give --store postgresql://HOST:PORT/DB (the store 'study run --queue' used)",
+        )
+    reachable(location)
+    prov = provider or get_provider()
+    try:
+        with opened(store, create=False) as ledger:
+            worker = Worker(
+                ledger,
+                prov,
+                SESSIONS,
+                hooks=SessionHooks(hmac_key=hmac_key),
+                concurrency=concurrency,
+                grace_secs=grace_secs,
+                on_cell=on_cell,
+            )
+            with _stopped_by_signals(worker, on_stopping, enabled=signals) as stopped:
+                await worker.run()
+            return bool(stopped)
+    finally:
+        if provider is None:
+            await prov.aclose()
+
+
+@contextlib.contextmanager
+def _stopped_by_signals(
+    worker: Worker, on_stopping: Callable[[], Any] | None, *, enabled: bool
+) -> Iterator[list[int]]:
+    """SIGINT and SIGTERM stop ``worker`` (a second one leaves the process at once); the list
+    yielded holds the signals received."""
+    received: list[int] = []
+    if not enabled:
+        yield received
+        return
+
+    def on_signal(signum: int) -> None:
+        if received:
+            exit_interrupted()
+        received.append(signum)
+        if on_stopping is not None:
+            on_stopping()
+        worker.stop()
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        yield received
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)

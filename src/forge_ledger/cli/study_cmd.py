@@ -20,7 +20,13 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import ChainBrokenError, RunInterrupted, SessionPausedError, UsageError
+from ..errors import (
+    ChainBrokenError,
+    RunInterrupted,
+    SessionPausedError,
+    StoreUnavailableError,
+    UsageError,
+)
 from . import cli
 from ._common import (
     add_row,
@@ -403,61 +409,32 @@ def worker_cmd(concurrency: int, grace: float, quiet: bool, store: str | None) -
 
     Start any number of workers, on any machines, on the store 'study run PLAN --queue' used.
     """
-    import signal
-
-    from ..app.studies import SESSIONS
-    from ..errors import exit_interrupted
-    from ..ledger.store import resolve_store
-    from ..providers import get_provider
-    from ..study._sessions import SessionHooks
-    from ..study.queue import Worker, reachable
-
-    if resolve_store(store).kind != "postgres":
-        raise UsageError(
-            "a worker needs a PostgreSQL store",
-            hint="give --store postgresql://HOST:PORT/DB (the store 'study run --queue' used)",
-        )
-    interrupted = False
+    from ..app.studies import run_worker
 
     def on_cell(cell: str, status: str) -> None:
         if not quiet:
             err_console.print(f"cell {printable(cell)}: {printable(status)}", markup=False)
 
-    async def go(ledger: Ledger) -> None:
-        nonlocal interrupted
-        provider = get_provider()
-        hooks = SessionHooks(hmac_key=hmac_key())
-        worker = Worker(
-            ledger,
-            provider,
-            SESSIONS,
-            hooks=hooks,
-            concurrency=concurrency,
-            grace_secs=grace,
-            on_cell=on_cell,
+    def on_stopping() -> None:
+        err_console.print(
+            f"stopping: no new cells; running ones get {grace:g} s to end", markup=False
         )
 
-        def on_sigint() -> None:
-            nonlocal interrupted
-            if interrupted:
-                exit_interrupted()
-            interrupted = True
-            err_console.print(
-                f"stopping: no new cells; running ones get {grace:g} s to end", markup=False
+    try:
+        interrupted = asyncio.run(
+            run_worker(
+                store,
+                concurrency=concurrency,
+                grace_secs=grace,
+                hmac_key=hmac_key(),
+                on_cell=on_cell,
+                on_stopping=on_stopping,
+                signals=True,
             )
-            worker.stop()
-
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
-        loop.add_signal_handler(signal.SIGTERM, on_sigint)
-        try:
-            await worker.run()
-        finally:
-            await provider.aclose()
-
-    reachable(resolve_store(store))
-    with open_ledger(store, create=False) as ledger:
-        asyncio.run(go(ledger))
+        )
+    except StoreUnavailableError:
+        abandoned_calls_are_quiet()  # the calls cut off with the store are redone
+        raise
     if interrupted:
         raise RunInterrupted(
             "interrupted; the worker's cut-off cells are back in the queue",

@@ -37,6 +37,7 @@ ErrorType = Literal[
     "unknown",
     "budget_time",
     "budget_cost",
+    "budget_calls",
 ]
 
 RETRYABLE_TYPES: frozenset[str] = frozenset(

@@ -9,7 +9,9 @@ is cut short by the study's budget; a cell that must wait for money waits for a 
 to end (and gives back what it did not spend), and when no cell is running that could give
 any back, the study stops starting cells. A cell's hold is the plan's ``max_cost_usd`` when
 it sets one, else an even share of the budget (``usd`` / cells), so every cell can run.
-Calls are checked before a cell starts. Wall time counts from the study's planning.
+Calls are counted by :func:`calls_spent`: before a cell starts, and, where the calls are
+reserved in the database (a queued study's workers, :mod:`.rates`), before every call, so
+workers together never start more than the budget. Wall time counts from the study's planning.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from .plan import CellSpec
+from .plan import Budget, CellSpec
 from .state import StudyState
 
-__all__ = ["WAIT", "Allowance", "allowance"]
+__all__ = ["WAIT", "Allowance", "allowance", "calls_spent"]
 
 
 WAIT = "wait"
@@ -33,6 +35,13 @@ class Allowance:
 
     max_cost_usd: float
     max_time_secs: int
+
+
+def calls_spent(budget: Budget, made: int) -> str | None:
+    """Why no more model calls may start, having made ``made`` (one line), or None."""
+    if budget.calls is not None and made >= budget.calls:
+        return f"the study's budget of {budget.calls} calls is spent ({made} made)"
+    return None
 
 
 def allowance(
@@ -49,8 +58,9 @@ def allowance(
     budget = state.plan.budget
     _topic, config, _people = state.plan.session_of(cell)
     secs = config.max_time_secs
-    if budget.calls is not None and state.calls >= budget.calls:
-        return f"the study's budget of {budget.calls} calls is spent ({state.calls} made)"
+    spent = calls_spent(budget, state.calls)
+    if spent is not None:
+        return spent
     if budget.wall_secs is not None:
         left_secs = budget.wall_secs - (now - state.planned_at).total_seconds()
         if left_secs < 1:

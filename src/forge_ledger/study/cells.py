@@ -121,8 +121,10 @@ class StudyRun:
 
 
 def session_calls(state: SessionState) -> int:
-    """Model calls a session made: its answers and its failed attempts."""
-    return sum(len(r.contributions) for r in state.rounds) + len(state.failures)
+    """Model calls a session made: its answers and its failed attempts (not the calls the
+    study's calls budget refused: those were never made)."""
+    failed = sum(1 for f in state.failures if f.error_type != "budget_calls")
+    return sum(len(r.contributions) for r in state.rounds) + failed
 
 
 def _inherited(ledger: Ledger, state: SessionState) -> tuple[float, int]:

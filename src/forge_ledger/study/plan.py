@@ -59,7 +59,9 @@ class Budget(_Plain):
     """USD for every model call of every cell; each cell's session gets at most what is left
     (less what the cells running beside it may still spend), so the study never exceeds it."""
     calls: Annotated[int, Field(ge=1)] | None = None
-    """Model calls; checked before each cell starts (a cell already running may end past it)."""
+    """Model calls; checked before each cell starts. A queued study's workers also reserve
+    each call in the database, so together they never make more (a refused call pauses its
+    session); in one process, a cell already running may end past it."""
     wall_secs: Annotated[int, Field(ge=1)] | None = None
     """Seconds from the study's planning; no cell starts after, and each session gets at most
     the time left as its ``max_time_secs``."""

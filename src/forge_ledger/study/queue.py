@@ -10,7 +10,10 @@ finished. A cell that must wait (for money a running cell holds, or for its sess
 held by another process) raises :class:`CellNotReady`, and procrastinate runs the job again
 a little later. Each worker hands back to the queue the jobs of workers whose heartbeat
 stopped (procrastinate's stalled-job API), so a worker killed with ``kill -9`` leaves its
-cells to the others.
+cells to the others. A worker whose PostgreSQL stops answering (:mod:`.watch`) closes its
+connections, cuts its running cells off at once and ends (exit 75): nothing it could not
+store is lost, and another worker takes its jobs back. Before each model call a worker
+reserves the call against the per-model rates and the study's calls budget (:mod:`.rates`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 import procrastinate
@@ -30,11 +33,13 @@ from procrastinate.retry import BaseRetryStrategy
 
 from ..errors import StoreError, StoreUnavailableError, UsageError
 from ..providers import preload_client
+from . import events as sev
 from ._sessions import SessionFunctions, SessionHooks
 from .cells import StudyRun, run_cell
-from .rates import CREATE_TABLE, RateLimited, RateReservations
+from .rates import CREATE_TABLE, RateLimited, RateReservations, StudyCalls
 from .runner import finished_event, unfinished_cells
 from .state import StudyState
+from .watch import StoreWatch
 
 if TYPE_CHECKING:
     from ..ledger import Ledger
@@ -59,6 +64,8 @@ STALLED_SECS = 10.0
 """A worker silent this long is taken for dead: its jobs go back to the queue."""
 RETRY_SECS = 2
 """How long a job that could not go on waits before it is tried again."""
+POOL_WAIT_SECS = 5.0
+"""How long the queue's calls wait for a connection of its pool (PostgreSQL lost: not long)."""
 
 
 class CellNotReady(Exception):
@@ -107,7 +114,7 @@ class _CellRetry(BaseRetryStrategy):
 def _app(location: StoreLocation, job: Callable[..., Any] | None = None) -> procrastinate.App:
     app = procrastinate.App(
         connector=procrastinate.PsycopgConnector(
-            conninfo=conninfo(location), min_size=1, max_size=4
+            conninfo=conninfo(location), min_size=1, max_size=4, timeout=POOL_WAIT_SECS
         )
     )
     if job is not None:
@@ -219,30 +226,51 @@ class Worker:
     _reservations: RateReservations | None = field(default=None, init=False)
     _stopping: bool = field(default=False, init=False)
     _task: asyncio.Task[Any] | None = field(default=None, init=False)
+    _loop: asyncio.AbstractEventLoop = field(init=False)
+    _jobs: set[asyncio.Task[Any]] = field(default_factory=set, init=False)
+    _app: procrastinate.App | None = field(default=None, init=False)
+    _closing: asyncio.Future[None] | None = field(default=None, init=False)
 
     @property
     def location(self) -> StoreLocation:
         return self.ledger.location
 
     async def run_job(self, study: str, cell: str, rates: dict[str, int]) -> str:
-        """Run or resume one cell (the job's body)."""
-        run = StudyRun(self.ledger, UUID(study))
-        provider: Any = self.provider
-        if rates and self._reservations is not None:
-            provider = RateLimited(self.provider, self._reservations, rates)
-        busy = any(c.status == "running" and c.spec.id != cell for c in run.state.cells.values())
+        """Run or resume one cell (the job's body); a store error stops the worker."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._jobs.add(task)
+        task.add_done_callback(self._quiet_if_lost)
         try:
-            done = await run_cell(
-                run,
-                cell,
-                provider=provider,
-                sessions=self.sessions,
-                hooks=self.hooks,
-                may_wait=busy,
-            )
+            return await self._run_cell(study, cell, rates)
         except StoreError as e:
             self.stop(lost=e)
             raise
+        finally:
+            self._jobs.discard(task)
+
+    async def _run_cell(self, study: str, cell: str, rates: dict[str, int]) -> str:
+        run = StudyRun(self.ledger, UUID(study))
+        provider: Any = self.provider
+        limited: RateLimited | None = None
+        if self._reservations is not None:
+            counted = StudyCalls(run.state.id, run.state.plan.budget, run.state.calls)
+            limited = RateLimited(self.provider, self._reservations, rates, study=counted)
+            if limited.study is not None:
+                _stop_study(run, await self._reservations.spent(counted))
+            if rates or limited.study is not None:
+                provider = limited
+        busy = any(c.status == "running" and c.spec.id != cell for c in run.state.cells.values())
+        done = await run_cell(
+            run,
+            cell,
+            provider=provider,
+            sessions=self.sessions,
+            hooks=self.hooks,
+            may_wait=busy,
+        )
+        if limited is not None and limited.refused:
+            _stop_study(run, limited.refused)
         if done is None:
             raise CellNotReady(f"cell {cell} waits for money a running cell holds")
         if done.status == "running" and not run.state.stopped:
@@ -254,10 +282,19 @@ class Worker:
 
     def stop(self, *, lost: BaseException | None = None) -> None:
         """Stop taking jobs; running cells get ``grace_secs`` to end, then are cut off (left
-        resumable; their jobs go back to the queue)."""
+        resumable; their jobs go back to the queue). With the store lost, nothing they do
+        could be recorded: they are cut off at once."""
         if lost is not None and self.lost is None:
             self.lost = lost
         self._stopping = True
+        if self.lost is not None:
+            for job in self._jobs - {asyncio.current_task()}:
+                job.cancel()
+            if self._app is not None:
+                # Its pool closed, the queue's calls waiting for a connection fail now
+                # (procrastinate's shutdown, which records the jobs' ends, does not wait).
+                connector = cast(procrastinate.PsycopgConnector, self._app.connector)
+                self._closing = asyncio.ensure_future(connector.pool.close())
         if self._task is not None:
             asyncio.get_running_loop().call_soon(self._task.cancel)
 
@@ -268,8 +305,9 @@ class Worker:
         # The model client loads before any job: loading it inside the first call would
         # hold the event loop (heartbeats, connections) for seconds.
         await asyncio.to_thread(preload_client)
+        self._loop = asyncio.get_running_loop()
         self._reservations = RateReservations(self.location, self._connect)
-        app = _app(self.location, self.run_job)
+        app = self._app = _app(self.location, self.run_job)
         try:
             async with app.open_async():
                 await _ensure_schema(app, self.location)
@@ -289,10 +327,13 @@ class Worker:
                     )
                 )
                 stalled = asyncio.create_task(self._retry_stalled(app))
+                watch = StoreWatch(conninfo(self.location), self._store_lost)
+                watch.start()
                 try:
                     with contextlib.suppress(asyncio.CancelledError):
                         await self._task
                 finally:
+                    watch.stop()
                     stalled.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await stalled
@@ -305,8 +346,26 @@ class Worker:
         finally:
             with contextlib.suppress(Exception):
                 await self._reservations.aclose()
+            if self._closing is not None:
+                with contextlib.suppress(Exception):
+                    await self._closing
         if self.lost is not None:
             raise _lost(self.lost)
+
+    def _quiet_if_lost(self, job: asyncio.Task[Any]) -> None:
+        """A job cut off with the store lost ends with the queue's failure to record its end:
+        known, and said once by the worker, not as a traceback per job at exit."""
+        if self.lost is not None and not job.cancelled():
+            job.exception()
+
+    def _store_lost(self, e: BaseException) -> None:
+        """PostgreSQL stopped answering (called from the watch's thread): close the ledger,
+        so its calls waiting in the connection pool fail now and later ones at once (the
+        loop they hold gets free), then stop."""
+        self.lost = self.lost or e
+        self.ledger.close()
+        with contextlib.suppress(RuntimeError):  # the loop ended meanwhile: nothing to stop
+            self._loop.call_soon_threadsafe(self.stop)
 
     async def _connect(self) -> Any:
         return await psycopg.AsyncConnection.connect(conninfo(self.location), autocommit=True)
@@ -319,6 +378,12 @@ class Worker:
             for job in _only_ours(jobs):
                 with contextlib.suppress(Exception):  # another worker put it back first
                     await app.job_manager.retry_job(job)
+
+
+def _stop_study(run: StudyRun, why: str | None) -> None:
+    """Record that the study starts no more cells, and why (once)."""
+    if why:
+        run.record(lambda s: None if s.stopped else sev.StudyStopped(reason=why))
 
 
 def _only_ours(jobs: Iterable[Any]) -> list[Any]:
