@@ -90,6 +90,11 @@ class StudyRun:
             hint="run the command again",
         )
 
+    def stop(self, why: str) -> None:
+        """Record that the study starts no more cells, and why (once)."""
+        if why:
+            self.record(lambda s: None if s.stopped else sev.StudyStopped(reason=why))
+
     def claim(self, cell_id: str, *, may_wait: bool = False) -> str | None:
         """Assign the pending cell ``cell_id`` to a new session; None when it is assigned
         (by this call or another process), :data:`~.budget.WAIT` when it must wait for

@@ -33,7 +33,6 @@ from procrastinate.retry import BaseRetryStrategy
 
 from ..errors import StoreError, StoreUnavailableError, UsageError
 from ..providers import preload_client
-from . import events as sev
 from ._sessions import SessionFunctions, SessionHooks
 from .cells import StudyRun, run_cell
 from .rates import CREATE_TABLE, RateLimited, RateReservations, StudyCalls
@@ -381,9 +380,8 @@ class Worker:
 
 
 def _stop_study(run: StudyRun, why: str | None) -> None:
-    """Record that the study starts no more cells, and why (once)."""
     if why:
-        run.record(lambda s: None if s.stopped else sev.StudyStopped(reason=why))
+        run.stop(why)
 
 
 def _only_ours(jobs: Iterable[Any]) -> list[Any]:

@@ -23,6 +23,7 @@ from ..clock import Clock, SystemClock
 from ..errors import ConfigError
 from . import events as sev
 from ._sessions import SessionFunctions, SessionHooks
+from .calls import CountedCalls
 from .cells import StudyRun, run_cell
 from .plan import StudyPlan
 from .state import StudyState
@@ -200,12 +201,19 @@ async def run_study(
     run = StudyRun(ledger, StudyStream(ledger).resolve(study), clock=clock or SystemClock())
     live = _Live(run, on_progress)
     todo = iter(unfinished_cells(run.state))
+    budget = run.state.plan.budget
+    counted = None if budget.calls is None else CountedCalls(provider, budget, run.state.calls)
 
     async def worker() -> None:
         for cell_id in todo:  # one shared iterator: each cell is taken by one task
             await live.run_one(
-                cell_id, provider=provider, sessions=sessions, hooks=live.hooks(cell_id, base)
+                cell_id,
+                provider=counted or provider,
+                sessions=sessions,
+                hooks=live.hooks(cell_id, base),
             )
+            if counted is not None and counted.refused:
+                run.stop(counted.refused)
 
     try:
         async with asyncio.TaskGroup() as group:
