@@ -43,10 +43,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from forge_ledger.replay import replay_session
 from study_setup import BENCH_PG, forge_ledger_exe, log, pg_schema, write_plan
 
 from forge_ledger.ledger import Ledger, verify_session
+from forge_ledger.records.replay import replay_session
 from forge_ledger.study import StudyStream, load_plan, plan_study
 from forge_ledger.study.queue import queue_cells, queued_jobs
 from forge_ledger.testing import FakeOpenAIServer, bundled_script
