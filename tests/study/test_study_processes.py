@@ -168,3 +168,49 @@ def test_each_process_starts_on_other_cells_and_still_sees_every_cell(tmp_path: 
     assert orders[0] == cells
     assert all(sorted(o) == sorted(cells) for o in orders)
     assert len({o[0] for o in orders}) == 3
+
+
+def _children_of(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds children through /proc")
+def test_a_process_killed_under_the_run_is_one_line_and_resume_finishes(tmp_path: Path) -> None:
+    store = tmp_path / "s.sqlite"
+    with FakeOpenAIServer(bundled_script("demo"), latency=0.1) as server:
+        plan = _plan(tmp_path, server.url)
+        parent = subprocess.Popen(
+            _cli("study", "run", str(plan), "-j", "2", "-p", "2"),
+            env=_env(store),
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while _finished(store) < 2:
+                assert parent.poll() is None, parent.communicate()[1].decode()[-800:]
+                assert time.monotonic() < deadline, "the study never got going"
+                time.sleep(0.05)
+            (child,) = _children_of(parent.pid)
+            os.kill(child, signal.SIGKILL)
+            err = parent.communicate(timeout=300)[1].decode()
+        finally:
+            if parent.poll() is None:
+                parent.kill()
+        assert parent.returncode == 1, err[-800:]
+        (line,) = [ln for ln in err.splitlines() if ln.strip()]
+        assert line.startswith("error: process 2 of 2 ")
+        assert "exit code -9" in line
+        assert "study resume" in line
+        again = subprocess.run(
+            _cli("study", "resume", "spread", "-p", "2", "--json"),
+            env=_env(store),
+            cwd=tmp_path,
+            capture_output=True,
+            timeout=300,
+        )
+    assert again.returncode == 0, again.stderr.decode()[-1500:]
+    assert _each_cell_once(store) == 12
