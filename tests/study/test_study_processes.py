@@ -214,3 +214,34 @@ def test_a_process_killed_under_the_run_is_one_line_and_resume_finishes(tmp_path
         )
     assert again.returncode == 0, again.stderr.decode()[-1500:]
     assert _each_cell_once(store) == 12
+
+
+def test_the_library_refuses_processes_with_a_provider_of_its_own(tmp_path: Path) -> None:
+    import forge_ledger
+    from forge_ledger.errors import UsageError
+    from forge_ledger.testing import ScriptedProvider
+
+    plan = _plan(tmp_path, "http://127.0.0.1:9/v1")
+    provider = ScriptedProvider.from_script(bundled_script("demo"))
+    with forge_ledger.open(tmp_path / "s.sqlite", provider=provider) as forge:
+        with pytest.raises(UsageError, match="provider"):
+            forge.study(plan, processes=2)
+        assert StudyStream(forge.ledger).study_ids() == []  # refused before it was recorded
+
+
+@pytest.mark.slow
+def test_the_library_runs_a_study_over_two_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import forge_ledger
+
+    store = tmp_path / "s.sqlite"
+    for key in [k for k in os.environ if k.endswith("_API_KEY")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    with FakeOpenAIServer(bundled_script("demo"), latency=0.02) as server:
+        plan = _plan(tmp_path, server.url, repeats=1)
+        with forge_ledger.open(store) as forge:
+            state = forge.study(plan, concurrency=2, processes=2)
+    assert state.status == "finished"
+    assert _each_cell_once(store) == 6

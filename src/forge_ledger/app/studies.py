@@ -154,8 +154,12 @@ async def run_plan(
 ) -> StudyState:
     """Record the plan (or find it recorded) and run its cells not finished yet; ``options``
     are :func:`continue_study`'s."""
+    from .study_processes import refused
+
     checked = as_plan(plan)
     with opened(store, create=True) as ledger:
+        processes, provider = options.get("processes", 1), options.get("provider")
+        refused(ledger.location, processes=processes, provider=provider)
         study_id = plan_study(ledger, checked, clock=options.get("clock"))
         return await continue_study(ledger, study_id, **options)
 

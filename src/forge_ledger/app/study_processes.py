@@ -33,6 +33,7 @@ from ..errors import ForgeLedgerError, RunInterrupted, StoreUnavailableError, Us
 from ..study.cells import StudyRun
 from ..study.runner import Progress, finished_event
 from ..study.stream import StudyStream
+from ..untrusted.terminal_text import printable
 
 if TYPE_CHECKING:
     from ..ledger import Ledger
@@ -64,11 +65,12 @@ class _Child:
     err: IO[bytes]
 
     def said(self) -> str:
-        """The child's last line on stderr (bounded), or its exit status."""
+        """The child's last line on stderr (bounded, made printable), or its exit status."""
         self.err.seek(0)
-        lines = [ln.strip() for ln in self.err.read()[-4000:].decode(errors="replace").splitlines()]
-        last = next((ln for ln in reversed(lines) if ln), "")
-        return last.removeprefix("error: ")[:300] or f"exit status {self.proc.returncode}"
+        tail = self.err.read()[-4000:].decode(errors="replace")
+        last = next((ln.strip() for ln in reversed(tail.splitlines()) if ln.strip()), "")
+        said = printable(last.removeprefix("error: ")[:300])
+        return said or f"exit status {self.proc.returncode}"
 
 
 def refused(location: StoreLocation, *, processes: int, provider: object | None = None) -> None:
