@@ -249,3 +249,20 @@ def test_the_library_runs_a_study_over_two_processes(
             state = forge.study(plan, concurrency=2, processes=2)
     assert state.status == "finished"
     assert _each_cell_once(store) == 6
+
+
+def test_the_display_counts_a_cell_another_process_runs_as_running(tmp_path: Path) -> None:
+    from forge_ledger.study import StudyRun, load_plan, plan_study
+    from forge_ledger.study.runner import Progress
+
+    plan = load_plan(_plan(tmp_path, "http://127.0.0.1:9/v1"))
+    with Ledger(str(tmp_path / "s.sqlite")) as ledger:
+        run = StudyRun(ledger, plan_study(ledger, plan))
+        first, second = unfinished_cells(run.state)[:2]
+        assert run.claim(first) is None  # assigned: its session runs in some process
+        alone = Progress(run.state, active={second: 0.0}).counts()
+        shared = Progress(run.state, active={second: 0.0}, shared=True).counts()
+    assert (alone["running"], alone["waiting"]) == (1, 11)
+    assert (shared["running"], shared["waiting"]) == (2, 10)
+    assert set(Progress(run.state, active={second: 0.0}).running()) == {second}
+    assert set(Progress(run.state, active={second: 0.0}, shared=True).running()) == {first, second}

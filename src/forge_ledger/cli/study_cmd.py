@@ -318,7 +318,7 @@ def _render(progress: Progress) -> Group:
     table = Table(box=None, show_header=True, pad_edge=False)
     for col in ("cell", "session", "cost", "topic"):
         table.add_column(col, no_wrap=col != "topic")
-    for cell_id, cost in sorted(progress.active.items()):
+    for cell_id, cost in sorted(progress.running().items()):
         cell = s.cells[cell_id]
         title = s.plan.topics[cell.spec.topic].title
         add_row(table, cell_id, (cell.session_id or "")[:8], money(cost), title)

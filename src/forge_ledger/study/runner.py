@@ -100,6 +100,17 @@ class Progress:
             "waiting": left["pending"] + left["running"] - elsewhere,
         }
 
+    def running(self) -> dict[str, float]:
+        """The cells running, with what each has spent as far as this process knows: its own
+        (live), and when shared, those of the other processes (as recorded)."""
+        cells = self.state.cells
+        elsewhere = {
+            c: cell.cost_usd
+            for c, cell in cells.items()
+            if self.shared and cell.status == "running" and c not in self.active
+        }
+        return {**elsewhere, **self.active}
+
     @property
     def spent_usd(self) -> float:
         cells = self.state.cells
