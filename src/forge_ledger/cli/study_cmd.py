@@ -231,7 +231,7 @@ def _run(
             study_id,
             concurrency=concurrency,
             hmac_key=hmac_key(),
-            on_progress=display.update,
+            on_progress=display.update if display.enabled else None,
             processes=processes,
             share=share,
         )
