@@ -29,7 +29,7 @@ from typing import IO, TYPE_CHECKING, Any
 from uuid import UUID
 
 from ..clock import Clock, SystemClock
-from ..errors import ForgeLedgerError, RunInterrupted, StoreUnavailableError, UsageError
+from ..errors import ProcessFailedError, RunInterrupted, StoreUnavailableError, UsageError
 from ..study.cells import StudyRun
 from ..study.runner import Progress, finished_event
 from ..study.stream import StudyStream
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ..ledger.store import StoreLocation
     from ..study.state import StudyState
 
-__all__ = ["ProcessFailed", "in_processes", "refused", "wait_for"]
+__all__ = ["in_processes", "refused", "wait_for"]
 
 _WATCH_SECS = 0.5
 """How often the study is re-read while other processes run its cells (for the display)."""
@@ -50,12 +50,6 @@ _STOP_SECS = 60.0
 
 _KEPT = {2: UsageError, 75: StoreUnavailableError, 130: RunInterrupted}
 """A child's documented exit codes that the whole run exits with too (anything else: 1)."""
-
-
-class ProcessFailed(ForgeLedgerError):
-    """Another process of the study's run ended on an error; the study keeps what it did."""
-
-    exit_code = 1
 
 
 @dataclass
@@ -188,7 +182,8 @@ async def wait_for(
     on_progress: Callable[[Progress], Any] | None = None,
 ) -> StudyState:
     """Wait for the other processes to end, showing the study as they record it; the study's
-    state then, or :class:`ProcessFailed` (the first failure, in one line)."""
+    state then, or the first failure, in one line (a documented exit code it had, else
+    :class:`~forge_ledger.errors.ProcessFailedError`)."""
     stream = StudyStream(ledger)
     now = (clock or SystemClock()).now
     while any(c.proc.poll() is None for c in started):
@@ -198,7 +193,7 @@ async def wait_for(
     for child in started:
         code = child.proc.returncode
         if code not in (0, 3):  # 3: cells paused or cut off, which the study's state says
-            kind = _KEPT.get(code, ProcessFailed)
+            kind = _KEPT.get(code, ProcessFailedError)
             raise kind(
                 f"process {child.share + 1} of {len(started) + 1} (pid {child.proc.pid}) "
                 f"ended with exit code {code}: {child.said()}",
