@@ -13,6 +13,10 @@ participants and up to eight rounds; every call waits ``--latency`` seconds firs
   session CPU × sessions / cores, for the machine's cores (the issue's figure) and for one
   core (one asyncio process runs its Python on one core at a time). ``ratio`` is the study's
   wall over the larger ideal, for each. Goal ≤ 1.25.
+* ``processes`` — the same study through the command line, ``study run --processes 1`` at
+  ``--concurrency`` and ``--processes 2`` at half that each (the same cells in flight): wall
+  seconds, CPU seconds of all its processes, and the wall over the larger ideal (the issue's,
+  for the machine's cores). Both include starting the command (imports) in each process.
 * ``overhead`` — the study machinery's CPU per session (planning, reading and folding the
   study, claims and the other study events, the progress callback feeding the CLI's live
   display, and that display's refresh thread drawing on a terminal kept in memory) over a
@@ -243,6 +247,41 @@ def _memory(url: str, in_flight: int) -> dict[str, Any]:
     return got
 
 
+def _command_run(folder: Path, url: str, name: str, sessions: int, conc: int, procs: int) -> Any:
+    """``forge-ledger study run`` of a fresh plan in child processes: wall, their CPU, cells."""
+    plan = _plan(folder, url, name, sessions)
+    exe = Path(sys.executable).with_name("forge-ledger")
+    command = [str(exe), "study", "run", str(plan), "--store", str(folder / f"{name}.sqlite")]
+    command += ["--processes", str(procs), "--concurrency", str(conc), "--quiet", "--json"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = time.perf_counter()
+    out = subprocess.run(command, capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - wall
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    done = json.loads(out.stdout)["done"]
+    return {"processes": procs, "concurrency_each": conc, "wall_secs": round(wall, 3),
+            "cpu_secs": round(cpu, 3), "done": done}  # fmt: skip
+
+
+def _processes(folder: Path, url: str, sessions: int, conc: int, ideal: float) -> Any:
+    """One process and two processes (half the concurrency each) through the command line."""
+    runs = []
+    for procs in (1, 2):
+        _log(f"study run --processes {procs}: {sessions} sessions")
+        got = _command_run(folder, url, f"p{procs}", sessions, max(1, conc // procs), procs)
+        runs.append({**got, "ratio_to_ideal": round(got["wall_secs"] / ideal, 3)})
+    one, two = runs
+    return {
+        "one": one,
+        "two": two,
+        "ideal_secs": round(ideal, 3),
+        "two_over_one_wall": round(two["wall_secs"] / one["wall_secs"], 3),
+        "two_over_one_cpu": round(two["cpu_secs"] / one["cpu_secs"], 3),
+        "ratio_goal": 1.25,
+    }
+
+
 def _machinery(run: dict[str, Any]) -> float:
     return float(
         run["machinery_cpu_secs"]
@@ -309,11 +348,13 @@ def main() -> None:
             many = _measure(
                 folder / "study.sqlite", _plan(folder, server.url, "many", sessions), conc
             )
+            cores, ideals, ratio, overhead = _ratios(alone, many, sessions, conc)
+            ideal = max(ideals["latency_bound_secs"], ideals[f"cpu_bound_{cores}_cores_secs"])
+            processes = _processes(folder, server.url, sessions, conc, ideal)
         _log(f"memory: a fresh process with {in_flight} sessions in flight")
         memory = _memory(server.url, in_flight)
     finally:
         server.stop()
-    cores, ideals, ratio, overhead = _ratios(alone, many, sessions, conc)
     result: dict[str, Any] = {
         "sessions": sessions,
         "concurrency": conc,
@@ -326,6 +367,7 @@ def main() -> None:
         "ideals": ideals,
         "ratio": ratio,
         "ratio_goal": 1.25,
+        "processes": processes,
         "overhead": overhead,
         "memory": {**memory, "peak_goal_mb": 400},
     }

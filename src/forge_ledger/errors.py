@@ -31,6 +31,7 @@ __all__ = [
     "LeaseHeldError",
     "Loc",
     "NonDeterminismError",
+    "ProcessFailedError",
     "ProviderError",
     "RunInterrupted",
     "SessionDamagedError",
@@ -229,6 +230,13 @@ class ImportValidationError(ForgeLedgerError):
 
 class NonDeterminismError(ForgeLedgerError):
     """A replay produced an event different from the recorded one."""
+
+    exit_code = 1
+
+
+class ProcessFailedError(ForgeLedgerError):
+    """Another process running the same study's cells (``--processes``) was killed or ended
+    on an error; the study keeps what every process recorded, and ``study resume`` goes on."""
 
     exit_code = 1
 

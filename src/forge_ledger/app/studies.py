@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -22,6 +23,7 @@ from ..study._sessions import SessionHooks
 from ..study.plan import StudyPlan, load_plan, plan_from_document
 from ..study.runner import Progress, plan_study, run_study
 from ..study.state import StudyState
+from ..study.stream import StudyStream
 from .running import Runtime, resume_session, start_session
 from .stores import Store, opened
 
@@ -109,22 +111,38 @@ async def continue_study(
     clock: Clock | None = None,
     hmac_key: bytes | None = None,
     on_progress: Callable[[Progress], Any] | None = None,
+    processes: int = 1,
+    share: tuple[int, int] = (0, 1),
 ) -> StudyState:
     """Run the cells of a recorded study (id, prefix or name) not finished yet; a provider
-    made here is closed here."""
+    made here is closed here. ``processes`` > 1 runs them over that many local processes
+    (:mod:`.study_processes`); ``share`` is what one of those processes is given."""
     from ..providers import get_provider
+    from .study_processes import in_processes, refused
 
     prov = provider or get_provider()
     try:
         with opened(store, create=False) as ledger:
-            return await run_study(
+            refused(ledger.location, processes=processes, provider=provider)
+            run = partial(
+                run_study,
                 ledger,
-                study,
                 provider=prov,
                 concurrency=concurrency,
                 sessions=SESSIONS,
                 clock=clock,
                 hooks=SessionHooks(clock=clock, hmac_key=hmac_key),
+                on_progress=on_progress,
+            )
+            if processes <= 1:
+                return await run(study, share=share)
+            return await in_processes(
+                ledger,
+                StudyStream(ledger).resolve(study),
+                run,
+                processes=processes,
+                concurrency=concurrency,
+                clock=clock,
                 on_progress=on_progress,
             )
     finally:
@@ -139,8 +157,12 @@ async def run_plan(
 ) -> StudyState:
     """Record the plan (or find it recorded) and run its cells not finished yet; ``options``
     are :func:`continue_study`'s."""
+    from .study_processes import refused
+
     checked = as_plan(plan)
     with opened(store, create=True) as ledger:
+        processes, provider = options.get("processes", 1), options.get("provider")
+        refused(ledger.location, processes=processes, provider=provider)
         study_id = plan_study(ledger, checked, clock=options.get("clock"))
         return await continue_study(ledger, study_id, **options)
 

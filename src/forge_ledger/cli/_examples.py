@@ -107,10 +107,15 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "forge-ledger study report anonymity -o study.html",
         "forge-ledger study report 5d1e --at-event 40 -o then.html --sessions",
     ),
-    "study resume": ("forge-ledger study resume anonymity", "forge-ledger study resume 5d1e -j 16"),
+    "study resume": (
+        "forge-ledger study resume anonymity",
+        "forge-ledger study resume 5d1e -j 16",
+        "forge-ledger study resume anonymity --processes 2 -j 8",
+    ),
     "study run": (
         "forge-ledger study run anonymity.yaml",
         "forge-ledger study run anonymity.yaml --concurrency 16 --quiet --json",
+        "forge-ledger study run anonymity.yaml --processes 2 --concurrency 8",
     ),
     "study status": (
         "forge-ledger study status anonymity",

@@ -81,9 +81,32 @@ def _quiet(f: Any) -> Any:
     return click.option("--quiet", "-q", is_flag=True, help="No progress display.")(f)
 
 
+def _processes(f: Any) -> Any:
+    """``--processes N``: local processes sharing the study's cells (SQLite store)."""
+    return click.option(
+        "--processes",
+        "-p",
+        type=click.IntRange(1, 64),
+        default=1,
+        show_default=True,
+        metavar="N",
+        help="Processes on this machine running the cells (each --concurrency at once) on the "
+        "same SQLite store: past one CPU core.",
+    )(f)
+
+
+def _share(text: str) -> tuple[int, int]:
+    """The hidden ``--share K/N`` a process started by ``--processes`` is given."""
+    k, _, n = text.partition("/")
+    if not (k.isdigit() and n.isdigit() and int(k) < int(n)):
+        raise UsageError(f"--share {text!r}: give K/N with 0 <= K < N")
+    return int(k), int(n)
+
+
 @study.command("run")
 @click.argument("plan", type=click.Path(dir_okay=False, path_type=Path))
 @_concurrency(_IN_ONE_PROCESS)
+@_processes
 @_quiet
 @click.option(
     "--queue",
@@ -105,6 +128,7 @@ def _quiet(f: Any) -> Any:
 def run_cmd(
     plan: Path,
     concurrency: int,
+    processes: int,
     quiet: bool,
     queue: bool,
     rates: tuple[str, ...],
@@ -112,6 +136,7 @@ def run_cmd(
     as_json: bool,
 ) -> None:
     """Run the study of PLAN: the cells not finished yet (the same plan again continues it)."""
+    from ..app.study_processes import refused
     from ..ledger.store import resolve_store
     from ..study import load_plan, plan_study
     from ..study.rates import parse_rates
@@ -126,13 +151,14 @@ def run_cmd(
             "--queue needs a PostgreSQL store; nothing was written",
             hint="give --store postgresql://HOST:PORT/DB, or run without --queue",
         )
+    refused(resolve_store(store), processes=processes)
     checked = load_plan(plan)
     with open_ledger(store, create=True) as ledger:
         study_id = plan_study(ledger, checked)
         if queue:
             _queue(ledger, str(study_id), limits, as_json=as_json)
             return
-        _run(ledger, str(study_id), concurrency=concurrency, quiet=quiet, as_json=as_json)
+        _run(ledger, str(study_id), concurrency, processes=processes, quiet=quiet, as_json=as_json)
 
 
 def _queue(ledger: Ledger, ref: str, rates: dict[str, int], *, as_json: bool) -> None:
@@ -159,19 +185,44 @@ def _queue(ledger: Ledger, ref: str, rates: dict[str, int], *, as_json: bool) ->
 @study.command("resume")
 @click.argument("study_ref", metavar="STUDY")
 @_concurrency(_IN_ONE_PROCESS)
+@_processes
+@click.option("--share", default="0/1", hidden=True)
 @_quiet
 @store_option
 @json_option
 @survives_closed_output
 def resume_cmd(
-    study_ref: str, concurrency: int, quiet: bool, store: str | None, as_json: bool
+    study_ref: str,
+    concurrency: int,
+    processes: int,
+    share: str,
+    quiet: bool,
+    store: str | None,
+    as_json: bool,
 ) -> None:
     """Continue STUDY (id, prefix or name): resume its cut-off and paused cells, start the rest."""
     with open_ledger(store, create=False) as ledger:
-        _run(ledger, study_ref, concurrency=concurrency, quiet=quiet, as_json=as_json)
+        _run(
+            ledger,
+            study_ref,
+            concurrency,
+            processes=processes,
+            share=_share(share),
+            quiet=quiet,
+            as_json=as_json,
+        )
 
 
-def _run(ledger: Ledger, ref: str, *, concurrency: int, quiet: bool, as_json: bool) -> None:
+def _run(
+    ledger: Ledger,
+    ref: str,
+    concurrency: int,
+    *,
+    processes: int = 1,
+    share: tuple[int, int] = (0, 1),
+    quiet: bool,
+    as_json: bool,
+) -> None:
     from ..app.studies import continue_study
     from ..study import StudyStream
 
@@ -186,7 +237,9 @@ def _run(ledger: Ledger, ref: str, *, concurrency: int, quiet: bool, as_json: bo
             study_id,
             concurrency=concurrency,
             hmac_key=hmac_key(),
-            on_progress=display.update,
+            on_progress=display.update if display.enabled else None,
+            processes=processes,
+            share=share,
         )
 
     try:
@@ -271,7 +324,7 @@ def _render(progress: Progress) -> Group:
     table = Table(box=None, show_header=True, pad_edge=False)
     for col in ("cell", "session", "cost", "topic"):
         table.add_column(col, no_wrap=col != "topic")
-    for cell_id, cost in sorted(progress.active.items()):
+    for cell_id, cost in sorted(progress.running().items()):
         cell = s.cells[cell_id]
         title = s.plan.topics[cell.spec.topic].title
         add_row(table, cell_id, (cell.session_id or "")[:8], money(cost), title)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -34,7 +36,14 @@ if TYPE_CHECKING:
     from ..ledger import Ledger
     from ..providers import Provider
 
-__all__ = ["Progress", "finished_event", "plan_study", "run_study", "unfinished_cells"]
+__all__ = [
+    "Progress",
+    "finished_event",
+    "plan_study",
+    "rotated",
+    "run_study",
+    "unfinished_cells",
+]
 
 _POLL_SECS = 1.0
 """How often a cell that waits (for money held, or for its parent cell) re-reads the study."""
@@ -76,16 +85,32 @@ class Progress:
     active: dict[str, float] = field(default_factory=dict)
     """Cells running in this process, with what each session has spent so far."""
     now: datetime | None = None
+    shared: bool = False
+    """Whether other processes run the study's cells too: then a cell assigned and not
+    finished is counted as running (elsewhere), not as waiting to be taken."""
 
     def counts(self) -> dict[str, int]:
         s = self.state
+        left = Counter(c.status for i, c in s.cells.items() if i not in self.active)
+        elsewhere = left["running"] if self.shared else 0
         return {
             "done": s.count("done"),
-            "running": len(self.active),
+            "running": len(self.active) + elsewhere,
             "paused": s.count("paused"),
             "failed": s.count("failed"),
-            "waiting": s.count("pending") + s.count("running") - len(self.active),
+            "waiting": left["pending"] + left["running"] - elsewhere,
         }
+
+    def running(self) -> dict[str, float]:
+        """The cells running, with what each has spent as far as this process knows: its own
+        (live), and when shared, those of the other processes (as recorded)."""
+        cells = self.state.cells
+        elsewhere = {
+            c: cell.cost_usd
+            for c, cell in cells.items()
+            if self.shared and cell.status == "running" and c not in self.active
+        }
+        return {**elsewhere, **self.active}
 
     @property
     def spent_usd(self) -> float:
@@ -105,10 +130,16 @@ class Progress:
 class _Live:
     """Keeps :class:`Progress` current and hands it to the caller's callback."""
 
-    def __init__(self, run: StudyRun, on_progress: Callable[[Progress], Any] | None) -> None:
+    def __init__(
+        self,
+        run: StudyRun,
+        on_progress: Callable[[Progress], Any] | None,
+        *,
+        shared: bool = False,
+    ) -> None:
         self.run = run
         self.on_progress = on_progress
-        self.progress = Progress(run.state)
+        self.progress = Progress(run.state, shared=shared)
         self.ended = 0
         self.cell_ended = asyncio.Condition()
 
@@ -158,6 +189,14 @@ class _Live:
                     )
             self.run.reload()
 
+    async def watch(self, tasks: list[asyncio.Task[None]], every_secs: float) -> None:
+        """Re-read the study every ``every_secs`` until ``tasks`` end, so that the display
+        shows what other processes record too."""
+        while not all(t.done() for t in tasks):
+            await asyncio.wait(tasks, timeout=every_secs)
+            self.run.reload()
+            self.changed()
+
     def moved_on(self, seen: int) -> bool:
         """Whether a cell ended since the count was ``seen``."""
         return self.ended != seen
@@ -182,6 +221,27 @@ def unfinished_cells(state: StudyState) -> list[str]:
     ]
 
 
+def rotated(state: StudyState, cells: list[str], share: tuple[int, int]) -> list[str]:
+    """``cells`` (in :func:`unfinished_cells`' order) for process ``k`` of ``n``: each run of
+    cells of one kind (cut off or paused, not started, counterfactual) rotated by ``k/n`` of
+    its length, so that processes sharing a study start on different cells and still take
+    a counterfactual cell's parent before it."""
+    k, n = share
+    if n <= 1:
+        return cells
+    cell_of = state.cells
+
+    def kind(c: str) -> tuple[bool, bool]:
+        return cell_of[c].status == "pending", cell_of[c].spec.parent is not None
+
+    out: list[str] = []
+    for _, run in itertools.groupby(cells, key=kind):
+        group = list(run)
+        at = k * len(group) // n
+        out += group[at:] + group[:at]
+    return out
+
+
 async def run_study(
     ledger: Ledger,
     study: str | UUID,
@@ -192,15 +252,21 @@ async def run_study(
     hooks: SessionHooks | None = None,
     clock: Clock | None = None,
     on_progress: Callable[[Progress], Any] | None = None,
+    share: tuple[int, int] = (0, 1),
+    watch_secs: float | None = None,
 ) -> StudyState:
     """Run every cell not finished yet, ``concurrency`` at a time; returns the study's state
-    (``stopped`` says why cells were left pending, if the budget ran out)."""
+    (``stopped`` says why cells were left pending, if the budget ran out).
+
+    ``share`` ``(k, n)``: this is process ``k`` of ``n`` running the study at once; it takes
+    the cells in the order :func:`rotated` gives it. ``watch_secs``: re-read the study that
+    often for ``on_progress`` (to show what the other processes do)."""
     if concurrency < 1:
         raise ConfigError(f"--concurrency {concurrency}: give 1 or more")
     base = hooks or SessionHooks(clock=clock)
     run = StudyRun(ledger, StudyStream(ledger).resolve(study), clock=clock or SystemClock())
-    live = _Live(run, on_progress)
-    todo = iter(unfinished_cells(run.state))
+    live = _Live(run, on_progress, shared=share[1] > 1)
+    todo = iter(rotated(run.state, unfinished_cells(run.state), share))
     budget = run.state.plan.budget
     counted = None if budget.calls is None else CountedCalls(provider, budget, run.state.calls)
 
@@ -217,8 +283,9 @@ async def run_study(
 
     try:
         async with asyncio.TaskGroup() as group:
-            for _ in range(concurrency):
-                group.create_task(worker())
+            tasks = [group.create_task(worker()) for _ in range(concurrency)]
+            if watch_secs is not None and on_progress is not None:
+                group.create_task(live.watch(tasks, watch_secs))
     except BaseExceptionGroup as failed:  # the first cell's failure is the study's (one line)
         raise failed.exceptions[0] from None
     run.record(finished_event)
