@@ -26,7 +26,7 @@ from forge_ledger.testing import FakeOpenAIServer, bundled_script
 from support.cli import write_participants
 
 
-def _plan(tmp_path: Path, url: str, repeats: int = 2) -> Path:
+def _plan(tmp_path: Path, url: str, repeats: int = 2, **budget: float) -> Path:
     write_participants(tmp_path / "trio.yaml", url, ("ana", "ben", "cleo"))
     doc: dict[str, Any] = {
         "name": "spread",
@@ -35,7 +35,7 @@ def _plan(tmp_path: Path, url: str, repeats: int = 2) -> Path:
         "variants": {"named": {}, "anonymous": {"anonymize": True}},
         "repeats": repeats,
         "session": {"max_rounds": 6},
-        "budget": {"usd": 5},
+        "budget": {"usd": 5, **budget},
     }
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump(doc), encoding="utf-8")
@@ -102,6 +102,32 @@ def test_two_processes_finish_a_plan_each_cell_once(tmp_path: Path) -> None:
     assert summary["done"] == 12
     assert summary["status"] == "finished"
     assert _each_cell_once(store) == 12
+
+
+@pytest.mark.slow
+def test_the_calls_budget_holds_across_processes(tmp_path: Path) -> None:
+    """Each call is counted in the store's file before it starts, so two processes together
+    make no more calls than the budget: the server hears exactly that many, the study stops
+    and says why."""
+    store = tmp_path / "s.sqlite"
+    with FakeOpenAIServer(bundled_script("demo"), latency=0.02) as server:
+        plan = _plan(tmp_path, server.url, calls=40)
+        done = subprocess.run(
+            _cli("study", "run", str(plan), "-j", "2", "-p", "2", "--json"),
+            env=_env(store),
+            cwd=tmp_path,
+            capture_output=True,
+            timeout=300,
+        )
+        heard = len(server.requests)
+    assert done.returncode == 3, done.stderr.decode()[-1500:]  # cells paused: resume later
+    summary = json.loads(done.stdout)
+    assert heard == 40
+    assert summary["stopped"] == "the study's budget of 40 calls is spent (40 made)"
+    with Ledger(str(store), create=False) as ledger:
+        stream = StudyStream(ledger)
+        (study_id,) = stream.study_ids()
+        assert stream.state(study_id).count("pending") > 0
 
 
 @pytest.mark.slow

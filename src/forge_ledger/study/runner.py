@@ -23,9 +23,10 @@ from uuid import UUID, uuid4
 
 from ..clock import Clock, SystemClock
 from ..errors import ConfigError
+from ..ledger.store import lock_timeout
 from . import events as sev
 from ._sessions import SessionFunctions, SessionHooks
-from .calls import CountedCalls
+from .calls import CountedCalls, FileCount, MemoryCount
 from .cells import StudyRun, run_cell
 from .plan import StudyPlan
 from .state import StudyState
@@ -268,7 +269,7 @@ async def run_study(
     live = _Live(run, on_progress, shared=share[1] > 1)
     todo = iter(rotated(run.state, unfinished_cells(run.state), share))
     budget = run.state.plan.budget
-    counted = None if budget.calls is None else CountedCalls(provider, budget, run.state.calls)
+    counted = None if budget.calls is None else CountedCalls(provider, budget, _call_count(run))
 
     async def worker() -> None:
         for cell_id in todo:  # one shared iterator: each cell is taken by one task
@@ -291,6 +292,15 @@ async def run_study(
     run.record(finished_event)
     live.changed()
     return run.state
+
+
+def _call_count(run: StudyRun) -> FileCount | MemoryCount:
+    """Where this study's calls are counted: in a SQLite store's file, which every process
+    running its cells shares, else in this process."""
+    where = run.ledger.location
+    if where.kind == "sqlite" and where.path is not None:
+        return FileCount(where.path, str(run.study_id), run.state.calls, timeout=lock_timeout())
+    return MemoryCount(run.state.calls)
 
 
 def finished_event(state: StudyState) -> sev.StudyPayload | None:
