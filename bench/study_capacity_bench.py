@@ -49,7 +49,7 @@ from functools import wraps
 from pathlib import Path
 from typing import Any
 
-import yaml
+from study_setup import FakeServer, log, write_plan
 
 from forge_ledger.app.studies import SESSIONS
 from forge_ledger.ledger import Ledger
@@ -58,49 +58,11 @@ from forge_ledger.study import cells as study_cells
 from forge_ledger.study import runner as study_runner
 from forge_ledger.study.plan import StudyPlan
 
-PRICE = {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}
 PEOPLE = ("ana", "ben", "cleo", "dev")
 
 
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-class _Server:
-    """``forge-ledger fake-server`` in a child process, with a latency before every reply."""
-
-    def __init__(self, latency: float) -> None:
-        exe = Path(sys.executable).with_name("forge-ledger")
-        self.proc = subprocess.Popen(
-            [str(exe), "fake-server", "--latency", str(latency)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        self.url = self.proc.stdout.readline().strip()
-        if not self.url.startswith("http"):
-            self.stop()
-            raise SystemExit("the fake server did not start")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
-
-
 def _plan(folder: Path, url: str, name: str, repeats: int) -> Path:
-    people = [{"name": n, "model": f"openai/{n}", "api_base": url, "price": PRICE} for n in PEOPLE]
-    (folder / "panel.yaml").write_text(yaml.safe_dump({"participants": people}), "utf-8")
-    plan = {
-        "name": name,
-        "topics": [{"title": "Retry policy for the ingest service"}],
-        "panels": {"four": "panel.yaml"},
-        "repeats": repeats,
-        "session": {"max_rounds": 8},
-    }
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(plan), "utf-8")
-    return path
+    return write_plan(folder, url, name, repeats, people=PEOPLE)
 
 
 class _Meter:
@@ -268,7 +230,7 @@ def _processes(folder: Path, url: str, sessions: int, conc: int, ideal: float) -
     """One process and two processes (half the concurrency each) through the command line."""
     runs = []
     for procs in (1, 2):
-        _log(f"study run --processes {procs}: {sessions} sessions")
+        log(f"study run --processes {procs}: {sessions} sessions")
         got = _command_run(folder, url, f"p{procs}", sessions, max(1, conc // procs), procs)
         runs.append({**got, "ratio_to_ideal": round(got["wall_secs"] / ideal, 3)})
     one, two = runs
@@ -336,22 +298,22 @@ def main() -> None:
     )
     if args.quick:
         sessions, conc, in_flight, latency = 4, 2, 4, 0.05
-    server = _Server(latency)
+    server = FakeServer(latency)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
-            _log("warm-up: one session (imports, first connections)")
+            log("warm-up: one session (imports, first connections)")
             _measure(folder / "warm.sqlite", _plan(folder, server.url, "warm", 1), 1)
-            _log("one session alone")
+            log("one session alone")
             alone = _measure(folder / "alone.sqlite", _plan(folder, server.url, "alone", 1), 1)
-            _log(f"{sessions} sessions at --concurrency {conc}")
+            log(f"{sessions} sessions at --concurrency {conc}")
             many = _measure(
                 folder / "study.sqlite", _plan(folder, server.url, "many", sessions), conc
             )
             cores, ideals, ratio, overhead = _ratios(alone, many, sessions, conc)
             ideal = max(ideals["latency_bound_secs"], ideals[f"cpu_bound_{cores}_cores_secs"])
             processes = _processes(folder, server.url, sessions, conc, ideal)
-        _log(f"memory: a fresh process with {in_flight} sessions in flight")
+        log(f"memory: a fresh process with {in_flight} sessions in flight")
         memory = _memory(server.url, in_flight)
     finally:
         server.stop()

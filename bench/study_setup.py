@@ -57,18 +57,23 @@ class FakeServer:
         self.proc.wait(timeout=10)
 
 
-def write_plan(folder: Path, url: str, name: str, repeats: int, **fields: Any) -> Path:
-    """``<name>.yaml``: one topic, the three-participant ``trio`` panel at ``url``, ``repeats``
-    cells, at most 8 rounds each; ``fields`` replace the plan's own."""
-    people = [
-        {"name": n, "model": f"openai/{n}", "api_base": url, "price": PRICE}
-        for n in ("ana", "ben", "cleo")
-    ]
-    (folder / "trio.yaml").write_text(yaml.safe_dump({"participants": people}), "utf-8")
+def write_plan(
+    folder: Path,
+    url: str,
+    name: str,
+    repeats: int,
+    *,
+    people: tuple[str, ...] = ("ana", "ben", "cleo"),
+    **fields: Any,
+) -> Path:
+    """``<name>.yaml``: one topic, one panel of ``people`` (the trio by default) at ``url``,
+    ``repeats`` cells, at most 8 rounds each; ``fields`` replace the plan's own."""
+    panel = [{"name": n, "model": f"openai/{n}", "api_base": url, "price": PRICE} for n in people]
+    (folder / "panel.yaml").write_text(yaml.safe_dump({"participants": panel}), "utf-8")
     plan = {
         "name": name,
         "topics": [{"title": "Retry policy for the ingest service"}],
-        "panels": {"trio": "trio.yaml"},
+        "panels": {"panel": "panel.yaml"},
         "repeats": repeats,
         "session": {"max_rounds": 8},
         **fields,
