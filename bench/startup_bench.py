@@ -44,8 +44,13 @@ GOALS = {"--help": 2.0, "sessions": 3.0, "show S": 4.0, "spec S": 4.0, "audit S"
 
 
 def _env(store: Path) -> dict[str, str]:
+    """The commands' environment, as a person's shell has it: Python keeps the compiled
+    modules it reads (``PYTHONDONTWRITEBYTECODE``, set on some build machines, would have every
+    command compile this package again, which the libraries of the baseline, compiled when
+    they were installed, never pay)."""
     env = dict(os.environ, FORGE_LEDGER_STORE=str(store), LITELLM_LOCAL_MODEL_COST_MAP="True")
     env.pop("FORGE_LEDGER_HMAC_KEY", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 
