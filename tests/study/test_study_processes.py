@@ -137,7 +137,9 @@ def test_ctrl_c_stops_every_process_and_resume_finishes_each_cell_once(
     tmp_path: Path, stop: signal.Signals
 ) -> None:
     store = tmp_path / "s.sqlite"
-    with FakeOpenAIServer(bundled_script("demo"), latency=0.1) as server:
+    # 0.5 s a call: the 12 cells take several seconds after the first two end, so the stop
+    # lands mid-run even when a loaded machine slows the polling below
+    with FakeOpenAIServer(bundled_script("demo"), latency=0.5) as server:
         plan = _plan(tmp_path, server.url)
         parent = subprocess.Popen(
             _cli("study", "run", str(plan), "-j", "2", "-p", "2"),
@@ -209,7 +211,9 @@ def test_each_process_starts_on_other_cells_and_still_sees_every_cell(tmp_path: 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds children through /proc")
 def test_a_process_killed_under_the_run_is_one_line_and_resume_finishes(tmp_path: Path) -> None:
     store = tmp_path / "s.sqlite"
-    with FakeOpenAIServer(bundled_script("demo"), latency=0.1) as server:
+    # 0.5 s a call: the 12 cells take several seconds after the first two end, so the stop
+    # lands mid-run even when a loaded machine slows the polling below
+    with FakeOpenAIServer(bundled_script("demo"), latency=0.5) as server:
         plan = _plan(tmp_path, server.url)
         parent = subprocess.Popen(
             _cli("study", "run", str(plan), "-j", "2", "-p", "2"),
