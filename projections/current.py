@@ -28,6 +28,7 @@ __all__ = [
     "StoreHead",
     "current_session_view",
     "current_summaries",
+    "read_snapshot",
     "session_head",
     "store_head",
 ]
@@ -117,17 +118,11 @@ def _is_current(conn: sqlite3.Connection, head: int, marks: Iterable[Mark]) -> b
     )
 
 
-def _read_if_current(
-    path: Path,
-    head: int,
-    marks: Iterable[Mark],
-    query: Callable[[sqlite3.Connection], _T],
-) -> _T | None:
-    """``query`` on the read model when it is current (:func:`_is_current`), else None.
+def read_snapshot(path: Path, query: Callable[[sqlite3.Connection], _T | None]) -> _T | None:
+    """``query`` on one read-only snapshot of the read-model file at ``path``, or None.
 
-    The file is opened read-only: a reader creates nothing, and a missing, older, locked or
-    damaged read model simply means the caller reads the ledger instead.
-    """
+    A reader creates nothing, and a missing, locked or damaged read model (unreadable rows
+    included) is no answer: the caller reads the ledger instead."""
     if not path.is_file():
         return None
     try:
@@ -137,13 +132,21 @@ def _read_if_current(
     try:
         # one snapshot for the check and the reads: a runner may commit in between
         conn.execute("BEGIN")
-        if not _is_current(conn, head, marks):
-            return None
         return query(conn)
     except (sqlite3.Error, ValueError, TypeError, KeyError):
-        return None  # unreadable rows (a damaged file) are no answer either
+        return None
     finally:
         conn.close()
+
+
+def _read_if_current(
+    path: Path,
+    head: int,
+    marks: Iterable[Mark],
+    query: Callable[[sqlite3.Connection], _T],
+) -> _T | None:
+    """``query`` on the read model when it is current (:func:`_is_current`), else None."""
+    return read_snapshot(path, lambda conn: query(conn) if _is_current(conn, head, marks) else None)
 
 
 def current_summaries(

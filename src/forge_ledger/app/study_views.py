@@ -31,6 +31,7 @@ from uuid import UUID
 
 from ..domain import canonical_json
 from ..projections.base import Put
+from ..projections.current import read_snapshot
 from ..projections.runner import ProjectionStatus, write_transaction
 from ..projections.writes import BatchWriter
 
@@ -353,16 +354,10 @@ class StudyStatus:
 
 def _from_tables(path: Path, study_id: str, head: tuple[int, str]) -> StudyStatus | None:
     """The study's rows when the read model is current for it (its ``studies`` row at the
-    study's last event, the tables at this version), else None. Opened read-only: a reader
-    creates nothing, and a missing, older, locked or damaged file is no answer."""
-    if not path.is_file():
-        return None
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=1)
-    except sqlite3.Error:
-        return None
-    try:
-        conn.execute("BEGIN")  # one snapshot for the check and the reads
+    study's last event, the tables at this version), else None (see
+    :func:`~forge_ledger.projections.current.read_snapshot`)."""
+
+    def rows(conn: sqlite3.Connection) -> tuple[dict[str, Any], list[Any]] | None:
         tracked = conn.execute(
             "SELECT version FROM _projections WHERE name = ?", [STUDY_LOG]
         ).fetchone()
@@ -378,10 +373,12 @@ def _from_tables(path: Path, study_id: str, head: tuple[int, str]) -> StudyStatu
             f"SELECT {', '.join(_CELL_KEYS)} FROM study_cells WHERE study_id = ? ORDER BY rowid",
             [study_id],
         ).fetchall()
-    except (sqlite3.Error, ValueError, TypeError):
+        return s, cells
+
+    found = read_snapshot(path, rows)
+    if found is None:
         return None
-    finally:
-        conn.close()
+    s, cells = found
     summary = {_SUMMARY_NAMES.get(k, k): s[k] for k in _STUDY_KEYS}
     summary["budget"] = json.loads(summary["budget"])
     return StudyStatus(
