@@ -26,6 +26,7 @@ __all__ = [
     "SUMMARY_COLUMNS",
     "Mark",
     "StoreHead",
+    "current_document",
     "current_session_view",
     "current_summaries",
     "read_snapshot",
@@ -35,7 +36,7 @@ __all__ = [
 
 
 READ_MODEL_NAME = "read_model"
-READ_MODEL_VERSION = 5
+READ_MODEL_VERSION = 6
 """The read-model projection's name and version (:class:`~.read_model.ReadModelProjection`
 takes them from here): a reader checks them without loading the projection's fold and its
 models."""
@@ -183,6 +184,42 @@ def current_session_view(source: StoreHead, path: Path, session_id: UUID) -> Ses
     if last is not None:
         marks.append(last)
     return _read_if_current(path, head, marks, lambda conn: _view_rows(conn, str(session_id)))
+
+
+def current_document(
+    path: Path,
+    head: int,
+    last: Mark | None,
+    prefix: str,
+    session_mark: Callable[[str], Mark | None],
+) -> str | None:
+    """The document file ``spec`` prints for the one session whose id starts with ``prefix``
+    (id digits, no dashes), from the read model at ``path`` if it is current for the store
+    (``head``, ``last``) and for that session (``session_mark`` reads its head from the
+    store); else None: no such session, several, no document yet, or not current, all of
+    which the ledger then answers itself."""
+
+    def text(conn: sqlite3.Connection) -> str | None:
+        found = conn.execute(
+            "SELECT id FROM sessions WHERE replace(id, '-', '') LIKE ? ESCAPE '!' LIMIT 2",
+            [_like_prefix(prefix)],
+        ).fetchall()
+        if len(found) != 1:
+            return None
+        sid = _text(found[0][0])
+        mark = session_mark(sid)
+        if mark is None or not _is_current(conn, head, [mark, *([last] if last else [])]):
+            return None
+        row = conn.execute("SELECT text FROM documents WHERE id = ?", [sid]).fetchone()
+        return None if row is None or row[0] is None else _text(row[0])
+
+    return read_snapshot(path, text)
+
+
+def _like_prefix(prefix: str) -> str:
+    """A LIKE pattern for values starting with ``prefix`` taken literally."""
+    escaped = prefix.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+    return escaped + "%"
 
 
 _VIEW_COLUMNS = (

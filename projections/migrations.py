@@ -340,6 +340,21 @@ def m007_studies(db: Database) -> None:
                indexes=spec.get("indexes", ()))
 
 
+DOCUMENT_COLUMNS: dict[str, Any] = {
+    "id": str, "status": str, "iteration": int, "position": int, "agreed": int, "text": str,
+}
+"""Each session's document file as ``spec`` prints it (``id`` is the session's; ``text`` is
+NULL while the session has no document)."""
+TABLE_KEYS["documents"] = "id"
+
+
+@MIGRATIONS(name="m008_documents")
+def m008_documents(db: Database) -> None:
+    """``documents``: the text of each session's document file (``read_model`` version 6
+    fills it), so ``spec`` can print it from here."""
+    _table(db, "documents", DOCUMENT_COLUMNS, fks=[("id", "sessions", "id")])
+
+
 def migrate(db: Database) -> None:
     """Apply every pending migration (idempotent)."""
     MIGRATIONS.apply(db)

@@ -1,7 +1,8 @@
 """The read model for Datasette: sessions, participants, rounds, contributions and their
-parsed outputs (critiques, suggestions, votes) and the cost of every call; and what ``show``
+parsed outputs (critiques, suggestions, votes) and the cost of every call; what ``show``
 prints of a session (``round_lines`` and the ``sessions`` row's EMS, latest convergence and
-open dissent), so ``show`` reads one session's rows instead of folding its events.
+open dissent), so ``show`` reads one session's rows instead of folding its events; and each
+session's document file (``documents``), which ``spec`` prints from here.
 
 Row ids are derived from the events (``session:number`` for rounds, ``session:position`` for
 contributions and calls, ``session:name`` for participants), so the same events always give
@@ -18,10 +19,11 @@ from forge_ledger.domain import RoundState, SessionState, canonical_json
 from forge_ledger.domain import events as ev
 from forge_ledger.domain.events import Payload
 from forge_ledger.domain.state import ContributionState
-from forge_ledger.domain.values import Participant
+from forge_ledger.domain.values import Participant, SessionStatus
 
 from .base import EventLike, Op, Patch, Projection, Put, links
 from .current import READ_MODEL_NAME, READ_MODEL_VERSION
+from .document_file import render_spec
 from .show_view import (
     contribution_line,
     convergence_json,
@@ -108,6 +110,19 @@ def _session_row(s: SessionState) -> Put:
     })
 
 
+def _document_row(s: SessionState) -> Put:
+    """The ``documents`` row: the session's document file as ``spec`` prints it."""
+    has_text = s.latest_text is not None
+    return Put("documents", {
+        "id": s.id,
+        "status": s.status.value,
+        "iteration": s.iteration,
+        "position": s.version,
+        "agreed": int(s.status is SessionStatus.CONVERGED),
+        "text": render_spec(s) if has_text else None,
+    })
+
+
 class ReadModelProjection(Projection):
     """Tables ``sessions`` … ``costs`` and ``round_lines`` (see the module docstring).
 
@@ -115,7 +130,8 @@ class ReadModelProjection(Projection):
     one line per contribution) and writes a fork's inherited rounds, so ``show`` can read a
     session from here when the read model is current. Version 3: a vote's line gives its
     stance and reason. Version 4: the line of an answer cut off at its token limit says so.
-    Version 5: a vote whose score contradicts its stance says so on its line. (The number
+    Version 5: a vote whose score contradicts its stance says so on its line. Version 6:
+    each session's document file (``documents``), for ``spec``. (The number
     is :data:`~.current.READ_MODEL_VERSION`, which readers check.)
     """
 
@@ -123,7 +139,7 @@ class ReadModelProjection(Projection):
     version = READ_MODEL_VERSION
     tables = (
         "sessions", "participants", "rounds", "contributions", "critiques", "suggestions",
-        "votes", "costs", "round_lines",
+        "votes", "costs", "round_lines", "documents",
     )
 
     def __init__(self) -> None:
@@ -277,7 +293,7 @@ class ReadModelProjection(Projection):
 
     def flush(self, touched: Sequence[SessionState]) -> Sequence[Op]:
         """The batch's ``rounds`` and ``round_lines`` rows, each rendered once, and its
-        sessions' rows.
+        sessions' rows and documents.
 
         A line changes only through the events that mark it (its contribution, then the vote,
         critique, opinion or parse failure recorded on it), and the fold changes its
@@ -290,7 +306,8 @@ class ReadModelProjection(Projection):
         lines = [_line_row(sid, state, r, idx) for sid, state, r, idx in self._lines.values()]
         self._rounds = {}
         self._lines = {}
-        return [*rounds, *lines, *(_session_row(s) for s in touched)]
+        sessions = [op for s in touched for op in (_session_row(s), _document_row(s))]
+        return [*rounds, *lines, *sessions]
 
     def _round(self, sid: str, r: RoundState) -> None:
         """Mark round ``r``: its row is written at the flush (see :meth:`flush`).

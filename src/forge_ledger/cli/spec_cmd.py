@@ -25,7 +25,7 @@ from ._common import (
     store_option,
 )
 
-__all__ = ["spec_cmd"]
+__all__ = ["document_from_read_model", "spec_cmd"]
 
 
 def _diff_range(state: Any, diff: str, more: tuple[int, ...]) -> tuple[int, int]:
@@ -81,6 +81,27 @@ def _hunk_note(hunk: Any) -> str:
     return " " + " | ".join(parts) if parts else ""
 
 
+def document_from_read_model(store: str | None, session: str) -> str | None:
+    """The present document of SESSION from the read model of a SQLite store when it is
+    current (the text the read model rendered from the same state); None when the ledger
+    must be read instead. Neither the event store nor the domain's models are loaded."""
+    from ..ledger.head import sqlite_head, sqlite_session_head
+    from ..ledger.outputs import store_outputs
+    from ..ledger.session_refs import id_prefix
+    from ..ledger.store import resolve_store
+    from ..projections.current import current_document
+
+    prefix = id_prefix(session)
+    location = resolve_store(store)
+    head = sqlite_head(location) if prefix is not None else None
+    if prefix is None or head is None:
+        return None
+    views = store_outputs(location).views
+    return current_document(
+        views, *head, prefix, lambda sid: sqlite_session_head(location, sid)
+    )
+
+
 @cli.command("spec")
 @click.argument("session")
 @click.argument("diff_to", nargs=-1, type=int, metavar="")
@@ -111,6 +132,16 @@ def spec_cmd(
 ) -> None:
     """Print SESSION's document: the latest synthesis (before any, the latest draft or
     response) exactly as written, under a header saying whether it was agreed."""
+    if diff_to and diff is None:
+        raise UsageError(f"unexpected argument {diff_to[0]}", hint="give one SESSION")
+    plain = not (diff or output or provenance or as_json or at_iteration or at_event)
+    stored = document_from_read_model(store, session) if plain else None
+    if stored is not None:
+        with document_output():
+            sys.stdout.write(stored)
+        return
+    if diff is not None and (output or provenance):
+        raise UsageError("--diff cannot be combined with -o or --provenance")
     # the document's lineage and diff load only for --provenance and --diff
     from ..records.spec import (
         provenance_json,
@@ -120,10 +151,6 @@ def spec_cmd(
         write_spec,
     )
 
-    if diff_to and diff is None:
-        raise UsageError(f"unexpected argument {diff_to[0]}", hint="give one SESSION")
-    if diff is not None and (output or provenance):
-        raise UsageError("--diff cannot be combined with -o or --provenance")
     with open_ledger(store, create=False) as ledger:
         state = ledger.state(session, at_event=at_event, at_iteration=at_iteration)
         if state.latest_text is None:

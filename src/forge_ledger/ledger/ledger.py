@@ -46,6 +46,7 @@ from .eventsourcing_app import LedgerApp, project
 from .failures import first_line, store_failure
 from .records import RecordedEvent, as_recorded
 from .session_list import SessionSummary, summary
+from .session_refs import id_prefix, is_newest_ref
 from .sqlite_writes import is_busy
 from .store import (
     SqliteAccess,
@@ -635,16 +636,16 @@ class Ledger:
         if isinstance(ref, UUID):
             return ref
         text = ref.strip().lower()
-        if not text:
-            raise SessionNotFoundError("empty session id", hint="see 'forge-ledger sessions'")
-        if text == "last" or text.startswith("@"):
+        if is_newest_ref(text):
             return self._newest(ref, text)
+        key = id_prefix(text)
+        if key is None:
+            raise SessionNotFoundError("empty session id", hint="see 'forge-ledger sessions'")
         with contextlib.suppress(ValueError):
-            if len(text.replace("-", "")) == 32:
+            if len(key) == 32:
                 full = UUID(text)
                 self.head_version(full)
                 return full
-        key = text.replace("-", "")
         matches = [s for s in self.session_ids() if s.hex.startswith(key)]
         if not matches:
             raise SessionNotFoundError(

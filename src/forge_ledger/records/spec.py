@@ -1,4 +1,4 @@
-"""The forged document as a file: rendering, provenance, writing it beside the store, checking it.
+"""The forged document as a file: provenance, writing it beside the store, checking it.
 
 A document file is Markdown: a YAML front matter (topic, status, iteration, weighted score and
 threshold, plain majority, open dissent count, session id, the event position and the head
@@ -6,7 +6,8 @@ hash there), one block-quoted paragraph saying whether the text was agreed (and,
 open dissent), a blank line, then the document body exactly as the model wrote it. Everything
 in it is a function of the session's events up to that position, so
 :func:`verify_spec` re-renders it from the store and compares bytes: the head hash ties the
-file to the chain.
+file to the chain. The text itself is rendered by
+:mod:`forge_ledger.projections.document_file`, which the read model shares.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from ..domain.values import SessionStatus
 from ..errors import ImportValidationError
 from ..ledger.outputs import store_outputs, write_output
+from ..projections.document_file import SPEC_FORMAT, render_spec, spec_header, verdict
 
 if TYPE_CHECKING:
     from ..domain.state import SessionState
@@ -46,71 +47,7 @@ __all__ = [
     "write_spec",
 ]
 
-SPEC_FORMAT = "forge-ledger-document/1"
-TRUNCATED_NOTE = (
-    "> **Truncated.** The answer that is this document was cut off at its token limit and "
-    "continuing it did not finish it: its end is missing."
-)
 _MAX_HEADER = 64 * 1024
-
-
-def _source(state: SessionState) -> dict[str, Any] | None:
-    found = state.document_source
-    if found is None:
-        return None
-    r, c = found
-    return {"participant": c.participant, "round": r.number, "kind": r.kind.value,
-            "position": c.position}
-
-
-def spec_header(state: SessionState) -> dict[str, Any]:
-    """The header fields (also the top level of ``spec --json``)."""
-    conv = state.latest_convergence
-    majority = None
-    if conv is not None:
-        majority = {"agrees": conv.majority_agrees, "agree": conv.agree,
-                    "partial": conv.partial, "disagree": conv.disagree, "abstain": conv.abstain}
-    return {
-        "format": SPEC_FORMAT,
-        "topic": state.topic.title,
-        "session_id": state.id,
-        "slug": state.slug,
-        "status": state.status.value,
-        "finished": state.status.terminal,
-        "agreed": state.status is SessionStatus.CONVERGED,
-        "iteration": state.iteration,
-        "position": state.version,
-        "head_hash": state.head_hash,
-        "updated": state.updated_at.isoformat(),
-        "score": conv.score if conv is not None else None,
-        "threshold": conv.threshold if conv is not None else state.config.convergence_threshold,
-        "majority": majority,
-        "open_dissent": len(state.open_divergences),
-        "source": _source(state),
-        "truncated": state.document_truncated,
-    }
-
-
-def _verdict(state: SessionState) -> list[str]:
-    conv = state.latest_convergence
-    vote = "no vote yet"
-    if conv is not None:
-        vote = (
-            f"weighted score {conv.score:.2f} (threshold {conv.threshold:.2f}); plain majority "
-            f"{'agrees' if conv.majority_agrees else 'does not agree'} ({conv.agree} agree, "
-            f"{conv.partial} partial, {conv.disagree} disagree, {conv.abstain} abstain)"
-        )
-    cut = [TRUNCATED_NOTE] if state.document_truncated else []
-    if state.status is SessionStatus.CONVERGED:
-        return [f"> **Agreed.** The participants converged on this text at iteration "
-                f"{state.iteration}: {vote}.", *cut]
-    out = [f"> **Not agreed.** Status {state.status.value} at iteration {state.iteration}: "
-           f"{vote}. Open dissent: {len(state.open_divergences)}."]
-    for d in state.open_divergences:
-        who = ", ".join(f"{p.participant} ({p.stance.value})" for p in d.positions)
-        out.append(f"> - {d.id}: {' '.join(d.topic.split())} — {who}")
-    out[1:1] = cut
-    return out
 
 
 def split_spec(text: str) -> tuple[str, str]:
@@ -124,13 +61,6 @@ def split_spec(text: str) -> tuple[str, str]:
     if gap < 0:
         return text, ""
     return text[: gap + 2], text[gap + 2 :]
-
-
-def render_spec(state: SessionState) -> str:
-    """The document file for ``state``: front matter, verdict, blank line, body verbatim."""
-    front = yaml.safe_dump(spec_header(state), sort_keys=False, allow_unicode=True, width=1000)
-    body = state.latest_text or ""
-    return "---\n" + front + "---\n" + "\n".join(_verdict(state)) + "\n\n" + body
 
 
 def read_front_matter(path: Path) -> dict[str, Any] | None:
@@ -228,7 +158,7 @@ def render_provenance(state: SessionState, lineage: DocumentLineage) -> str:
         parts.append(f"{body} ⁽{mark}⁾{s.text[len(body):]}")
     title = (f"{' '.join(state.topic.title.split())} — session {state.id}, event "
              f"{state.version}, head hash {state.head_hash[:16]}…")
-    out = [title, "\n".join(_verdict(state)), "", "".join(parts).rstrip("\n"), "",
+    out = [title, "\n".join(verdict(state)), "", "".join(parts).rstrip("\n"), "",
            "Contributions:"]
     for pos, n in sorted(legend.refs.items(), key=lambda x: x[1]):
         out.append(f"  {_sup(n)} {_describe(by_pos[pos])}")
