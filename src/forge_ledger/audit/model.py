@@ -7,7 +7,8 @@ by alias. Positions are ledger positions of the session's events (a fork's posit
 its parent's: its inherited rounds keep the positions they have in the parent).
 """
 
-from __future__ import annotations
+# No postponed annotations here: pydantic then reads the models' annotations as objects
+# rather than compiling each from a string, which makes importing them (every command) faster.
 
 from typing import Any
 

@@ -7,7 +7,8 @@ the stored event topic from it (``forge_ledger:<TYPE>``). A payload gets a new
 old stored dict into the new one, so old ledgers keep loading.
 """
 
-from __future__ import annotations
+# No postponed annotations here: pydantic then reads the models' annotations as objects
+# rather than compiling each from a string, which makes importing them (every command) faster.
 
 import hashlib
 from collections.abc import Callable, Mapping

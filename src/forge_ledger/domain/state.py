@@ -5,7 +5,8 @@ reasons over and what ``show`` prints. :mod:`forge_ledger.domain.fold` builds it
 events, one at a time; the models here only hold and answer questions about it.
 """
 
-from __future__ import annotations
+# No postponed annotations here: pydantic then reads the models' annotations as objects
+# rather than compiling each from a string, which makes importing them (every command) faster.
 
 import json
 from collections.abc import Callable
@@ -344,7 +345,7 @@ class SessionState(_State):
         *,
         inline: bool = False,
         context: dict[str, Any] | None = None,
-    ) -> SessionState:
+    ) -> "SessionState":
         """A state as JSON (a fork's copy, a test's), its answers read from ``fallback``; with
         ``inline``, a state written with its texts inline (see :func:`answers_apart`).
         ``context`` is pydantic's validation context, for a subclass's fields."""

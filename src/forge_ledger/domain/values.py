@@ -5,7 +5,8 @@ payloads and survive a JSON round trip unchanged (``model_validate(model_dump(mo
 gives an equal object; a hypothesis test holds us to that).
 """
 
-from __future__ import annotations
+# No postponed annotations here: pydantic then reads the models' annotations as objects
+# rather than compiling each from a string, which makes importing them (every command) faster.
 
 import re
 from enum import StrEnum
@@ -125,7 +126,7 @@ class ModelProvider(StrEnum):
     CUSTOM = "custom"
 
     @classmethod
-    def from_model(cls, model: str) -> ModelProvider:
+    def from_model(cls, model: str) -> "ModelProvider":
         """Guess the provider from a litellm model name (``anthropic/claude…``, ``gpt-4o``…)."""
         prefix = model.split("/", 1)[0].lower() if "/" in model else ""
         name = model.lower()
@@ -298,13 +299,13 @@ class Topic(Value):
     references: tuple[Reference, ...] = ()
     output_type: OutputType = OutputType.SPECIFICATION
 
-    def with_constraint(self, constraint: str) -> Topic:
+    def with_constraint(self, constraint: str) -> "Topic":
         return self.model_copy(update={"constraints": (*self.constraints, constraint)})
 
-    def with_reference(self, reference: Reference) -> Topic:
+    def with_reference(self, reference: Reference) -> "Topic":
         return self.model_copy(update={"references": (*self.references, reference)})
 
-    def with_output_type(self, output_type: OutputType) -> Topic:
+    def with_output_type(self, output_type: OutputType) -> "Topic":
         return self.model_copy(update={"output_type": output_type})
 
     @property
@@ -372,7 +373,7 @@ class TokenCount(Value):
     def total(self) -> int:
         return self.input + self.output
 
-    def __add__(self, other: TokenCount) -> TokenCount:
+    def __add__(self, other: "TokenCount") -> "TokenCount":
         return TokenCount(input=self.input + other.input, output=self.output + other.output)
 
 
@@ -467,7 +468,7 @@ class ResponseAccounting(Value):
         return self.stop_reason in (StopReason.TRUNCATED, StopReason.MAX_TOKENS)
 
     @classmethod
-    def of(cls, response: ResponseAccounting) -> ResponseAccounting:
+    def of(cls, response: "ResponseAccounting") -> "ResponseAccounting":
         """The accounting of ``response`` alone (a :class:`ModelResponse` is one, with text)."""
         if type(response) is cls:
             return response
@@ -478,7 +479,7 @@ class ResponseAccounting(Value):
             {name: given[name] for name in response.model_fields_set if name != "content"}
         )
 
-    def with_content(self, content: str) -> ModelResponse:
+    def with_content(self, content: str) -> "ModelResponse":
         """The whole response again, for the consumers that want one (see
         ``SessionState.response``)."""
         return ModelResponse.model_construct(

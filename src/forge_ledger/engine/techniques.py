@@ -12,7 +12,8 @@ import csv
 import functools
 import io
 from dataclasses import dataclass
-from importlib import resources
+
+from .._packaged import packaged_data
 
 __all__ = ["Technique", "all_techniques", "get_technique"]
 
@@ -30,7 +31,7 @@ class Technique:
 
 @functools.cache
 def _catalogue() -> tuple[Technique, ...]:
-    text = resources.files("forge_ledger").joinpath("data/techniques.csv").read_text("utf-8")
+    text = packaged_data("techniques.csv").decode("utf-8")
     out: list[Technique] = []
     for row in csv.DictReader(io.StringIO(text)):
         out.append(

@@ -25,11 +25,12 @@ from __future__ import annotations
 import functools
 import json
 import zlib
-from importlib import resources
 from typing import Any
 
 import pydantic_core
 from eventsourcing.persistence import Compressor, JSONTranscoder, Transcoder
+
+from .._packaged import packaged_data
 
 __all__ = [
     "MIN_COMPRESS",
@@ -50,9 +51,7 @@ _LEVEL = 6
 _ZLIB_FIRST = 0x78
 _FDICT = 0x20
 """The zlib header's flag for a preset dictionary, whose Adler-32 follows the header."""
-STATE_DICTIONARY = (
-    resources.files("forge_ledger").joinpath("data/event-states-1.zdict").read_bytes()
-)
+STATE_DICTIONARY = packaged_data("event-states-1.zdict")
 """One stored state of each event type a run records: those of the demo session (``forge-ledger
 demo`` of 2026-11-25), the rarest first, after those the demo never records (a failed call, a
 technique, questions, a pause, a human answer, a resume, a budget exhausted, a completion),
