@@ -22,6 +22,7 @@ from forge_ledger.domain.values import ConvergenceVote
 
 __all__ = [
     "ContributionLine",
+    "ConvergenceLine",
     "DissentRow",
     "RoundView",
     "SessionView",
@@ -75,6 +76,31 @@ class DissentRow:
 
 
 @dataclass(frozen=True)
+class ConvergenceLine:
+    """The latest convergence evaluation as ``show`` prints it: plain values, so a view read
+    from the read model builds no pydantic model (the first model validated in a process costs
+    pydantic's plugin discovery, which imports half the standard library)."""
+
+    round: int
+    iteration: int
+    score: float
+    threshold: float
+    converged: bool
+    majority_agrees: bool
+    agree: int
+    disagree: int
+    partial: int
+    abstain: int
+
+    @classmethod
+    def of(cls, result: ConvergenceResult) -> ConvergenceLine:
+        return cls(**{name: getattr(result, name) for name in _LINE_FIELDS})
+
+
+_LINE_FIELDS = tuple(ConvergenceLine.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
 class SessionView:
     """Everything ``show`` prints of a session (see the module docstring)."""
 
@@ -95,7 +121,7 @@ class SessionView:
     participants: tuple[tuple[str, str, str], ...]
     """(name, model, role) in joining order."""
     rounds: tuple[RoundView, ...]
-    convergence: ConvergenceResult | None
+    convergence: ConvergenceLine | None
     """The latest convergence evaluation."""
     dissent: tuple[DissentRow, ...]
 
@@ -239,7 +265,10 @@ def session_view(state: SessionState) -> SessionView:
             )
             for r in state.rounds
         ),
-        convergence=state.latest_convergence,
+        convergence=(
+            None if state.latest_convergence is None
+            else ConvergenceLine.of(state.latest_convergence)
+        ),
         dissent=dissent_rows(state),
     )
 
@@ -250,9 +279,21 @@ def convergence_json(state: SessionState) -> Any:
     return None if latest is None else latest.model_dump(mode="json")
 
 
-def convergence_from_json(data: Any) -> ConvergenceResult | None:
-    """The column back as the state's own value (validated: the file may be damaged)."""
-    return None if data is None else ConvergenceResult.model_validate(data)
+def convergence_from_json(data: Any) -> ConvergenceLine | None:
+    """The column (the state's value as JSON) back as the line ``show`` prints, each value
+    checked: the file may be damaged, and a damaged value raises (the reader falls back)."""
+    if data is None:
+        return None
+    values = {name: data[name] for name in _LINE_FIELDS}
+    for name, value in values.items():
+        kinds = (bool,) if name in _FLAGS else (int, float) if name in _REALS else (int,)
+        if type(value) not in kinds:
+            raise TypeError(f"convergence {name} is not a {kinds[0].__name__}")
+    return ConvergenceLine(**values)
+
+
+_FLAGS = frozenset({"converged", "majority_agrees"})
+_REALS = frozenset({"score", "threshold"})
 
 
 def dissent_json(dissent: tuple[DissentRow, ...]) -> Any:

@@ -357,7 +357,18 @@ def test_a_read_model_of_the_schema_before_show_is_migrated_and_refolded(
     assert taken == [True] * len(ids)
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "json", "null"])
+_DAMAGED_CONVERGENCE = {
+    "wrong type": "json_set(convergence_json, '$.score', 'high')",
+    "a flag as a number": "json_set(convergence_json, '$.converged', 1)",
+    "missing key": "json_remove(convergence_json, '$.agree')",
+    "not an object": "'[1, 2]'",
+}
+"""A latest convergence that is JSON but not the state's value (SQL over the column)."""
+
+
+@pytest.mark.parametrize(
+    "damage", ["garbage", "truncated", "json", "null", *_DAMAGED_CONVERGENCE]
+)
 def test_a_damaged_read_model_is_not_read(
     current: tuple[Path, list[str], dict[str, str]], taken: list[bool], damage: str,
 ) -> None:
@@ -371,6 +382,16 @@ def test_a_damaged_read_model_is_not_read(
         conn = sqlite3.connect(views)
         if damage == "json":
             conn.execute("UPDATE sessions SET convergence_json = '{not json'")
+        elif damage in _DAMAGED_CONVERGENCE:  # a session without a vote keeps its NULL
+            voted = {r[0] for r in conn.execute(
+                "SELECT id FROM sessions WHERE convergence_json != 'null'"
+            )}
+            assert voted
+            conn.execute(
+                f"UPDATE sessions SET convergence_json = {_DAMAGED_CONVERGENCE[damage]} "
+                "WHERE convergence_json != 'null'"
+            )
+            ids = [sid for sid in ids if sid in voted]
         else:
             conn.execute("UPDATE round_lines SET preview = NULL")
         conn.commit()
