@@ -117,7 +117,8 @@ def test_a_fork_at_a_time_before_it_was_made_reads_its_parent_then(
         want = then if then.version <= k else fork_point
         got = ledger.state(fid, at_time=e.timestamp)
         assert got.id == str(fid)
-        assert got.fork_origin is not None and got.fork_origin.parent_position == k
+        assert got.fork_origin is not None
+        assert got.fork_origin.parent_position == k
         assert got.model_dump(exclude={"id", "fork_origin"}) == want.model_dump(
             exclude={"id", "fork_origin"}
         )
