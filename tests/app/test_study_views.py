@@ -35,6 +35,7 @@ from forge_ledger.app.study_views import (
 from forge_ledger.audit.metrics import ParticipantMetrics, SessionMetrics
 from forge_ledger.cli import cli
 from forge_ledger.domain import canonical_json
+from forge_ledger.errors import StudyDamagedError
 from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.outputs import store_outputs
 from forge_ledger.projections import open_views
@@ -479,3 +480,51 @@ def test_projections_update_goes_on_past_a_damaged_study_and_says_so(
     assert [r["id"] for r in db.query("SELECT id FROM studies")] == [str(other)]
     names = [r[0] for r in db.execute("SELECT name FROM _projections").fetchall()]
     assert not [n for n in names if n.startswith(UNREAD)]
+
+
+def _without(key: str) -> Any:
+    def alter(state: bytes) -> bytes:
+        body = json.loads(state)
+        del body[key]
+        return json.dumps(body).encode()
+
+    return alter
+
+
+def _no_cell(state: bytes) -> bytes:
+    body = json.loads(state)
+    body["data"] = {}
+    return json.dumps(body).encode()
+
+
+@pytest.mark.parametrize(
+    ("alter", "problem"),
+    [
+        (lambda _: b"not json", "it cannot be read (JSONDecodeError)"),
+        (_without("data"), "it cannot be read (KeyError)"),
+        (_no_cell, "it cannot be read (ValidationError)"),
+    ],
+)
+def test_a_study_event_that_does_not_read_is_the_study_s_damage(
+    tmp_path: Path, alter: Any, problem: str
+) -> None:
+    plan = known_plan(tmp_path, topics=1, repeats=1)
+    store = tmp_path / "s.sqlite"
+    with Ledger(str(store)) as ledger:
+        known = record_known_study(ledger, plan)
+        other = _other_study(ledger, tmp_path)
+        where = "WHERE originator_id = ? AND originator_version = 5"
+        with sqlite3.connect(store) as lite:
+            select = f"SELECT state FROM study_events {where}"
+            (state,) = lite.execute(select, [known.hex]).fetchone()
+            lite.execute(f"UPDATE study_events SET state = ? {where}", [alter(state), known.hex])
+        lite.close()
+        with pytest.raises(StudyDamagedError) as raised:
+            StudyStream(ledger).state(known)
+        assert raised.value.one_line().startswith(
+            f"study {str(known)[:8]} is damaged at event 5: {problem}"
+        )
+        views = StudyViews(ledger, open_views(tmp_path / "v.sqlite"))
+        assert views.catch_up() == 1
+        assert [(e.study_id, e.position) for e in views.damaged] == [(str(known), 5)]
+        assert StudyStream(ledger).state(other).version == 1
