@@ -246,10 +246,16 @@ class StudyViews:
             return read
 
     def _unread(self) -> list[UUID]:
-        rows = self.db.execute(
+        """The studies skipped before as damaged (a mark that names no study is dropped)."""
+        found: list[UUID] = []
+        for (name,) in self.db.execute(
             "SELECT name FROM _projections WHERE name LIKE ? ORDER BY rowid", [f"{UNREAD}%"]
-        ).fetchall()
-        return [UUID(str(name).removeprefix(UNREAD)) for (name,) in rows]
+        ).fetchall():
+            try:
+                found.append(UUID(str(name).removeprefix(UNREAD)))
+            except ValueError:
+                self.db.execute("DELETE FROM _projections WHERE name = ?", [name])
+        return found
 
     def _read(self, study_id: UUID, touched: set[str], *, moved: bool, unread: bool) -> int:
         """Refresh the study's rows (1), or skip it (0): damaged, its rows untouched and
@@ -266,7 +272,7 @@ class StudyViews:
             self._track(f"{UNREAD}{study_id}", 0)
             return 0
         if unread:
-            self.db.execute("DELETE FROM _projections WHERE name = ?", [f"{UNREAD}{study_id}"])
+            self._unmark(study_id)
             touched = touched | set(state.by_session)
         self._refresh(state, touched, new_events=moved or unread)
         return 1
@@ -276,6 +282,9 @@ class StudyViews:
         for table in TABLES:
             key = "id" if table == "studies" else "study_id"
             self.db.execute(f'DELETE FROM "{table}" WHERE {key} = ?', [str(study_id)])
+        self._unmark(study_id)
+
+    def _unmark(self, study_id: UUID) -> None:
         self.db.execute("DELETE FROM _projections WHERE name = ?", [f"{UNREAD}{study_id}"])
 
     def _studies_of(self, sessions: Iterable[str]) -> list[UUID]:
