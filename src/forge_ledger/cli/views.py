@@ -117,7 +117,7 @@ def _open_when_there(store: str | None, interval: float) -> Ledger:
             time.sleep(interval)
 
 
-def damaged_json(damaged: list[StudyDamagedError]) -> dict[str, object]:
+def _damaged_json(damaged: list[StudyDamagedError]) -> dict[str, object]:
     """The studies a catch-up skipped, as ``--json`` adds them (the key only when some were):
     each as a damaged session's row in ``sessions --json`` says where and how."""
     if not damaged:
@@ -130,7 +130,7 @@ def damaged_json(damaged: list[StudyDamagedError]) -> dict[str, object]:
     }
 
 
-def end_if_damaged(damaged: list[StudyDamagedError]) -> None:
+def _end_if_damaged(damaged: list[StudyDamagedError]) -> None:
     """Once everything else is up to date, the first study skipped as damaged is the
     command's one error line, and its exit code."""
     if damaged:
@@ -213,10 +213,10 @@ def projections_rebuild(name: str | None, batch_size: int, store: str | None,
     first event (NAME ``study_tables`` computes the study tables again)."""
     n, damaged = _run(store, rebuild=name, everything=name is None, batch_size=batch_size)
     if as_json:
-        emit_json({"rebuilt": name or "all", "events": n, **damaged_json(damaged)})
+        emit_json({"rebuilt": name or "all", "events": n, **_damaged_json(damaged)})
     else:
         err_console.print(f"rebuilt {printable(name or 'all projections')} from {n} events")
-    end_if_damaged(damaged)
+    _end_if_damaged(damaged)
 
 
 @projections.command("update")
@@ -235,10 +235,10 @@ def projections_update(batch_size: int, follow: bool, interval: float, store: st
     n, damaged = _run(store, rebuild=None, everything=False, batch_size=batch_size,
                       follow=follow, interval=interval)
     if as_json:
-        emit_json({"events": n, **damaged_json(damaged)})
+        emit_json({"events": n, **_damaged_json(damaged)})
     else:
         err_console.print(f"applied {n} events")
-    end_if_damaged(damaged)
+    _end_if_damaged(damaged)
 
 
 @cli.command()
