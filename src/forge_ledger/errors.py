@@ -40,6 +40,7 @@ __all__ = [
     "StoreError",
     "StoreMissingError",
     "StoreUnavailableError",
+    "StudyDamagedError",
     "UsageError",
     "dotted_loc",
     "exit_interrupted",
@@ -213,6 +214,24 @@ class SessionDamagedError(StoreError):
         super().__init__(
             f"session {short} is damaged at event {position}: {problem}",
             hint=f"restore the store from a backup; 'forge-ledger verify {short}' checks it",
+        )
+
+
+class StudyDamagedError(StoreError):
+    """A study's stored events are damaged (an event deleted, reordered, duplicated or
+    unreadable): it cannot be read past ``position``, the first damaged event. Other studies
+    and the sessions are not affected. Exit 1, as for a damaged session."""
+
+    exit_code = 1
+
+    def __init__(self, study_id: object, position: int, problem: str) -> None:
+        self.study_id = str(study_id)
+        self.position = position
+        self.problem = problem
+        short = self.study_id[:8]
+        super().__init__(
+            f"study {short} is damaged at event {position}: {problem}",
+            hint=f"restore the store from a backup; 'forge-ledger study verify {short}' checks it",
         )
 
 

@@ -100,6 +100,34 @@ def test_a_fork_before_its_fork_point_is_its_parent(parent_ledger: Ledger) -> No
     assert ledger.position_at_time(fid, at + timedelta(days=1)) == k + 1
 
 
+def test_a_fork_at_a_time_before_it_was_made_reads_its_parent_then(
+    parent_ledger: Ledger,
+) -> None:
+    """Until the fork was made, a time reads what its parent held then, the fork point
+    included (the fork's first event stands for it); once made, the fork's own first event."""
+    ledger = parent_ledger
+    made = datetime(2030, 1, 1, tzinfo=UTC)
+    fid = fork(ledger, PARENT, clock=FixedStepClock(made), ids=SequentialIds("b"), at_iteration=2)
+    k = ledger.position_of_iteration(PARENT, 2)
+    parent_events = list(ledger.events(PARENT))
+    assert parent_events[-1].position > k  # the parent went on after the fork point
+    fork_point = ledger.state(PARENT, at_event=k)
+    for e in parent_events:
+        then = ledger.state(PARENT, at_time=e.timestamp)
+        want = then if then.version <= k else fork_point
+        got = ledger.state(fid, at_time=e.timestamp)
+        assert got.id == str(fid)
+        assert got.fork_origin is not None
+        assert got.fork_origin.parent_position == k
+        assert got.model_dump(exclude={"id", "fork_origin"}) == want.model_dump(
+            exclude={"id", "fork_origin"}
+        )
+    assert ledger.position_at_time(fid, made - timedelta(seconds=1)) == k
+    own = ledger.state(fid, at_time=made)
+    assert own == ledger.state(fid, at_event=k) == ledger.state(fid, at_iteration=2)
+    assert own.status is SessionStatus.PAUSED
+
+
 def test_forked_session_can_continue(parent_ledger: Ledger) -> None:
     """The fork is left in a state the engine continues from: resume and run an iteration."""
     ledger = parent_ledger

@@ -27,6 +27,7 @@ from forge_ledger.app.study_reports import study_export
 from forge_ledger.app.study_views import (
     SESSIONS_LOG,
     STUDY_LOG,
+    UNREAD,
     StudyViews,
     study_status,
     update_study_views,
@@ -34,12 +35,21 @@ from forge_ledger.app.study_views import (
 from forge_ledger.audit.metrics import ParticipantMetrics, SessionMetrics
 from forge_ledger.cli import cli
 from forge_ledger.domain import canonical_json
+from forge_ledger.errors import StudyDamagedError
 from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.outputs import store_outputs
 from forge_ledger.projections import open_views
 from forge_ledger.projections.migrations import STUDY_SCHEMA
-from forge_ledger.study import StudyRun, StudyStream, plan_study, run_cell, run_study
+from forge_ledger.study import (
+    StudyRun,
+    StudyStream,
+    plan_from_document,
+    plan_study,
+    run_cell,
+    run_study,
+)
 from forge_ledger.testing import ScriptedProvider, bundled_script
+from support.cli import run_cli
 from support.study_sessions import known_plan, record_known_study
 
 _TABLES = ("studies", "study_cells", "study_sessions", "study_participants")
@@ -329,3 +339,192 @@ def test_a_follower_applies_a_study_recorded_while_it_runs(tmp_path: Path) -> No
         follower.send_signal(signal.SIGINT)
         follower.communicate(timeout=60)
     _assert_rows_are_the_export(store, Database(views), "known")
+
+
+def _other_study(ledger: Ledger, folder: Path) -> UUID:
+    """A second study, planned only (its panel file is the known study's)."""
+    doc = {
+        "name": "other",
+        "topics": [{"title": "Another topic"}],
+        "panels": {"trio": "trio.yaml"},
+        "variants": {"base": {}},
+        "repeats": 1,
+    }
+    return plan_study(ledger, plan_from_document(doc, base=folder))
+
+
+_STUDY_ROW = "originator_id, originator_version, topic, state"
+
+
+def _take_study_event(store: str, study_id: UUID, position: int) -> tuple[Any, ...]:
+    """Delete one stored event of the study, as a damaged store may lose it; returns the row
+    (to put it back: the damage repaired)."""
+    where = "WHERE originator_id = {0} AND originator_version = {0}"
+    if store.startswith("postgresql"):
+        import psycopg
+
+        base, _, schema = store.partition("?schema=")
+        with psycopg.connect(base, autocommit=True) as pg:
+            keys = (study_id, position)
+            table = f'"{schema}".study_events'
+            taken = pg.execute(
+                f"SELECT {_STUDY_ROW} FROM {table} {where.format('%s')}", keys
+            ).fetchone()
+            assert pg.execute(f"DELETE FROM {table} {where.format('%s')}", keys).rowcount == 1
+    else:
+        with sqlite3.connect(store) as lite:
+            keys = (study_id.hex, position)
+            taken = lite.execute(
+                f"SELECT {_STUDY_ROW} FROM study_events {where.format('?')}", keys
+            ).fetchone()
+            assert lite.execute(f"DELETE FROM study_events {where.format('?')}", keys).rowcount
+        lite.close()
+    assert taken is not None
+    return tuple(taken)
+
+
+def _put_back(store: str, row: tuple[Any, ...]) -> None:
+    if store.startswith("postgresql"):
+        import psycopg
+
+        base, _, schema = store.partition("?schema=")
+        with psycopg.connect(base, autocommit=True) as pg:
+            pg.execute(
+                f'INSERT INTO "{schema}".study_events ({_STUDY_ROW}) VALUES (%s, %s, %s, %s)', row
+            )
+    else:
+        with sqlite3.connect(store) as lite:
+            lite.execute(f"INSERT INTO study_events ({_STUDY_ROW}) VALUES (?, ?, ?, ?)", row)
+        lite.close()
+
+
+def _rows_of(dump: dict[str, list[tuple[Any, ...]]], study_id: UUID) -> dict[str, list[Any]]:
+    return {t: [r for r in rows if str(r[0]).startswith(str(study_id))] for t, rows in dump.items()}
+
+
+def test_a_damaged_study_is_skipped_whole_and_read_again_once_repaired(
+    tmp_path: Path, store_url: str
+) -> None:
+    from forge_ledger.app.records import seal
+
+    plan = known_plan(tmp_path, topics=1, repeats=1)
+    with Ledger(store_url) as ledger:
+        known = record_known_study(ledger, plan)
+        db = open_views(tmp_path / "v.sqlite")
+        views = StudyViews(ledger, db)
+        assert views.catch_up() == 1
+        before = _dump(db)
+        taken = _take_study_event(store_url, known, 5)
+        other = _other_study(ledger, tmp_path)
+        (moving,) = db.execute(  # a session of the damaged study moves
+            "SELECT session_id FROM study_cells WHERE cell = 't1/trio/base/1'"
+        ).fetchone()
+        seal(store_url, moving, key=b"k" * 32)
+        assert views.catch_up() == 1  # the other study; the damaged one skipped
+        assert [(e.study_id, e.position) for e in views.damaged] == [(str(known), 6)]
+        after = _dump(db)
+        assert _rows_of(after, known) == _rows_of(before, known)  # nothing of it written
+        assert [r[0] for r in after["studies"]] == sorted([str(known), str(other)])
+        assert views.catch_up() == 0  # tried again, still damaged
+        assert [e.study_id for e in views.damaged] == [str(known)]
+        _put_back(store_url, taken)
+        assert views.catch_up() == 1
+        assert views.damaged == []
+        fresh = open_views(tmp_path / "fresh.sqlite")
+        update_study_views(ledger, fresh)
+        assert _dump(db) == _dump(fresh)
+        assert views.catch_up() == 0  # nothing left to read again
+
+
+def test_projections_update_goes_on_past_a_damaged_study_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = known_plan(tmp_path, topics=1, repeats=1)
+    store = tmp_path / "s.sqlite"
+    with Ledger(str(store)) as ledger:
+        known = record_known_study(ledger, plan)
+        other = _other_study(ledger, tmp_path)
+        head = ledger.max_notification_id()
+        sessions = len(ledger.session_ids())
+        views = store_outputs(ledger.location).views
+    _take_study_event(str(store), known, 5)
+    code, out, err = run_cli(capsys, "projections", "update", "--store", str(store), "--json")
+    assert code == 1  # as for a damaged session
+    assert json.loads(out) == {
+        "events": head,
+        "damaged": [
+            {
+                "study_id": str(known),
+                "damaged": "at event 6: it does not follow the study's previous event",
+            }
+        ],
+    }
+    assert err.splitlines() == [
+        f"error: study {str(known)[:8]} is damaged at event 6: it does not follow the study's "
+        f"previous event; restore the store from a backup; 'forge-ledger study verify "
+        f"{str(known)[:8]}' checks it"
+    ]
+    db = Database(views)
+    assert db.execute("SELECT count(*) FROM sessions").fetchone()[0] == sessions
+    assert [r["id"] for r in db.query("SELECT id FROM studies")] == [str(other)]
+    assert db.execute("SELECT count(*) FROM study_cells WHERE study_id = ?",
+                      [str(known)]).fetchone()[0] == 0
+    code, out, err = run_cli(capsys, "projections", "update", "--store", str(store))
+    assert (code, err.count("error: "), err.count("is damaged at event 6")) == (1, 1, 1)
+    with sqlite3.connect(store) as lite:  # the study removed from the store
+        lite.execute("DELETE FROM study_events WHERE originator_id = ?", [known.hex])
+    lite.close()
+    code, out, err = run_cli(capsys, "projections", "update", "--store", str(store), "--json")
+    assert code == 0, err
+    assert json.loads(out) == {"events": 0}
+    assert [r["id"] for r in db.query("SELECT id FROM studies")] == [str(other)]
+    names = [r[0] for r in db.execute("SELECT name FROM _projections").fetchall()]
+    assert not [n for n in names if n.startswith(UNREAD)]
+
+
+def _without(key: str) -> Any:
+    def alter(state: bytes) -> bytes:
+        body = json.loads(state)
+        del body[key]
+        return json.dumps(body).encode()
+
+    return alter
+
+
+def _no_cell(state: bytes) -> bytes:
+    body = json.loads(state)
+    body["data"] = {}
+    return json.dumps(body).encode()
+
+
+@pytest.mark.parametrize(
+    ("alter", "problem"),
+    [
+        (lambda _: b"not json", "it cannot be read (JSONDecodeError)"),
+        (_without("data"), "it cannot be read (KeyError)"),
+        (_no_cell, "it cannot be read (ValidationError)"),
+    ],
+)
+def test_a_study_event_that_does_not_read_is_the_study_s_damage(
+    tmp_path: Path, alter: Any, problem: str
+) -> None:
+    plan = known_plan(tmp_path, topics=1, repeats=1)
+    store = tmp_path / "s.sqlite"
+    with Ledger(str(store)) as ledger:
+        known = record_known_study(ledger, plan)
+        other = _other_study(ledger, tmp_path)
+        where = "WHERE originator_id = ? AND originator_version = 5"
+        with sqlite3.connect(store) as lite:
+            select = f"SELECT state FROM study_events {where}"
+            (state,) = lite.execute(select, [known.hex]).fetchone()
+            lite.execute(f"UPDATE study_events SET state = ? {where}", [alter(state), known.hex])
+        lite.close()
+        with pytest.raises(StudyDamagedError) as raised:
+            StudyStream(ledger).state(known)
+        assert raised.value.one_line().startswith(
+            f"study {str(known)[:8]} is damaged at event 5: {problem}"
+        )
+        views = StudyViews(ledger, open_views(tmp_path / "v.sqlite"))
+        assert views.catch_up() == 1
+        assert [(e.study_id, e.position) for e in views.damaged] == [(str(known), 5)]
+        assert StudyStream(ledger).state(other).version == 1

@@ -17,6 +17,11 @@ last event), and the counterfactual cells of any of those. Rows and both positio
 one ``BEGIN IMMEDIATE`` transaction, which holds the read model's write lock while the rows
 are computed, so two updaters never interleave and a crash redoes the batch; because each row
 is a function of the store, a rebuild from zero writes the same rows.
+
+A study whose events do not read (:class:`~forge_ledger.errors.StudyDamagedError`) is skipped
+whole, its rows left as they were, so the other studies still come up to date; a tracking row
+of its own (:data:`UNREAD`) has every later catch-up try it again, until it reads (its rows are
+then all computed again) or is gone from the store (its rows are then deleted).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from ..domain import canonical_json
+from ..errors import StudyDamagedError
 from ..projections.base import Put
 from ..projections.current import read_snapshot
 from ..projections.runner import ProjectionStatus, write_transaction
@@ -46,6 +52,7 @@ __all__ = [
     "SESSIONS_LOG",
     "STUDY_LOG",
     "TABLES",
+    "UNREAD",
     "VERSION",
     "StudyViews",
     "cell_row",
@@ -57,6 +64,8 @@ SESSIONS_LOG = "study_tables"
 """Tracking row: the position in the sessions' global log."""
 STUDY_LOG = "study_tables:studies"
 """Tracking row: the position in the study log."""
+UNREAD = "study_tables:unread:"
+"""Tracking rows of the studies skipped as damaged: this prefix, then the study's id."""
 VERSION = 1
 """Bumped when the rows written for the same store change: the tables are then rebuilt."""
 TABLES = ("study_participants", "study_sessions", "study_cells", "studies")
@@ -150,6 +159,8 @@ class StudyViews:
         self.ledger = ledger
         self.db = db
         self.stream = StudyStream(ledger)
+        self.damaged: list[StudyDamagedError] = []
+        """The studies the last catch-up skipped, their events damaged."""
 
     # ------------------------------------------------------------------ tracking
 
@@ -163,6 +174,7 @@ class StudyViews:
     def _reset(self) -> None:
         for table in TABLES:
             self.db.execute(f'DELETE FROM "{table}"')
+        self.db.execute("DELETE FROM _projections WHERE name LIKE ?", [f"{UNREAD}%"])
         for name in (SESSIONS_LOG, STUDY_LOG):
             self._track(name, 0)
 
@@ -206,7 +218,9 @@ class StudyViews:
         return self.catch_up()
 
     def catch_up(self) -> int:
-        """Read again every study that moved since the tracked positions; returns how many."""
+        """Read again every study that moved since the tracked positions, and those skipped
+        before as damaged; returns how many were read (:attr:`damaged`: those skipped)."""
+        self.damaged = []
         with write_transaction(self.db):
             study_at, sessions_at = self._positions()
             # the heads are read before the rows: whatever lands after is seen next time
@@ -219,14 +233,59 @@ class StudyViews:
                 if study_at
                 else set()
             )
-            dirty = dict.fromkeys([*moved, *self._studies_of(touched)])
+            unread = self._unread()
+            dirty = dict.fromkeys([*moved, *self._studies_of(touched), *unread])
+            read = 0
             for study_id in dirty:
-                self._refresh(self.stream.state(study_id), touched, new_events=study_id in moved)
+                read += self._read(study_id, touched, moved=study_id in moved,
+                                   unread=study_id in unread)
             if study_head != study_at:
                 self._track(STUDY_LOG, study_head)
             if sessions_head != sessions_at:
                 self._track(SESSIONS_LOG, sessions_head)
-            return len(dirty)
+            return read
+
+    def _unread(self) -> list[UUID]:
+        """The studies skipped before as damaged (a mark that names no study is dropped)."""
+        found: list[UUID] = []
+        for (name,) in self.db.execute(
+            "SELECT name FROM _projections WHERE name LIKE ? ORDER BY rowid", [f"{UNREAD}%"]
+        ).fetchall():
+            try:
+                found.append(UUID(str(name).removeprefix(UNREAD)))
+            except ValueError:
+                self.db.execute("DELETE FROM _projections WHERE name = ?", [name])
+        return found
+
+    def _read(self, study_id: UUID, touched: set[str], *, moved: bool, unread: bool) -> int:
+        """Refresh the study's rows (1), or skip it (0): damaged, its rows untouched and
+        marked unread; gone from the store after it was skipped, its rows deleted. A study
+        read again after it was skipped has every row computed again (its sessions may have
+        moved meanwhile)."""
+        try:
+            if unread and self.stream.head(study_id)[0] == 0:
+                self._forget(study_id)
+                return 0
+            state = self.stream.state(study_id)
+        except StudyDamagedError as e:
+            self.damaged.append(e)
+            self._track(f"{UNREAD}{study_id}", 0)
+            return 0
+        if unread:
+            self._unmark(study_id)
+            touched = touched | set(state.by_session)
+        self._refresh(state, touched, new_events=moved or unread)
+        return 1
+
+    def _forget(self, study_id: UUID) -> None:
+        """Delete the rows of a study no longer in the store, and its unread mark."""
+        for table in TABLES:
+            key = "id" if table == "studies" else "study_id"
+            self.db.execute(f'DELETE FROM "{table}" WHERE {key} = ?', [str(study_id)])
+        self._unmark(study_id)
+
+    def _unmark(self, study_id: UUID) -> None:
+        self.db.execute("DELETE FROM _projections WHERE name = ?", [f"{UNREAD}{study_id}"])
 
     def _studies_of(self, sessions: Iterable[str]) -> list[UUID]:
         """The studies whose cells ran ``sessions`` (as the study tables know them)."""

@@ -87,7 +87,9 @@ def browse(port: int, host: str, store: str | None) -> None:
         )
     from .views import _run
 
-    applied = _run(store, rebuild=None, everything=False, batch_size=1000)
+    applied, damaged = _run(store, rebuild=None, everything=False, batch_size=1000)
+    for e in damaged:  # the other studies are current: serve them, saying which is not
+        err_console.print(f"warning: {printable(e.one_line())}", markup=False)
     with open_ledger(store) as ledger:
         views = store_outputs(ledger.location).views
     err_console.print(

@@ -22,7 +22,7 @@ from rich.progress import (
 from rich.table import Table
 
 from ..app.study_views import SESSIONS_LOG, STUDY_LOG, StudyViews
-from ..errors import StoreMissingError
+from ..errors import StoreMissingError, StudyDamagedError
 from ..ledger import Ledger, resolve_store
 from ..ledger.outputs import store_outputs
 from ..ledger.store import lock_timeout
@@ -117,8 +117,49 @@ def _open_when_there(store: str | None, interval: float) -> Ledger:
             time.sleep(interval)
 
 
+def _damaged_json(damaged: list[StudyDamagedError]) -> dict[str, object]:
+    """The studies a catch-up skipped, as ``--json`` adds them (the key only when some were):
+    each as a damaged session's row in ``sessions --json`` says where and how."""
+    if not damaged:
+        return {}
+    return {
+        "damaged": [
+            {"study_id": e.study_id, "damaged": f"at event {e.position}: {e.problem}"}
+            for e in damaged
+        ]
+    }
+
+
+def _end_if_damaged(damaged: list[StudyDamagedError]) -> None:
+    """Once everything else is up to date, the first study skipped as damaged is the
+    command's one error line, and its exit code."""
+    if damaged:
+        first = damaged[0]
+        more = f" ({len(damaged) - 1} more studies damaged)" if len(damaged) > 1 else ""
+        raise StudyDamagedError(first.study_id, first.position, f"{first.problem}{more}")
+
+
+def _catch_up_following(studies: StudyViews) -> Callable[[], int]:
+    """The study tables' catch-up for a follower: a study skipped as damaged is one line on
+    stderr when first met, and the follower goes on (it is tried again each time)."""
+    told: set[str] = set()
+
+    def catch_up() -> int:
+        n = studies.catch_up()
+        for e in studies.damaged:
+            if e.study_id not in told:
+                told.add(e.study_id)
+                err_console.print(f"error: {printable(e.one_line())}", markup=False)
+        told.intersection_update(e.study_id for e in studies.damaged)
+        return n
+
+    return catch_up
+
+
 def _run(store: str | None, *, rebuild: str | None, everything: bool, batch_size: int,
-         follow: bool = False, interval: float = 1.0) -> int:
+         follow: bool = False, interval: float = 1.0) -> tuple[int, list[StudyDamagedError]]:
+    """Bring the projections and the study tables up to date; returns how many events were
+    applied and the studies skipped as damaged (a follower never returns)."""
     with _open_when_there(store, interval) if follow else open_ledger(store) as ledger:
         db = open_views(store_outputs(ledger.location).views, lock_timeout=lock_timeout())
         try:
@@ -136,9 +177,11 @@ def _run(store: str | None, *, rebuild: str | None, everything: bool, batch_size
                         studies.rebuild()
                 else:
                     n = runner.catch_up(batch_size=batch_size, on_batch=advance)
-            if not everything and rebuild is None:
+            if not everything and rebuild is None and not follow:
                 studies.catch_up()
             if follow:
+                also = _catch_up_following(studies)
+                also()
                 err_console.print(
                     f"following {printable(ledger.location.display)} (Ctrl-C stops)"
                 )
@@ -149,12 +192,12 @@ def _run(store: str | None, *, rebuild: str | None, everything: bool, batch_size
                         batch_size=batch_size,
                         on_batch=lambda k: err_console.print(f"applied {k} events"),
                         wait=waiter or time.sleep,
-                        also=studies.catch_up,
+                        also=also,
                     )
                 finally:
                     if waiter is not None:
                         waiter.close()
-            return n
+            return n, studies.damaged
         finally:
             db.close()
 
@@ -168,11 +211,12 @@ def projections_rebuild(name: str | None, batch_size: int, store: str | None,
                         as_json: bool) -> None:
     """Empty NAME (default: every projection and the study tables) and refold it from the
     first event (NAME ``study_tables`` computes the study tables again)."""
-    n = _run(store, rebuild=name, everything=name is None, batch_size=batch_size)
+    n, damaged = _run(store, rebuild=name, everything=name is None, batch_size=batch_size)
     if as_json:
-        emit_json({"rebuilt": name or "all", "events": n})
+        emit_json({"rebuilt": name or "all", "events": n, **_damaged_json(damaged)})
     else:
         err_console.print(f"rebuilt {printable(name or 'all projections')} from {n} events")
+    _end_if_damaged(damaged)
 
 
 @projections.command("update")
@@ -188,12 +232,13 @@ def projections_rebuild(name: str | None, batch_size: int, store: str | None,
 def projections_update(batch_size: int, follow: bool, interval: float, store: str | None,
                        as_json: bool) -> None:
     """Apply new events to every projection (exactly once; safe to interrupt)."""
-    n = _run(store, rebuild=None, everything=False, batch_size=batch_size, follow=follow,
-             interval=interval)
+    n, damaged = _run(store, rebuild=None, everything=False, batch_size=batch_size,
+                      follow=follow, interval=interval)
     if as_json:
-        emit_json({"events": n})
+        emit_json({"events": n, **_damaged_json(damaged)})
     else:
         err_console.print(f"applied {n} events")
+    _end_if_damaged(damaged)
 
 
 @cli.command()

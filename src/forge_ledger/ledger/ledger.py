@@ -68,6 +68,7 @@ __all__ = ["Ledger"]
 
 _CREATED_TOPICS = tuple(topic_for(t) for t in ev.FIRST_EVENT_TYPES)
 """The topics a session's first event can have: one notification per session."""
+_FORKED_TOPIC = topic_for(ev.SessionForked.TYPE)
 
 
 class Ledger:
@@ -265,7 +266,13 @@ class Ledger:
         version = self.position_as_of(
             sid, at_event=at_event, at_iteration=at_iteration, at_time=at_time
         )
-        origin = None if version is None else self.inherited_from(sid, version)
+        if version is None:
+            return self.get(sid).state
+        origin = (
+            self.inherited_at_time(sid, at_time)
+            if at_time is not None
+            else self.inherited_from(sid, version)
+        )
         if origin is not None:
             return self._inherited_state(sid, origin, version)
         return self.get(sid, version=version).state
@@ -294,14 +301,33 @@ class Ledger:
         same events the fork inherited. Only the first stored event is read (as stored: its
         texts stay references).
         """
+        first, stored = self._first_stored(session_id)
+        if position >= int(first.originator_version):
+            return None
+        return ev.ForkOrigin.model_validate(stored["data"]["origin"])
+
+    def inherited_at_time(self, session_id: UUID, at: datetime) -> ev.ForkOrigin | None:
+        """The fork's origin when ``session_id`` is a fork not made yet at ``at``, else None.
+
+        Until a fork was made (its first event's time), its history was its parent's up to
+        the fork point, the fork point included: the fork's first event, at that position,
+        stands for the parent's events up to there. Read from its first stored event only.
+        """
+        first, stored = self._first_stored(session_id)
+        if first.topic != _FORKED_TOPIC or stored["timestamp"] <= at:
+            return None
+        origin = ev.ForkOrigin.model_validate(stored["data"]["origin"])
+        return origin if origin.continues_at(int(first.originator_version)) else None
+
+    def _first_stored(self, session_id: UUID) -> tuple[StoredEvent, dict[str, Any]]:
+        """The session's first stored event and its fields as stored (texts stay
+        references)."""
         rows = self.app.recorder.select_events(session_id, limit=1)
         if not rows:
             raise SessionNotFoundError(f"no session {session_id}")
         first = rows[0]
-        if position >= int(first.originator_version):
-            return None
         stored = self.app.mapper.transcoder.decode(unpack(first.state))
-        return ev.ForkOrigin.model_validate(stored["data"]["origin"])
+        return first, stored
 
     def position_as_of(
         self,
@@ -396,17 +422,16 @@ class Ledger:
                 parameters=("at_time",),
                 hint="add one, e.g. 2026-01-09T10:30:00Z",
             )
+        origin = self.inherited_at_time(session_id, at)
+        if origin is not None:
+            parent = self.position_at_time(UUID(origin.parent_id), at)
+            return min(parent, origin.parent_position)
         last = 0
         for e in self.events(session_id):
             if e.timestamp > at:
                 break
             last = e.position
         if last == 0:
-            # before a fork was made, its history was its parent's, up to the fork point
-            origin = self.inherited_from(session_id, 1)
-            if origin is not None:
-                parent = self.position_at_time(UUID(origin.parent_id), at)
-                return min(parent, origin.parent_position - 1)
             raise UsageError(f"the session had not started at {at.isoformat()}")
         return last
 

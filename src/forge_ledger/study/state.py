@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ..domain.hashing import GENESIS, chain_hash
-from ..errors import SessionDamagedError
+from ..errors import StudyDamagedError
 from . import events as sev
 from .plan import CellSpec, StudyPlan
 
@@ -161,21 +161,28 @@ class StudyState:
     def apply(self, record: StudyRecord) -> None:
         """Fold one record that follows the head (see :func:`fold`)."""
         if record.position != self.version + 1 or record.prev_hash != self.head_hash:
-            raise SessionDamagedError(
+            raise StudyDamagedError(
                 self.id, record.position, "it does not follow the study's previous event"
             )
-        payload = record.payload()
+        try:
+            self._apply_payload(record.payload())
+        except (ValueError, KeyError) as e:  # a payload or a cell the plan does not have
+            raise StudyDamagedError(
+                self.id, record.position, f"it cannot be read ({type(e).__name__})"
+            ) from None
+        self.version, self.head_hash, self.updated_at = (
+            record.position,
+            record.hash,
+            record.timestamp,
+        )
+
+    def _apply_payload(self, payload: sev.StudyPayload) -> None:
         if isinstance(payload, sev.CellAssigned | sev.CellPaused | sev.CellFinished):
             self._apply_cell(payload)
         elif isinstance(payload, sev.StudyStopped):
             self.stopped = payload.reason
         elif isinstance(payload, sev.StudyFinished):
             self.finished = True
-        self.version, self.head_hash, self.updated_at = (
-            record.position,
-            record.hash,
-            record.timestamp,
-        )
 
     def _apply_cell(self, p: sev.CellAssigned | sev.CellPaused | sev.CellFinished) -> None:
         cell = self.cells[p.cell]
@@ -198,14 +205,20 @@ def fold(records: Iterable[StudyRecord]) -> StudyState:
     first = next(it, None)
     if first is None or first.type != sev.StudyPlanned.TYPE or first.position != 1:
         study = first.study_id if first is not None else "?"
-        raise SessionDamagedError(study, 1, "the study does not begin with its plan")
+        raise StudyDamagedError(study, 1, "the study does not begin with its plan")
     if first.prev_hash != GENESIS:
-        raise SessionDamagedError(first.study_id, 1, "its first event links to another")
-    planned = sev.StudyPlanned.model_validate(first.data)
+        raise StudyDamagedError(first.study_id, 1, "its first event links to another")
+    try:
+        planned = sev.StudyPlanned.model_validate(first.data)
+        plan = StudyPlan.model_validate(planned.plan)
+    except ValueError as e:
+        raise StudyDamagedError(
+            first.study_id, 1, f"it cannot be read ({type(e).__name__})"
+        ) from None
     state = StudyState(
         id=first.study_id,
         name=planned.name,
-        plan=StudyPlan.model_validate(planned.plan),
+        plan=plan,
         planned_at=first.timestamp,
         cells={c.id: CellState(spec=c) for c in planned.cells},
         head_hash=first.hash,

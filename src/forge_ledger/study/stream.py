@@ -18,7 +18,12 @@ from typing import Any
 from uuid import UUID
 
 from ..domain.hashing import GENESIS
-from ..errors import ConcurrencyConflictError, SessionNotFoundError, StoreError
+from ..errors import (
+    ConcurrencyConflictError,
+    SessionNotFoundError,
+    StoreError,
+    StudyDamagedError,
+)
 from ..ledger import Ledger, store_failure
 from . import events as sev
 from .state import StudyRecord, StudyState, fold, record_hash
@@ -137,25 +142,19 @@ class StudyStream:
     # ------------------------------------------------------------------ reading
 
     def records(self, study_id: UUID, *, upto: int | None = None) -> Iterator[StudyRecord]:
+        """The study's events as stored, in position order; a row that does not read as one
+        raises :class:`StudyDamagedError` at its position (whether they follow one another is
+        the fold's check)."""
         rows = self._call(self.recorder.select_events, study_id, lte=upto)
         for row in rows:
-            body = json.loads(row.state)
-            yield StudyRecord(
-                study_id=str(study_id),
-                position=int(row.originator_version),
-                type=row.topic.removeprefix(_TOPIC),
-                timestamp=datetime.fromisoformat(body["timestamp"]),
-                data=body["data"],
-                prev_hash=body["prev_hash"],
-                hash=body["hash"],
-            )
+            yield _read_row(study_id, row)
 
     def head(self, study_id: UUID) -> tuple[int, str]:
         """The position and hash of the study's last event, read without folding it."""
         rows = self._call(self.recorder.select_events, study_id, desc=True, limit=1)
         if not rows:
             return 0, GENESIS
-        return int(rows[0].originator_version), str(json.loads(rows[0].state)["hash"])
+        return int(rows[0].originator_version), _read_row(study_id, rows[0]).hash
 
     def state(self, study: str | UUID, *, at_event: int | None = None) -> StudyState:
         """The study's state now, or as of its event ``at_event``."""
@@ -267,3 +266,24 @@ class StudyStream:
             except StoreError as e:
                 problems.append(e.one_line())
         return problems
+
+
+def _read_row(study_id: UUID, row: Any) -> StudyRecord:
+    """A stored study event as its record; a row that does not read as one is the study's
+    damage at its position."""
+    position = int(row.originator_version)
+    try:
+        body = json.loads(row.state)
+        return StudyRecord(
+            study_id=str(study_id),
+            position=position,
+            type=row.topic.removeprefix(_TOPIC),
+            timestamp=datetime.fromisoformat(body["timestamp"]),
+            data=dict(body["data"]),
+            prev_hash=str(body["prev_hash"]),
+            hash=str(body["hash"]),
+        )
+    except (ValueError, KeyError, TypeError) as e:
+        raise StudyDamagedError(
+            study_id, position, f"it cannot be read ({type(e).__name__})"
+        ) from None

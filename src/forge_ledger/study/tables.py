@@ -62,9 +62,9 @@ def cell_events(ledger: Ledger, state: StudyState, cell: CellState) -> list[Even
     sid = UUID(cell.session_id)
     try:
         at = _as_of(state, cell)
-        upto = ledger.position_at_time(sid, at) if at is not None else ledger.head_version(sid)
-        if at is not None and ledger.inherited_from(sid, upto) is not None:
+        if at is not None and ledger.inherited_at_time(sid, at) is not None:
             return None  # the fork was not made yet
+        upto = ledger.position_at_time(sid, at) if at is not None else ledger.head_version(sid)
         return list(ledger.events(sid, upto=upto))
     except ForgeLedgerError:
         return None  # not recorded (yet): a claim whose session never started
