@@ -206,6 +206,52 @@ def test_sessions_from_a_current_read_model_builds_no_model(tmp_path: Path) -> N
     )) == []
 
 
+def _with_current_read_model(tmp_path: Path) -> Path:
+    store = _fixture_store(tmp_path)
+    subprocess.run(
+        [sys.executable, "-m", "forge_ledger", "projections", "update", "--store", str(store)],
+        capture_output=True, timeout=120, check=True,
+        env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "PATH": "/usr/bin:/bin"},
+    )
+    return store
+
+
+@pytest.mark.slow
+def test_spec_from_a_current_read_model_loads_neither_the_ledger_nor_a_model(
+    tmp_path: Path,
+) -> None:
+    """The read model holds the document's text: printing it needs the store's heads, read
+    from the file itself, and one row."""
+    store = _fixture_store(tmp_path)
+    with sqlite3.connect(store) as con:
+        (first,) = con.execute("SELECT originator_id FROM stored_events WHERE rowid = 1").fetchone()
+    prefix = str(first)[:8]  # the read model answers an id or a prefix (never @~N)
+    folded, found = _run("spec", prefix, store=store)
+    assert "SessionState" in found["built"]  # the guard below can fail
+    (tmp_path / "current").mkdir()
+    out, found = _run("spec", prefix, store=_with_current_read_model(tmp_path / "current"))
+    assert out == folded
+    assert out.startswith("---\n")
+    assert found["built"] == []
+    assert found["event_classes"] == []
+    assert _found(set(found["modules"]), (
+        "pydantic.main", "forge_ledger.domain.values", "forge_ledger.ledger.ledger",
+        "eventsourcing.application", "forge_ledger.records.spec", "yaml",
+    )) == []
+
+
+@pytest.mark.slow
+def test_show_from_a_current_read_model_builds_no_model(tmp_path: Path) -> None:
+    """``show`` opens the ledger to check the session's chain, then prints the read model's
+    rows: no model of ours is validated, so pydantic never looks for its plugins (which
+    imports ``importlib.metadata`` and much of the standard library)."""
+    store = _with_current_read_model(tmp_path)
+    out, found = _run("show", "@~1", store=store)
+    assert "EMS" in out
+    assert found["built"] == []
+    assert _found(set(found["modules"]), ("pydantic.plugin._loader", "importlib.metadata")) == []
+
+
 def test_a_folded_session_builds_the_models_it_reads(tmp_path: Path) -> None:
     """The probe above sees a model built when one is: without a read model, ``sessions``
     folds each session's events into its state."""
