@@ -29,7 +29,8 @@ from forge_ledger.domain.values import ConvergenceVote, Critique, Stance
 from forge_ledger.engine.outcomes import after_round
 from forge_ledger.engine.votes import counted_votes
 from forge_ledger.ledger import Ledger
-from forge_ledger.ledger.compression import TopLevelTranscoder, unpack
+from forge_ledger.ledger.compression import unpack
+from forge_ledger.ledger.state_codec import TopLevelTranscoder
 from forge_ledger.ledger.text_mapper import TextMapper
 from forge_ledger.ledger.texts import (
     MIN_LENGTH,

@@ -241,7 +241,7 @@ def test_the_top_level_decoder_agrees_with_the_full_one() -> None:
 
     from eventsourcing.persistence import DatetimeAsISO, JSONTranscoder
 
-    from forge_ledger.ledger.compression import TopLevelTranscoder
+    from forge_ledger.ledger.state_codec import TopLevelTranscoder
 
     inner = JSONTranscoder()
     inner.register(DatetimeAsISO())

@@ -15,8 +15,9 @@ from eventsourcing.utils import get_topic
 
 from ..domain.aggregate import known_topic
 from ..domain.topics import TOPIC_PREFIX
-from .compression import StateCompressor, TopLevelTranscoder, unpack
+from .compression import unpack
 from .quotes import MIN_PACKED, RecentAnswers, members_of
+from .state_codec import StateCompressor, TopLevelTranscoder
 from .texts import PROMPT_REF, REF_KEY, REF_PATTERN, Lookup, externalise, with_texts
 
 __all__ = ["StoredEventWithTexts", "TextMapper", "dictionaries_of", "quote_lists", "texts_of"]
