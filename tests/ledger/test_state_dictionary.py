@@ -16,13 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forge_ledger.ledger import Ledger
-from forge_ledger.ledger.compression import (
-    STATE_DICTIONARY,
-    NewerFormatError,
-    StateCompressor,
-    pack,
-    unpack,
-)
+from forge_ledger.ledger.compression import STATE_DICTIONARY, NewerFormatError, pack, unpack
+from forge_ledger.ledger.state_codec import StateCompressor
 from forge_ledger.testing import SessionBuilder
 
 FROZEN_SHA256 = "0f99254e044498aff9edf9a3a051b290bb822ebef596a28c30fd3313751c0730"
