@@ -174,6 +174,7 @@ class LiteLLMProvider:
         self._extra = dict(extra_params or {})
         self._prices: dict[str, Price | None] = {}
         self._routes: dict[tuple[str, str | None], bool] = {}
+        self._schemas: dict[str, bool] = {}
 
     # ----------------------------------------------------------------- pricing
 
@@ -189,10 +190,14 @@ class LiteLLMProvider:
     # ----------------------------------------------------------------- the call
 
     def _supports_schema(self, model: str) -> bool:
-        try:
-            return bool(_import_litellm().supports_response_schema(model=model))
-        except Exception:
-            return False
+        """Asked of litellm once per model (its table lookup costs more than a call's own
+        work once calls are not streamed)."""
+        if model not in self._schemas:
+            try:
+                self._schemas[model] = bool(_import_litellm().supports_response_schema(model=model))
+            except Exception:
+                self._schemas[model] = False
+        return self._schemas[model]
 
     def _request(self, call: ProviderCall) -> dict[str, Any]:
         p = call.participant
@@ -214,6 +219,10 @@ class LiteLLMProvider:
                 kwargs["api_key"] = LOCAL_PLACEHOLDER_KEY
         if call.response_format is not None and self._supports_schema(p.model):
             kwargs["response_format"] = call.response_format
+        price = self.price(p)
+        if price is not None:  # litellm's own cost log then prices it as we do, without a
+            kwargs["input_cost_per_token"] = price.input_cost_per_token  # search of its table
+            kwargs["output_cost_per_token"] = price.output_cost_per_token
         return kwargs
 
     def _served_by_sdk(self, participant: Participant) -> bool:
