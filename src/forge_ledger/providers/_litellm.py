@@ -76,7 +76,6 @@ def _import_litellm() -> ModuleType:
         litellm.disable_hf_tokenizer_download = True
         litellm.telemetry = False
         _litellm = litellm
-        _install_capped_client(litellm)
     return _litellm
 
 
@@ -86,9 +85,9 @@ _capped_client: Any = None
 
 def _install_capped_client(litellm: Any) -> None:
     """Give the OpenAI SDK an HTTP client with the body cap (litellm's own client, same
-    transport and settings, plus the cap's response hook). Done again once litellm has
-    closed it (:meth:`LiteLLMProvider.aclose`); litellm's cached SDK clients hold the old
-    one, so they are dropped and rebuilt on it."""
+    transport and settings, plus the cap's response hook), before a call; again after
+    :meth:`LiteLLMProvider.aclose` dropped it. litellm's cached SDK clients hold the client
+    they were made with, so they are dropped and made again on the new one."""
     global _capped_client
     current = _capped_client
     if current is not None and not current.is_closed and litellm.aclient_session is current:
@@ -105,6 +104,18 @@ def preload_client() -> None:
     """Load the model client now: a long-lived process (a study worker) pays for it before it
     takes work rather than inside its first call, where it would hold the event loop."""
     _import_litellm()
+
+
+async def _drop_capped_client(litellm: Any) -> None:
+    global _capped_client
+    client, _capped_client = _capped_client, None
+    if client is None:
+        return
+    if litellm.aclient_session is client:
+        litellm.aclient_session = None
+    litellm.in_memory_llm_clients_cache.flush_cache()  # SDK clients made on the closed one
+    if not client.is_closed:
+        await client.aclose()
 
 
 def missing_keys(participant: Participant) -> tuple[str, ...]:
@@ -327,11 +338,14 @@ class LiteLLMProvider:
                       mocked="mock_response" in kwargs)
 
     async def aclose(self) -> None:
-        """Close litellm's cached HTTP clients (no-op when litellm was never imported)."""
+        """Close litellm's cached HTTP clients and the capped one (no-op when litellm was
+        never imported). The capped client is dropped, not kept for the next call: one left
+        to the end of the interpreter is finalized after litellm's modules are gone."""
         if _litellm is not None:
             close = getattr(_litellm, "close_litellm_async_clients", None)
             if close is not None:
                 await close()
+            await _drop_capped_client(_litellm)
 
 
 async def _acompletion(litellm: ModuleType, kwargs: dict[str, Any]) -> Any:
