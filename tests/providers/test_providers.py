@@ -470,3 +470,144 @@ def test_get_provider_is_a_provider() -> None:
     p = get_provider()
     assert isinstance(p, LiteLLMProvider)
     assert isinstance(p, Provider)
+
+
+# --------------------------------------------------------------------------- unwatched calls
+
+
+def _unwatched(server: FakeOpenAIServer, **kw: Any) -> ProviderCall:
+    """A call with an output ceiling, as the orchestrator makes them."""
+    return dataclasses.replace(
+        _call(server, price=PRICE, **kw), max_tokens=100, output_ceiling=output_ceiling(100)
+    )
+
+
+def test_an_unwatched_call_is_one_plain_request_with_usage_and_cost(
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
+) -> None:
+    text = "A short and whole answer here"
+    fake_openai.set_script({"alice": text})
+    resp = _run(provider, lambda: provider.complete(_unwatched(fake_openai)))
+    (req,) = fake_openai.requests
+    assert not req.stream
+    assert "stream_options" not in req.body
+    assert req.body["max_tokens"] == 100
+    assert resp.content == text
+    assert resp.stop_reason is StopReason.END_TURN
+    assert resp.finish_reason == "stop"
+    assert resp.usage_reported is True
+    assert resp.tokens.input == PROMPT_WORDS
+    assert resp.tokens.output == len(text.split())
+    assert resp.cost_usd == pytest.approx(PRICE.cost(resp.tokens))
+    assert resp.ttft_ms is None  # no first token is seen apart from the whole answer
+
+
+def test_a_watched_call_still_streams(
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
+) -> None:
+    fake_openai.set_script({"alice": "one two three"})
+    deltas: list[str] = []
+    resp = _run(provider, lambda: provider.complete(_unwatched(fake_openai), deltas.append))
+    assert fake_openai.requests[0].stream
+    assert "".join(deltas) == resp.content == "one two three"
+
+
+def test_an_unwatched_body_past_its_cap_is_cut_off_at_the_cap(
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
+) -> None:
+    """A provider ignoring max_tokens without streaming: its body is read no further than
+    the cap the ceiling gives, and the answer is the text that arrived, marked cut off."""
+    from forge_ledger.providers._body_cap import body_cap_for
+
+    words = [f"w{i} " for i in range(40_000)]
+    full = "".join(words)
+    fake_openai.set_script({"alice": full})
+    call = _unwatched(fake_openai)
+    limit = body_cap_for(call.output_ceiling or 0).limit
+    assert len(full) > limit
+    resp = _run(provider, lambda: provider.complete(call))
+    assert not fake_openai.requests[0].stream
+    assert resp.content
+    assert full.startswith(resp.content)
+    assert len(resp.content.encode()) < limit
+    assert resp.stop_reason is StopReason.MAX_TOKENS
+    assert resp.truncated
+    assert resp.finish_reason == "length"
+    assert resp.usage_reported is False
+    assert resp.tokens.output >= 116
+    assert resp.tokens.input > 0
+    assert resp.cost_usd == pytest.approx(PRICE.cost(resp.tokens))
+
+
+def test_an_unwatched_answer_past_its_ceiling_within_the_cap_is_marked_cut_off(
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
+) -> None:
+    text = "".join(f"w{i} " for i in range(400))
+    fake_openai.set_script({"alice": text})
+    resp = _run(provider, lambda: provider.complete(_unwatched(fake_openai)))
+    assert resp.content == text
+    assert resp.stop_reason is StopReason.MAX_TOKENS
+    assert resp.usage_reported is True
+    assert resp.tokens.output == 400
+
+
+@pytest.mark.parametrize("fault", ["malformed_chunk", "disconnect"])
+def test_an_unwatched_body_broken_off_is_mid_stream_with_partial_text(
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider, fault: str,
+) -> None:
+    content = " ".join(f"word{i}" for i in range(200))
+    fake_openai.set_script({"alice": [{"fault": fault, "content": content}]})
+    with pytest.raises(ProviderCallError) as info:
+        _run(provider, lambda: provider.complete(_unwatched(fake_openai)))
+    err = info.value
+    assert not fake_openai.requests[0].stream
+    assert err.error_type == "mid_stream"
+    assert err.retryable
+    assert err.partial_text
+    assert content.startswith(err.partial_text)
+    assert len(err.partial_text) < len(content)
+
+
+def test_an_unwatched_stall_times_out_with_partial_text(
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
+) -> None:
+    content = " ".join(f"word{i}" for i in range(200))
+    fake_openai.set_script({"alice": [{"fault": "stall", "content": content}]})
+    err = _fail(provider, _unwatched(fake_openai, timeout=0.6))
+    assert err.error_type == "timeout"
+    assert err.partial_text
+    assert content.startswith(err.partial_text)
+
+
+def test_an_unwatched_error_status_is_classified_as_before(
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
+) -> None:
+    fake_openai.set_script({"alice": [{"fault": "rate_limit", "retry_after": 2.5}]})
+    err = _fail(provider, _unwatched(fake_openai))
+    assert err.error_type == "rate_limit"
+    assert err.retry_after_secs == 2.5
+    assert err.partial_text == ""
+
+
+def test_unwatched_calls_work_again_after_the_provider_is_closed(
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
+) -> None:
+    """Closing the provider closes the capped HTTP client; the next run (another event
+    loop) gets a new one instead of failing on the closed one."""
+    fake_openai.set_script({"alice": "again and again"})
+    for _ in range(2):
+        resp = _run(provider, lambda: provider.complete(_unwatched(fake_openai)))
+        assert resp.content == "again and again"
+    assert [r.stream for r in fake_openai.requests] == [False, False]
+
+
+def test_a_body_cap_keeps_no_more_than_its_limit() -> None:
+    from forge_ledger.providers._body_cap import BodyCap, BodyTooLarge
+
+    cap = BodyCap(limit=10)
+    cap.take(b"12345")
+    with pytest.raises(BodyTooLarge):
+        cap.take(b"6789012345")
+    assert bytes(cap.received) == b"1234567890"
+    assert cap.overflowed
+    assert not cap.broke_off

@@ -418,3 +418,27 @@ def test_same_slug_same_day_sessions_get_their_own_files(sqlite_url: str, tmp_pa
     assert again == a
     assert yaml.safe_load(a.read_text("utf-8"))["ledger"]["session_id"] == str(first.id)
     assert yaml.safe_load(b.read_text("utf-8"))["ledger"]["session_id"] == str(second.id)
+
+
+def test_a_session_takes_the_plain_name_once_the_other_sessions_file_is_gone(
+    sqlite_url: str, tmp_path: Path,
+) -> None:
+    """The file another session owns is remembered as another's (not parsed again at every
+    export), yet once it is gone the next session to export takes the plain name and keeps
+    it, and a file of a third session put there later is still never overwritten."""
+    first, second, third = (
+        feature_auth(iterations=1, session_id=uuid.uuid4()) for _ in range(3)
+    )
+    with Ledger(sqlite_url) as ledger:
+        ledger.save(first, second, third)
+        plain = write_export(ledger, str(first.id), directory=tmp_path)
+        short = write_export(ledger, str(second.id), directory=tmp_path)
+        assert write_export(ledger, str(second.id), directory=tmp_path) == short != plain
+        plain.unlink()
+        assert write_export(ledger, str(second.id), directory=tmp_path) == plain
+        assert write_export(ledger, str(second.id), directory=tmp_path) == plain
+        assert yaml.safe_load(plain.read_text("utf-8"))["ledger"]["session_id"] == str(second.id)
+        plain.unlink()
+        assert write_export(ledger, str(third.id), directory=tmp_path) == plain
+        assert write_export(ledger, str(second.id), directory=tmp_path) == short
+    assert yaml.safe_load(plain.read_text("utf-8"))["ledger"]["session_id"] == str(third.id)

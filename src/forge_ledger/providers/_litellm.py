@@ -7,6 +7,13 @@ keep it offline and quiet *before* that import.
 
 One attempt per call: the OpenAI SDK's hidden retries are off (``max_retries=0``) and the
 whole call runs under ``asyncio.timeout`` (litellm's own ``timeout`` only bounds each read).
+
+A call nobody watches (no ``on_delta``) to a model served through the OpenAI SDK (OpenAI and
+OpenAI-compatible servers) is made without streaming: parsing a stream one chunk per token is
+most of the client's CPU per call, and one JSON body costs a fraction of it. That body is
+bounded while it is read (:mod:`._body_cap`, from the output ceiling); one that passes its
+bound was a provider ignoring ``max_tokens``, and its answer is what arrived, marked cut off,
+as a stream is ended at its ceiling. Other providers, and calls with no ceiling, stream.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..domain.values import ModelResponse, Participant, Price, StopReason, TokenCount
+from ._body_cap import BodyCap, add_cap_hook, body_cap_for, current_cap
 from ._call import ProviderCall, stop_reason_for
 from ._errors import ErrorType, ProviderCallError
 from ._pricing import cost_of, price_from_table_entry, resolve_price
@@ -71,10 +79,43 @@ def _import_litellm() -> ModuleType:
     return _litellm
 
 
+_capped_client: Any = None
+"""The HTTP client the OpenAI SDK uses (``litellm.aclient_session``), with the body cap."""
+
+
+def _install_capped_client(litellm: Any) -> None:
+    """Give the OpenAI SDK an HTTP client with the body cap (litellm's own client, same
+    transport and settings, plus the cap's response hook), before a call; again after
+    :meth:`LiteLLMProvider.aclose` dropped it. litellm's cached SDK clients hold the client
+    they were made with, so they are dropped and made again on the new one."""
+    global _capped_client
+    current = _capped_client
+    if current is not None and not current.is_closed and litellm.aclient_session is current:
+        return
+    from litellm.llms.openai.openai import OpenAIChatCompletion
+
+    litellm.aclient_session = None  # litellm builds its own client only when none is set
+    _capped_client = add_cap_hook(OpenAIChatCompletion.get_async_http_client())
+    litellm.in_memory_llm_clients_cache.flush_cache()
+    litellm.aclient_session = _capped_client
+
+
 def preload_client() -> None:
     """Load the model client now: a long-lived process (a study worker) pays for it before it
     takes work rather than inside its first call, where it would hold the event loop."""
     _import_litellm()
+
+
+async def _drop_capped_client(litellm: Any) -> None:
+    global _capped_client
+    client, _capped_client = _capped_client, None
+    if client is None:
+        return
+    if litellm.aclient_session is client:
+        litellm.aclient_session = None
+    litellm.in_memory_llm_clients_cache.flush_cache()  # SDK clients made on the closed one
+    if not client.is_closed:
+        await client.aclose()
 
 
 def missing_keys(participant: Participant) -> tuple[str, ...]:
@@ -143,6 +184,8 @@ class LiteLLMProvider:
     def __init__(self, *, extra_params: dict[str, Any] | None = None) -> None:
         self._extra = dict(extra_params or {})
         self._prices: dict[str, Price | None] = {}
+        self._routes: dict[tuple[str, str | None], bool] = {}
+        self._schemas: dict[str, bool] = {}
 
     # ----------------------------------------------------------------- pricing
 
@@ -158,10 +201,14 @@ class LiteLLMProvider:
     # ----------------------------------------------------------------- the call
 
     def _supports_schema(self, model: str) -> bool:
-        try:
-            return bool(_import_litellm().supports_response_schema(model=model))
-        except Exception:
-            return False
+        """Asked of litellm once per model (its table lookup costs more than a call's own
+        work once calls are not streamed)."""
+        if model not in self._schemas:
+            try:
+                self._schemas[model] = bool(_import_litellm().supports_response_schema(model=model))
+            except Exception:
+                self._schemas[model] = False
+        return self._schemas[model]
 
     def _request(self, call: ProviderCall) -> dict[str, Any]:
         p = call.participant
@@ -183,26 +230,85 @@ class LiteLLMProvider:
                 kwargs["api_key"] = LOCAL_PLACEHOLDER_KEY
         if call.response_format is not None and self._supports_schema(p.model):
             kwargs["response_format"] = call.response_format
+        price = self.price(p)
+        if price is not None:  # litellm's own cost log then prices it as we do, without a
+            kwargs["input_cost_per_token"] = price.input_cost_per_token  # search of its table
+            kwargs["output_cost_per_token"] = price.output_cost_per_token
         return kwargs
+
+    def _served_by_sdk(self, participant: Participant) -> bool:
+        """Whether litellm serves the model through the OpenAI SDK, whose HTTP client caps
+        the bodies it reads (:func:`_install_capped_client`)."""
+        key = (participant.model, participant.api_base)
+        if key not in self._routes:
+            try:
+                route = _import_litellm().get_llm_provider(
+                    participant.model, api_base=participant.api_base
+                )[1]
+            except Exception:
+                route = None
+            self._routes[key] = route == "openai"
+        return self._routes[key]
 
     async def complete(
         self, call: ProviderCall, on_delta: Callable[[str], None] | None = None
     ) -> ModelResponse:
         litellm = _import_litellm()
+        _install_capped_client(litellm)  # again once litellm closed it (see :meth:`aclose`)
         kwargs = self._request(call)
+        ceiling = call.output_ceiling
+        if (
+            on_delta is None
+            and ceiling is not None
+            and "mock_response" not in kwargs
+            and self._served_by_sdk(call.participant)
+        ):
+            return await self._complete_plain(litellm, call, kwargs, body_cap_for(ceiling))
+        return await self._complete_streamed(litellm, call, kwargs, on_delta, call.timeout_secs)
+
+    async def _complete_plain(
+        self, litellm: ModuleType, call: ProviderCall, kwargs: dict[str, Any], cap: BodyCap
+    ) -> ModelResponse:
+        """The call made without streaming, its body read under ``cap``. A body that passes
+        the cap is a provider ignoring ``max_tokens``: its answer is the text that arrived,
+        marked cut off at its limit, as a stream ended at its ceiling is. A body broken off
+        is a mid-stream break keeping the text that arrived."""
+        plain = {**kwargs, "stream": False}
+        plain.pop("stream_options", None)
+        got = _Received(model=call.participant.model, started=time.monotonic())
+        token = current_cap().set(cap)
+        try:
+            async with asyncio.timeout(call.timeout_secs):
+                response = await _acompletion(litellm, plain)
+        except TimeoutError:
+            got.buffer += cap.salvaged_text().encode("utf-8")
+            raise _timed_out(call, got) from None
+        except Exception as e:
+            price = self.price(call.participant)
+            if cap.overflowed:
+                return _cut_at_cap(got, call, cap, price)
+            if cap.broke_off:
+                raise _broken_off(e, call, cap.salvaged_text(), got.elapsed_ms()) from None
+            raise classify_exception(e, call, duration_ms=got.elapsed_ms()) from None
+        finally:
+            current_cap().reset(token)
+        return _judge_plain(got, response, call, self.price(call.participant))
+
+    async def _complete_streamed(
+        self,
+        litellm: ModuleType,
+        call: ProviderCall,
+        kwargs: dict[str, Any],
+        on_delta: Callable[[str], None] | None,
+        limit_secs: float,
+    ) -> ModelResponse:
         got = _Received(
             model=call.participant.model, started=time.monotonic(), ceiling=call.output_ceiling
         )
         stream: Any = None
         try:
-            async with asyncio.timeout(call.timeout_secs):
-                try:
-                    stream = await litellm.acompletion(**kwargs)
-                except litellm.UnsupportedParamsError:
-                    if "response_format" not in kwargs:
-                        raise
-                    kwargs.pop("response_format")  # the prompt already asks for JSON
-                    stream = await litellm.acompletion(**kwargs)
+            async with asyncio.timeout(limit_secs):
+                stream = await _acompletion(litellm, kwargs)
                 async for chunk in stream:
                     if not got.take(chunk, on_delta):
                         break
@@ -214,14 +320,7 @@ class LiteLLMProvider:
             raise e.original from None
         except TimeoutError:
             await _close(stream)
-            raise ProviderCallError(
-                "timeout",
-                f"{call.participant.name} ({call.participant.model}): no complete answer within "
-                f"{call.timeout_secs:g} s",
-                partial_text=got.text,
-                duration_ms=got.elapsed_ms(),
-                model=got.model,
-            ) from None
+            raise _timed_out(call, got) from None
         except Exception as e:
             await _close(stream)
             if _ended_without_finish(e):
@@ -239,11 +338,37 @@ class LiteLLMProvider:
                       mocked="mock_response" in kwargs)
 
     async def aclose(self) -> None:
-        """Close litellm's cached HTTP clients (no-op when litellm was never imported)."""
+        """Close litellm's cached HTTP clients and the capped one (no-op when litellm was
+        never imported). The capped client is dropped, not kept for the next call: one left
+        to the end of the interpreter is finalized after litellm's modules are gone."""
         if _litellm is not None:
             close = getattr(_litellm, "close_litellm_async_clients", None)
             if close is not None:
                 await close()
+            await _drop_capped_client(_litellm)
+
+
+async def _acompletion(litellm: ModuleType, kwargs: dict[str, Any]) -> Any:
+    """``litellm.acompletion``; a model refusing ``response_format`` is asked again without
+    it (the prompt already asks for JSON), and ``kwargs`` then no longer holds it."""
+    try:
+        return await litellm.acompletion(**kwargs)
+    except litellm.UnsupportedParamsError:
+        if "response_format" not in kwargs:
+            raise
+        kwargs.pop("response_format")
+        return await litellm.acompletion(**kwargs)
+
+
+def _timed_out(call: ProviderCall, got: _Received) -> ProviderCallError:
+    return ProviderCallError(
+        "timeout",
+        f"{call.participant.name} ({call.participant.model}): no complete answer within "
+        f"{call.timeout_secs:g} s",
+        partial_text=got.text,
+        duration_ms=got.elapsed_ms(),
+        model=got.model,
+    )
 
 
 async def _close(stream: Any) -> None:
@@ -622,3 +747,71 @@ def _judge(
     if call.output_ceiling is not None and tokens.output > call.output_ceiling:
         stop = StopReason.MAX_TOKENS  # the provider let it run past the limit asked for
     return _answer(got, price, tokens, stop, raw_finish, reported=reported)
+
+
+def _cut_at_cap(
+    got: _Received, call: ProviderCall, cap: BodyCap, price: Price | None
+) -> ModelResponse:
+    """The answer of a body that passed its cap: the text that arrived, marked cut off at its
+    token limit. The body's usage never arrived, so the tokens are counted here: the prompt,
+    and at least the ceiling's worth of output (the provider sent more than the ceiling
+    allows for)."""
+    got.buffer += cap.salvaged_text().encode("utf-8")
+    out = max(call.output_ceiling or 0, _text_tokens(call, got.text))
+    tokens = TokenCount(input=_prompt_tokens(call), output=out)
+    return _answer(got, price, tokens, StopReason.MAX_TOKENS, "length", reported=False)
+
+
+def _broken_off(
+    e: BaseException, call: ProviderCall, partial: str, duration_ms: int
+) -> ProviderCallError:
+    """A body that broke off before it was whole: a ``mid_stream`` failure, as a stream that
+    breaks is, keeping the text that arrived."""
+    return ProviderCallError(
+        "mid_stream",
+        _MESSAGES["mid_stream"].format(
+            who=f"{call.participant.name} ({call.participant.model})",
+            chars=len(partial),
+            detail=_describe(e),
+        ),
+        partial_text=partial,
+        duration_ms=duration_ms,
+        model=call.participant.model,
+    )
+
+
+def _judge_plain(
+    got: _Received, response: Any, call: ProviderCall, price: Price | None
+) -> ModelResponse:
+    """The answer a non-streamed response gave, or the fault it really was, judged as a
+    stream's is (:func:`_judge`): no text is ``empty``, no finish reason ``truncated``, an
+    answer past the output ceiling is marked cut off at its limit. Usage the body lacks is
+    counted here (the prompt and the text as litellm counts them), marked not reported."""
+    choices = getattr(response, "choices", None) or [None]
+    message = getattr(choices[0], "message", None)
+    text = getattr(message, "content", None)
+    if isinstance(text, str):
+        got.buffer += text.encode("utf-8")
+    got.model = getattr(response, "model", None) or got.model
+    usage = getattr(response, "usage", None)
+    tokens = _tokens(usage)
+    reported = tokens.total > 0
+    if not reported:
+        tokens = TokenCount(input=_prompt_tokens(call), output=_text_tokens(call, got.text))
+    raw_finish = getattr(choices[0], "finish_reason", None)
+    if not got.buffer or not raw_finish:
+        raise _cut_short(got, call, price, tokens if reported else None, raw_finish or None)
+    stop = stop_reason_for(raw_finish)
+    if call.output_ceiling is not None and tokens.output > call.output_ceiling:
+        stop = StopReason.MAX_TOKENS  # the provider let it run past the limit asked for
+    return _answer(got, price, tokens, stop, raw_finish, reported=reported)
+
+
+def _text_tokens(call: ProviderCall, text: str) -> int:
+    """litellm's count of the tokens of ``text`` (0 when it cannot tell)."""
+    if not text:
+        return 0
+    try:
+        return int(_import_litellm().token_counter(model=call.participant.model, text=text))
+    except Exception:
+        return 0

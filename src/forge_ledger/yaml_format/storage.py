@@ -55,6 +55,13 @@ def _owner(doc: dict[str, Any] | None) -> tuple[str | None, str | None]:
     return (str(sid) if sid is not None else None, str(lid) if lid is not None else None)
 
 
+_OTHERS: set[tuple[str, str, str]] = set()
+"""Export files found to belong to another session: (path, yaml id, ledger id) of the session
+that asked."""
+
+_OTHERS_KEPT = 4096
+
+
 def session_file_path(
     directory: Path, slug: str, suffix: str, ledger_id: str, owns: Callable[[Path], bool]
 ) -> Path:
@@ -75,10 +82,23 @@ def export_path(directory: Path, slug: str, yaml_id: str, ledger_id: str) -> Pat
     (its ``session.id`` differs, or its ``ledger.session_id`` names another session)."""
 
     def owns(path: Path) -> bool:
+        if (str(path), yaml_id, ledger_id) in _OTHERS:
+            return False
         sid, lid = _owner(_read(path))
-        return sid == yaml_id and lid in (None, ledger_id)
+        if sid == yaml_id and lid in (None, ledger_id):
+            return True
+        if len(_OTHERS) >= _OTHERS_KEPT:
+            _OTHERS.clear()
+        _OTHERS.add((str(path), yaml_id, ledger_id))
+        return False
 
-    return session_file_path(directory, slug, ".yaml", ledger_id, owns)
+    # Another session's file stays another's while it exists: it is replaced only by its
+    # own session or, once gone, by whichever session takes the name; so it is parsed once
+    # per asking session, not at every checkpoint of every session sharing the slug (all the
+    # cells of a study's topic), where parsing it was a quarter of an autosave's CPU.
+    path = session_file_path(directory, slug, ".yaml", ledger_id, owns)
+    _OTHERS.discard((str(path), yaml_id, ledger_id))  # the name is (about to be) this session's
+    return path
 
 
 def write_export(
