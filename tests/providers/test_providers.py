@@ -611,3 +611,21 @@ def test_a_body_cap_keeps_no_more_than_its_limit() -> None:
     assert bytes(cap.received) == b"1234567890"
     assert cap.overflowed
     assert not cap.broke_off
+
+
+def test_without_litellm_s_client_hooks_unwatched_calls_stream(
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A litellm release without the hooks the body cap is installed through gets no cap: an
+    unwatched call then streams, bounded by its ceiling as before, rather than failing."""
+    import sys
+
+    from forge_ledger.providers import _litellm
+
+    monkeypatch.setattr(_litellm, "_capped_client", None)
+    monkeypatch.setitem(sys.modules, "litellm.llms.openai.openai", None)  # import fails
+    fake_openai.set_script({"alice": "one two three"})
+    resp = _run(provider, lambda: provider.complete(_unwatched(fake_openai)))
+    assert fake_openai.requests[0].stream
+    assert resp.content == "one two three"
+    assert resp.stop_reason is StopReason.END_TURN

@@ -83,21 +83,30 @@ _capped_client: Any = None
 """The HTTP client the OpenAI SDK uses (``litellm.aclient_session``), with the body cap."""
 
 
-def _install_capped_client(litellm: Any) -> None:
+def _install_capped_client(litellm: Any) -> bool:
     """Give the OpenAI SDK an HTTP client with the body cap (litellm's own client, same
     transport and settings, plus the cap's response hook), before a call; again after
     :meth:`LiteLLMProvider.aclose` dropped it. litellm's cached SDK clients hold the client
-    they were made with, so they are dropped and made again on the new one."""
+    they were made with, so they are dropped and made again on the new one.
+
+    Whether the cap is in place: a litellm release without these hooks gets no cap, and every
+    call then streams, bounded by its ceiling as before."""
     global _capped_client
     current = _capped_client
     if current is not None and not current.is_closed and litellm.aclient_session is current:
-        return
-    from litellm.llms.openai.openai import OpenAIChatCompletion
-
+        return True
+    before = litellm.aclient_session
     litellm.aclient_session = None  # litellm builds its own client only when none is set
-    _capped_client = add_cap_hook(OpenAIChatCompletion.get_async_http_client())
-    litellm.in_memory_llm_clients_cache.flush_cache()
-    litellm.aclient_session = _capped_client
+    try:
+        from litellm.llms.openai.openai import OpenAIChatCompletion
+
+        client = add_cap_hook(OpenAIChatCompletion.get_async_http_client())
+        litellm.in_memory_llm_clients_cache.flush_cache()
+    except (ImportError, AttributeError, KeyError, TypeError):
+        litellm.aclient_session = before
+        return False
+    _capped_client = litellm.aclient_session = client
+    return True
 
 
 def preload_client() -> None:
@@ -254,11 +263,12 @@ class LiteLLMProvider:
         self, call: ProviderCall, on_delta: Callable[[str], None] | None = None
     ) -> ModelResponse:
         litellm = _import_litellm()
-        _install_capped_client(litellm)  # again once litellm closed it (see :meth:`aclose`)
+        capped = _install_capped_client(litellm)  # again once closed (see :meth:`aclose`)
         kwargs = self._request(call)
         ceiling = call.output_ceiling
         if (
-            on_delta is None
+            capped
+            and on_delta is None
             and ceiling is not None
             and "mock_response" not in kwargs
             and self._served_by_sdk(call.participant)
