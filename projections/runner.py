@@ -478,15 +478,7 @@ class ProjectionRunner:
             with self._transaction():
                 positions = self._positions()
                 start = min(positions.values(), default=0)
-                unread: list[int] = []
-
-                def on_damaged(damage: SessionDamagedError, nid: int) -> None:
-                    self._skip(damage)
-                    unread.append(nid)
-
-                batch = self.source.notifications(
-                    after=start, limit=batch_size, on_damaged=on_damaged
-                )
+                batch, unread = self._read_batch(start, batch_size)
                 if not batch and not unread:
                     return 0
                 self._mark_skipped()
@@ -515,21 +507,37 @@ class ProjectionRunner:
                                 writer.add(ops)
                 if unread:  # the batch may end on a row that does not read
                     last = max(last, unread[-1])
-                done = list(touched.values())
-                for p in projections:
-                    if last > positions[p.name]:
-                        writer.add(p.flush(done))
-                writer.write()
-                for p in projections:
-                    if last > positions[p.name]:
-                        self.db.conn.execute(
-                            "UPDATE _projections SET position = ? WHERE name = ?", [last, p.name]
-                        )
+                self._finish(writer, positions, list(touched.values()), last)
                 return len(batch) + len(unread)
         except BaseException:
             self._states.clear()
             self._writer = None
             raise
+
+    def _read_batch(self, start: int, limit: int) -> tuple[Sequence[EventLike], list[int]]:
+        """The batch's events that read, and the notification ids of its rows that do not
+        (their sessions are skipped from now on)."""
+        unread: list[int] = []
+
+        def on_damaged(damage: SessionDamagedError, nid: int) -> None:
+            self._skip(damage)
+            unread.append(nid)
+
+        return self.source.notifications(after=start, limit=limit, on_damaged=on_damaged), unread
+
+    def _finish(
+        self, writer: BatchWriter, positions: dict[str, int], done: list[SessionState], last: int
+    ) -> None:
+        """Write the batch's rows and move every projection it applied to ``last``."""
+        for p in self.projections:
+            if last > positions[p.name]:
+                writer.add(p.flush(done))
+        writer.write()
+        for p in self.projections:
+            if last > positions[p.name]:
+                self.db.conn.execute(
+                    "UPDATE _projections SET position = ? WHERE name = ?", [last, p.name]
+                )
 
 
 def catch_up(

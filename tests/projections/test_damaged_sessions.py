@@ -13,7 +13,6 @@ import json
 import shutil
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -189,7 +188,8 @@ def test_a_session_damaged_before_the_first_catch_up_has_no_rows(
         runner.catch_up()
         assert [e.position for e in runner.damaged] == [22]
         ids = [r[0] for r in db.execute("SELECT id FROM sessions ORDER BY rowid").fetchall()]
-        assert str(DAMAGED) not in ids and str(OTHER) in ids
+        assert str(DAMAGED) not in ids
+        assert str(OTHER) in ids
         db.close()
 
 
@@ -270,4 +270,5 @@ def test_a_follower_says_a_damaged_session_once_and_goes_on(store: Path) -> None
         _, rest = proc.communicate(timeout=30)
     lines.extend(rest.splitlines())
     damaged = [line for line in lines if "is damaged at event 22" in line]
-    assert len(damaged) == 1 and damaged[0].startswith("error: session c5fae2a9")
+    assert len(damaged) == 1
+    assert damaged[0].startswith("error: session c5fae2a9")
