@@ -452,8 +452,14 @@ class ProjectionRunner:
         (:class:`_Unreadable`)."""
         try:
             state = self._state_before(event)
-        except SessionDamagedError as e:
-            raise _Unreadable(e) from None
+        except Exception as e:  # a state that fails to load: the session's damage, or a bug
+            damage = (
+                e if isinstance(e, SessionDamagedError)
+                else self.source.damage(UUID(event.session_id))
+            )
+            if damage is None:
+                raise
+            raise _Unreadable(damage) from None
         if state is not None and (
             state.version != event.position - 1 or state.head_hash != event.prev_hash
         ):

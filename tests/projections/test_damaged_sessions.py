@@ -29,6 +29,7 @@ from forge_ledger.projections import ProjectionRunner, open_views
 from forge_ledger.projections.current import SKIPPED, current_summaries, store_head
 from support.cli import CONSOLE_SCRIPT, run_cli
 from support.projections import VIEW_TABLES
+from support.stories import random_sessions
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "store-v2.sqlite"
 DAMAGED = UUID("c5fae2a9cb1d4111b3bf8c1db4ca57c8")
@@ -71,6 +72,13 @@ def _relinked(store: Path, sid: UUID) -> tuple[int, str]:
     state["prev_hash"] = "0" * 64
     _set_state(store, sid, 23, pack(json.dumps(state).encode()))
     return 23, "it does not follow event 22"
+
+
+def _first_deleted(store: Path, sid: UUID) -> tuple[int, str]:
+    with sqlite3.connect(store) as con:
+        con.execute(f"DELETE FROM stored_events {_WHERE}", [sid.hex, 1])
+    con.close()
+    return 1, "event 1 is missing"
 
 
 DAMAGE: dict[str, Callable[[Path, UUID], tuple[int, str]]] = {
@@ -178,15 +186,17 @@ def test_a_damaged_session_is_skipped_whole_and_rebuilt_once_repaired(
         db.close()
 
 
+@pytest.mark.parametrize("kind", [*DAMAGE, "first deleted"])
 def test_a_session_damaged_before_the_first_catch_up_has_no_rows(
-    store: Path, tmp_path: Path
+    store: Path, tmp_path: Path, kind: str
 ) -> None:
-    _damage(store, "undecodable")
+    position, problem = DAMAGE.get(kind, _first_deleted)(store, DAMAGED)
     with Ledger(str(store)) as ledger:
         db = open_views(tmp_path / "v.sqlite")
         runner = ProjectionRunner(ledger, db)
         runner.catch_up()
-        assert [e.position for e in runner.damaged] == [22]
+        assert [e.position for e in runner.damaged] == [position]
+        assert runner.damaged[0].problem.startswith(problem)
         ids = [r[0] for r in db.execute("SELECT id FROM sessions ORDER BY rowid").fetchall()]
         assert str(DAMAGED) not in ids
         assert str(OTHER) in ids
@@ -272,3 +282,54 @@ def test_a_follower_says_a_damaged_session_once_and_goes_on(store: Path) -> None
     damaged = [line for line in lines if "is damaged at event 22" in line]
     assert len(damaged) == 1
     assert damaged[0].startswith("error: session c5fae2a9")
+
+
+def _on_store(ledger: Ledger, sql: str, args: list[Any]) -> list[tuple[Any, ...]]:
+    """``sql`` (``{table}`` for the events table, ``?`` for parameters) on the ledger's own
+    store, SQLite or PostgreSQL, committed; returns the rows it gives."""
+    recorder: Any = ledger.app.recorder
+    table = recorder.events_table_name
+    if ledger.location.kind == "sqlite":
+        with sqlite3.connect(ledger.location.display) as con:
+            rows = con.execute(sql.format(table=table), args).fetchall()
+        con.close()
+        return [tuple(r) for r in rows]
+    query = sql.replace("?", "%s").format(table=f'"{ledger.location.schema}"."{table}"')
+    with recorder.datastore.transaction(commit=True) as curs:
+        curs.execute(query, args)
+        return [tuple(r.values()) for r in curs.fetchall()] if curs.description else []
+
+
+@pytest.mark.parametrize("kind", ["undecodable", "deleted"])
+def test_the_skip_and_the_repair_on_either_store(
+    store_url: str, tmp_path: Path, kind: str
+) -> None:
+    with Ledger(store_url) as ledger:
+        damaged, *_ = random_sessions(ledger, seed=7, sessions=3)
+        sid = UUID(damaged)
+        intact = tmp_path / "intact.sqlite"
+        ProjectionRunner(ledger, open_views(intact)).catch_up(batch_size=10)
+        key = sid.hex if ledger.location.kind == "sqlite" else sid
+        where = "WHERE originator_id = ? AND originator_version = 5"
+        (state,) = _on_store(ledger, f"SELECT state FROM {{table}} {where}", [key])[0]
+        if kind == "undecodable":
+            _on_store(ledger, f"UPDATE {{table}} SET state = ? {where}", [b"not json", key])
+        else:
+            _on_store(ledger, f"DELETE FROM {{table}} {where}", [key])
+        views = tmp_path / "v.sqlite"
+        runner = ProjectionRunner(ledger, open_views(views))
+        runner.catch_up(batch_size=10)
+        assert [(e.session_id, e.position) for e in runner.damaged] == [(damaged, 5)]
+        assert _without(_dump(views), sid) == _without(_dump(intact), sid)
+        assert current_summaries(views, *store_head(ledger)) is None
+        if kind == "undecodable":
+            _on_store(ledger, f"UPDATE {{table}} SET state = ? {where}", [state, key])
+        else:  # the session cut to its intact events: it reads again, shorter
+            _on_store(ledger, "DELETE FROM {table} WHERE originator_id = ? AND "
+                      "originator_version > 4", [key])
+        runner.catch_up(batch_size=10)
+        assert runner.damaged == []
+        fresh = tmp_path / "fresh.sqlite"
+        ProjectionRunner(ledger, open_views(fresh)).catch_up(batch_size=10)
+        assert _dump(views) == _dump(fresh)
+        assert kind == "deleted" or _dump(views) == _dump(intact)
