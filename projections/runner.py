@@ -407,12 +407,14 @@ class ProjectionRunner:
             ).fetchall()
         ]
 
-    def _skip(self, found: SessionDamagedError) -> None:
+    def _skip(self, found: SessionDamagedError) -> bool:
         """Skip ``found``'s session from now on, named at its first damaged event (where
-        ``verify`` and ``sessions`` name it)."""
-        sid = found.session_id
-        if sid not in self._skipped:
-            self._skipped[sid] = self.source.damage(UUID(sid)) or found
+        ``verify`` and ``sessions`` name it); False if it was skipped already."""
+        sid = UUID(found.session_id)
+        if str(sid) in self._skipped:
+            return False
+        self._skipped[str(sid)] = self.source.damage(sid) or found
+        return True
 
     def _mark_skipped(self) -> None:
         """The tracking rows of the skipped sessions, inside the batch's transaction."""
@@ -476,7 +478,8 @@ class ProjectionRunner:
             try:
                 return self._apply_batch(batch_size)
             except _Unreadable as found:
-                self._skip(found.damage)
+                if not self._skip(found.damage):  # a skipped session's events are not read
+                    raise found.damage from None
 
     def _apply_batch(self, batch_size: int) -> int:
         writer = self._batch_writer()
