@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "READ_MODEL_NAME",
     "READ_MODEL_VERSION",
+    "SKIPPED",
     "SUMMARY_COLUMNS",
     "Mark",
     "StoreHead",
@@ -34,6 +35,11 @@ __all__ = [
     "store_head",
 ]
 
+
+SKIPPED = "projections:unread:"
+"""Tracking rows of the sessions the projection runner skips as damaged: this prefix, then the
+session's id. While one is there, the read model is current for no session
+(:func:`_is_current`): it may list a damaged session as if its events read."""
 
 READ_MODEL_NAME = "read_model"
 READ_MODEL_VERSION = 6
@@ -102,12 +108,17 @@ def _is_current(conn: sqlite3.Connection, head: int, marks: Iterable[Mark]) -> b
     reader is about to show. A read model left beside a store that was since replaced by
     another one, one a session has moved past, or one that counts as many events as a store
     restored from a backup and written again (the same positions, other events) is not
-    current.
+    current. Nor is one that skipped a damaged session (:data:`SKIPPED`): it holds that
+    session's rows as they were before the damage was met, where the ledger marks it damaged.
     """
     row = conn.execute(
         "SELECT version, position FROM _projections WHERE name = ?", [READ_MODEL_NAME]
     ).fetchone()
     if row is None or int(row[0]) != READ_MODEL_VERSION or int(row[1]) != head:
+        return False
+    if conn.execute(
+        "SELECT 1 FROM _projections WHERE name LIKE ? LIMIT 1", [f"{SKIPPED}%"]
+    ).fetchone():
         return False
     return all(
         conn.execute(

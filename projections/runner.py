@@ -11,6 +11,15 @@ positions inside it, so neither applies an event twice.
 The runner folds each session's state with the domain's own fold and hands it to the
 projections, which stay pure. When a session's state is not in memory it asks the ledger for
 the state just before the event (snapshots make that cheap).
+
+A session whose events do not read is skipped whole, so every other session still comes up to
+date: a row that cannot be decoded, a gap in its positions, an event whose link differs from
+the hash of the event before it (one comparison per event; recomputing every event's hash is
+``verify``'s work, which would double the cost of a catch-up). The batch that met it is done
+again without the session, whose rows stay as they were, and a tracking row of its own
+(:data:`~.current.SKIPPED`) has every later catch-up skip it and try it again. Once it reads
+(repaired) or is gone from the store, the projections are rebuilt from zero: the one way its
+rows, and their place among the other sessions' rows, come out as a rebuild gives them.
 """
 
 from __future__ import annotations
@@ -27,10 +36,11 @@ from forge_ledger._collector import raised_gc_threshold
 from forge_ledger.domain import SessionState
 from forge_ledger.domain.events import FIRST_EVENT_TYPES
 from forge_ledger.domain.json_fields import JsonFields
-from forge_ledger.errors import UsageError
+from forge_ledger.errors import SessionDamagedError, UsageError
 
 from .base import EventLike, Projection
 from .consensus import ConsensusProjection
+from .current import SKIPPED
 from .dissent import DissentProjection
 from .read_model import ReadModelProjection
 from .session_state import SessionStateProjection, apply_event
@@ -61,16 +71,31 @@ class EventSource(Protocol):
     """What the runner needs of :class:`forge_ledger.ledger.Ledger`."""
 
     def notifications(
-        self, *, after: int = 0, limit: int = 1000, topics: Sequence[str] = ()
+        self,
+        *,
+        after: int = 0,
+        limit: int = 1000,
+        topics: Sequence[str] = (),
+        on_damaged: Callable[[SessionDamagedError, int], None] | None = None,
     ) -> Sequence[EventLike]: ...
 
     def max_notification_id(self) -> int: ...
+
+    def damage(self, session_id: UUID) -> SessionDamagedError | None: ...
 
     def state(self, session_id: UUID, *, at_event: int | None = None) -> SessionState: ...
 
     def events(
         self, session_id: UUID, *, after: int = 0, upto: int | None = None
     ) -> Iterable[EventLike]: ...
+
+
+class _Unreadable(Exception):
+    """A batch met a session whose events do not read: it is done again without it."""
+
+    def __init__(self, damage: SessionDamagedError) -> None:
+        super().__init__(damage.message)
+        self.damage = damage
 
 
 def default_projections() -> tuple[Projection, ...]:
@@ -202,6 +227,13 @@ class ProjectionRunner:
         self._states: dict[str, SessionState] = {}
         self._fts: dict[str, FtsIndex] | None = None
         self._writer: BatchWriter | None = None
+        self._skipped: dict[str, SessionDamagedError] = {}
+
+    @property
+    def damaged(self) -> list[SessionDamagedError]:
+        """The sessions the last catch-up skipped, their events damaged (each at its first
+        damaged event)."""
+        return list(self._skipped.values())
 
     def _batch_writer(self) -> BatchWriter:
         if self._writer is None:
@@ -294,6 +326,7 @@ class ProjectionRunner:
         """
         if batch_size < 1:
             raise UsageError("batch size must be at least 1")
+        self._retry_skipped()
         total = 0
         batches = 0
         with raised_gc_threshold():  # the states of every session touched stay in memory
@@ -336,6 +369,62 @@ class ProjectionRunner:
     def _transaction(self) -> Any:
         return write_transaction(self.db)
 
+    # ------------------------------------------------------------------ damaged sessions
+
+    def _retry_skipped(self) -> None:
+        """Try again each session skipped before as damaged: still damaged, it is skipped by
+        this catch-up too; read again or gone from the store, every projection is rebuilt
+        from zero (the batches then meet any other still damaged, and skip it again)."""
+        self._skipped = {}
+        if not self._marks():  # nothing to lock the read model for
+            return
+        with self._transaction():
+            healed = False
+            for name in self._marks():
+                try:
+                    sid = UUID(name.removeprefix(SKIPPED))
+                except ValueError:  # a mark that names no session
+                    self.db.execute("DELETE FROM _projections WHERE name = ?", [name])
+                    continue
+                damage = self.source.damage(sid)
+                if damage is None:
+                    healed = True
+                else:
+                    self._skipped[str(sid)] = damage
+            if healed:
+                self.db.execute("DELETE FROM _projections WHERE name LIKE ?", [f"{SKIPPED}%"])
+                for p in self.projections:
+                    self._reset(p)
+                self._states.clear()
+                self._skipped = {}
+
+    def _marks(self) -> list[str]:
+        """The tracking rows of the sessions skipped as damaged, in the order they were met."""
+        return [
+            str(n)
+            for (n,) in self.db.execute(
+                "SELECT name FROM _projections WHERE name LIKE ? ORDER BY rowid", [f"{SKIPPED}%"]
+            ).fetchall()
+        ]
+
+    def _skip(self, found: SessionDamagedError) -> bool:
+        """Skip ``found``'s session from now on, named at its first damaged event (where
+        ``verify`` and ``sessions`` name it); False if it was skipped already."""
+        sid = UUID(found.session_id)
+        if str(sid) in self._skipped:
+            return False
+        self._skipped[str(sid)] = self.source.damage(sid) or found
+        return True
+
+    def _mark_skipped(self) -> None:
+        """The tracking rows of the skipped sessions, inside the batch's transaction."""
+        for sid, damage in self._skipped.items():
+            self.db.execute(
+                "INSERT INTO _projections (name, version, position) VALUES (?, 0, ?) "
+                "ON CONFLICT(name) DO NOTHING",
+                [f"{SKIPPED}{sid}", damage.position],
+            )
+
     def _state_before(self, event: EventLike) -> SessionState | None:
         """The session's state just before ``event``, as cheaply as possible.
 
@@ -359,15 +448,49 @@ class ProjectionRunner:
         self._states.pop(event.session_id, None)
         return self.source.state(UUID(event.session_id), at_event=before)
 
+    def _read_before(self, event: EventLike) -> SessionState | None:
+        """:meth:`_state_before`, checked: the state is at the event before ``event``, and
+        ``event`` links to that event's hash; else the session is damaged
+        (:class:`_Unreadable`)."""
+        try:
+            state = self._state_before(event)
+        except Exception as e:  # a state that fails to load: the session's damage, or a bug
+            damage = (
+                e if isinstance(e, SessionDamagedError)
+                else self.source.damage(UUID(event.session_id))
+            )
+            if damage is None:
+                raise
+            raise _Unreadable(damage) from None
+        if state is not None and (
+            state.version != event.position - 1 or state.head_hash != event.prev_hash
+        ):
+            raise _Unreadable(
+                SessionDamagedError(
+                    event.session_id, event.position, "its events do not follow one another"
+                )
+            )
+        return state
+
     def _one_batch(self, batch_size: int) -> int:
+        """One batch, done again without each session it finds damaged."""
+        while True:
+            try:
+                return self._apply_batch(batch_size)
+            except _Unreadable as found:
+                if not self._skip(found.damage):  # a skipped session's events are not read
+                    raise found.damage from None
+
+    def _apply_batch(self, batch_size: int) -> int:
         writer = self._batch_writer()
         try:
             with self._transaction():
                 positions = self._positions()
                 start = min(positions.values(), default=0)
-                batch = self.source.notifications(after=start, limit=batch_size)
-                if not batch:
+                batch, unread = self._read_batch(start, batch_size)
+                if not batch and not unread:
                     return 0
+                self._mark_skipped()
                 touched: dict[str, SessionState] = {}
                 last = start
                 projections = self.projections
@@ -376,33 +499,54 @@ class ProjectionRunner:
                 # looked up once per batch, not once per event and projection
                 appliers = [(positions[p.name], p.apply) for p in projections]
                 states = self._states
+                skipped = self._skipped
                 for event in batch:
                     nid = event.notification_id
                     assert nid is not None
+                    last = nid
+                    if event.session_id in skipped:
+                        continue
                     payload = event.payload()
-                    state = apply_event(self._state_before(event), event, payload)
+                    state = apply_event(self._read_before(event), event, payload)
                     states[event.session_id] = touched[event.session_id] = state
                     for position, apply in appliers:
                         if nid > position:
                             ops = apply(event, payload, state)
                             if ops:
                                 writer.add(ops)
-                    last = nid
-                done = list(touched.values())
-                for p in projections:
-                    if last > positions[p.name]:
-                        writer.add(p.flush(done))
-                writer.write()
-                for p in projections:
-                    if last > positions[p.name]:
-                        self.db.conn.execute(
-                            "UPDATE _projections SET position = ? WHERE name = ?", [last, p.name]
-                        )
-                return len(batch)
+                if unread:  # the batch may end on a row that does not read
+                    last = max(last, unread[-1])
+                self._finish(writer, positions, list(touched.values()), last)
+                return len(batch) + len(unread)
         except BaseException:
             self._states.clear()
             self._writer = None
             raise
+
+    def _read_batch(self, start: int, limit: int) -> tuple[Sequence[EventLike], list[int]]:
+        """The batch's events that read, and the notification ids of its rows that do not
+        (their sessions are skipped from now on)."""
+        unread: list[int] = []
+
+        def on_damaged(damage: SessionDamagedError, nid: int) -> None:
+            self._skip(damage)
+            unread.append(nid)
+
+        return self.source.notifications(after=start, limit=limit, on_damaged=on_damaged), unread
+
+    def _finish(
+        self, writer: BatchWriter, positions: dict[str, int], done: list[SessionState], last: int
+    ) -> None:
+        """Write the batch's rows and move every projection it applied to ``last``."""
+        for p in self.projections:
+            if last > positions[p.name]:
+                writer.add(p.flush(done))
+        writer.write()
+        for p in self.projections:
+            if last > positions[p.name]:
+                self.db.conn.execute(
+                    "UPDATE _projections SET position = ? WHERE name = ?", [last, p.name]
+                )
 
 
 def catch_up(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.domain import SessionState, canonical_json
+from forge_ledger.errors import SessionDamagedError
 from forge_ledger.ledger import Ledger
 from forge_ledger.projections import (
     EventLike,
@@ -153,11 +154,17 @@ class _CountingSource:
 
     def notifications(
         self, *, after: int = 0, limit: int = 1000, topics: Sequence[str] = (),
+        on_damaged: Callable[[SessionDamagedError, int], None] | None = None,
     ) -> Sequence[EventLike]:
-        return self.ledger.notifications(after=after, limit=limit, topics=topics)
+        return self.ledger.notifications(
+            after=after, limit=limit, topics=topics, on_damaged=on_damaged
+        )
 
     def max_notification_id(self) -> int:
         return self.ledger.max_notification_id()
+
+    def damage(self, session_id: UUID) -> SessionDamagedError | None:
+        return self.ledger.damage(session_id)
 
     def state(self, session_id: UUID, *, at_event: int | None = None) -> SessionState:
         self.state_loads += 1

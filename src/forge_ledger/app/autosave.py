@@ -39,18 +39,19 @@ def autosaver(ledger: Ledger, warn: Warn = log_warning) -> Callable[[SessionStat
             if state.document_source is not None:
                 write_spec(ledger, state)
             if state.status.terminal or state.status is SessionStatus.PAUSED:
-                keep_views_current(ledger)
+                keep_views_current(ledger, warn)
         except Exception as e:  # an export problem must never stop a deliberation
             warn(f"autosave failed: {e}")
 
     return save
 
 
-def keep_views_current(ledger: Ledger) -> None:
+def keep_views_current(ledger: Ledger, warn: Warn = log_warning) -> None:
     """Bring the read model beside a SQLite store up to date when a session stops, so that
     ``sessions`` and ``show`` answer from it at once; the command that wrote the events
     pays for it, not the next read. A PostgreSQL store's read model is left to
-    ``projections update``, which may run elsewhere."""
+    ``projections update``, which may run elsewhere. A damaged session the catch-up skips
+    is told through ``warn``: the run itself is not concerned."""
     if ledger.location.kind != "sqlite":
         return
     from forge_ledger.projections import ProjectionRunner, open_views
@@ -60,6 +61,9 @@ def keep_views_current(ledger: Ledger) -> None:
 
     db = open_views(store_outputs(ledger.location).views, lock_timeout=lock_timeout())
     try:
-        ProjectionRunner(ledger, db).catch_up()
+        runner = ProjectionRunner(ledger, db)
+        runner.catch_up()
+        for e in runner.damaged:
+            warn(f"read model: {e.one_line()}")
     finally:
         db.close()

@@ -88,7 +88,7 @@ def browse(port: int, host: str, store: str | None) -> None:
     from .views import _run
 
     applied, damaged = _run(store, rebuild=None, everything=False, batch_size=1000)
-    for e in damaged:  # the other studies are current: serve them, saying which is not
+    for e in damaged:  # the rest is current: serve it, saying which session or study is not
         err_console.print(f"warning: {printable(e.one_line())}", markup=False)
     with open_ledger(store) as ledger:
         views = store_outputs(ledger.location).views

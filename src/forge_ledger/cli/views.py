@@ -8,7 +8,7 @@ read-model database beside the store (the one Datasette serves). None imports li
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import click
@@ -22,7 +22,7 @@ from rich.progress import (
 from rich.table import Table
 
 from ..app.study_views import SESSIONS_LOG, STUDY_LOG, StudyViews
-from ..errors import StoreMissingError, StudyDamagedError
+from ..errors import SessionDamagedError, StoreMissingError, StudyDamagedError
 from ..ledger import Ledger, resolve_store
 from ..ledger.outputs import store_outputs
 from ..ledger.store import lock_timeout
@@ -117,49 +117,66 @@ def _open_when_there(store: str | None, interval: float) -> Ledger:
             time.sleep(interval)
 
 
-def _damaged_json(damaged: list[StudyDamagedError]) -> dict[str, object]:
-    """The studies a catch-up skipped, as ``--json`` adds them (the key only when some were):
-    each as a damaged session's row in ``sessions --json`` says where and how."""
+Damaged = SessionDamagedError | StudyDamagedError
+"""A session or a study a catch-up skipped, its events damaged."""
+
+
+def _key(e: Damaged) -> tuple[str, str]:
+    """("session_id", id) or ("study_id", id): what ``--json`` names it by."""
+    if isinstance(e, SessionDamagedError):
+        return "session_id", e.session_id
+    return "study_id", e.study_id
+
+
+def _damaged_json(damaged: Sequence[Damaged]) -> dict[str, object]:
+    """The sessions and studies a catch-up skipped, as ``--json`` adds them (the key only
+    when some were): each as a damaged session's row in ``sessions --json`` says where and
+    how."""
     if not damaged:
         return {}
     return {
         "damaged": [
-            {"study_id": e.study_id, "damaged": f"at event {e.position}: {e.problem}"}
-            for e in damaged
+            dict([_key(e), ("damaged", f"at event {e.position}: {e.problem}")]) for e in damaged
         ]
     }
 
 
-def _end_if_damaged(damaged: list[StudyDamagedError]) -> None:
-    """Once everything else is up to date, the first study skipped as damaged is the
-    command's one error line, and its exit code."""
-    if damaged:
-        first = damaged[0]
-        more = f" ({len(damaged) - 1} more studies damaged)" if len(damaged) > 1 else ""
-        raise StudyDamagedError(first.study_id, first.position, f"{first.problem}{more}")
+def _end_if_damaged(damaged: Sequence[Damaged]) -> None:
+    """Once everything else is up to date, the first session or study skipped as damaged
+    is the command's one error line (saying how many more there are), and its exit code."""
+    if not damaged:
+        return
+    first, rest = damaged[0], damaged[1:]
+    sessions = sum(isinstance(e, SessionDamagedError) for e in rest)
+    counts = [(sessions, "session(s)"), (len(rest) - sessions, "studies")]
+    more = " and ".join(f"{n} more {what}" for n, what in counts if n)
+    problem = f"{first.problem} ({more} damaged)" if more else first.problem
+    raise type(first)(_key(first)[1], first.position, problem)
 
 
-def _catch_up_following(studies: StudyViews) -> Callable[[], int]:
-    """The study tables' catch-up for a follower: a study skipped as damaged is one line on
-    stderr when first met, and the follower goes on (it is tried again each time)."""
-    told: set[str] = set()
+def _catch_up_following(runner: ProjectionRunner, studies: StudyViews) -> Callable[[], int]:
+    """The study tables' catch-up for a follower, run after each of the projections': a
+    session or study skipped as damaged is one line on stderr when first met, and the
+    follower goes on (it is tried again each time)."""
+    told: set[tuple[str, str]] = set()
 
     def catch_up() -> int:
         n = studies.catch_up()
-        for e in studies.damaged:
-            if e.study_id not in told:
-                told.add(e.study_id)
+        damaged: list[Damaged] = [*runner.damaged, *studies.damaged]
+        for e in damaged:
+            if _key(e) not in told:
+                told.add(_key(e))
                 err_console.print(f"error: {printable(e.one_line())}", markup=False)
-        told.intersection_update(e.study_id for e in studies.damaged)
+        told.intersection_update(_key(e) for e in damaged)
         return n
 
     return catch_up
 
 
 def _run(store: str | None, *, rebuild: str | None, everything: bool, batch_size: int,
-         follow: bool = False, interval: float = 1.0) -> tuple[int, list[StudyDamagedError]]:
+         follow: bool = False, interval: float = 1.0) -> tuple[int, list[Damaged]]:
     """Bring the projections and the study tables up to date; returns how many events were
-    applied and the studies skipped as damaged (a follower never returns)."""
+    applied and the sessions and studies skipped as damaged (a follower never returns)."""
     with _open_when_there(store, interval) if follow else open_ledger(store) as ledger:
         db = open_views(store_outputs(ledger.location).views, lock_timeout=lock_timeout())
         try:
@@ -180,7 +197,7 @@ def _run(store: str | None, *, rebuild: str | None, everything: bool, batch_size
             if not everything and rebuild is None and not follow:
                 studies.catch_up()
             if follow:
-                also = _catch_up_following(studies)
+                also = _catch_up_following(runner, studies)
                 also()
                 err_console.print(
                     f"following {printable(ledger.location.display)} (Ctrl-C stops)"
@@ -197,7 +214,8 @@ def _run(store: str | None, *, rebuild: str | None, everything: bool, batch_size
                 finally:
                     if waiter is not None:
                         waiter.close()
-            return n, studies.damaged
+            damaged: list[Damaged] = [*runner.damaged, *studies.damaged]
+            return n, damaged
         finally:
             db.close()
 

@@ -16,7 +16,8 @@ __all__ = ["EventLike"]
 
 
 class EventLike(Protocol):
-    """One recorded event: where it sits, what it says, and its hash."""
+    """One recorded event: where it sits, what it says, its hash and its link to the
+    previous event's hash."""
 
     @property
     def session_id(self) -> str: ...
@@ -30,6 +31,8 @@ class EventLike(Protocol):
     def data(self) -> dict[str, Any]: ...
     @property
     def hash(self) -> str: ...
+    @property
+    def prev_hash(self) -> str: ...
     @property
     def notification_id(self) -> int | None: ...
 

@@ -10,13 +10,14 @@ optimistic-concurrency race into :class:`~forge_ledger.errors.ConcurrencyConflic
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 from eventsourcing.persistence import (
     IntegrityError,
+    Notification,
     StoredEvent,
 )
 from eventsourcing.persistence import (
@@ -601,9 +602,19 @@ class Ledger:
         return snapshots.mapper.to_stored_event(snapshot_class.take(aggregate))
 
     def notifications(
-        self, *, after: int = 0, limit: int = 1000, topics: Sequence[str] = ()
+        self,
+        *,
+        after: int = 0,
+        limit: int = 1000,
+        topics: Sequence[str] = (),
+        on_damaged: Callable[[SessionDamagedError, int], None] | None = None,
     ) -> list[RecordedEvent]:
-        """The global log (all sessions) after notification id ``after``."""
+        """The global log (all sessions) after notification id ``after``.
+
+        A row that cannot be read raises :class:`SessionDamagedError` naming its session and
+        position; given ``on_damaged``, it is handed that error and the row's notification id
+        instead, and the rows after it are read (a reader of the whole log that goes on past
+        one damaged session)."""
         rows = self.app.recorder.select_notifications(
             start=after, limit=limit, topics=topics, inclusive_of_start=False
         )
@@ -612,15 +623,30 @@ class Ledger:
             try:
                 domain_event = self.app.mapper.to_domain_event(n)
             except Exception as e:  # one unreadable row: name its session and position
-                if store_failure(e) is None and not isinstance(e, ValueError):
+                damage = self._row_damage(n, e)
+                if damage is None:
                     raise
-                raise SessionDamagedError(
-                    n.originator_id,
-                    int(n.originator_version),
-                    f"it cannot be read ({first_line(e)})",
-                ) from None
+                if on_damaged is None:
+                    raise damage from None
+                on_damaged(damage, int(n.id))
+                continue
             out.append(as_recorded(domain_event, notification_id=int(n.id)))
         return out
+
+    def _row_damage(self, row: Notification, failure: Exception) -> SessionDamagedError | None:
+        """The damage a row of the global log that failed to decode is, or None when the
+        failure is not the row's (a bug). A row decoded as another event than the one its
+        topic names (rows reordered or duplicated) fails anywhere in the decoding: the
+        session's first damaged event says what it is."""
+        if store_failure(failure) is not None or isinstance(failure, ValueError):
+            return SessionDamagedError(
+                row.originator_id,
+                int(row.originator_version),
+                f"it cannot be read ({first_line(failure)})",
+            )
+        return self._damage_behind(
+            UUID(str(row.originator_id)), failure, int(row.originator_version)
+        )
 
     def max_notification_id(self) -> int:
         return int(self.app.recorder.max_notification_id() or 0)
