@@ -589,6 +589,23 @@ def test_an_unwatched_error_status_is_classified_as_before(
     assert err.partial_text == ""
 
 
+@pytest.mark.parametrize("watched", [False, True])
+def test_an_empty_reply_is_empty_streamed_or_not(
+    fake_openai: FakeOpenAIServer, provider: LiteLLMProvider, watched: bool,
+) -> None:
+    """HTTP 200 with nothing in it is an ``empty`` reply (retried as one) either way, not the
+    server error litellm makes of a body that is not JSON."""
+    fake_openai.set_script({"alice": [{"fault": "empty"}]})
+    deltas: list[str] = []
+    call = _unwatched(fake_openai)
+    with pytest.raises(ProviderCallError) as info:
+        _run(provider, lambda: provider.complete(call, deltas.append if watched else None))
+    assert fake_openai.requests[0].stream is watched
+    assert info.value.error_type == "empty"
+    assert info.value.partial_text == ""
+    assert info.value.cost_usd == 0.0
+
+
 def test_unwatched_calls_work_again_after_the_provider_is_closed(
     fake_openai: FakeOpenAIServer, provider: LiteLLMProvider,
 ) -> None:

@@ -66,6 +66,17 @@ class BodyCap:
             and not self.overflowed
         )
 
+    @property
+    def came_empty(self) -> bool:
+        """Whether a successful response's body was whole and held nothing (an empty reply,
+        as a stream that ends before its first chunk is)."""
+        return (
+            self.status is not None
+            and 200 <= self.status < 300
+            and self.complete
+            and not bytes(self.received).strip()
+        )
+
     def salvaged_text(self) -> str:
         """The answer's text in what arrived of the body ("" when none can be read): the
         incomplete JSON read leniently, its last string cut where the bytes end."""

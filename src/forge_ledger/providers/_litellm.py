@@ -299,6 +299,8 @@ class LiteLLMProvider:
                 return _cut_at_cap(got, call, cap, price)
             if cap.broke_off:
                 raise _broken_off(e, call, cap.salvaged_text(), got.elapsed_ms()) from None
+            if cap.came_empty:  # litellm calls it a server error: it is an empty reply
+                raise _cut_short(got, call, price, None) from None
             raise classify_exception(e, call, duration_ms=got.elapsed_ms()) from None
         finally:
             current_cap().reset(token)
