@@ -355,6 +355,21 @@ def m008_documents(db: Database) -> None:
     _table(db, "documents", DOCUMENT_COLUMNS, fks=[("id", "sessions", "id")])
 
 
+AUDIT_COLUMNS: dict[str, Any] = {
+    "id": str, "version": int, "position": int, "head_hash": str, "markdown": str,
+}
+"""Each session's audit as ``audit`` prints it (``id`` is the session's), with the head it was
+made at. Filled by ``forge_ledger.app.audit_views``: the audit sits above the projections."""
+TABLE_KEYS["audits"] = "id"
+
+
+@MIGRATIONS(name="m009_audits")
+def m009_audits(db: Database) -> None:
+    """``audits``: each session's audit in Markdown, with the session's head it was made at
+    (see :data:`AUDIT_COLUMNS`)."""
+    _table(db, "audits", AUDIT_COLUMNS, fks=[("id", "sessions", "id")])
+
+
 def migrate(db: Database) -> None:
     """Apply every pending migration (idempotent)."""
     MIGRATIONS.apply(db)

@@ -252,6 +252,21 @@ def test_show_from_a_current_read_model_builds_no_model(tmp_path: Path) -> None:
     assert _found(set(found["modules"]), ("pydantic.plugin._loader", "importlib.metadata")) == []
 
 
+@pytest.mark.slow
+def test_audit_kept_in_the_read_model_loads_no_audit(tmp_path: Path) -> None:
+    """``audit`` checks the session's chain, then prints the audit kept at the session's
+    head: the audit's code and models stay unloaded, and no model is validated."""
+    folded, found = _run("audit", "@~1", store=_fixture_store(tmp_path))
+    assert "forge_ledger.audit.analysis" in found["modules"]  # the guard below can fail
+    (tmp_path / "current").mkdir()
+    out, found = _run("audit", "@~1", store=_with_current_read_model(tmp_path / "current"))
+    assert out == folded
+    assert found["built"] == []
+    assert _found(set(found["modules"]), (
+        "forge_ledger.audit", "forge_ledger.projections.runner", "importlib.metadata",
+    )) == []
+
+
 def test_a_folded_session_builds_the_models_it_reads(tmp_path: Path) -> None:
     """The probe above sees a model built when one is: without a read model, ``sessions``
     folds each session's events into its state."""

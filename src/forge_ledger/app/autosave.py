@@ -39,19 +39,22 @@ def autosaver(ledger: Ledger, warn: Warn = log_warning) -> Callable[[SessionStat
             if state.document_source is not None:
                 write_spec(ledger, state)
             if state.status.terminal or state.status is SessionStatus.PAUSED:
-                keep_views_current(ledger, warn)
+                keep_views_current(ledger, warn, UUID(state.id))
         except Exception as e:  # an export problem must never stop a deliberation
             warn(f"autosave failed: {e}")
 
     return save
 
 
-def keep_views_current(ledger: Ledger, warn: Warn = log_warning) -> None:
+def keep_views_current(
+    ledger: Ledger, warn: Warn = log_warning, stopped: UUID | None = None
+) -> None:
     """Bring the read model beside a SQLite store up to date when a session stops, so that
-    ``sessions`` and ``show`` answer from it at once; the command that wrote the events
-    pays for it, not the next read. A PostgreSQL store's read model is left to
-    ``projections update``, which may run elsewhere. A damaged session the catch-up skips
-    is told through ``warn``: the run itself is not concerned."""
+    ``sessions``, ``show``, ``spec`` and (for the session that ``stopped``) ``audit`` answer
+    from it at once; the command that wrote the events pays for it, not the next read. A
+    PostgreSQL store's read model is left to ``projections update``, which may run
+    elsewhere. A damaged session the catch-up skips is told through ``warn``: the run itself
+    is not concerned."""
     if ledger.location.kind != "sqlite":
         return
     from forge_ledger.projections import ProjectionRunner, open_views
@@ -65,5 +68,9 @@ def keep_views_current(ledger: Ledger, warn: Warn = log_warning) -> None:
         runner.catch_up()
         for e in runner.damaged:
             warn(f"read model: {e.one_line()}")
+        if stopped is not None:
+            from .audit_views import keep_audit
+
+            keep_audit(ledger, db, stopped)
     finally:
         db.close()

@@ -34,11 +34,13 @@ from ._common import (
     printable,
     store_option,
 )
-from ._integrity import check_chain
+from ._integrity import chain_broken, check_chain
 
 if TYPE_CHECKING:
+    from uuid import UUID
 
     from ..audit.counterfactual import ForkComparison
+    from ..ledger import Ledger
     from ..records.lineage import IterationPoint, SessionDiff
 
 # Each command imports what it alone uses (the audit, the lineage, sealing) when it runs: an
@@ -254,20 +256,36 @@ def audit(session: str, as_markdown: bool, store: str | None, as_json: bool) -> 
     Also whether deliberation helped, self-preference and anonymized-review labels; ends with
     a minority report of the dissent still unresolved.
     """
-    from ..app.records import audit as audit_session
-    from ..audit import render_markdown
-
     if as_json and as_markdown:
         raise UsageError("give at most one of --json and --markdown")
     with open_ledger(store, create=False) as ledger:
-        report = audit_session(ledger, check_chain(ledger, session))
-    if as_json:
-        emit_json(report.model_dump(mode="json"))
-    elif as_markdown:
+        sid = check_chain(ledger, session)
+        markdown = None if as_json or chain_broken() else _kept_audit(ledger, sid)
+        if markdown is None:
+            from ..app.records import audit as audit_session
+            from ..audit import render_markdown
+
+            report = audit_session(ledger, sid)
+            if as_json:
+                emit_json(report.model_dump(mode="json"))
+                return
+            markdown = render_markdown(report)
+    if as_markdown:
         with document_output():
-            sys.stdout.write(render_markdown(report))
+            sys.stdout.write(markdown)
     else:
-        print_markdown(render_markdown(report))
+        print_markdown(markdown)
+
+
+def _kept_audit(ledger: Ledger, session_id: UUID) -> str | None:
+    """The session's audit from the read model beside a SQLite store, when it was made at
+    the session's head (see :mod:`forge_ledger.app.audit_views`); None: audit it here."""
+    if ledger.location.kind != "sqlite":
+        return None
+    from ..app.audit_views import current_audit
+    from ..ledger.outputs import store_outputs
+
+    return current_audit(ledger, store_outputs(ledger.location).views, session_id)
 
 
 # --------------------------------------------------------------------------- seal

@@ -21,6 +21,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from ..app.audit_views import AUDITS_LOG, AuditViews
 from ..app.study_views import SESSIONS_LOG, STUDY_LOG, StudyViews
 from ..errors import SessionDamagedError, StoreMissingError, StudyDamagedError
 from ..ledger import Ledger, resolve_store
@@ -63,7 +64,11 @@ def projections_status(store: str | None, as_json: bool) -> None:
         path = store_outputs(ledger.location).views
         db = open_views(path, lock_timeout=lock_timeout())
         try:
-            rows = [*ProjectionRunner(ledger, db).status(), *StudyViews(ledger, db).status()]
+            rows = [
+                *ProjectionRunner(ledger, db).status(),
+                *StudyViews(ledger, db).status(),
+                *AuditViews(ledger, db).status(),
+            ]
         finally:
             db.close()
     if as_json:
@@ -154,14 +159,17 @@ def _end_if_damaged(damaged: Sequence[Damaged]) -> None:
     raise type(first)(_key(first)[1], first.position, problem)
 
 
-def _catch_up_following(runner: ProjectionRunner, studies: StudyViews) -> Callable[[], int]:
-    """The study tables' catch-up for a follower, run after each of the projections': a
-    session or study skipped as damaged is one line on stderr when first met, and the
-    follower goes on (it is tried again each time)."""
+def _catch_up_following(
+    runner: ProjectionRunner, studies: StudyViews, audits: AuditViews
+) -> Callable[[], int]:
+    """The study tables' and the audits' catch-up for a follower, run after each of the
+    projections': a session or study skipped as damaged is one line on stderr when first met,
+    and the follower goes on (it is tried again each time)."""
     told: set[tuple[str, str]] = set()
 
     def catch_up() -> int:
         n = studies.catch_up()
+        audits.catch_up()
         damaged: list[Damaged] = [*runner.damaged, *studies.damaged]
         for e in damaged:
             if _key(e) not in told:
@@ -182,22 +190,27 @@ def _run(store: str | None, *, rebuild: str | None, everything: bool, batch_size
         try:
             runner = ProjectionRunner(ledger, db)
             studies = StudyViews(ledger, db)
+            audits = AuditViews(ledger, db)
             n = 0
             with _progress(runner, rebuilding=everything or rebuild is not None) as advance:
                 if rebuild in (SESSIONS_LOG, STUDY_LOG):
                     studies.rebuild()
+                elif rebuild == AUDITS_LOG:
+                    audits.rebuild()
                 elif everything or rebuild is not None:
                     n = runner.rebuild(
                         [rebuild] if rebuild else None, batch_size=batch_size, on_batch=advance
                     )
                     if everything:
                         studies.rebuild()
+                        audits.rebuild()
                 else:
                     n = runner.catch_up(batch_size=batch_size, on_batch=advance)
             if not everything and rebuild is None and not follow:
                 studies.catch_up()
+                audits.catch_up()
             if follow:
-                also = _catch_up_following(runner, studies)
+                also = _catch_up_following(runner, studies, audits)
                 also()
                 err_console.print(
                     f"following {printable(ledger.location.display)} (Ctrl-C stops)"
@@ -227,8 +240,9 @@ def _run(store: str | None, *, rebuild: str | None, everything: bool, batch_size
 @json_option
 def projections_rebuild(name: str | None, batch_size: int, store: str | None,
                         as_json: bool) -> None:
-    """Empty NAME (default: every projection and the study tables) and refold it from the
-    first event (NAME ``study_tables`` computes the study tables again)."""
+    """Empty NAME (default: every projection, the study tables and the audits) and refold it
+    from the first event (NAME ``study_tables`` computes the study tables again, ``audits``
+    every session's audit)."""
     n, damaged = _run(store, rebuild=name, everything=name is None, batch_size=batch_size)
     if as_json:
         emit_json({"rebuilt": name or "all", "events": n, **_damaged_json(damaged)})
