@@ -116,6 +116,33 @@ def test_a_study_of_3_topics_2_variants_2_repeats_runs_to_the_end(tmp_path: Path
         )
 
 
+def test_a_study_writes_each_session_s_files_once_it_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cell's YAML export and document file are written when its session ends or pauses,
+    not at each phase change as a session run by hand writes them."""
+    import forge_ledger.yaml_format as yaml_format
+
+    real = yaml_format.autosave
+    written: Counter[str] = Counter()
+
+    def counted(ledger: Ledger, session_id: UUID) -> Any:
+        written[str(session_id)] += 1
+        return real(ledger, session_id)
+
+    monkeypatch.setattr(yaml_format, "autosave", counted)
+    plan = load_plan(_plan(tmp_path, repeats=1))
+    with Ledger(str(tmp_path / "s.sqlite")) as ledger:
+        study_id = plan_study(ledger, plan)
+        state = asyncio.run(
+            run_study(ledger, study_id, sessions=SESSIONS, provider=_provider(), concurrency=2)
+        )
+        assert state.count("done") == len(state.cells)
+        assert written == Counter({sid: 1 for sid in StudyStream(ledger).sessions_of(study_id)})
+    exports = list((tmp_path / "brainstorm-sessions").glob("*.yaml"))
+    assert len(exports) == len(state.cells)
+
+
 def test_the_study_time_travels_by_its_events(tmp_path: Path) -> None:
     plan = load_plan(_plan(tmp_path, repeats=1, topics=[{"title": "One"}]))
     with Ledger(str(tmp_path / "s.sqlite")) as ledger:

@@ -27,18 +27,24 @@ def log_notice(message: str) -> None:
     logging.getLogger("forge_ledger").info("%s", message)
 
 
-def autosaver(ledger: Ledger, warn: Warn = log_warning) -> Callable[[SessionState], None]:
-    """A checkpoint hook writing the YAML export and the document file of a session; a failed
+def autosaver(
+    ledger: Ledger, warn: Warn = log_warning, *, when_stopped: bool = False
+) -> Callable[[SessionState], None]:
+    """A checkpoint hook writing the YAML export and the document file of a session (at each
+    phase change, or with ``when_stopped`` only once it stops: ends or pauses); a failed
     write is told through ``warn`` and never stops the deliberation."""
     from ..records.spec import write_spec
     from ..yaml_format import autosave
 
     def save(state: SessionState) -> None:
+        stopped = state.status.terminal or state.status is SessionStatus.PAUSED
+        if when_stopped and not stopped:
+            return
         try:
             autosave(ledger, UUID(state.id))
             if state.document_source is not None:
                 write_spec(ledger, state)
-            if state.status.terminal or state.status is SessionStatus.PAUSED:
+            if stopped:
                 keep_views_current(ledger, warn, UUID(state.id))
         except Exception as e:  # an export problem must never stop a deliberation
             warn(f"autosave failed: {e}")

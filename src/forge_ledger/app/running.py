@@ -54,7 +54,8 @@ class Runtime:
     """How a session runs: the injectable sources and hooks of its orchestrator.
 
     ``on_checkpoint`` is called with the state at each phase change and at the end, after the
-    export and document file are written (``autosave``); ``hmac_key`` keys the seal of a session
+    export and document file are written (``autosave``; with ``files_when_stopped``, only when
+    the session ends or pauses); ``hmac_key`` keys the seal of a session
     that ends; ``warn`` hears what must not stop a session (a failed export), ``inform`` what a
     person may want to know (a demo's scripted server started again).
     """
@@ -65,6 +66,7 @@ class Runtime:
     on_checkpoint: Callable[[SessionState], None] | None = None
     hmac_key: bytes | None = None
     autosave: bool = True
+    files_when_stopped: bool = False
     warn: Warn = log_warning
     inform: Warn = log_notice
 
@@ -83,7 +85,11 @@ class Runtime:
         )
 
     def _checkpoint(self, ledger: Ledger) -> Callable[[SessionState], None] | None:
-        save = autosaver(ledger, self.warn) if self.autosave else None
+        save = (
+            autosaver(ledger, self.warn, when_stopped=self.files_when_stopped)
+            if self.autosave
+            else None
+        )
         hook = self.on_checkpoint
         if save is None or hook is None:
             return save or hook

@@ -49,11 +49,16 @@ class _AssignedId:
 
 
 def _runtime(hooks: SessionHooks, session_id: UUID | None = None) -> Runtime:
+    """A cell's session runs as one run by hand, but for its YAML export and document file:
+    they are written once it ends or pauses, not at each phase change. A study runs hundreds
+    of sessions nobody reads mid-way (``study status`` and the read model tell how they
+    stand), and writing the files at every phase change was a quarter of a study's CPU."""
     return Runtime(
         clock=hooks.clock,
         ids=_AssignedId(session_id) if session_id else None,
         on_checkpoint=hooks.on_checkpoint,
         hmac_key=hooks.hmac_key,
+        files_when_stopped=True,
     )
 
 
