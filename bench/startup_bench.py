@@ -8,7 +8,8 @@ subprocess of this interpreter, after one warm-up turn:
   command line stands on, loaded and nothing done with them;
 * ``--help``, ``sessions``, ``show S``, ``spec S`` and ``audit S``, on the store as ``demo``
   leaves it (a command that records a session brings the read model beside the store up to
-  date when the session stops, so ``sessions`` and ``show`` read its rows);
+  date when the session stops, its audit included, so ``sessions``, ``show``, ``spec`` and
+  ``audit`` read its rows);
 * ``sessions`` and ``show S`` again on a copy of the store without its read model (a store
   copied from elsewhere, or whose read model was deleted): they fold the session's events
   (``folding`` in the output, no goal).
