@@ -646,3 +646,61 @@ def test_without_litellm_s_client_hooks_unwatched_calls_stream(
     assert fake_openai.requests[0].stream
     assert resp.content == "one two three"
     assert resp.stop_reason is StopReason.END_TURN
+
+
+_CANCELLED_CALLS = """
+import asyncio, gc, sys, warnings
+from forge_ledger.domain.values import ChatMessage, Participant
+from forge_ledger.engine import output_ceiling
+from forge_ledger.providers import get_provider
+from forge_ledger.providers._call import ProviderCall
+from forge_ledger.providers._litellm import _import_litellm, _UNAWAITED_HANDLER
+from forge_ledger.testing import FakeOpenAIServer
+
+_import_litellm()
+if sys.argv[1] == "unfiltered":  # the check below can fail: without the filter, Python warns
+    warnings.filters[:] = [f for f in warnings.filters if f[1] is None
+                           or f[1].pattern != _UNAWAITED_HANDLER]
+
+async def main(url: str) -> None:
+    provider = get_provider()
+    who = Participant(name="ana", model="openai/ana", api_base=url)
+    call = ProviderCall(participant=who, messages=(ChatMessage(role="user", content="hi"),),
+                        max_tokens=100, temperature=0.0, output_ceiling=output_ceiling(100),
+                        timeout_secs=5)
+    for step in range(1, 60):  # cancelled at once, then a little later each time
+        try:
+            await asyncio.wait_for(provider.complete(call), timeout=0.0005 * step)
+        except Exception:
+            pass
+    await asyncio.sleep(0.3)
+    gc.collect()
+    await provider.aclose()
+
+server = FakeOpenAIServer({"ana": "an answer"}, latency=0.2).start()
+try:
+    asyncio.run(main(server.url))
+finally:
+    server.stop()
+gc.collect()
+"""
+
+
+@pytest.mark.slow
+def test_a_cancelled_call_leaves_no_warning_on_stderr() -> None:
+    """litellm prepares a call in a thread that hands back the coroutine making it; a call
+    cancelled meanwhile drops that coroutine, and Python's warning about it would reach the
+    terminal of a person who pressed Ctrl-C (or a worker's log when its database went)."""
+    import subprocess
+    import sys
+
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "PATH": "/usr/bin:/bin"}
+    runs = {
+        mode: subprocess.run(
+            [sys.executable, "-c", _CANCELLED_CALLS, mode],
+            capture_output=True, text=True, timeout=120, check=True, env=env,
+        ).stderr
+        for mode in ("unfiltered", "as shipped")
+    }
+    assert "was never awaited" in runs["unfiltered"]
+    assert "was never awaited" not in runs["as shipped"], runs["as shipped"][-800:]

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import os
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -60,6 +61,9 @@ _LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
 _litellm: ModuleType | None = None
 
+_UNAWAITED_HANDLER = r"coroutine '\w*(Completion|Handler)\.\w+' was never awaited"
+"""The warning about a litellm provider handler's coroutine dropped by a cancelled call."""
+
 
 def configure_offline_env() -> None:
     for name, value in OFFLINE_ENV.items():
@@ -75,6 +79,15 @@ def _import_litellm() -> ModuleType:
         litellm.suppress_debug_info = True
         litellm.disable_hf_tokenizer_download = True
         litellm.telemetry = False
+        # litellm prepares a call in a worker thread, which hands back the coroutine that
+        # makes it; a call cancelled meanwhile (Ctrl-C, a lost database, a timeout) drops
+        # that coroutine unawaited, and Python then warns on stderr about litellm's own
+        # handler. The call was cancelled on purpose and its outcome is recorded: not news.
+        warnings.filterwarnings(
+            "ignore",
+            message=_UNAWAITED_HANDLER,
+            category=RuntimeWarning,
+        )
         _litellm = litellm
     return _litellm
 
