@@ -14,7 +14,6 @@ import sqlite3
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -24,22 +23,14 @@ from forge_ledger.cli import cli
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.ledger import Ledger
 from forge_ledger.testing import SessionBuilder
+from support.read_models import four_voices, spied
 from support.stories import random_sessions
 
 
 @pytest.fixture
 def taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """One entry per ``audit`` that looked: whether the read model answered it."""
-    seen: list[bool] = []
-    real = record_cmds._kept_audit  # noqa: SLF001 - the one reader, spied on
-
-    def spy(ledger: Any, session_id: Any) -> Any:
-        found = real(ledger, session_id)
-        seen.append(found is not None)
-        return found
-
-    monkeypatch.setattr(record_cmds, "_kept_audit", spy)
-    return seen
+    return spied(monkeypatch, record_cmds, "_kept_audit")
 
 
 def _build(path: Path) -> list[str]:
@@ -143,23 +134,8 @@ def test_a_broken_chain_is_audited_from_the_ledger(tmp_path: Path, taken: list[b
 
 
 def test_a_session_that_stops_leaves_its_audit_current(tmp_path: Path, taken: list[bool]) -> None:
-    import forge_ledger
-    from forge_ledger import FixedStepClock, Participant, SequentialIds, SessionConfig, Topic
-    from forge_ledger.testing import ScriptedProvider
-
     path = tmp_path / "store.sqlite"
-    panel = [
-        Participant(name=name, model=f"openai/{name}", role=role)
-        for name, role in (
-            ("alice", "drafter"), ("bob", "critic"), ("carol", "synthesizer"),
-            ("dave", "devils_advocate"),
-        )
-    ]
-    provider = ScriptedProvider.from_script("four-voices")
-    with forge_ledger.open(
-        path, clock=FixedStepClock(), ids=SequentialIds(), provider=provider
-    ) as forge:
-        state = forge.start(Topic(title="Retries"), panel, SessionConfig(max_rounds=12))
+    state = four_voices(path)
     assert state.status.terminal
     kept = _cli("audit", state.id, "--markdown", "--store", str(path))
     assert taken == [True]

@@ -13,7 +13,6 @@ import json
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -23,8 +22,8 @@ from forge_ledger.cli import cli
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.outputs import store_outputs
-from forge_ledger.projections import catch_up, open_views
 from forge_ledger.testing import SessionBuilder
+from support.read_models import four_voices, spied, update_read_model
 from support.stories import random_sessions
 
 LISTINGS = (
@@ -39,16 +38,7 @@ LISTINGS = (
 @pytest.fixture
 def taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """One entry per listing: whether it was read from the read model without the ledger."""
-    seen: list[bool] = []
-    real = listing.listed_from_read_model
-
-    def spy(store: str | None) -> Any:
-        found = real(store)
-        seen.append(found is not None)
-        return found
-
-    monkeypatch.setattr(listing, "listed_from_read_model", spy)
-    return seen
+    return spied(monkeypatch, listing, "listed_from_read_model")
 
 
 def _build(path: Path) -> list[str]:
@@ -58,15 +48,6 @@ def _build(path: Path) -> list[str]:
         parent = SessionBuilder.of(ledger.get(ids[0]), clock=clock, store=ledger)
         parent.fork(at_iteration=1, session_id=uuid.uuid5(uuid.NAMESPACE_URL, ids[0]))
     return ids
-
-
-def _update(path: Path) -> None:
-    with Ledger(str(path), create=False) as ledger:
-        db = open_views(store_outputs(ledger.location).views)
-        try:
-            catch_up(ledger, db)
-        finally:
-            db.close()
 
 
 def _list(path: Path, *extra: str) -> tuple[int, str, str]:
@@ -81,7 +62,7 @@ def test_the_read_model_lists_the_bytes_the_ledger_lists(tmp_path: Path, taken: 
     assert taken == [False] * len(LISTINGS)
     assert folded[()][0] == 0
     assert "Sessions in" in folded[()][1]
-    _update(path)
+    update_read_model(path)
     taken.clear()
     for extra in LISTINGS:
         assert _list(path, *extra) == folded[extra], extra
@@ -93,7 +74,7 @@ def test_a_stale_read_model_is_not_read(tmp_path: Path, taken: list[bool]) -> No
     reads the ledger and counts that event, as a store without a read model does."""
     path = tmp_path / "store.sqlite"
     ids = _build(path)
-    _update(path)
+    update_read_model(path)
     with Ledger(str(path), create=False) as ledger:
         b = SessionBuilder.of(ledger.get(ids[1]), clock=FixedStepClock(), store=ledger)
         b.human("one more word", kind="steer").save()
@@ -112,23 +93,8 @@ def test_a_session_run_leaves_the_read_model_current(tmp_path: Path, taken: list
     """The command that records a session brings the read model beside its store up to date
     when the session stops, so the next listing reads the read model, and lists what the
     ledger lists."""
-    import forge_ledger
-    from forge_ledger import FixedStepClock, Participant, SequentialIds, SessionConfig, Topic
-    from forge_ledger.testing import ScriptedProvider
-
     path = tmp_path / "store.sqlite"
-    panel = [
-        Participant(name=name, model=f"openai/{name}", role=role)
-        for name, role in (
-            ("alice", "drafter"), ("bob", "critic"), ("carol", "synthesizer"),
-            ("dave", "devils_advocate"),
-        )
-    ]
-    provider = ScriptedProvider.from_script("four-voices")
-    with forge_ledger.open(
-        path, clock=FixedStepClock(), ids=SequentialIds(), provider=provider
-    ) as forge:
-        state = forge.start(Topic(title="Retries"), panel, SessionConfig(max_rounds=12))
+    state = four_voices(path)
     assert state.status.terminal
     code, out, _ = _list(path, "--json")
     assert (code, taken) == (0, [True])

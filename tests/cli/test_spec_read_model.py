@@ -14,7 +14,6 @@ import sqlite3
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -23,25 +22,15 @@ import forge_ledger.cli.spec_cmd as spec_cmd
 from forge_ledger.cli import cli
 from forge_ledger.clock import FixedStepClock
 from forge_ledger.ledger import Ledger
-from forge_ledger.ledger.outputs import store_outputs
-from forge_ledger.projections import catch_up, open_views
 from forge_ledger.testing import SessionBuilder
+from support.read_models import spied, update_read_model
 from support.stories import random_sessions
 
 
 @pytest.fixture
 def taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """One entry per plain ``spec``: whether the read model answered it."""
-    seen: list[bool] = []
-    real = spec_cmd.document_from_read_model
-
-    def spy(store: str | None, session: str) -> Any:
-        found = real(store, session)
-        seen.append(found is not None)
-        return found
-
-    monkeypatch.setattr(spec_cmd, "document_from_read_model", spy)
-    return seen
+    return spied(monkeypatch, spec_cmd, "document_from_read_model")
 
 
 def _build(path: Path) -> list[str]:
@@ -57,15 +46,6 @@ def _build(path: Path) -> list[str]:
 
 _TWINS = "abcdef01"
 """The first digits of both forks' ids: a prefix the ledger finds ambiguous."""
-
-
-def _update(path: Path) -> None:
-    with Ledger(str(path), create=False) as ledger:
-        db = open_views(store_outputs(ledger.location).views)
-        try:
-            catch_up(ledger, db)
-        finally:
-            db.close()
 
 
 def _spec(path: Path, ref: str) -> tuple[int, str, str, str]:
@@ -100,7 +80,7 @@ def test_the_read_model_prints_the_bytes_the_ledger_prints(
     documents = [sid for sid in ids if folded[sid][0] == 0]
     assert documents
     assert all(folded[sid][1].startswith(_FRONT) for sid in documents)
-    _update(path)
+    update_read_model(path)
     taken.clear()
     for ref in refs:
         assert _spec(path, ref) == folded[ref], ref
@@ -119,7 +99,7 @@ def test_a_stale_read_model_is_not_read(tmp_path: Path, taken: list[bool]) -> No
     folds the session and prints its new document."""
     path = tmp_path / "store.sqlite"
     ids = _build(path)
-    _update(path)
+    update_read_model(path)
     with Ledger(str(path), create=False) as ledger:
         live = [s for s in ids if not ledger.state(s).status.terminal]
     sid = next(s for s in live if _spec(path, s)[0] == 0)
@@ -144,7 +124,7 @@ def test_a_row_that_does_not_match_the_session_head_is_not_read(
     restored from a backup and written again counts as many events as before)."""
     path = tmp_path / "store.sqlite"
     ids = _build(path)
-    _update(path)
+    update_read_model(path)
     sid = next(s for s in ids if _spec(path, s)[0] == 0)
     expected = _spec(path, sid)
     views = tmp_path / "store.views.sqlite"

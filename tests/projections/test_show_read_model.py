@@ -17,7 +17,6 @@ import sqlite3
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -42,10 +41,11 @@ from forge_ledger.domain.values import (
 )
 from forge_ledger.ledger import Ledger
 from forge_ledger.ledger.outputs import store_outputs
-from forge_ledger.projections import ReadModelProjection, catch_up, open_views
+from forge_ledger.projections import ReadModelProjection
 from forge_ledger.projections.migrations import MIGRATIONS
 from forge_ledger.projections.show_view import preview
 from forge_ledger.testing import SessionBuilder
+from support.read_models import spied, update_read_model
 from support.store import raw_connection
 from support.stories import random_sessions
 
@@ -127,15 +127,6 @@ def _fork_without(ledger: Ledger, clock: FixedStepClock, parent_id: str) -> str:
     return str(child.id)
 
 
-def _update(path: Path | str) -> None:
-    with Ledger(str(path), create=False) as ledger:
-        db = open_views(store_outputs(ledger.location).views)
-        try:
-            catch_up(ledger, db)
-        finally:
-            db.close()
-
-
 def _views(path: Path) -> Path:
     with Ledger(str(path), create=False) as ledger:
         return store_outputs(ledger.location).views
@@ -147,16 +138,7 @@ def _views(path: Path) -> Path:
 @pytest.fixture
 def taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """One entry per ``show``: whether it printed from the read model."""
-    seen: list[bool] = []
-    real = read_cli.current_session_view
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        view = real(*args, **kwargs)
-        seen.append(view is not None)
-        return view
-
-    monkeypatch.setattr(read_cli, "current_session_view", spy)
-    return seen
+    return spied(monkeypatch, read_cli, "current_session_view")
 
 
 def show(path: Path | str, sid: str, *extra: str) -> tuple[int, str]:
@@ -194,7 +176,7 @@ def test_show_from_the_read_model_prints_what_the_ledger_path_prints(
     ids = _build(path, seed)
     from_ledger = _both_renderings(path, ids, monkeypatch)
     assert not any(taken)  # no read model yet
-    _update(path)
+    update_read_model(path)
     taken.clear()
     from_views = _both_renderings(path, ids, monkeypatch)
     assert taken == [True] * len(taken)
@@ -208,7 +190,7 @@ def test_the_read_model_path_is_the_one_taken(tmp_path: Path, taken: list[bool])
     """A value changed in the read model shows: ``show`` really read it."""
     path = tmp_path / "store.sqlite"
     ids = _build(path, 3)
-    _update(path)
+    update_read_model(path)
     views = sqlite3.connect(_views(path))
     views.execute("UPDATE sessions SET title = 'from the read model' WHERE id = ?", [ids[3]])
     views.commit()
@@ -231,7 +213,7 @@ def test_the_first_format_store_and_an_imported_session(tmp_path: Path, taken: l
         ids = [str(s) for s in ledger.session_ids()]
     assert len(ids) == 5
     expected = {sid: show(path, sid) for sid in ids}
-    _update(path)
+    update_read_model(path)
     taken.clear()
     assert {sid: show(path, sid) for sid in ids} == expected
     assert taken == [True] * len(ids)
@@ -243,7 +225,7 @@ def test_show_from_the_read_model_on_postgresql(pg_url: str, taken: list[bool]) 
     """The read model of a PostgreSQL store (a SQLite file under the forge-ledger home)."""
     ids = _build(pg_url, 2)
     expected = {sid: show(pg_url, sid) for sid in ids}
-    _update(pg_url)
+    update_read_model(pg_url)
     taken.clear()
     assert {sid: show(pg_url, sid) for sid in ids} == expected
     assert taken == [True] * len(ids)
@@ -258,7 +240,7 @@ def current(tmp_path: Path) -> tuple[Path, list[str], dict[str, str]]:
     path = tmp_path / "store.sqlite"
     ids = _build(path, 11)
     expected = {sid: show(path, sid)[1] for sid in ids}
-    _update(path)
+    update_read_model(path)
     return path, ids, expected
 
 
@@ -301,7 +283,7 @@ def test_a_store_restored_from_a_backup_and_written_again_is_not_taken_for_curre
     with Ledger(str(path), create=False) as ledger:
         SessionBuilder.of(ledger.get(str(b.id)), clock=clock, store=ledger).human(
             "the lost remark", kind="steer").save()
-    _update(path)
+    update_read_model(path)
     sid = str(b.id)
     assert show(path, sid)[0] == 0
     shutil.copy(backup, path)  # the store restored; its read model left as it was
@@ -328,7 +310,7 @@ def test_a_read_model_of_an_older_version_is_not_read_until_refolded(
     views.close()
     assert [show(path, sid)[1] for sid in ids] == [expected[sid] for sid in ids]
     assert taken == [False] * len(ids)
-    _update(path)  # the runner empties the projection and refolds it
+    update_read_model(path)  # the runner empties the projection and refolds it
     taken.clear()
     assert [show(path, sid)[1] for sid in ids] == [expected[sid] for sid in ids]
     assert taken == [True] * len(ids)
@@ -351,7 +333,7 @@ def test_a_read_model_of_the_schema_before_show_is_migrated_and_refolded(
     old.close()
     assert [show(path, sid)[1] for sid in ids] == [expected[sid] for sid in ids]
     assert taken == [False] * len(ids)
-    _update(path)
+    update_read_model(path)
     taken.clear()
     assert [show(path, sid)[1] for sid in ids] == [expected[sid] for sid in ids]
     assert taken == [True] * len(ids)
