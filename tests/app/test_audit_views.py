@@ -33,7 +33,7 @@ def taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return spied(monkeypatch, record_cmds, "_kept_audit")
 
 
-def _build(path: Path) -> list[str]:
+def _build(path: Path | str) -> list[str]:
     clock = FixedStepClock(step=timedelta(seconds=2))
     with Ledger(str(path)) as ledger:
         ids: list[str] = random_sessions(ledger, 5, 3)
@@ -48,7 +48,7 @@ def _cli(*argv: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, repr(result.exception)
 
 
-def _audits(path: Path, ids: list[str]) -> dict[tuple[str, str], tuple[int, str, str]]:
+def _audits(path: Path | str, ids: list[str]) -> dict[tuple[str, str], tuple[int, str, str]]:
     return {
         (sid, form): _cli("audit", sid, *extra, "--store", str(path))
         for sid in ids
@@ -56,7 +56,7 @@ def _audits(path: Path, ids: list[str]) -> dict[tuple[str, str], tuple[int, str,
     }
 
 
-def _update(path: Path) -> None:
+def _update(path: Path | str) -> None:
     assert _cli("projections", "update", "--store", str(path))[0] == 0
 
 
@@ -73,6 +73,22 @@ def test_the_read_model_prints_the_audit_the_ledger_prints(
     _update(path)
     taken.clear()
     assert _audits(path, ids) == folded
+    assert taken == [True] * len(folded)
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_the_read_model_of_a_postgresql_store_prints_the_same_audit(
+    pg_url: str, taken: list[bool]
+) -> None:
+    """A PostgreSQL store's read model (a SQLite file under the forge-ledger home) keeps the
+    audits ``projections update`` made, and ``audit`` prints them."""
+    ids = _build(pg_url)
+    folded = _audits(pg_url, ids)
+    assert not any(taken)
+    _update(pg_url)
+    taken.clear()
+    assert _audits(pg_url, ids) == folded
     assert taken == [True] * len(folded)
 
 

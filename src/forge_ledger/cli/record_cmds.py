@@ -278,10 +278,8 @@ def audit(session: str, as_markdown: bool, store: str | None, as_json: bool) -> 
 
 
 def _kept_audit(ledger: Ledger, session_id: UUID) -> str | None:
-    """The session's audit from the read model beside a SQLite store, when it was made at
-    the session's head (see :mod:`forge_ledger.app.audit_views`); None: audit it here."""
-    if ledger.location.kind != "sqlite":
-        return None
+    """The session's audit from the store's read model, when it was made at the session's
+    head (see :mod:`forge_ledger.app.audit_views`); None: audit it here."""
     from ..app.audit_views import current_audit
     from ..ledger.outputs import store_outputs
 
