@@ -681,6 +681,18 @@ def _cut_at_ceiling(got: _Received, call: ProviderCall, price: Price | None) -> 
     return _answer(got, price, tokens, StopReason.MAX_TOKENS, "length", reported=False)
 
 
+def _finished(
+    got: _Received, call: ProviderCall, price: Price | None, tokens: TokenCount, raw_finish: str,
+    *, reported: bool,
+) -> ModelResponse:
+    """The answer of a call that finished with ``raw_finish``, streamed or not: one that ran
+    past its output ceiling is marked cut off at its limit whatever the provider said."""
+    stop = stop_reason_for(raw_finish)
+    if call.output_ceiling is not None and tokens.output > call.output_ceiling:
+        stop = StopReason.MAX_TOKENS  # the provider let it run past the limit asked for
+    return _answer(got, price, tokens, stop, raw_finish, reported=reported)
+
+
 def _answer(got: _Received, price: Price | None, tokens: TokenCount, stop: StopReason,
             finish: str, *, reported: bool) -> ModelResponse:
     """The response a stream's received text makes, with how it stopped and what it cost."""
@@ -768,10 +780,7 @@ def _judge(
         raise _cut_short(got, call, price, tokens if reported else None, raw_finish)
     if not reported and tokens.output < got.content_chunks:
         tokens = TokenCount(input=tokens.input, output=got.content_chunks)
-    stop = stop_reason_for(raw_finish)
-    if call.output_ceiling is not None and tokens.output > call.output_ceiling:
-        stop = StopReason.MAX_TOKENS  # the provider let it run past the limit asked for
-    return _answer(got, price, tokens, stop, raw_finish, reported=reported)
+    return _finished(got, call, price, tokens, raw_finish, reported=reported)
 
 
 def _cut_at_cap(
@@ -826,10 +835,7 @@ def _judge_plain(
     raw_finish = getattr(choices[0], "finish_reason", None)
     if not got.buffer or not raw_finish:
         raise _cut_short(got, call, price, tokens if reported else None, raw_finish or None)
-    stop = stop_reason_for(raw_finish)
-    if call.output_ceiling is not None and tokens.output > call.output_ceiling:
-        stop = StopReason.MAX_TOKENS  # the provider let it run past the limit asked for
-    return _answer(got, price, tokens, stop, raw_finish, reported=reported)
+    return _finished(got, call, price, tokens, raw_finish, reported=reported)
 
 
 def _text_tokens(call: ProviderCall, text: str) -> int:
