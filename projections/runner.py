@@ -59,6 +59,7 @@ __all__ = [
     "open_views",
     "rebuild",
     "status",
+    "track",
     "write_transaction",
 ]
 
@@ -159,6 +160,17 @@ def _migrate_locked(db: Database) -> None:
     db.conn.commit()
 
 
+def track(db: Database, name: str, version: int, position: int) -> None:
+    """Set the tracking row ``name`` of ``_projections``: the rows of that name are at
+    ``version`` and have applied every notification up to ``position``."""
+    db.execute(
+        "INSERT INTO _projections (name, version, position) VALUES (?, ?, ?) "
+        "ON CONFLICT(name) DO UPDATE SET version = excluded.version, "
+        "position = excluded.position",
+        [name, version, position],
+    )
+
+
 def write_transaction(db: Database) -> Any:
     """One ``BEGIN IMMEDIATE`` transaction on the read model, committed on success and rolled
     back on any error: view rows and their tracking positions commit together or not at all."""
@@ -256,11 +268,7 @@ class ProjectionRunner:
                 index.clear(self.db.conn)
             else:
                 self.db.execute(f'DELETE FROM "{table}"')
-        self.db.execute(
-            "INSERT INTO _projections (name, version, position) VALUES (?, ?, 0) "
-            "ON CONFLICT(name) DO UPDATE SET version = excluded.version, position = 0",
-            [p.name, p.version],
-        )
+        track(self.db, p.name, p.version, 0)
 
     def _positions(self) -> dict[str, int]:
         """Positions inside the open transaction; resets projections whose version changed."""

@@ -95,12 +95,9 @@ class AuditViews:
         return None if row is None else (int(row[0]), int(row[1]))
 
     def _track(self, position: int) -> None:
-        self.db.execute(
-            "INSERT INTO _projections (name, version, position) VALUES (?, ?, ?) "
-            "ON CONFLICT(name) DO UPDATE SET version = excluded.version, "
-            "position = excluded.position",
-            [AUDITS_LOG, VERSION, position],
-        )
+        from ..projections.runner import track
+
+        track(self.db, AUDITS_LOG, VERSION, position)
 
     def status(self) -> list[ProjectionStatus]:
         """The tracking row as ``projections status`` shows a projection's."""

@@ -38,7 +38,7 @@ from ..domain import canonical_json
 from ..errors import StudyDamagedError
 from ..projections.base import Put
 from ..projections.current import read_snapshot
-from ..projections.runner import ProjectionStatus, write_transaction
+from ..projections.runner import ProjectionStatus, track, write_transaction
 from ..projections.writes import BatchWriter
 
 if TYPE_CHECKING:
@@ -179,12 +179,7 @@ class StudyViews:
             self._track(name, 0)
 
     def _track(self, name: str, position: int) -> None:
-        self.db.execute(
-            "INSERT INTO _projections (name, version, position) VALUES (?, ?, ?) "
-            "ON CONFLICT(name) DO UPDATE SET version = excluded.version, "
-            "position = excluded.position",
-            [name, VERSION, position],
-        )
+        track(self.db, name, VERSION, position)
 
     def _positions(self) -> tuple[int, int]:
         """(study log, sessions' log) positions; a version change empties the tables."""
