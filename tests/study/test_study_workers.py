@@ -209,6 +209,21 @@ def test_a_planner_and_two_workers_finish_a_study_each_cell_once(
     assert len(checked["sessions"]) == 6
 
 
+def _cut_off_then_finished_by_another(pg_url: str, tmp_path: Path) -> dict[str, Any]:
+    """The study left with a cell running and not all done by a worker that went; a fresh
+    worker then finishes it, every cell once (checked and returned by :func:`_check_once`)."""
+    cut = _status(pg_url)
+    assert cut["running"] >= 1
+    assert cut["done"] < 6
+    with _workers(pg_url, tmp_path, 1) as procs:
+        _wait(pg_url, lambda s: s["status"] == "finished" and _drained(s), procs, 240)
+        _stop(procs[0], tmp_path, procs)
+    checked = _check_once(pg_url)
+    assert checked["state"].count("done") == 6
+    assert len(checked["sessions"]) == 6
+    return checked
+
+
 @pytest.mark.slow
 def test_a_worker_killed_with_9_leaves_its_cells_to_another(tmp_path: Path, pg_url: str) -> None:
     with FakeOpenAIServer(bundled_script("demo"), latency=0.2) as server:
@@ -218,15 +233,7 @@ def test_a_worker_killed_with_9_leaves_its_cells_to_another(tmp_path: Path, pg_u
             _wait(pg_url, lambda s: s["running"] >= 2, [first], 120)
             first.kill()
             first.wait(timeout=30)
-        cut = _status(pg_url)
-        assert cut["running"] >= 1
-        assert cut["done"] < 6
-        with _workers(pg_url, tmp_path, 1) as procs:
-            _wait(pg_url, lambda s: s["status"] == "finished" and _drained(s), procs, 240)
-            _stop(procs[0], tmp_path, procs)
-    checked = _check_once(pg_url)
-    assert checked["state"].count("done") == 6
-    assert len(checked["sessions"]) == 6
+        _cut_off_then_finished_by_another(pg_url, tmp_path)
 
 
 @pytest.mark.slow
@@ -342,15 +349,7 @@ def test_a_worker_that_loses_postgresql_exits_75_and_another_finishes_its_cells(
         lines = said.strip().splitlines()
         assert len(lines) == 1, said[-1500:]
         assert lines[0].startswith("error: lost the connection to PostgreSQL"), lines
-        cut = _status(pg_url)
-        assert cut["running"] >= 1
-        assert cut["done"] < 6
-        with _workers(pg_url, tmp_path, 1) as procs:
-            _wait(pg_url, lambda s: s["status"] == "finished" and _drained(s), procs, 240)
-            _stop(procs[0], tmp_path, procs)
-    checked = _check_once(pg_url)
-    assert checked["state"].count("done") == 6
-    assert len(checked["sessions"]) == 6
+        checked = _cut_off_then_finished_by_another(pg_url, tmp_path)
     assert all(s.status.terminal for s in checked["sessions"])
 
 
