@@ -11,14 +11,12 @@ printed with every failure:
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import random
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -28,30 +26,21 @@ from forge_ledger.ledger import Ledger
 from forge_ledger.orchestrator import Orchestrator
 from forge_ledger.records.replay import replay_session
 from forge_ledger.testing import ScriptedProvider
+from support.bench_modules import BENCH_DIR, bench_module
 from support.fault_matrix import base_script, cell_participants
 from support.orchestrator import TOPIC
 
 pytestmark = pytest.mark.slow
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "soak.py"
+BENCH = BENCH_DIR / "soak.py"
 KILLS = 25
-
-
-def _soak_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("forge_ledger_soak", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.timeout(900)  # 25 process starts: minutes on a loaded machine, not the default 300 s
 def test_kill_9_at_25_instants_loses_nothing_and_ends_as_an_uninterrupted_run(
     tmp_path: Path,
 ) -> None:
-    soak = _soak_module()
+    soak = bench_module("soak")
     env_seed = os.environ.get("FORGE_LEDGER_SOAK_SEED")
     seed = int(env_seed) if env_seed else random.SystemRandom().randrange(2**32)
     result = soak.run_soak(KILLS, seed=seed, directory=tmp_path)

@@ -3,7 +3,6 @@ its size on a 50-round session, and the command (real subprocesses, real stores)
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -11,7 +10,6 @@ import sys
 import uuid
 from html.parser import HTMLParser
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -30,6 +28,7 @@ from forge_ledger.report._palettes import (
     participant_colors,
 )
 from forge_ledger.testing import SessionBuilder
+from support.bench_modules import bench_module
 from support.cli import console_demo
 from support.orchestrator import run_demo_session
 from support.store import raw_connection
@@ -196,21 +195,10 @@ def test_model_text_never_becomes_markup(tmp_path: Path) -> None:
     assert IMG not in html
 
 
-def _replay_bench() -> ModuleType:
-    """The replay benchmark's session generator: the real orchestrator, ~2 KB answers."""
-    path = Path(__file__).resolve().parents[2] / "bench" / "replay_bench.py"
-    spec = importlib.util.spec_from_file_location("report_replay_bench", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.slow
 def test_a_fifty_round_session_stays_under_5_mb(tmp_path: Path) -> None:
     with Ledger(str(tmp_path / "ledger.sqlite")) as ledger:
-        sid = _replay_bench().build_session(ledger, 50)
+        sid = bench_module("replay_bench").build_session(ledger, 50)
         m = gather(ledger, sid)
     assert m.rounds == 50
     assert len(m.audit.consensus) >= 10

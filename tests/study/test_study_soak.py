@@ -9,40 +9,26 @@ reports. The moments come from a seed (``FORGE_LEDGER_SOAK_SEED`` sets another o
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from support.bench_modules import bench_module
 from support.postgres import PG_BASE
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "study_soak.py"
 CELLS = 4
 KILLS = 2
-
-
-def _soak_module() -> ModuleType:
-    if str(BENCH.parent) not in sys.path:  # the soak imports the benchmarks' shared set-up
-        sys.path.append(str(BENCH.parent))
-    spec = importlib.util.spec_from_file_location("forge_ledger_study_soak", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.timeout(600)  # worker start-ups and heartbeat time-outs: slow on a loaded machine
 def test_workers_killed_with_9_lose_no_cell_and_exceed_no_budget(tmp_path: Path) -> None:
     seed = int(os.environ.get("FORGE_LEDGER_SOAK_SEED", "2026"))
-    result = _soak_module().run_soak(CELLS, KILLS, seed=seed, directory=tmp_path, base=PG_BASE)
+    soak = bench_module("study_soak")
+    result = soak.run_soak(CELLS, KILLS, seed=seed, directory=tmp_path, base=PG_BASE)
     why = f"seed {seed}: {json.dumps(result.as_json(), indent=1)}"
     assert result.problems == [], why
     assert len(result.killed_running) == KILLS, why
