@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from study_setup import FakeServer
 
 from forge_ledger.domain.values import Participant, SessionConfig, Topic
 from forge_ledger.ledger import Ledger
@@ -73,36 +74,6 @@ def _rules(name: str, words: int) -> list[dict[str, Any]]:
         {"match": "· convergence ·", "content": f"{filler}\n{vote}"},
         {"content": vote},
     ]
-
-
-class _FakeServer:
-    """``forge-ledger fake-server`` in a child process; its URL is the first stdout line."""
-
-    def __init__(self, script: Path, latency: float) -> None:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "forge_ledger",
-                "fake-server",
-                "--script",
-                str(script),
-                "--latency",
-                str(latency),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        self.url = self.proc.stdout.readline().strip()
-        if not self.url.startswith("http"):
-            self.proc.kill()
-            raise RuntimeError("the fake server did not start")
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
 
 
 class _Timer:
@@ -171,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         short.write_text(
             json.dumps({f"p{i}": _rules(f"p{i}", args.words) for i in range(1, names + 1)})
         )
-        server = _FakeServer(short, args.latency)
+        server = FakeServer(args.latency, short)
         try:
             _session(server.url, 2, root / "warmup.sqlite", 8)  # imports, connection pool
             for p in ps:
@@ -191,16 +162,16 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 rows.append(row)
         finally:
-            server.close()
+            server.stop()
         long = root / "long.json"
         long.write_text(
             json.dumps({f"p{i}": _rules(f"p{i}", args.long_words) for i in range(1, 5)})
         )
-        server = _FakeServer(long, 0.0)
+        server = FakeServer(0.0, long)
         try:
             timer, cpu, status = _session(server.url, 4, root / "cpu.sqlite", 4)
         finally:
-            server.close()
+            server.stop()
     doc = {
         "latency_s": args.latency,
         "goal_over_L": GOAL,

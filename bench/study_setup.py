@@ -1,5 +1,6 @@
-"""What the study benchmarks share: the fake server in a child process, the plan they run,
-and a PostgreSQL schema of their own (imported by ``bench/study_*.py``; not a benchmark).
+"""What the benchmarks share: the fake server in a child process and, for the studies, the
+plan they run and a PostgreSQL schema of their own (imported by ``bench/study_*.py`` and
+``bench/round_bench.py``; not a benchmark).
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ def forge_ledger_exe() -> str:
 
 
 class FakeServer:
-    """``forge-ledger fake-server`` in a child process, with a latency before every reply."""
+    """``forge-ledger fake-server`` in a child process, with a latency before every reply
+    (and a script of replies other than the demo's)."""
 
-    def __init__(self, latency: float) -> None:
+    def __init__(self, latency: float, script: Path | None = None) -> None:
+        scripted = ["--script", str(script)] if script is not None else []
         self.proc = subprocess.Popen(
-            [forge_ledger_exe(), "fake-server", "--latency", str(latency)],
+            [forge_ledger_exe(), "fake-server", *scripted, "--latency", str(latency)],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
