@@ -9,7 +9,8 @@ for loading the model client), then the clock runs from queuing the measured stu
 to its end.
 
 * ``one`` / ``two`` — wall seconds of the study with one worker and with two (each at
-  ``--concurrency``), and the cells done.
+  ``--concurrency``), the cells done, and how many workers did not stop cleanly at Ctrl-C
+  (exit 130, saying only that; what such a worker said goes to stderr). Expected: 0.
 * ``ratio`` — two workers' time over one's. Goal ≤ 0.6 (the ideal, latency-bound, is 0.5).
 
 The store is ``FORGE_LEDGER_BENCH_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``),
@@ -62,21 +63,29 @@ def _run(ledger: Ledger, study_id: uuid.UUID) -> StudyState:
 
 
 def _measure(plan: Path, warm: Path, workers: int, concurrency: int) -> dict[str, Any]:
-    with pg_schema() as (schema, url):
-        env = {**os.environ, "FORGE_LEDGER_STORE": url, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    with pg_schema() as (schema, url), tempfile.TemporaryDirectory() as logs:
+        env = {
+            **os.environ,
+            "FORGE_LEDGER_STORE": url,
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "PYTHONFAULTHANDLER": "1",  # a worker overdue at its stop shows what held it
+        }
         procs: list[subprocess.Popen[bytes]] = []
+        said = [Path(logs) / f"worker-{n}.log" for n in range(workers)]
+        result: dict[str, Any] = {}
         try:
             with Ledger(url) as ledger:
                 study_id = plan_study(ledger, load_plan(plan))
-                procs = [
-                    subprocess.Popen(
-                        [forge_ledger_exe(), "worker", "-j", str(concurrency), "--quiet"],
-                        env=env,
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                    )
-                    for _ in range(workers)
-                ]
+                for log_path in said:
+                    with log_path.open("wb") as stderr:
+                        procs.append(
+                            subprocess.Popen(
+                                [forge_ledger_exe(), "worker", "-j", str(concurrency), "--quiet"],
+                                env=env,
+                                stdout=subprocess.DEVNULL,
+                                stderr=stderr,
+                            )
+                        )
                 while _registered(schema) < workers:
                     if any(p.poll() is not None for p in procs):
                         raise SystemExit("a worker ended before it took jobs")
@@ -87,12 +96,27 @@ def _measure(plan: Path, warm: Path, workers: int, concurrency: int) -> dict[str
                 began = time.perf_counter()
                 state = _run(ledger, study_id)
                 wall = time.perf_counter() - began
-                return {"wall_secs": round(wall, 3), "done": state.count("done")}
+                result = {"wall_secs": round(wall, 3), "done": state.count("done")}
         finally:
             for p in procs:
                 p.send_signal(signal.SIGINT)
             for p in procs:
                 p.wait(timeout=60)
+            stops = zip(procs, said, strict=False)  # fewer processes if one failed to start
+            result["unclean_stops"] = sum(not _stopped_cleanly(p, s) for p, s in stops)
+        return result
+
+
+def _stopped_cleanly(proc: subprocess.Popen[bytes], said: Path) -> bool:
+    """Whether a worker ended its stop with 130, saying only that it stops and then that it
+    was interrupted; what else it said goes to stderr (with the stack of each of its
+    threads when it was overdue)."""
+    text = said.read_text("utf-8", "replace")
+    lines = text.strip().splitlines()
+    if proc.returncode == 130 and all(ln.startswith(("stopping:", "interrupted")) for ln in lines):
+        return True
+    log(f"  a worker stopped with {proc.returncode}, saying:\n{text[-4000:]}")
+    return False
 
 
 def main() -> None:

@@ -409,3 +409,64 @@ def test_a_call_waits_until_the_limit_th_newest_start_is_a_minute_old() -> None:
     assert slot_wait(ago, 3, now) == pytest.approx(10.0)
     assert slot_wait(ago, 2, now) == pytest.approx(40.0)
     assert slot_wait([now - timedelta(seconds=61)] * 3, 3, now) == 0.0
+
+
+# --------------------------------------------------------------------------- a held event loop
+
+_HELD_WORKER = """
+import asyncio, sys, time
+from forge_ledger.app import studies
+from forge_ledger.testing import ScriptedProvider, bundled_script
+
+studies.STOP_SLACK_SECS = float(sys.argv[2])
+
+class Held(ScriptedProvider):
+    async def complete(self, call, on_delta=None):
+        print("held", flush=True)
+        time.sleep(3600)  # holds the event loop: nothing of the worker's can run
+
+provider = Held.from_script(bundled_script("demo"))
+asyncio.run(studies.run_worker(sys.argv[1], provider=provider, grace_secs=0, signals=True))
+"""
+
+
+def _held_worker(tmp_path: Path, pg_url: str, slack: float) -> subprocess.Popen[str]:
+    """A worker whose first model call holds its event loop, once it is in that call."""
+    _queue(_plan(tmp_path, "http://127.0.0.1:9/v1"), pg_url)
+    script = tmp_path / "held_worker.py"
+    script.write_text(_HELD_WORKER, encoding="utf-8")
+    proc = subprocess.Popen(
+        [sys.executable, str(script), pg_url, str(slack)],
+        env=_env(pg_url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "held\n", proc.stderr.read() if proc.stderr else ""
+    return proc
+
+
+@pytest.mark.slow
+def test_a_worker_whose_loop_is_held_leaves_once_its_stop_is_overdue(
+    tmp_path: Path, pg_url: str
+) -> None:
+    proc = _held_worker(tmp_path, pg_url, slack=2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-1500:]
+    lines = err.strip().splitlines()
+    assert lines == ["the worker did not stop within 2 s of the signal: leaving now", "interrupted"]
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_leaves_a_worker_whose_loop_is_held_at_once(
+    tmp_path: Path, pg_url: str
+) -> None:
+    proc = _held_worker(tmp_path, pg_url, slack=3600)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-1500:]
+    assert err.strip().splitlines() == ["interrupted"]

@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
+import os
 import signal
+import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -35,7 +40,15 @@ if TYPE_CHECKING:
     from ..providers import Provider
     from ..study.queue import Worker
 
-__all__ = ["SESSIONS", "as_plan", "continue_study", "run_plan", "run_worker", "study"]
+__all__ = [
+    "SESSIONS",
+    "STOP_SLACK_SECS",
+    "as_plan",
+    "continue_study",
+    "run_plan",
+    "run_worker",
+    "study",
+]
 
 
 class _AssignedId:
@@ -205,10 +218,11 @@ async def run_worker(
     Each cell runs through :data:`SESSIONS`, as in ``study run``. ``on_cell(cell, status)``
     hears of each cell that ends here. With ``signals`` (a process's main thread), the first
     SIGINT or SIGTERM stops taking jobs and gives running cells ``grace_secs`` to end
-    (``on_stopping`` hears of it), a second leaves at once; from a notebook, cancel the task
-    instead. A store that cannot be reached, or is lost while it runs, raises
-    :class:`~forge_ledger.errors.StoreUnavailableError` (try again: nothing is lost). A
-    provider made here is closed here.
+    (``on_stopping`` hears of it), a second leaves the process at once, and so does a process
+    still there :data:`STOP_SLACK_SECS` after the grace (the signal asked it to end); from a
+    notebook, cancel the task instead. A store that cannot be reached, or is lost while it
+    runs, raises :class:`~forge_ledger.errors.StoreUnavailableError` (try again: nothing is
+    lost). A provider made here is closed here.
     """
     from ..ledger import Ledger
     from ..ledger.store import resolve_store
@@ -242,30 +256,65 @@ async def run_worker(
             await prov.aclose()
 
 
+STOP_SLACK_SECS = 20.0
+"""How long a stopping worker may take, beyond its grace, to hand its jobs back and close its
+connections; past it the process leaves as at a second Ctrl-C."""
+
+_OVERDUE = "the worker did not stop within {secs:g} s of the signal: leaving now\n"
+
+
+def _leave_if_overdue(secs: float) -> None:
+    """Leave the process ``secs`` from now if it is still there: a stopping worker must end
+    whatever it waits on (a connection that never answers, a task that ignores its
+    cancellation), since a supervisor or a shell waits for it. A timer thread does it, as
+    the event loop itself may be what is stuck. Nothing is lost: every event is committed
+    as it is appended, and the cells' jobs come back after the heartbeat timeout, as after
+    ``kill -9``. With ``PYTHONFAULTHANDLER`` set (Python's switch for such dumps), each
+    thread's stack goes to stderr first, to show what it waited on."""
+
+    def leave() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(_OVERDUE.format(secs=secs))
+            if os.environ.get("PYTHONFAULTHANDLER"):
+                faulthandler.dump_traceback(sys.stderr)
+        exit_interrupted()
+
+    timer = threading.Timer(secs, leave)
+    timer.daemon = True  # a worker that does stop in time exits without waiting for it
+    timer.start()
+
+
 @contextlib.contextmanager
 def _stopped_by_signals(
     worker: Worker, on_stopping: Callable[[], Any] | None, *, enabled: bool
 ) -> Iterator[list[int]]:
-    """SIGINT and SIGTERM stop ``worker`` (a second one leaves the process at once); the list
-    yielded holds the signals received."""
+    """SIGINT and SIGTERM stop ``worker`` (a second one leaves the process at once, and so
+    does a worker still there :data:`STOP_SLACK_SECS` after its grace); the list yielded
+    holds the signals received.
+
+    The handlers are Python's, not the event loop's: they run even while the loop is held
+    (a call that blocks it), where the loop's own would wait for it, Ctrl-C included."""
     received: list[int] = []
     if not enabled:
         yield received
         return
+    loop = asyncio.get_running_loop()
 
-    def on_signal(signum: int) -> None:
-        if received:
-            exit_interrupted()
-        received.append(signum)
+    def stop() -> None:
         if on_stopping is not None:
             on_stopping()
         worker.stop()
 
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, on_signal, signum)
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if received:
+            exit_interrupted()
+        received.append(signum)
+        _leave_if_overdue(worker.grace_secs + STOP_SLACK_SECS)
+        loop.call_soon_threadsafe(stop)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield received
     finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
