@@ -186,6 +186,19 @@ def test_deleted_row(
         assert f"event {pos} is missing" in report.problem
 
 
+def test_checking_the_whole_store_finds_a_session_whose_first_event_is_gone(
+    sqlite_ledger: tuple[Ledger, Deliberation, sqlite3.Connection],
+) -> None:
+    """Sessions are listed by their first event: without it one would go unchecked."""
+    ledger, agg, con = sqlite_ledger
+    where, args = _where(agg, 1)
+    assert con.execute(f"DELETE FROM stored_events WHERE {where}", args).rowcount == 1
+    assert agg.id not in ledger.session_ids()
+    (report,) = verify_store(ledger)
+    assert (report.session_id, report.ok, report.position) == (str(agg.id), False, 1)
+    assert "event 1 is missing" in report.problem
+
+
 def test_swapped_positions(
     sqlite_ledger: tuple[Ledger, Deliberation, sqlite3.Connection],
 ) -> None:

@@ -70,6 +70,8 @@ __all__ = ["Ledger"]
 _CREATED_TOPICS = tuple(topic_for(t) for t in ev.FIRST_EVENT_TYPES)
 """The topics a session's first event can have: one notification per session."""
 _FORKED_TOPIC = topic_for(ev.SessionForked.TYPE)
+_SESSION_TOPICS = tuple(topic_for(t) for t in ev.EVENT_TYPES)
+"""Every topic a session's events can have (a study's are apart)."""
 
 
 class Ledger:
@@ -680,6 +682,23 @@ class Ledger:
                 return ids
             ids.extend(UUID(str(r.originator_id)) for r in rows)
             start = int(rows[-1].id)
+
+    def headless_session_ids(self) -> list[UUID]:
+        """Sessions that have events but not their first one (a row deleted from the store):
+        :meth:`session_ids` finds sessions by that event, so these would go unseen. Reads
+        every event, as checking the whole store does anyway."""
+        seen: dict[UUID, None] = {}
+        start = 0
+        while True:
+            rows = self.app.recorder.select_notifications(
+                start=start, limit=1000, topics=_SESSION_TOPICS, inclusive_of_start=False
+            )
+            if not rows:
+                break
+            seen.update((UUID(str(r.originator_id)), None) for r in rows)
+            start = int(rows[-1].id)
+        headed = set(self.session_ids())
+        return [sid for sid in seen if sid not in headed]
 
     def resolve(self, ref: str | UUID) -> UUID:
         """A full id, a unique prefix (with or without dashes), or ``@`` / ``last`` for the

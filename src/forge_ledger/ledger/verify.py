@@ -288,9 +288,9 @@ def _seal_problem(
 def verify_store(
     ledger: Ledger, *, key: bytes | None = None, snapshots: bool = False
 ) -> list[ChainReport]:
-    return [
-        verify_session(ledger, sid, key=key, snapshots=snapshots) for sid in ledger.session_ids()
-    ]
+    """Every session of the store, those whose first event is gone included (they fail)."""
+    sids = ledger.session_ids() + ledger.headless_session_ids()
+    return [verify_session(ledger, sid, key=key, snapshots=snapshots) for sid in sids]
 
 
 # --------------------------------------------------------------------------- snapshots
