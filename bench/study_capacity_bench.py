@@ -27,6 +27,10 @@ participants and up to eight rounds; every call waits ``--latency`` seconds firs
   (``ru_maxrss``) after warm-up and at the end, and the most sessions seen in flight together.
   Goal ≤ 400 MB peak.
 
+Before measuring, the process marks what its warm-up made as long-lived, as ``study run``
+does before its cells (``long_lived_so_far``: full collections then skip the libraries'
+objects).
+
 ``--quick`` smoke-tests the script (4 sessions at concurrency 2, 4 in flight, 0.05 s latency).
 """
 
@@ -51,9 +55,10 @@ from typing import Any
 
 from study_setup import FakeServer, log, write_plan
 
-from forge_ledger.app.studies import SESSIONS
+from forge_ledger._collector import long_lived_so_far
+from forge_ledger.app.studies import continue_study
 from forge_ledger.ledger import Ledger
-from forge_ledger.study import StudyStream, load_plan, plan_study, run_study
+from forge_ledger.study import StudyStream, load_plan, plan_study
 from forge_ledger.study import cells as study_cells
 from forge_ledger.study import runner as study_runner
 from forge_ledger.study.plan import StudyPlan
@@ -150,10 +155,9 @@ def _measure(store: Path, plan: Path, concurrency: int) -> dict[str, Any]:
         try:
             with Ledger(str(store)) as ledger:
                 sid = meter.wrap(plan_study)(ledger, load_plan(plan))
-                state = await run_study(
+                state = await continue_study(  # what `study run` runs, read model included
                     ledger,
                     sid,
-                    sessions=SESSIONS,
                     provider=provider,
                     concurrency=concurrency,
                     on_progress=progress,
@@ -193,6 +197,7 @@ def _memory_child(url: str, in_flight: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         _measure(folder / "warm.sqlite", _plan(folder, url, "warm", 1), 1)
+        long_lived_so_far()  # as `study run` does before its cells
         before = _peak_rss_mb()
         many = _measure(folder / "many.sqlite", _plan(folder, url, "many", in_flight), in_flight)
     print(json.dumps({"in_flight": in_flight, "peak_rss_mb_after_warm_up": before, **many}))
@@ -304,6 +309,7 @@ def main() -> None:
             folder = Path(tmp)
             log("warm-up: one session (imports, first connections)")
             _measure(folder / "warm.sqlite", _plan(folder, server.url, "warm", 1), 1)
+            long_lived_so_far()  # as `study run` does before its cells
             log("one session alone")
             alone = _measure(folder / "alone.sqlite", _plan(folder, server.url, "alone", 1), 1)
             log(f"{sessions} sessions at --concurrency {conc}")

@@ -143,6 +143,35 @@ def test_a_study_writes_each_session_s_files_once_it_stops(
     assert len(exports) == len(state.cells)
 
 
+def test_a_study_brings_the_read_model_up_to_date_once_at_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its sessions leave the read model to the study, which catches it up once, audits
+    included, so that `sessions`, `show`, `spec` and `audit` answer from it right away."""
+    from forge_ledger.app.audit_views import current_audit
+    from forge_ledger.app.studies import continue_study
+    from forge_ledger.ledger.outputs import store_outputs
+    from forge_ledger.projections import ProjectionRunner
+    from forge_ledger.projections.current import current_summaries, store_head
+    from support.read_models import spied
+
+    catch_ups = spied(monkeypatch, ProjectionRunner, "catch_up")
+    plan = load_plan(_plan(tmp_path, repeats=1))
+    with Ledger(str(tmp_path / "s.sqlite")) as ledger:
+        study_id = plan_study(ledger, plan)
+        state = asyncio.run(continue_study(ledger, study_id, provider=_provider()))
+        assert state.count("done") == len(state.cells) > 1
+        assert len(catch_ups) == 1  # at the end: none as each session stopped
+        views = store_outputs(ledger.location).views
+        head, last = store_head(ledger)
+        listed = current_summaries(views, head, last)
+        assert listed is not None
+        sessions = StudyStream(ledger).sessions_of(study_id)
+        assert {row["id"] for row in listed} == set(sessions)
+        for sid in sessions:
+            assert current_audit(ledger, views, UUID(sid)) is not None
+
+
 def test_the_study_time_travels_by_its_events(tmp_path: Path) -> None:
     plan = load_plan(_plan(tmp_path, repeats=1, topics=[{"title": "One"}]))
     with Ledger(str(tmp_path / "s.sqlite")) as ledger:

@@ -55,7 +55,9 @@ class Runtime:
 
     ``on_checkpoint`` is called with the state at each phase change and at the end, after the
     export and document file are written (``autosave``; with ``files_when_stopped``, only when
-    the session ends or pauses); ``hmac_key`` keys the seal of a session
+    the session ends or pauses; the read model beside a SQLite store is then brought up to
+    date too, unless ``views_when_stopped`` is off, as for a study's sessions, whose study
+    does it once at its end); ``hmac_key`` keys the seal of a session
     that ends; ``warn`` hears what must not stop a session (a failed export), ``inform`` what a
     person may want to know (a demo's scripted server started again).
     """
@@ -67,6 +69,7 @@ class Runtime:
     hmac_key: bytes | None = None
     autosave: bool = True
     files_when_stopped: bool = False
+    views_when_stopped: bool = True
     warn: Warn = log_warning
     inform: Warn = log_notice
 
@@ -86,7 +89,12 @@ class Runtime:
 
     def _checkpoint(self, ledger: Ledger) -> Callable[[SessionState], None] | None:
         save = (
-            autosaver(ledger, self.warn, when_stopped=self.files_when_stopped)
+            autosaver(
+                ledger,
+                self.warn,
+                when_stopped=self.files_when_stopped,
+                views=self.views_when_stopped,
+            )
             if self.autosave
             else None
         )

@@ -29,6 +29,7 @@ from ..study.plan import StudyPlan, load_plan, plan_from_document
 from ..study.runner import Progress, plan_study, run_study
 from ..study.state import StudyState
 from ..study.stream import StudyStream
+from .autosave import keep_views_current_after_many
 from .running import Runtime, resume_session, start_session
 from .stores import Store, opened
 
@@ -62,16 +63,19 @@ class _AssignedId:
 
 
 def _runtime(hooks: SessionHooks, session_id: UUID | None = None) -> Runtime:
-    """A cell's session runs as one run by hand, but for its YAML export and document file:
-    they are written once it ends or pauses, not at each phase change. A study runs hundreds
-    of sessions nobody reads mid-way (``study status`` and the read model tell how they
-    stand), and writing the files at every phase change was a quarter of a study's CPU."""
+    """A cell's session runs as one run by hand, but for what is kept beside the store: its
+    YAML export and document file are written once it ends or pauses, not at each phase
+    change, and the read model is brought up to date by the study at its end
+    (:func:`continue_study`), not by each session. A study runs hundreds of sessions nobody
+    reads mid-way (``study status`` tells how they stand), and writing the files at every
+    phase change was a quarter of a study's CPU."""
     return Runtime(
         clock=hooks.clock,
         ids=_AssignedId(session_id) if session_id else None,
         on_checkpoint=hooks.on_checkpoint,
         hmac_key=hooks.hmac_key,
         files_when_stopped=True,
+        views_when_stopped=False,
     )
 
 
@@ -134,7 +138,9 @@ async def continue_study(
 ) -> StudyState:
     """Run the cells of a recorded study (id, prefix or name) not finished yet; a provider
     made here is closed here. ``processes`` > 1 runs them over that many local processes
-    (:mod:`.study_processes`); ``share`` is what one of those processes is given."""
+    (:mod:`.study_processes`); ``share`` is what one of those processes is given. When the
+    run ends (not when it is interrupted), the read model beside a SQLite store is brought
+    up to date, its audits included."""
     from ..providers import get_provider
     from .study_processes import in_processes, refused
 
@@ -153,16 +159,20 @@ async def continue_study(
                 on_progress=on_progress,
             )
             if processes <= 1:
-                return await run(study, share=share)
-            return await in_processes(
-                ledger,
-                StudyStream(ledger).resolve(study),
-                run,
-                processes=processes,
-                concurrency=concurrency,
-                clock=clock,
-                on_progress=on_progress,
-            )
+                state = await run(study, share=share)
+            else:
+                state = await in_processes(
+                    ledger,
+                    StudyStream(ledger).resolve(study),
+                    run,
+                    processes=processes,
+                    concurrency=concurrency,
+                    clock=clock,
+                    on_progress=on_progress,
+                )
+            if share[1] <= 1:  # processes sharing a study leave it to the one that started them
+                keep_views_current_after_many(ledger)
+            return state
     finally:
         if provider is None:
             await prov.aclose()

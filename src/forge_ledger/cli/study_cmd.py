@@ -230,6 +230,8 @@ def _run(
     study_id = StudyStream(ledger).resolve(ref)
     short = str(study_id)[:8]
     display = _Display(enabled=not quiet and err_console.is_terminal)
+    if not StudyStream(ledger).state(study_id).finished:
+        _ready_for_long_work()
 
     async def go() -> StudyState:
         interrupt_reported_once(asyncio.get_running_loop())
@@ -253,6 +255,17 @@ def _run(
             hint=f"continue with: forge-ledger study resume {short}",
         ) from None
     _outcome(state, as_json=as_json)
+
+
+def _ready_for_long_work() -> None:
+    """Load the model client, then mark everything made so far long-lived (see
+    :func:`~forge_ledger._collector.long_lived_so_far`): this process runs cells until the
+    study ends."""
+    from .._collector import long_lived_so_far
+    from ..providers import preload_client
+
+    preload_client()
+    long_lived_so_far()
 
 
 def _outcome(state: StudyState, *, as_json: bool) -> None:

@@ -355,6 +355,10 @@ def _fmt_seconds(v: float) -> str:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 1024
+    """Connections waiting to be accepted (the listen backlog; the standard library's is 5).
+    A study opens dozens at once: past the backlog the kernel drops them, and each comes
+    back only after TCP's one-second retry, a delay no real provider adds."""
     state: _State
 
     def handle_error(self, request: Any, client_address: Any) -> None:
