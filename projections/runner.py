@@ -199,6 +199,8 @@ class ProjectionStatus(JsonFields):
     stored_version: int | None
     position: int
     head: int
+    skipped: int = 0
+    """Sessions (or studies) skipped as damaged: the rows stand without them until they read."""
 
     @property
     def lag(self) -> int:
@@ -286,6 +288,7 @@ class ProjectionRunner:
     def status(self) -> list[ProjectionStatus]:
         stored = self._stored()
         head = self.source.max_notification_id()
+        skipped = len(self._marks())
         return [
             ProjectionStatus(
                 name=p.name,
@@ -293,6 +296,7 @@ class ProjectionRunner:
                 stored_version=stored[p.name][0] if p.name in stored else None,
                 position=stored[p.name][1] if p.name in stored else 0,
                 head=head,
+                skipped=skipped,
             )
             for p in self.projections
         ]

@@ -231,6 +231,13 @@ def test_projections_update_goes_on_past_damaged_sessions_and_says_so(
         ids = {r[0] for r in con.execute("SELECT id FROM sessions")}
     con.close()
     assert ids == {FORK, "ee721eed-2db9-489e-9f49-e933d647bad0"}
+    # current for everything else, and saying what it stands without
+    code, out, _ = run_cli(capsys, "projections", "status", "--store", str(store), "--json")
+    skipped = {r["name"]: r["skipped"] for r in json.loads(out)["projections"]}
+    assert (code, skipped["read_model"], skipped["audits"]) == (0, 2, 0)
+    code, out, _ = run_cli(capsys, "projections", "status", "--store", str(store))
+    assert "read_model\t6\t" in out
+    assert "\tcurrent, 2 skipped as damaged\n" in out
     code, out, err = run_cli(capsys, "projections", "rebuild", "--store", str(store))
     assert (code, err.count("error: "), err.count("1 more session(s) damaged")) == (1, 1, 1)
     # the listing reads the ledger, which marks both

@@ -193,6 +193,9 @@ class StudyViews:
         """Both tracking rows as ``projections status`` shows a projection's."""
         stored = self._stored()
         heads = {STUDY_LOG: self.stream.log_head(), SESSIONS_LOG: self.ledger.max_notification_id()}
+        (skipped,) = self.db.execute(
+            "SELECT count(*) FROM _projections WHERE name LIKE ?", [f"{UNREAD}%"]
+        ).fetchone()
         return [
             ProjectionStatus(
                 name=name,
@@ -200,6 +203,7 @@ class StudyViews:
                 stored_version=stored[name][0] if name in stored else None,
                 position=stored[name][1] if name in stored else 0,
                 head=head,
+                skipped=int(skipped),
             )
             for name, head in heads.items()
         ]

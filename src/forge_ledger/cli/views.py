@@ -85,6 +85,8 @@ def projections_status(store: str | None, as_json: bool) -> None:
             else "behind" if r.lag
             else "current"
         )
+        if r.skipped:  # current for everything else; 'projections update' names them
+            state += f", {r.skipped} skipped as damaged"
         table.add_row(r.name, str(r.version), str(j["position"]), str(r.head), str(r.lag), state)
     print_table(table)
 
