@@ -522,6 +522,6 @@ def worker_cmd(concurrency: int, grace: float, quiet: bool, store: str | None) -
         raise
     if interrupted:
         raise RunInterrupted(
-            "interrupted; the worker's cut-off cells are back in the queue",
+            "interrupted; any cell the worker cut off is back in the queue",
             hint="start a worker again to go on: forge-ledger worker --store URL",
         )
