@@ -657,48 +657,37 @@ class Ledger:
         """The sessions with an event in the global log's notifications ``after`` < id ≤
         ``upto``, read without decoding the events (a follower that only asks *which*
         sessions moved)."""
-        found: set[str] = set()
+        return {str(r.originator_id) for r in self._log_rows(after=after, upto=upto)}
+
+    def _log_rows(
+        self, *, topics: Sequence[str] = (), after: int = 0, upto: int | None = None
+    ) -> Iterator[Notification]:
+        """The global log's rows ``after`` < id (≤ ``upto``), of ``topics`` (any when empty),
+        in order, a page at a time and not decoded."""
         start = after
-        while start < upto:
+        while upto is None or start < upto:
             rows = self.app.recorder.select_notifications(
-                start=start, limit=1000, stop=upto, inclusive_of_start=False
+                start=start, limit=1000, stop=upto, topics=topics, inclusive_of_start=False
             )
             if not rows:
-                break
-            found.update(str(r.originator_id) for r in rows)
+                return
+            yield from rows
             start = int(rows[-1].id)
-        return found
 
     # ------------------------------------------------------------------ sessions
 
     def session_ids(self) -> list[UUID]:
-        ids: list[UUID] = []
-        start = 0
-        while True:
-            rows = self.app.recorder.select_notifications(
-                start=start, limit=500, topics=_CREATED_TOPICS, inclusive_of_start=False
-            )
-            if not rows:
-                return ids
-            ids.extend(UUID(str(r.originator_id)) for r in rows)
-            start = int(rows[-1].id)
+        return [UUID(str(r.originator_id)) for r in self._log_rows(topics=_CREATED_TOPICS)]
 
     def headless_session_ids(self) -> list[UUID]:
         """Sessions that have events but not their first one (a row deleted from the store):
         :meth:`session_ids` finds sessions by that event, so these would go unseen. Reads
-        every event, as checking the whole store does anyway."""
-        seen: dict[UUID, None] = {}
-        start = 0
-        while True:
-            rows = self.app.recorder.select_notifications(
-                start=start, limit=1000, topics=_SESSION_TOPICS, inclusive_of_start=False
-            )
-            if not rows:
-                break
-            seen.update((UUID(str(r.originator_id)), None) for r in rows)
-            start = int(rows[-1].id)
-        headed = set(self.session_ids())
-        return [sid for sid in seen if sid not in headed]
+        every event's row, as checking the whole store does anyway."""
+        seen: dict[str, bool] = {}  # session → whether its first event is there
+        for r in self._log_rows(topics=_SESSION_TOPICS):
+            sid = str(r.originator_id)
+            seen[sid] = seen.get(sid, False) or r.topic in _CREATED_TOPICS
+        return [UUID(sid) for sid, headed in seen.items() if not headed]
 
     def resolve(self, ref: str | UUID) -> UUID:
         """A full id, a unique prefix (with or without dashes), or ``@`` / ``last`` for the
