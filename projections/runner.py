@@ -56,6 +56,7 @@ __all__ = [
     "ProjectionStatus",
     "catch_up",
     "default_projections",
+    "marks",
     "open_views",
     "rebuild",
     "status",
@@ -169,6 +170,17 @@ def track(db: Database, name: str, version: int, position: int) -> None:
         "position = excluded.position",
         [name, version, position],
     )
+
+
+def marks(db: Database, prefix: str) -> list[str]:
+    """The names of ``_projections``' tracking rows that start with ``prefix`` (the marks of
+    what a catch-up skipped as damaged), in the order they were written."""
+    return [
+        str(n)
+        for (n,) in db.execute(
+            "SELECT name FROM _projections WHERE name LIKE ? ORDER BY rowid", [f"{prefix}%"]
+        ).fetchall()
+    ]
 
 
 def write_transaction(db: Database) -> Any:
@@ -412,12 +424,7 @@ class ProjectionRunner:
 
     def _marks(self) -> list[str]:
         """The tracking rows of the sessions skipped as damaged, in the order they were met."""
-        return [
-            str(n)
-            for (n,) in self.db.execute(
-                "SELECT name FROM _projections WHERE name LIKE ? ORDER BY rowid", [f"{SKIPPED}%"]
-            ).fetchall()
-        ]
+        return marks(self.db, SKIPPED)
 
     def _skip(self, found: SessionDamagedError) -> bool:
         """Skip ``found``'s session from now on, named at its first damaged event (where

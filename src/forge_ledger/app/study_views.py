@@ -38,7 +38,7 @@ from ..domain import canonical_json
 from ..errors import StudyDamagedError
 from ..projections.base import Put
 from ..projections.current import read_snapshot
-from ..projections.runner import ProjectionStatus, track, write_transaction
+from ..projections.runner import ProjectionStatus, marks, track, write_transaction
 from ..projections.writes import BatchWriter
 
 if TYPE_CHECKING:
@@ -193,9 +193,7 @@ class StudyViews:
         """Both tracking rows as ``projections status`` shows a projection's."""
         stored = self._stored()
         heads = {STUDY_LOG: self.stream.log_head(), SESSIONS_LOG: self.ledger.max_notification_id()}
-        (skipped,) = self.db.execute(
-            "SELECT count(*) FROM _projections WHERE name LIKE ?", [f"{UNREAD}%"]
-        ).fetchone()
+        skipped = len(marks(self.db, UNREAD))
         return [
             ProjectionStatus(
                 name=name,
@@ -203,7 +201,7 @@ class StudyViews:
                 stored_version=stored[name][0] if name in stored else None,
                 position=stored[name][1] if name in stored else 0,
                 head=head,
-                skipped=int(skipped),
+                skipped=skipped,
             )
             for name, head in heads.items()
         ]
@@ -247,11 +245,9 @@ class StudyViews:
     def _unread(self) -> list[UUID]:
         """The studies skipped before as damaged (a mark that names no study is dropped)."""
         found: list[UUID] = []
-        for (name,) in self.db.execute(
-            "SELECT name FROM _projections WHERE name LIKE ? ORDER BY rowid", [f"{UNREAD}%"]
-        ).fetchall():
+        for name in marks(self.db, UNREAD):
             try:
-                found.append(UUID(str(name).removeprefix(UNREAD)))
+                found.append(UUID(name.removeprefix(UNREAD)))
             except ValueError:
                 self.db.execute("DELETE FROM _projections WHERE name = ?", [name])
         return found

@@ -227,10 +227,11 @@ def _run(
     from ..app.studies import continue_study
     from ..study import StudyStream
 
-    study_id = StudyStream(ledger).resolve(ref)
+    stream = StudyStream(ledger)
+    study_id = stream.resolve(ref)
     short = str(study_id)[:8]
     display = _Display(enabled=not quiet and err_console.is_terminal)
-    if not StudyStream(ledger).state(study_id).finished:
+    if not stream.state(study_id).finished:
         _ready_for_long_work()
 
     async def go() -> StudyState:
