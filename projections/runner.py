@@ -61,6 +61,7 @@ __all__ = [
     "rebuild",
     "status",
     "track",
+    "tracked",
     "write_transaction",
 ]
 
@@ -172,6 +173,14 @@ def track(db: Database, name: str, version: int, position: int) -> None:
     )
 
 
+def tracked(db: Database, *names: str) -> dict[str, tuple[int, int]]:
+    """The tracking rows of ``_projections`` (those of ``names``; every one when none is
+    given), each as (version, position): what :func:`track` set."""
+    where = f" WHERE name IN ({', '.join('?' * len(names))})" if names else ""
+    rows = db.execute(f"SELECT name, version, position FROM _projections{where}", list(names))
+    return {str(n): (int(v), int(p)) for n, v, p in rows.fetchall()}
+
+
 def marks(db: Database, prefix: str) -> list[str]:
     """The names of ``_projections``' tracking rows that start with ``prefix`` (the marks of
     what a catch-up skipped as damaged), in the order they were written."""
@@ -270,8 +279,7 @@ class ProjectionRunner:
     # ------------------------------------------------------------------ tracking
 
     def _stored(self) -> dict[str, tuple[int, int]]:
-        rows = self.db.execute("SELECT name, version, position FROM _projections").fetchall()
-        return {str(n): (int(v), int(p)) for n, v, p in rows}
+        return tracked(self.db)
 
     def _reset(self, p: Projection) -> None:
         self._batch_writer()

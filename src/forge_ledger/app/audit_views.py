@@ -89,10 +89,9 @@ class AuditViews:
         self.db = db
 
     def _stored(self) -> tuple[int, int] | None:
-        row = self.db.execute(
-            "SELECT version, position FROM _projections WHERE name = ?", [AUDITS_LOG]
-        ).fetchone()
-        return None if row is None else (int(row[0]), int(row[1]))
+        from ..projections.runner import tracked
+
+        return tracked(self.db, AUDITS_LOG).get(AUDITS_LOG)
 
     def _track(self, position: int) -> None:
         from ..projections.runner import track

@@ -38,7 +38,13 @@ from ..domain import canonical_json
 from ..errors import StudyDamagedError
 from ..projections.base import Put
 from ..projections.current import read_snapshot
-from ..projections.runner import ProjectionStatus, marks, track, write_transaction
+from ..projections.runner import (
+    ProjectionStatus,
+    marks,
+    track,
+    tracked,
+    write_transaction,
+)
 from ..projections.writes import BatchWriter
 
 if TYPE_CHECKING:
@@ -165,11 +171,7 @@ class StudyViews:
     # ------------------------------------------------------------------ tracking
 
     def _stored(self) -> dict[str, tuple[int, int]]:
-        rows = self.db.execute(
-            "SELECT name, version, position FROM _projections WHERE name IN (?, ?)",
-            [SESSIONS_LOG, STUDY_LOG],
-        ).fetchall()
-        return {str(n): (int(v), int(p)) for n, v, p in rows}
+        return tracked(self.db, SESSIONS_LOG, STUDY_LOG)
 
     def _reset(self) -> None:
         for table in TABLES:
