@@ -59,10 +59,14 @@ def _undecodable(store: Path, sid: UUID) -> tuple[int, str]:
     return 22, "it cannot be read ("
 
 
-def _deleted(store: Path, sid: UUID) -> tuple[int, str]:
+def _delete_row(store: Path, sid: UUID, position: int) -> None:
     with sqlite3.connect(store) as con:
-        con.execute(f"DELETE FROM stored_events {_WHERE}", [sid.hex, 24])
+        con.execute(f"DELETE FROM stored_events {_WHERE}", [sid.hex, position])
     con.close()
+
+
+def _deleted(store: Path, sid: UUID) -> tuple[int, str]:
+    _delete_row(store, sid, 24)
     return 24, "event 24 is missing (the next stored event is at position 25)"
 
 
@@ -75,9 +79,7 @@ def _relinked(store: Path, sid: UUID) -> tuple[int, str]:
 
 
 def _first_deleted(store: Path, sid: UUID) -> tuple[int, str]:
-    with sqlite3.connect(store) as con:
-        con.execute(f"DELETE FROM stored_events {_WHERE}", [sid.hex, 1])
-    con.close()
+    _delete_row(store, sid, 1)
     return 1, "event 1 is missing"
 
 
